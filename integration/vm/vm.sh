@@ -1,0 +1,457 @@
+#!/bin/bash
+# vm.sh: run gonvmf's RDMA tests inside a qemu guest with Soft-RoCE.
+#
+# The build machines' kernels have no RDMA, NVMe or configfs, so everything RDMA runs in a
+# guest booting Debian's stock kernel under TCG. The guest's root is the host's / over
+# read-only virtio-9p under a tmpfs overlay: it runs the host's binaries at the same paths
+# (host-built cgo binaries included) and cannot modify the host. Results come back through
+# a second, writable 9p share mounted on /out. See integration/README.md.
+#
+#   vm.sh image                 build or refresh the cached kernel + initramfs
+#   vm.sh run [opts] SCRIPT [ARGS...]
+#                               boot, bring up rxe0, run SCRIPT (a bash script or an
+#                               executable) in the guest; exit with its status
+#   vm.sh shell [opts]          interactive guest on this terminal
+#   vm.sh check                 check the host prerequisites
+#   vm.sh clean [--all]         delete the results (--all: the cached image too)
+#
+# Exit status of run: the guest script's status; 124 if it did not finish within --timeout;
+# 125 if the harness or the guest failed before or around the script (the message says
+# which); 2 for a usage error.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$(cd "$HERE/../.." && pwd)
+VM_DIR=${GONVMF_VM_DIR:-$HOME/.cache/gonvmf-vm}
+BUILD_DIR=${GONVMF_BUILD:-$SRC/build}
+IMAGE=$VM_DIR/image
+RXE_IP=10.99.0.1
+# Modules stage 1 needs before the root filesystem exists (their dependencies come along).
+INITRAMFS_MODULES="virtio_pci virtio_blk 9pnet_virtio 9p overlay"
+# Modules the harness and the guest helpers load; the image build checks they exist.
+GUEST_MODULES="configfs dummy rdma_rxe ib_uverbs rdma_ucm nvme_rdma nvmet nvmet_rdma null_blk brd ext4"
+
+EXIT_TIMEOUT=124
+EXIT_HARNESS=125
+
+msg() { echo "vm.sh: $*" >&2; }
+die() {
+	msg "$*"
+	exit $EXIT_HARNESS
+}
+usage_error() {
+	msg "$*"
+	msg "usage: vm.sh image | run [--timeout SEC] [--mem MiB] [--cpus N] [--disk SIZE] [--out DIR] [--quiet] [--no-rxe] SCRIPT [ARGS...] | shell [opts] | check | clean [--all]"
+	exit 2
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# ---- host prerequisites ----
+
+# check_host <image|run>: every missing command, with its Debian package, in one message.
+check_host() {
+	local missing=() c pkg
+	local need=(
+		"apt-get:apt" "apt-cache:apt" "dpkg-deb:dpkg" "depmod:kmod" "modprobe:kmod"
+		"cpio:cpio" "gzip:gzip" "python3:python3" "flock:util-linux"
+	)
+	if [ "$1" = run ]; then
+		need=(
+			"qemu-system-x86_64:qemu-system-x86" "timeout:coreutils" "flock:util-linux"
+			"truncate:coreutils" "mkfs.ext4:e2fsprogs"
+			# what the guest runs, from the host's userland
+			"bash:bash" "setsid:util-linux" "ip:iproute2" "rdma:iproute2" "ibv_devinfo:ibverbs-utils"
+			"rping:rdmacm-utils" "nvme:nvme-cli" "fio:fio" "ps:procps" "python3:python3"
+		)
+	fi
+	for c in "${need[@]}"; do
+		command -v "${c%%:*}" > /dev/null 2>&1 || missing+=("${c%%:*} (${c#*:})")
+	done
+	if [ "$1" = image ]; then
+		if [ ! -x /bin/busybox ] || ldd /bin/busybox > /dev/null 2>&1; then
+			missing+=("static /bin/busybox (busybox-static)")
+		fi
+	else
+		[ -e /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ] ||
+			missing+=("the rxe verbs provider (ibverbs-providers)")
+	fi
+	if [ ${#missing[@]} -gt 0 ]; then
+		msg "missing on the host: ${missing[*]}"
+		die "install them with: integration/vm/setup-host.sh (Debian 12, root)"
+	fi
+}
+
+# ---- the cached image ----
+#
+# $VM_DIR/image/ holds manifest (what was built from what), kernel/ (the unpacked Debian
+# kernel package with depmod output), vmlinux (the uncompressed kernel: qemu boots it through
+# its PVH entry, 2-3 s faster than the bzImage under TCG) and initramfs.cpio.gz.
+# A rebuild goes to image.new and replaces image/ by rename. $VM_DIR/lock: running guests
+# hold it shared, a rebuild holds it exclusive.
+
+# resolve_kernel: sets KPKG/KPKG_VERSION to the kernel package to use: $GONVMF_VM_KPKG, or
+# the package linux-image-amd64 depends on (the lab's pin). Empty if apt cannot tell.
+# apt-cache takes 1-2 s per call here, so the answer is kept in $VM_DIR/kernel-pin until
+# apt's package lists change.
+resolve_kernel() {
+	local key pin=$VM_DIR/kernel-pin
+	key=$({
+		echo "${GONVMF_VM_KPKG:-}"
+		stat -c '%n %Y %s' /var/lib/apt/lists/*Packages* 2> /dev/null || true
+	} | sha256sum | cut -c1-32)
+	if [ -f "$pin" ] && [ "$(sed -n 1p "$pin")" = "$key" ]; then
+		KPKG=$(sed -n 2p "$pin")
+		KPKG_VERSION=$(sed -n 3p "$pin")
+		[ -n "$KPKG_VERSION" ] && return 0
+	fi
+	resolve_kernel_apt
+	[ -n "$KPKG_VERSION" ] && printf '%s\n%s\n%s\n' "$key" "$KPKG" "$KPKG_VERSION" > "$pin"
+	return 0
+}
+
+resolve_kernel_apt() {
+	KPKG=${GONVMF_VM_KPKG:-}
+	if [ -z "$KPKG" ]; then
+		KPKG=$(apt-cache depends linux-image-amd64 2> /dev/null |
+			awk '/Depends: linux-image-[0-9]/ { print $2; exit }') || true
+	fi
+	KPKG_VERSION=
+	if [ -n "$KPKG" ]; then
+		KPKG_VERSION=$(apt-cache policy "$KPKG" 2> /dev/null | awk '/Candidate:/ { print $2; exit }') || true
+		[ "$KPKG_VERSION" = "(none)" ] && KPKG_VERSION=
+	fi
+	return 0
+}
+
+initramfs_inputs() {
+	cat "$HERE/init-stage1.sh" /bin/busybox | sha256sum | awk -v m="$INITRAMFS_MODULES" '{ print $1 "-" m }' | tr ' ' ,
+}
+
+manifest_get() { sed -n "s/^$1=//p" "$IMAGE/manifest" 2> /dev/null; }
+
+# image_state: prints "ok", "initramfs" (only the initramfs is stale) or "kernel".
+image_state() {
+	[ -f "$IMAGE/manifest" ] && [ -f "$IMAGE/vmlinux" ] && [ -f "$IMAGE/initramfs.cpio.gz" ] || {
+		echo kernel
+		return
+	}
+	resolve_kernel
+	if [ -z "$KPKG_VERSION" ]; then
+		msg "cannot resolve the kernel package from apt (no package lists? run integration/vm/setup-host.sh); using the cached $(manifest_get KPKG) $(manifest_get KPKG_VERSION)"
+	elif [ "$KPKG" != "$(manifest_get KPKG)" ] || [ "$KPKG_VERSION" != "$(manifest_get KPKG_VERSION)" ]; then
+		msg "kernel package changed: cached $(manifest_get KPKG) $(manifest_get KPKG_VERSION), now $KPKG $KPKG_VERSION"
+		echo kernel
+		return
+	fi
+	if [ "$(initramfs_inputs)" != "$(manifest_get INITRAMFS_INPUTS)" ]; then
+		echo initramfs
+		return
+	fi
+	echo ok
+}
+
+# build_initramfs <image dir> <kver>: busybox-static, the stage-1 modules and init.
+build_initramfs() {
+	local img=$1 kver=$2 ir=$1/initramfs.d m ko
+	rm -rf "$ir"
+	mkdir -p "$ir"/{bin,dev,proc,sys,ro,rw,newroot,lib/modules}
+	cp /bin/busybox "$ir/bin/busybox"
+	for m in sh mount insmod mkdir cat sleep poweroff switch_root; do ln -s busybox "$ir/bin/$m"; done
+	: > "$ir/modules.list"
+	for m in $INITRAMFS_MODULES; do
+		modprobe -d "$img/kernel" -S "$kver" --show-depends "$m" || return 1
+	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r ko; do
+		cp "$ko" "$ir/lib/modules/" && basename "$ko" >> "$ir/modules.list"
+	done
+	[ -s "$ir/modules.list" ] || {
+		msg "no initramfs modules found for $kver"
+		return 1
+	}
+	cp "$HERE/init-stage1.sh" "$ir/init" && chmod 755 "$ir/init"
+	echo "$kver" > "$ir/KVER"
+	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$img/initramfs.cpio.gz.tmp" &&
+		mv "$img/initramfs.cpio.gz.tmp" "$img/initramfs.cpio.gz" && rm -rf "$ir"
+}
+
+# build_image: download the pinned kernel package, unpack it, depmod, extract vmlinux, check
+# the modules the harness needs, build the initramfs, then swap it into place.
+build_image() {
+	resolve_kernel
+	[ -n "$KPKG" ] && [ -n "$KPKG_VERSION" ] ||
+		die "cannot resolve the kernel package (apt-cache depends linux-image-amd64 gave '${KPKG}'): run integration/vm/setup-host.sh (it runs apt-get update)"
+	local new=$VM_DIR/image.new t0 deb kver m
+	t0=$(now)
+	msg "building the guest image from $KPKG $KPKG_VERSION in $VM_DIR"
+	rm -rf "$new"
+	mkdir -p "$new/dl"
+	# An exact name=version: a glob would make apt download every kernel (1.7 GB).
+	local sandbox=()
+	[ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root)
+	(cd "$new/dl" && apt-get download -q=2 "${sandbox[@]}" "$KPKG=$KPKG_VERSION") ||
+		die "apt-get download $KPKG=$KPKG_VERSION failed (stale package lists? run integration/vm/setup-host.sh)"
+	deb=$(ls "$new"/dl/*.deb)
+	dpkg-deb -x "$deb" "$new/kernel" || die "dpkg-deb -x $deb failed"
+	rm -rf "$new/dl"
+	kver=$(cd "$new/kernel/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//' | head -1)
+	[ -n "$kver" ] || die "$KPKG has no /boot/vmlinuz-*"
+	depmod -b "$new/kernel" "$kver" || die "depmod for $kver failed"
+	for m in $GUEST_MODULES; do
+		modprobe -d "$new/kernel" -S "$kver" --show-depends "$m" > /dev/null 2>&1 ||
+			die "kernel $kver has no module $m, which the harness needs (pin another kernel with GONVMF_VM_KPKG=linux-image-...)"
+	done
+	# The Debian bzImage carries an XZ payload; boot the uncompressed ELF if it can be had.
+	python3 - "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux" << 'PY' || cp "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux"
+import lzma, sys
+data = open(sys.argv[1], 'rb').read()
+i = data.find(b'\xfd7zXZ\x00')
+if i < 0:
+    sys.exit("no XZ payload in the bzImage; booting the bzImage instead")
+elf = lzma.LZMADecompressor().decompress(data[i:])
+if elf[:4] != b'\x7fELF':
+    sys.exit("the XZ payload is not an ELF kernel; booting the bzImage instead")
+open(sys.argv[2], 'wb').write(elf)
+PY
+	build_initramfs "$new" "$kver" || die "building the initramfs failed"
+	cat > "$new/manifest" << EOF
+KPKG=$KPKG
+KPKG_VERSION=$KPKG_VERSION
+KVER=$kver
+INITRAMFS_INPUTS=$(initramfs_inputs)
+BUILT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+EOF
+	rm -rf "$VM_DIR/image.old"
+	[ -d "$IMAGE" ] && mv "$IMAGE" "$VM_DIR/image.old"
+	mv "$new" "$IMAGE"
+	rm -rf "$VM_DIR/image.old"
+	msg "image ready in $(elapsed "$t0") s: kernel $kver ($(du -sh "$VM_DIR/image" | cut -f1) in $IMAGE)"
+}
+
+# ensure_image: leaves fd 9 holding $VM_DIR/lock shared, with a current image behind it.
+ensure_image() {
+	mkdir -p "$VM_DIR"
+	exec 9> "$VM_DIR/lock"
+	flock -s -w 900 9 || die "timed out waiting for $VM_DIR/lock"
+	local state
+	state=$(image_state)
+	[ "$state" = ok ] && return 0
+	if ! flock -x -n 9; then
+		msg "waiting for the guests using $VM_DIR to finish, to rebuild the image"
+		flock -x -w 3600 9 || die "timed out waiting for $VM_DIR/lock"
+	fi
+	state=$(image_state) # someone else may have rebuilt it meanwhile
+	case $state in
+	kernel) build_image ;;
+	initramfs)
+		msg "rebuilding the initramfs (stage 1 or busybox changed)"
+		build_initramfs "$IMAGE" "$(manifest_get KVER)" || die "building the initramfs failed"
+		sed -i "s/^INITRAMFS_INPUTS=.*/INITRAMFS_INPUTS=$(initramfs_inputs)/" "$IMAGE/manifest"
+		;;
+	esac
+	flock -s 9
+}
+
+cmd_image() {
+	[ $# -eq 0 ] || usage_error "image takes no arguments"
+	check_host image
+	local t0
+	t0=$(now)
+	ensure_image
+	msg "image: $(manifest_get KPKG) $(manifest_get KPKG_VERSION) (kernel $(manifest_get KVER), built $(manifest_get BUILT)); checked in $(elapsed "$t0") s"
+}
+
+# ---- running a guest ----
+
+cmd_run() {
+	local mode=$1
+	shift
+	local timeout=${GONVMF_VM_TIMEOUT:-900} mem=${GONVMF_VM_MEM:-4096} cpus=${GONVMF_VM_CPUS:-2}
+	local disk= out= quiet=0 rxe=1
+	[ "$mode" = shell ] && timeout=0
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--timeout) timeout=${2:?--timeout needs seconds}; shift 2 ;;
+		--mem) mem=${2:?--mem needs MiB}; shift 2 ;;
+		--cpus) cpus=${2:?--cpus needs a count}; shift 2 ;;
+		--disk) disk=${2:?--disk needs a size, e.g. 2G}; shift 2 ;;
+		--out) out=${2:?--out needs a directory}; shift 2 ;;
+		-q | --quiet) quiet=1; shift ;;
+		--no-rxe) rxe=0; shift ;;
+		--) shift; break ;;
+		-*) usage_error "unknown option $1" ;;
+		*) break ;;
+		esac
+	done
+	[[ $timeout =~ ^[0-9]+$ ]] || usage_error "--timeout must be whole seconds (0: none), got '$timeout'"
+	[[ $mem =~ ^[0-9]+$ ]] && [ "$mem" -ge 512 ] || usage_error "--mem must be MiB >= 512, got '$mem'"
+	[[ $cpus =~ ^[0-9]+$ ]] && [ "$cpus" -ge 1 ] || usage_error "--cpus must be >= 1, got '$cpus'"
+	[ -z "$disk" ] || [[ $disk =~ ^[0-9]+[KMGT]?$ ]] || usage_error "--disk must be a size like 512M or 2G, got '$disk'"
+
+	local script= name=shell
+	if [ "$mode" = run ]; then
+		[ $# -ge 1 ] || usage_error "run needs a guest script"
+		[ -f "$1" ] || usage_error "no such guest script: $1"
+		script=$(readlink -f "$1")
+		shift
+		name=$(basename "$script")
+		name=${name%.sh}
+	fi
+	local mtu=${GONVMF_VM_MTU:-9000}
+	[[ $mtu =~ ^[0-9]+$ ]] || usage_error "GONVMF_VM_MTU must be a number, got '$mtu'"
+	case "$VM_DIR$SRC" in *[[:space:]]*) die "GONVMF_VM_DIR ($VM_DIR) and the repo path ($SRC) must not contain spaces (they go on the guest kernel command line)" ;; esac
+
+	check_host run
+	ensure_image
+
+	if [ -z "$out" ]; then
+		out=$VM_DIR/out/$(date +%Y%m%d-%H%M%S)-$name
+		local n=1 base=$out
+		while [ -e "$out" ]; do out=$base-$((n++)); done
+	fi
+	mkdir -p "$out"
+	out=$(cd "$out" && pwd)
+	rm -rf "$out/.vm" "$out/console.log" "$out/guest.log" "$out/dmesg.txt"
+	mkdir -p "$out/.vm"
+
+	# Paths under the host's /tmp are hidden in the guest (fresh tmpfs) unless bound back.
+	local tmp_paths=() p
+	for p in "$SRC" "$BUILD_DIR" "${script%/*}" "$PWD"; do
+		case $p in /tmp/*) tmp_paths+=("$p") ;; esac
+	done
+	case $VM_DIR in /tmp/*) die "GONVMF_VM_DIR ($VM_DIR) must not be under /tmp: the guest mounts a fresh tmpfs there" ;; esac
+
+	# The guest's run description; GONVMF_* variables of this environment go along.
+	local deadline=0 grace
+	if [ "$timeout" -gt 0 ]; then
+		grace=$((timeout / 10))
+		[ $grace -lt 5 ] && grace=5
+		[ $grace -gt 30 ] && grace=30
+		deadline=$((timeout - grace))
+		[ $deadline -lt 1 ] && deadline=1
+	fi
+	{
+		local v
+		for v in $(compgen -e | grep '^GONVMF_' || true); do
+			printf 'export %s=%q\n' "$v" "${!v}"
+		done
+		printf 'export GONVMF_GUEST=1 OUT=/out SRC=%q GONVMF_BUILD=%q\n' "$SRC" "$BUILD_DIR"
+		printf 'RXE_IP=%q RXE_DEV=rxe0 RXE_MTU=%q\n' "$RXE_IP" "$mtu"
+		printf 'VM_MODE=%q VM_RXE=%q VM_DISK=%q VM_DEADLINE=%q VM_CWD=%q\n' \
+			"$mode" "$rxe" "$([ -n "$disk" ] && echo 1 || echo 0)" "$deadline" "$PWD"
+		local cmd=()
+		if [ -n "$script" ]; then
+			if [ -x "$script" ]; then cmd=("$script" "$@"); else cmd=(bash "$script" "$@"); fi
+		fi
+		printf 'VM_CMD=('
+		[ ${#cmd[@]} -eq 0 ] || printf '%q ' "${cmd[@]}"
+		printf ')\nVM_TMP_PATHS=('
+		[ ${#tmp_paths[@]} -eq 0 ] || printf '%q ' "${tmp_paths[@]}"
+		printf ')\n'
+	} > "$out/.vm/env.sh"
+
+	local drive=() img=
+	if [ -n "$disk" ]; then
+		mkdir -p "$VM_DIR/disks"
+		img=$VM_DIR/disks/$(basename "$out").img
+		rm -f "$img"
+		truncate -s "$disk" "$img" &&
+			mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$img" ||
+			die "cannot create the $disk scratch disk $img"
+		drive=(-drive "file=$img,if=virtio,format=raw")
+	fi
+
+	local kver
+	kver=$(manifest_get KVER)
+	local console=(-chardev "stdio,id=con,signal=off,logfile=$out/console.log" -serial chardev:con -monitor none)
+	[ "$mode" = shell ] && console=(-chardev "stdio,id=con,mux=on,signal=off,logfile=$out/console.log" -serial chardev:con -mon chardev=con)
+	local qemu=(
+		qemu-system-x86_64 -name gonvmf-vm
+		-accel tcg,thread=multi,tb-size=512 -cpu max -m "$mem" -smp "$cpus"
+		-display none -no-reboot -nic none "${console[@]}"
+		-kernel "$IMAGE/vmlinux" -initrd "$IMAGE/initramfs.cpio.gz"
+		-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMAGE/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh"
+		-virtfs local,path=/,mount_tag=gonvmf-root,security_model=none,readonly=on,multidevs=remap
+		-virtfs "local,path=$out,mount_tag=gonvmf-out,security_model=none,multidevs=remap"
+		"${drive[@]}"
+	)
+	printf '%q ' "${qemu[@]}" > "$out/.vm/qemu-cmdline"
+
+	local t0 qpid qrc=0
+	t0=$(now)
+	[ "$mode" = run ] && msg "booting for $name (timeout ${timeout} s, ${mem} MiB, $cpus vCPUs); results in $out"
+	if [ "$mode" = shell ]; then
+		timeout -k 10 "$timeout" "${qemu[@]}" 2> "$out/.vm/qemu.log" || qrc=$?
+	else
+		# The console goes to our stdout as it happens (and always to console.log).
+		if [ "$quiet" = 1 ]; then exec 8> /dev/null; else exec 8>&1; fi
+		timeout -k 10 "$timeout" "${qemu[@]}" < /dev/null >&8 2> "$out/.vm/qemu.log" &
+		qpid=$!
+		# vm.sh interrupted: stop the guest too (timeout passes the signal on to qemu).
+		trap 'kill -TERM $qpid 2>/dev/null; wait $qpid; [ -n "$img" ] && rm -f "$img"; msg "interrupted; partial results in $out"; exit 130' INT TERM
+		wait $qpid || qrc=$?
+		trap - INT TERM
+	fi
+	[ -n "$img" ] && rm -f "$img"
+	local wall status
+	wall=$(elapsed "$t0")
+	echo "$wall" > "$out/.vm/wall-seconds"
+	status=$(cat "$out/.vm/status" 2> /dev/null || true)
+
+	if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+		msg "$name: TIMEOUT: the guest did not power off within $timeout s and was killed after $wall s; console kept in $out/console.log"
+		echo "timeout-killed $timeout" > "$out/.vm/status"
+		exit $EXIT_TIMEOUT
+	fi
+	case $status in
+	"exit "*)
+		local rc=${status#exit }
+		if [ "$rc" = 0 ]; then
+			msg "$name: passed in $wall s; results in $out"
+		else
+			msg "$name: FAILED with status $rc after $wall s; results in $out (guest.log)"
+		fi
+		exit "$rc"
+		;;
+	"timeout "*)
+		msg "$name: TIMEOUT: the script ran past the $timeout s limit and was killed in the guest after $wall s; processes and dmesg at the end of $out/guest.log"
+		exit $EXIT_TIMEOUT
+		;;
+	"setup-failed "*)
+		msg "$name: guest setup failed: ${status#setup-failed }; see $out/guest.log and dmesg.txt"
+		exit $EXIT_HARNESS
+		;;
+	*)
+		msg "$name: the guest stopped after $wall s without reporting a result (qemu status $qrc); last console lines:"
+		tail -n 15 "$out/console.log" 2> /dev/null | tr -d '\r' | sed 's/^/    /' >&2
+		[ -s "$out/.vm/qemu.log" ] && sed 's/^/    qemu: /' "$out/.vm/qemu.log" >&2
+		exit $EXIT_HARNESS
+		;;
+	esac
+}
+
+cmd_clean() {
+	mkdir -p "$VM_DIR"
+	exec 9> "$VM_DIR/lock"
+	case ${1:-} in
+	"") rm -rf "$VM_DIR/out" "$VM_DIR/disks" ;;
+	--all)
+		flock -x -w 60 9 || die "guests are using $VM_DIR; try again when they finish"
+		rm -rf "$VM_DIR/out" "$VM_DIR/disks" "$VM_DIR/image" "$VM_DIR/image.new" "$VM_DIR/image.old"
+		;;
+	*) usage_error "clean takes only --all" ;;
+	esac
+}
+
+case ${1:-} in
+image) shift; cmd_image "$@" ;;
+run) shift; cmd_run run "$@" ;;
+shell) shift; cmd_run shell "$@" ;;
+check)
+	check_host image
+	check_host run
+	msg "host prerequisites present"
+	;;
+clean) shift; cmd_clean "$@" ;;
+-h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
+*) usage_error "unknown command '${1:-}'" ;;
+esac
