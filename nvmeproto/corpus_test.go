@@ -1,19 +1,54 @@
 package nvmeproto
 
 import (
+	"bytes"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"testing"
 )
 
 // seedCorpora lists the seeds of every fuzz target; TestWriteSeedCorpus writes them to
-// testdata/fuzz so that `go test` runs them as regression inputs even without -fuzz.
+// testdata/fuzz so that `go test` runs them as regression inputs even without -fuzz, and
+// TestSeedCorpusComplete fails if a Fuzz function has no entry here or no files there.
 func seedCorpora() map[string][][]byte {
 	return map[string][][]byte{
-		"FuzzConnectData": seedConnectData(),
+		"FuzzCommand":            seedCommand(),
+		"FuzzCompletion":         seedCompletion(),
+		"FuzzConnectData":        seedConnectData(),
+		"FuzzIdentifyController": seedIdentifyController(),
+		"FuzzIdentifyNamespace":  seedIdentifyNamespace(),
+		"FuzzIdentifyMisc":       seedIdentifyMisc(),
+		"FuzzNSDescriptorList":   seedNSDescriptorList(),
+		"FuzzNSIDList":           seedNSIDList(),
 	}
+}
+
+// Seeds for the lead's FuzzCommand / FuzzCompletion targets in command_test.go.
+func seedCommand() [][]byte {
+	var c Command
+	(&ConnectCommand{QID: 1, SQSize: 127, KATO: 5000}).ToCommand(&c)
+	c.CID = 7
+	c.Flags = PSDTSGL << 6
+	c.SGL = SGLDescriptor{Address: 0x1000, Length: 1024, Key: 0x1234, Type: SGLTypeKeyedDataBlock}
+	b := make([]byte, SQESize)
+	c.Marshal(b)
+	rd := make([]byte, SQESize)
+	(&Command{Opcode: OpRead, CID: 9, NSID: 1, CDW10: 100, CDW12: 7,
+		SGL: SGLDescriptor{Type: SGLTypeDataBlock, Subtype: SGLSubtypeOffset, Length: 4096}}).Marshal(rd)
+	return [][]byte{b, rd, make([]byte, 63), bytes.Repeat([]byte{0xFF}, SQESize)}
+}
+
+func seedCompletion() [][]byte {
+	b := make([]byte, CQESize)
+	(&Completion{DW0: 1, SQHD: 3, CID: 9, Status: StatusConnectInvalidParameters.WithDNR()}).Marshal(b)
+	return [][]byte{b, make([]byte, 15), bytes.Repeat([]byte{0xFF}, CQESize)}
 }
 
 // TestWriteSeedCorpus regenerates testdata/fuzz/<FuzzName>/seed-N from seedCorpora.
@@ -34,4 +69,45 @@ func TestWriteSeedCorpus(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSeedCorpusComplete finds every Fuzz function in this package's test files and
+// checks it has seeds registered and checked in, and that fuzz names are unique.
+func TestSeedCorpusComplete(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	seen := map[string]string{}
+	for _, file := range files {
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Fuzz") {
+				continue
+			}
+			if prev, dup := seen[fn.Name.Name]; dup {
+				t.Errorf("%s declared in %s and %s", fn.Name.Name, prev, file)
+			}
+			seen[fn.Name.Name] = file
+		}
+	}
+	corpora := seedCorpora()
+	var names []string
+	for name := range seen {
+		names = append(names, name)
+		if len(corpora[name]) == 0 {
+			t.Errorf("%s has no seeds in seedCorpora", name)
+		}
+		entries, err := os.ReadDir(filepath.Join("testdata", "fuzz", name))
+		if err != nil || len(entries) == 0 {
+			t.Errorf("%s has no checked-in corpus in testdata/fuzz/%s (run GONVMF_WRITE_CORPUS=1 go test -run TestWriteSeedCorpus)", name, name)
+		}
+	}
+	sort.Strings(names)
+	t.Logf("%d fuzz targets: %s", len(names), strings.Join(names, " "))
 }

@@ -10,10 +10,15 @@ import (
 // Seed corpora live in testdata/fuzz/<FuzzName>/ (regenerate with
 // GONVMF_WRITE_CORPUS=1 go test -run TestWriteSeedCorpus ./nvmeproto).
 
-func FuzzConnectData(f *testing.F) {
-	for _, s := range seedConnectData() {
+// addSeeds adds seeds to f's corpus (they are also written to testdata/fuzz).
+func addSeeds(f *testing.F, seeds [][]byte) {
+	for _, s := range seeds {
 		f.Add(s)
 	}
+}
+
+func FuzzConnectData(f *testing.F) {
+	addSeeds(f, seedConnectData())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var d ConnectData
 		if err := d.Unmarshal(b); err != nil {
@@ -38,4 +43,133 @@ func seedConnectData() [][]byte {
 		bad[i] = 'a'
 	}
 	return [][]byte{b, bad, b[:100], nil}
+}
+
+// stableEncoding checks that decode→encode reaches a fixed point after one round: the
+// second encoding equals the first. (Decoders normalise some inputs, e.g. string padding,
+// so the first encoding need not equal the input.)
+func stableEncoding[T any](t *testing.T, b []byte, size int, unmarshal func(*T, []byte) error, marshal func(*T, []byte)) {
+	t.Helper()
+	var x T
+	if err := unmarshal(&x, b); err != nil {
+		return
+	}
+	e1 := make([]byte, size)
+	marshal(&x, e1)
+	var y T
+	if err := unmarshal(&y, e1); err != nil {
+		t.Fatalf("re-decode of own encoding failed: %v", err)
+	}
+	e2 := make([]byte, size)
+	marshal(&y, e2)
+	if !bytes.Equal(e1, e2) {
+		t.Fatalf("encoding not stable")
+	}
+}
+
+func FuzzIdentifyController(f *testing.F) {
+	addSeeds(f, seedIdentifyController())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		stableEncoding(t, b, IdentifySize, (*IdentifyController).Unmarshal, (*IdentifyController).Marshal)
+	})
+}
+
+func seedIdentifyController() [][]byte {
+	id := IdentifyController{VID: 0x1b36, SN: "serial", MN: "model", FR: "1.0", MDTS: 5, CNTLID: 1, VER: VS1_4,
+		CNTRLTYPE: ControllerTypeIO, KAS: 10, SQES: SQESNVM, CQES: CQESNVM, MAXCMD: 128, NN: 4,
+		SGLS: SGLSSupported | SGLSKeyedDataBlock | SGLSAddressAsOffset, SubNQN: "nqn.2024-01.io.gonvmf:s",
+		IOCCSZ: 260, IORCSZ: 1, MSDBD: 1}
+	b := make([]byte, IdentifySize)
+	id.Marshal(b)
+	ff := bytes.Repeat([]byte{0xFF}, IdentifySize)
+	return [][]byte{b, ff, b[:2000]}
+}
+
+func seedIdentifyNamespace() [][]byte {
+	n := IdentifyNamespace{NSZE: 1 << 30, NCAP: 1 << 30, NUSE: 1 << 30, NLBAF: 1, FLBAS: 1, NGUID: [16]byte{1}, EUI64: [8]byte{2}}
+	n.LBAF[0], n.LBAF[1] = LBAFormatFor(512), LBAFormatFor(4096)
+	b := make([]byte, IdentifySize)
+	n.Marshal(b)
+	return [][]byte{b, bytes.Repeat([]byte{0xFF}, IdentifySize), b[:128]}
+}
+
+func FuzzIdentifyNamespace(f *testing.F) {
+	addSeeds(f, seedIdentifyNamespace())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		stableEncoding(t, b, IdentifySize, (*IdentifyNamespace).Unmarshal, (*IdentifyNamespace).Marshal)
+		var n IdentifyNamespace
+		if n.Unmarshal(b) == nil {
+			_ = n.LBASize()
+		}
+	})
+}
+
+func seedIdentifyMisc() [][]byte {
+	return [][]byte{append([]byte{0}, make([]byte, IdentifySize)...),
+		append([]byte{1}, bytes.Repeat([]byte{0xA5}, IdentifySize)...), {1, 2, 3}}
+}
+
+// FuzzIdentifyMisc covers the CNS 06h (NVM) and CNS 08h structures: byte 0 selects which.
+func FuzzIdentifyMisc(f *testing.F) {
+	addSeeds(f, seedIdentifyMisc())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		if b[0]&1 == 0 {
+			stableEncoding(t, b[1:], IdentifySize, (*IdentifyControllerNVM).Unmarshal, (*IdentifyControllerNVM).Marshal)
+		} else {
+			stableEncoding(t, b[1:], IdentifySize, (*IdentifyNamespaceIndependent).Unmarshal, (*IdentifyNamespaceIndependent).Marshal)
+		}
+	})
+}
+
+func FuzzNSDescriptorList(f *testing.F) {
+	addSeeds(f, seedNSDescriptorList())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var l NSDescriptorList
+		if err := l.Unmarshal(b); err != nil {
+			return
+		}
+		out := make([]byte, IdentifySize)
+		l.Marshal(out)
+		var l2 NSDescriptorList
+		if err := l2.Unmarshal(out); err != nil || len(l2) != len(l) {
+			t.Fatalf("re-decode: %v, %d vs %d descriptors", err, len(l2), len(l))
+		}
+		for i := range l {
+			if l[i] != l2[i] {
+				t.Fatalf("descriptor %d: %+v vs %+v", i, l[i], l2[i])
+			}
+		}
+	})
+}
+
+func seedNSDescriptorList() [][]byte {
+	l := NSDescriptorList{EUI64Descriptor([8]byte{1}), NGUIDDescriptor([16]byte{2}), UUIDDescriptor([16]byte{3}), CSIDescriptor(CSINVM)}
+	b := make([]byte, IdentifySize)
+	l.Marshal(b)
+	return [][]byte{b, b[:60], {0x99, 0xFF, 0, 0}, {3, 16, 0, 0, 1}}
+}
+
+func seedNSIDList() [][]byte {
+	b := make([]byte, IdentifySize)
+	NSIDList{1, 2, 3, 0x10}.Marshal(b)
+	return [][]byte{b, {1, 0, 0}}
+}
+
+func FuzzNSIDList(f *testing.F) {
+	addSeeds(f, seedNSIDList())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var l NSIDList
+		if err := l.Unmarshal(b); err != nil || len(l) > MaxNSIDListEntries {
+			t.Fatalf("%v %d", err, len(l))
+		}
+		out := make([]byte, IdentifySize)
+		l.Marshal(out)
+		var l2 NSIDList
+		if err := l2.Unmarshal(out); err != nil || len(l2) != len(l) {
+			t.Fatal("re-decode")
+		}
+	})
 }

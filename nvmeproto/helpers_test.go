@@ -81,3 +81,57 @@ func wantLE(t *testing.T, name string, b []byte, off, size int, want uint64) {
 }
 
 var _ = binary.LittleEndian
+
+// fieldCase pins one integer field of a fixed-size structure T at a byte offset, in both
+// directions: encoding a T with only that field set must put the value at off, and
+// decoding bytes holding the value at off must give the field that value.
+type fieldCase[T any] struct {
+	name string // "<field>@<offset>"
+	off  int
+	size int // bytes: 1, 2, 3, 4, 8
+	get  func(*T) uint64
+	set  func(*T, uint64)
+}
+
+// pattern returns a value of size bytes with every byte distinct and non-zero.
+func pattern(size int) uint64 {
+	var v uint64
+	for i := 0; i < size; i++ {
+		v |= uint64(0x11*(i+1)&0xFF|0x01) << (8 * i)
+	}
+	return v
+}
+
+func runFieldCases[T any](t *testing.T, total int, marshal func(*T, []byte), unmarshal func(*T, []byte) error, cases []fieldCase[T]) {
+	t.Helper()
+	var zero T
+	base := make([]byte, total)
+	marshal(&zero, base) // what an all-zero T encodes to (space padded strings etc.)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := pattern(c.size)
+			var x T
+			c.set(&x, v)
+			b := make([]byte, total)
+			marshal(&x, b)
+			if got := get(b, c.off, c.size); got != v {
+				t.Errorf("encode: bytes %d..%d = %#x, want %#x", c.off, c.off+c.size-1, got, v)
+			}
+			for i := range b {
+				if (i < c.off || i >= c.off+c.size) && b[i] != base[i] {
+					t.Errorf("encode: byte %d = %#x, want %#x (only the field was set)", i, b[i], base[i])
+					break
+				}
+			}
+			clear(b)
+			put(b, c.off, c.size, v)
+			var y T
+			if err := unmarshal(&y, b); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.get(&y); got != v {
+				t.Errorf("decode: field = %#x, want %#x", got, v)
+			}
+		})
+	}
+}
