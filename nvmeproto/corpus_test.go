@@ -27,6 +27,7 @@ func seedCorpora() map[string][][]byte {
 		"FuzzIdentifyMisc":       seedIdentifyMisc(),
 		"FuzzNSDescriptorList":   seedNSDescriptorList(),
 		"FuzzNSIDList":           seedNSIDList(),
+		"FuzzRDMACM":             seedRDMACM(),
 	}
 }
 

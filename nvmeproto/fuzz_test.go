@@ -173,3 +173,32 @@ func FuzzNSIDList(f *testing.F) {
 		}
 	})
 }
+
+func seedRDMACM() [][]byte {
+	req := make([]byte, RDMAConnReqSize)
+	(&RDMAConnReq{QID: 1, HRQSize: 128, HSQSize: 127, CNTLID: 1}).Marshal(req)
+	return [][]byte{append([]byte{0}, req...), append([]byte{1}, req...), {2, 0, 0, 6, 0}, append([]byte{0}, make([]byte, 148)...), {0, 1}}
+}
+
+// FuzzRDMACM covers the nvme-rdma CM private data decoders: byte 0 selects REQ (0),
+// REP (1) or REJ (2); the rest is the private data.
+func FuzzRDMACM(f *testing.F) {
+	addSeeds(f, seedRDMACM())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		switch b[0] % 3 {
+		case 0:
+			stableEncoding(t, b[1:], RDMAConnReqSize, (*RDMAConnReq).Unmarshal, (*RDMAConnReq).Marshal)
+		case 1:
+			stableEncoding(t, b[1:], RDMAConnRepSize, (*RDMAConnRep).Unmarshal, (*RDMAConnRep).Marshal)
+		case 2:
+			stableEncoding(t, b[1:], RDMAConnRejSize, (*RDMAConnRej).Unmarshal, (*RDMAConnRej).Marshal)
+			var r RDMAConnRej
+			if r.Unmarshal(b[1:]) == nil {
+				_ = r.Status.String()
+			}
+		}
+	})
+}
