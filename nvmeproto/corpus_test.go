@@ -28,6 +28,7 @@ func seedCorpora() map[string][][]byte {
 		"FuzzNSDescriptorList":   seedNSDescriptorList(),
 		"FuzzNSIDList":           seedNSIDList(),
 		"FuzzRDMACM":             seedRDMACM(),
+		"FuzzDiscoveryLog":       seedDiscoveryLog(),
 	}
 }
 

@@ -202,3 +202,35 @@ func FuzzRDMACM(f *testing.F) {
 		}
 	})
 }
+
+func seedDiscoveryLog() [][]byte {
+	l := DiscoveryLog{GenCtr: 3, Entries: []DiscoveryLogEntry{{TrType: TrTypeRDMA, AdrFam: AdrFamIPv4, SubType: SubTypeNVMe,
+		CNTLID: CNTLIDDynamic, ASQSZ: 32, TrSvcID: "4420", TrAddr: "10.0.0.1", SubNQN: "nqn.2024-01.io.gonvmf:s"}}}
+	l.Entries[0].SetRDMA(RDMATSAS{QPType: 1, PrType: 1, CMS: 1})
+	b := make([]byte, l.Size())
+	l.Marshal(b)
+	return [][]byte{b, b[:1024], b[:18], bytes.Repeat([]byte{0xFF}, 2048)}
+}
+
+func FuzzDiscoveryLog(f *testing.F) {
+	addSeeds(f, seedDiscoveryLog())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		stableEncoding(t, b, DiscoveryLogHeaderSize, (*DiscoveryLogHeader).Unmarshal, (*DiscoveryLogHeader).Marshal)
+		if len(b) >= DiscoveryLogEntrySize {
+			stableEncoding(t, b, DiscoveryLogEntrySize, (*DiscoveryLogEntry).Unmarshal, (*DiscoveryLogEntry).Marshal)
+		}
+		var l DiscoveryLog
+		if err := l.Unmarshal(b); err != nil {
+			return
+		}
+		if len(l.Entries) > len(b)/DiscoveryLogEntrySize {
+			t.Fatalf("%d entries from %d bytes", len(l.Entries), len(b))
+		}
+		out := make([]byte, l.Size())
+		l.Marshal(out)
+		var l2 DiscoveryLog
+		if err := l2.Unmarshal(out); err != nil || len(l2.Entries) != len(l.Entries) {
+			t.Fatal("re-decode")
+		}
+	})
+}
