@@ -1,0 +1,201 @@
+#!/bin/bash
+# run-tests.sh: the VM part of the project's tests. Each suite boots its own guest.
+#
+#   integration/run-tests.sh [options] [NAME...]
+#
+# Setup: checks the host, builds or refreshes the guest image (integration/vm/vm.sh image),
+# builds $GONVMF_BUILD/bin/gonvmf (if cmd/gonvmf exists) and, for the go-tests suite, one test
+# binary per package with a `func TestRDMA...` in a _test.go file.
+# Suites: every integration/tests/*.sh, sorted by name, then the built-in go-tests suite
+# (the TestRDMA* tests of those packages, all in one guest, with GONVMF_REQUIRE_RDMA=1).
+# A NAME selects the suites whose name contains it (e.g. "smoke", "00-lab-smoke", "go-tests").
+# A suite may set its own vm.sh run options in a header line such as
+#   # vm: --timeout 600 --disk 2G
+#
+# Options:
+#   -k, --keep-going   run the remaining suites after a failure (default: stop)
+#   --timeout SEC      per-suite time limit for suites without their own (default 900)
+#   --out DIR          results (default $GONVMF_VM_DIR/out/tests-<time>); one directory per suite
+#   --no-build         use the binaries already in $GONVMF_BUILD
+#   -v, --verbose      stream the guests' consoles
+#   -l, --list         list the suites and exit
+# Exit status: 0 if every selected suite passed (or was skipped), 1 otherwise, 2 if the
+# setup failed.
+set -uo pipefail
+
+INTEG=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$(cd "$INTEG/.." && pwd)
+VM=$INTEG/vm/vm.sh
+export GONVMF_VM_DIR=${GONVMF_VM_DIR:-$HOME/.cache/gonvmf-vm}
+export GONVMF_BUILD=${GONVMF_BUILD:-$SRC/build}
+
+keep_going=0 timeout=900 out= build=1 verbose=0 list=0
+names=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	-k | --keep-going) keep_going=1; shift ;;
+	--timeout) timeout=${2:?--timeout needs seconds}; shift 2 ;;
+	--out) out=${2:?--out needs a directory}; shift 2 ;;
+	--no-build) build=0; shift ;;
+	-v | --verbose) verbose=1; shift ;;
+	-l | --list) list=1; shift ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-*) echo "run-tests.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+	*) names+=("$1"); shift ;;
+	esac
+done
+[[ $timeout =~ ^[0-9]+$ ]] || { echo "run-tests.sh: --timeout must be whole seconds" >&2; exit 2; }
+
+say() { echo "run-tests: $*"; }
+setup_failed() {
+	echo "run-tests: SETUP FAILED: $*" >&2
+	exit 2
+}
+
+# ---- which suites ----
+all=()
+while IFS= read -r f; do all+=("$(basename "$f" .sh)"); done < <(ls "$INTEG"/tests/*.sh 2> /dev/null | LC_ALL=C sort)
+all+=(go-tests)
+if [ $list = 1 ]; then
+	printf '%s\n' "${all[@]}"
+	exit 0
+fi
+selected=()
+if [ ${#names[@]} -eq 0 ]; then
+	selected=("${all[@]}")
+else
+	for s in "${all[@]}"; do
+		for n in "${names[@]}"; do
+			if [[ $s == *"$n"* ]]; then
+				selected+=("$s")
+				break
+			fi
+		done
+	done
+	for n in "${names[@]}"; do
+		printf '%s\n' "${all[@]}" | grep -qF -- "$n" ||
+			{ echo "run-tests.sh: no suite matches '$n'; suites: ${all[*]}" >&2; exit 2; }
+	done
+fi
+wants_go_tests=0
+for s in "${selected[@]}"; do [ "$s" = go-tests ] && wants_go_tests=1; done
+
+# ---- setup ----
+t_setup=$(date +%s)
+"$VM" check || setup_failed "host prerequisites missing (see above)"
+"$VM" image || setup_failed "the guest image could not be built (see above)"
+
+command -v go > /dev/null || PATH=$PATH:/usr/local/go/bin
+gobuild() { # <go command...>: run from the repo root, show the output on failure
+	local log
+	log=$(cd "$SRC" && "$@" 2>&1) || setup_failed "$* failed:
+$log"
+}
+if [ $build = 1 ] && ls "$SRC"/cmd/gonvmf/*.go > /dev/null 2>&1; then
+	command -v go > /dev/null || setup_failed "go is not installed (needed to build cmd/gonvmf)"
+	say "go build -o $GONVMF_BUILD/bin/gonvmf ./cmd/gonvmf"
+	gobuild go build -o "$GONVMF_BUILD/bin/gonvmf" ./cmd/gonvmf
+fi
+rdma_pkgs=()
+if [ $wants_go_tests = 1 ]; then
+	while IFS= read -r d; do
+		rdma_pkgs+=("${d#"$SRC"}")
+	done < <(find "$SRC" \( -path "$SRC/build" -o -path "$SRC/.git" -o -name testdata -o -name vendor \) -prune \
+		-o -name '*_test.go' -print0 | xargs -0 -r grep -l -E '^func TestRDMA' | xargs -r -n1 dirname | LC_ALL=C sort -u)
+	if [ $build = 1 ]; then
+		mkdir -p "$GONVMF_BUILD/tests" || setup_failed "cannot create $GONVMF_BUILD/tests"
+		rm -f "$GONVMF_BUILD"/tests/*.test "$GONVMF_BUILD/tests/manifest"
+		[ ${#rdma_pkgs[@]} -eq 0 ] || command -v go > /dev/null ||
+			setup_failed "go is not installed (needed to build the TestRDMA test binaries)"
+		for p in "${rdma_pkgs[@]}"; do
+			p=${p#/}
+			name=${p:-root}
+			name=${name//\//_}
+			say "go test -c -o $GONVMF_BUILD/tests/$name.test ./$p"
+			gobuild go test -c -o "$GONVMF_BUILD/tests/$name.test" "./$p"
+			echo "$name ${p:-.}" >> "$GONVMF_BUILD/tests/manifest"
+		done
+	fi
+fi
+say "setup done in $(($(date +%s) - t_setup)) s"
+
+# ---- run ----
+out=${out:-$GONVMF_VM_DIR/out/tests-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out" || setup_failed "cannot create $out"
+out=$(cd "$out" && pwd)
+
+declare -A result wall checks
+interrupted=0
+vm_pid=
+trap 'interrupted=1; [ -n "$vm_pid" ] && kill -TERM "$vm_pid" 2>/dev/null' INT TERM
+
+run_suite() { # <name> <guest script> <default vm.sh options...>
+	local name=$1 script=$2 dir=$out/$1 t0 rc opts=()
+	shift 2
+	opts=("$@")
+	# the suite's own "# vm: ..." header line wins over the defaults
+	local header
+	header=$(head -n 30 "$script" | sed -n 's/^# vm: *//p' | head -n 1)
+	# shellcheck disable=SC2206 # header options are plain words
+	[ -n "$header" ] && opts+=($header)
+	[ $verbose = 1 ] || opts+=(--quiet)
+	mkdir -p "$dir"
+	say "== $name"
+	t0=$(date +%s)
+	"$VM" run --out "$dir" "${opts[@]}" "$script" 2> >(tee "$dir/harness.log" >&2) &
+	vm_pid=$!
+	wait $vm_pid
+	rc=$?
+	# a signal interrupts wait before vm.sh is done
+	while kill -0 $vm_pid 2> /dev/null; do
+		wait $vm_pid
+		rc=$?
+	done
+	vm_pid=
+	wall[$name]=$(($(date +%s) - t0))
+	local p f
+	p=$(grep -c '^RESULT PASS' "$dir/results.txt" 2> /dev/null)
+	f=$(grep -c '^RESULT FAIL' "$dir/results.txt" 2> /dev/null)
+	checks[$name]="${p:-0}/$((${p:-0} + ${f:-0}))"
+	case $rc in
+	0) result[$name]=PASS ;;
+	124) result[$name]=TIMEOUT ;;
+	125) result[$name]=ERROR ;;
+	*) result[$name]="FAIL($rc)" ;;
+	esac
+	if [ "$rc" != 0 ]; then
+		grep -h '^RESULT FAIL' "$dir/results.txt" 2> /dev/null | sed 's/^/    /'
+		echo "    --- last lines of $dir/guest.log:"
+		tail -n 25 "$dir/guest.log" 2> /dev/null | sed 's/^/    /'
+	fi
+	return "$rc"
+}
+
+failed=0
+for s in "${selected[@]}"; do
+	if [ $interrupted = 1 ] || { [ $failed = 1 ] && [ $keep_going = 0 ]; }; then
+		result[$s]="not run"
+		continue
+	fi
+	if [ "$s" = go-tests ]; then
+		if [ ! -s "$GONVMF_BUILD/tests/manifest" ]; then
+			result[$s]=SKIP
+			say "== go-tests: SKIP (no package has a func TestRDMA... test)"
+			continue
+		fi
+		run_suite go-tests "$INTEG/vm/guest-go-tests.sh" --timeout "$((timeout > 1200 ? timeout : 1200))" --disk 1G || failed=1
+	else
+		run_suite "$s" "$INTEG/tests/$s.sh" --timeout "$timeout" || failed=1
+	fi
+done
+
+{
+	printf '\n%-28s %-10s %7s %8s  %s\n' SUITE RESULT CHECKS WALL RESULTS
+	for s in "${selected[@]}"; do
+		w=${wall[$s]:-}
+		printf '%-28s %-10s %7s %8s  %s\n' "$s" "${result[$s]}" "${checks[$s]:--}" "${w:+${w}s}" \
+			"$([ -d "$out/$s" ] && echo "$out/$s")"
+	done
+} | tee "$out/summary.txt"
+[ $interrupted = 1 ] && { say "interrupted"; exit 130; }
+exit $failed

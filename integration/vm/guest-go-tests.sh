@@ -1,0 +1,45 @@
+#!/bin/bash
+# guest-go-tests.sh: the built-in "go-tests" suite of integration/run-tests.sh, run in the guest.
+#
+# Runs every Go test binary listed in $GONVMF_BUILD/tests/manifest ("<name> <package dir>",
+# written by run-tests.sh, which builds them with go test -c) from its package directory with
+#   -test.run "${GONVMF_TEST_RUN:-^TestRDMA}" -test.v -test.timeout "${GONVMF_TEST_TIMEOUT:-10m}"
+# and GONVMF_REQUIRE_RDMA=1, which turns an RDMA test's "no RDMA here" skip into a failure.
+# Each top-level test becomes a RESULT line named <name>/<TestName>; each binary's output is
+# in $OUT/<name>.log.
+. "$SRC/integration/vm/guest-lib.sh"
+
+export GONVMF_REQUIRE_RDMA=1
+run=${GONVMF_TEST_RUN:-^TestRDMA}
+manifest=$GONVMF_BUILD/tests/manifest
+[ -s "$manifest" ] || {
+	fail go-tests "no test binaries listed in $manifest (run-tests.sh builds them)"
+	finish
+}
+
+while read -r name pkg; do
+	bin=$GONVMF_BUILD/tests/$name.test
+	if [ ! -x "$bin" ]; then
+		fail "$name" "missing test binary $bin"
+		continue
+	fi
+	log "$pkg: $name.test -test.run '$run'"
+	(cd "$SRC/$pkg" && "$bin" -test.run "$run" -test.v -test.count=1 -test.timeout "${GONVMF_TEST_TIMEOUT:-10m}") \
+		< /dev/null 2>&1 | tee "$OUT/$name.log"
+	rc=${PIPESTATUS[0]}
+	reported=0
+	while read -r verdict test took; do
+		reported=$((reported + 1))
+		case $verdict in
+		PASS) pass "$name/$test" "$took" ;;
+		FAIL) fail "$name/$test" "$took; see $name.log" ;;
+		SKIP) skip "$name/$test" "$(grep -A3 -- "--- SKIP: $test " "$OUT/$name.log" | sed -n 2p | sed 's/^ *//')" ;;
+		esac
+	done < <(sed -n -E 's/^--- (PASS|FAIL|SKIP): ([^ ]+) (.*)$/\1 \2 \3/p' "$OUT/$name.log")
+	if [ "$rc" != 0 ] && ! grep -q '^--- FAIL' "$OUT/$name.log"; then
+		fail "$name" "test binary exited $rc without a failed test (panic or -test.timeout?): $(tail -n 1 "$OUT/$name.log")"
+	elif [ "$reported" = 0 ]; then
+		skip "$name" "no test matched -test.run '$run'"
+	fi
+done < "$manifest"
+finish
