@@ -29,6 +29,7 @@ func seedCorpora() map[string][][]byte {
 		"FuzzNSIDList":           seedNSIDList(),
 		"FuzzRDMACM":             seedRDMACM(),
 		"FuzzDiscoveryLog":       seedDiscoveryLog(),
+		"FuzzLogPages":           seedLogPages(),
 	}
 }
 

@@ -234,3 +234,70 @@ func FuzzDiscoveryLog(f *testing.F) {
 		}
 	})
 }
+
+func seedLogPages() [][]byte {
+	var out [][]byte
+	add := func(sel byte, b []byte) { out = append(out, append([]byte{sel}, b...)) }
+	e := make([]byte, ErrorInfoEntrySize)
+	(&ErrorInfoEntry{ErrorCount: 1, SQID: 1, CID: 2, Status: StatusInvalidField}).Marshal(e)
+	add(0, e)
+	s := make([]byte, SMARTLogSize)
+	(&SMARTLog{CompositeTemperature: 300, DataUnitsRead: U128(5)}).Marshal(s)
+	add(1, s)
+	fw := make([]byte, FirmwareSlotLogSize)
+	(&FirmwareSlotLog{AFI: 1, FRS: [7]string{"1.0"}}).Marshal(fw)
+	add(2, fw)
+	ce := make([]byte, CommandEffectsLogSize)
+	(&CommandEffectsLog{}).Marshal(ce)
+	add(3, ce)
+	sl := make([]byte, SupportedLogPagesSize)
+	(&SupportedLogPages{1, 1, 1}).Marshal(sl)
+	add(4, sl)
+	l := ANALog{ChangeCount: 1, Groups: []ANAGroupDescriptor{{GroupID: 1, State: ANAOptimized, NSIDs: []uint32{1}}}}
+	a := make([]byte, l.Size(false))
+	l.Marshal(a, false)
+	add(5, a)
+	add(6, make([]byte, ChangedNSListSize))
+	add(5, []byte{0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF})
+	return out
+}
+
+// FuzzLogPages covers the log page decoders a host runs on controller data: byte 0
+// selects the page.
+func FuzzLogPages(f *testing.F) {
+	addSeeds(f, seedLogPages())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		sel, b := b[0], b[1:]
+		switch sel % 7 {
+		case 0:
+			stableEncoding(t, b, ErrorInfoEntrySize, (*ErrorInfoEntry).Unmarshal, (*ErrorInfoEntry).Marshal)
+		case 1:
+			stableEncoding(t, b, SMARTLogSize, (*SMARTLog).Unmarshal, (*SMARTLog).Marshal)
+		case 2:
+			stableEncoding(t, b, FirmwareSlotLogSize, (*FirmwareSlotLog).Unmarshal, (*FirmwareSlotLog).Marshal)
+		case 3:
+			stableEncoding(t, b, CommandEffectsLogSize, (*CommandEffectsLog).Unmarshal, (*CommandEffectsLog).Marshal)
+		case 4:
+			stableEncoding(t, b, SupportedLogPagesSize, (*SupportedLogPages).Unmarshal, (*SupportedLogPages).Marshal)
+		case 5:
+			var l ANALog
+			if err := l.Unmarshal(b); err != nil {
+				return
+			}
+			out := make([]byte, l.Size(false))
+			l.Marshal(out, false)
+			var l2 ANALog
+			if err := l2.Unmarshal(out); err != nil || len(l2.Groups) != len(l.Groups) {
+				t.Fatalf("re-decode: %v", err)
+			}
+		case 6:
+			var l ChangedNSList
+			if err := l.Unmarshal(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
