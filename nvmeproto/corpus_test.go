@@ -30,6 +30,7 @@ func seedCorpora() map[string][][]byte {
 		"FuzzRDMACM":             seedRDMACM(),
 		"FuzzDiscoveryLog":       seedDiscoveryLog(),
 		"FuzzLogPages":           seedLogPages(),
+		"FuzzFeatureData":        seedFeatureData(),
 	}
 }
 

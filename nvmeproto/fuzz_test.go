@@ -301,3 +301,27 @@ func FuzzLogPages(f *testing.F) {
 		}
 	})
 }
+
+func seedFeatureData() [][]byte {
+	ts := make([]byte, TimestampSize)
+	(&Timestamp{Millis: 1700000000000, Origin: TimestampOriginHost}).Marshal(ts)
+	hb := make([]byte, HostBehaviorSize)
+	(&HostBehavior{ACRE: 1}).Marshal(hb)
+	return [][]byte{append([]byte{0}, ts...), append([]byte{1}, hb...), {1, 1, 2}, {0, 0xFF}}
+}
+
+// FuzzFeatureData covers the feature data a target decodes from Set Features: byte 0
+// selects Timestamp (0) or Host Behavior Support (1).
+func FuzzFeatureData(f *testing.F) {
+	addSeeds(f, seedFeatureData())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		if b[0]&1 == 0 {
+			stableEncoding(t, b[1:], TimestampSize, (*Timestamp).Unmarshal, (*Timestamp).Marshal)
+		} else {
+			stableEncoding(t, b[1:], HostBehaviorSize, (*HostBehavior).Unmarshal, (*HostBehavior).Marshal)
+		}
+	})
+}
