@@ -31,6 +31,8 @@ func seedCorpora() map[string][][]byte {
 		"FuzzDiscoveryLog":       seedDiscoveryLog(),
 		"FuzzLogPages":           seedLogPages(),
 		"FuzzFeatureData":        seedFeatureData(),
+		"FuzzDSMRanges":          seedDSMRanges(),
+		"FuzzSGLDescriptor":      seedSGLDescriptor(),
 	}
 }
 

@@ -325,3 +325,67 @@ func FuzzFeatureData(f *testing.F) {
 		}
 	})
 }
+
+func seedDSMRanges() [][]byte {
+	b := make([]byte, 2*DSMRangeSize)
+	(&DSMRange{NLB: 8, SLBA: 1}).Marshal(b)
+	(&DSMRange{NLB: 1 << 31, SLBA: 1 << 40}).Marshal(b[16:])
+	return [][]byte{append([]byte{1}, b...), {0xFF, 1, 2}, {0}}
+}
+
+// FuzzDSMRanges covers Dataset Management range decoding: byte 0 is NR (0's based),
+// the rest the data.
+func FuzzDSMRanges(f *testing.F) {
+	addSeeds(f, seedDSMRanges())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		n := int(b[0]) + 1
+		rs, err := DecodeDSMRanges(make([]DSMRange, 0, MaxDSMRanges), b[1:], n)
+		if err != nil {
+			if len(b)-1 >= n*DSMRangeSize {
+				t.Fatalf("%d ranges in %d bytes rejected: %v", n, len(b)-1, err)
+			}
+			return
+		}
+		out := make([]byte, n*DSMRangeSize)
+		for i := range rs {
+			rs[i].Marshal(out[i*DSMRangeSize:])
+		}
+		if !bytes.Equal(out, b[1:1+n*DSMRangeSize]) {
+			t.Fatal("re-encode differs")
+		}
+	})
+}
+
+func seedSGLDescriptor() [][]byte {
+	k := make([]byte, SGLDescSize)
+	(&SGLDescriptor{Address: 0x1122334455667788, Length: 0x21000, Key: 0xdeadbeef, Type: SGLTypeKeyedDataBlock, Subtype: SGLSubtypeInvalidate}).Marshal(k)
+	o := make([]byte, SGLDescSize)
+	(&SGLDescriptor{Length: 4096, Type: SGLTypeDataBlock, Subtype: SGLSubtypeOffset}).Marshal(o)
+	return [][]byte{k, o, k[:15]}
+}
+
+func FuzzSGLDescriptor(f *testing.F) {
+	addSeeds(f, seedSGLDescriptor())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var d SGLDescriptor
+		if err := d.Unmarshal(b); err != nil {
+			if len(b) >= SGLDescSize {
+				t.Fatal("16 bytes rejected")
+			}
+			return
+		}
+		if d.Keyed() && d.Length > MaxKeyedLength {
+			t.Fatalf("keyed length %#x exceeds 24 bits", d.Length)
+		}
+		out := make([]byte, SGLDescSize)
+		d.Marshal(out)
+		var d2 SGLDescriptor
+		if err := d2.Unmarshal(out); err != nil || d2 != d {
+			t.Fatalf("re-decode %+v vs %+v", d2, d)
+		}
+		_, _, _ = d.String(), d.Type.String(), d.Subtype.String()
+	})
+}

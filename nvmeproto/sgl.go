@@ -21,6 +21,26 @@ const (
 	SGLTypeVendor             SGLType = 0xF
 )
 
+func (t SGLType) String() string {
+	switch t {
+	case SGLTypeDataBlock:
+		return "Data Block"
+	case SGLTypeBitBucket:
+		return "Bit Bucket"
+	case SGLTypeSegment:
+		return "Segment"
+	case SGLTypeLastSegment:
+		return "Last Segment"
+	case SGLTypeKeyedDataBlock:
+		return "Keyed Data Block"
+	case SGLTypeTransportDataBlock:
+		return "Transport Data Block"
+	case SGLTypeVendor:
+		return "Vendor Specific"
+	}
+	return fmt.Sprintf("SGL type %#x", uint8(t))
+}
+
 // SGLSubtype is the descriptor sub type (byte 15 bits 3:0).
 type SGLSubtype uint8
 
@@ -30,6 +50,20 @@ const (
 	SGLSubtypeTransport  SGLSubtype = 0xA
 	SGLSubtypeInvalidate SGLSubtype = 0xF
 )
+
+func (s SGLSubtype) String() string {
+	switch s {
+	case SGLSubtypeAddress:
+		return "Address"
+	case SGLSubtypeOffset:
+		return "Offset"
+	case SGLSubtypeTransport:
+		return "Transport"
+	case SGLSubtypeInvalidate:
+		return "Invalidate Key"
+	}
+	return fmt.Sprintf("SGL subtype %#x", uint8(s))
+}
 
 // Descriptor identifiers (byte 15) used over RDMA.
 const (

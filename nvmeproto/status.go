@@ -130,6 +130,12 @@ var (
 	StatusNSWriteProtected            = MakeStatus(SCTGeneric, 0x20)
 	StatusCommandInterrupted          = MakeStatus(SCTGeneric, 0x21)
 	StatusTransientTransportError     = MakeStatus(SCTGeneric, 0x22)
+	StatusProhibitedByLockdown        = MakeStatus(SCTGeneric, 0x23)
+	StatusAdminCommandMediaNotReady   = MakeStatus(SCTGeneric, 0x24)
+	StatusIOCommandSetNotSupported    = MakeStatus(SCTGeneric, 0x29)
+	StatusIOCommandSetNotEnabled      = MakeStatus(SCTGeneric, 0x2A)
+	StatusIOCommandSetCombination     = MakeStatus(SCTGeneric, 0x2B)
+	StatusInvalidIOCommandSet         = MakeStatus(SCTGeneric, 0x2C)
 	StatusLBAOutOfRange               = MakeStatus(SCTGeneric, 0x80)
 	StatusCapacityExceeded            = MakeStatus(SCTGeneric, 0x81)
 	StatusNSNotReady                  = MakeStatus(SCTGeneric, 0x82)
@@ -149,16 +155,32 @@ var (
 	StatusInvalidInterruptVector = MakeStatus(SCTCommandSpecific, 0x08)
 	StatusInvalidLogPage         = MakeStatus(SCTCommandSpecific, 0x09)
 	StatusInvalidFormat          = MakeStatus(SCTCommandSpecific, 0x0A)
+	StatusFWNeedsConventionalRst = MakeStatus(SCTCommandSpecific, 0x0B)
+	StatusInvalidQueueDeletion   = MakeStatus(SCTCommandSpecific, 0x0C)
 	StatusFeatureNotSaveable     = MakeStatus(SCTCommandSpecific, 0x0D)
 	StatusFeatureNotChangeable   = MakeStatus(SCTCommandSpecific, 0x0E)
 	StatusFeatureNotNSSpecific   = MakeStatus(SCTCommandSpecific, 0x0F)
+	StatusFWNeedsSubsystemReset  = MakeStatus(SCTCommandSpecific, 0x10)
+	StatusFWNeedsControllerReset = MakeStatus(SCTCommandSpecific, 0x11)
+	StatusFWNeedsMaxTimeViolat   = MakeStatus(SCTCommandSpecific, 0x12)
+	StatusFWActivationProhibited = MakeStatus(SCTCommandSpecific, 0x13)
+	StatusOverlappingRange       = MakeStatus(SCTCommandSpecific, 0x14)
 	StatusNSInsufficientCapacity = MakeStatus(SCTCommandSpecific, 0x15)
 	StatusNSIDUnavailable        = MakeStatus(SCTCommandSpecific, 0x16)
 	StatusNSAlreadyAttached      = MakeStatus(SCTCommandSpecific, 0x18)
 	StatusNSIsPrivate            = MakeStatus(SCTCommandSpecific, 0x19)
 	StatusNSNotAttached          = MakeStatus(SCTCommandSpecific, 0x1A)
+	StatusThinProvNotSupported   = MakeStatus(SCTCommandSpecific, 0x1B)
 	StatusControllerListInvalid  = MakeStatus(SCTCommandSpecific, 0x1C)
+	StatusSelfTestInProgress     = MakeStatus(SCTCommandSpecific, 0x1D)
+	StatusBootPartitionWriteProh = MakeStatus(SCTCommandSpecific, 0x1E)
 	StatusInvalidControllerID    = MakeStatus(SCTCommandSpecific, 0x1F)
+	StatusInvalidSecondaryState  = MakeStatus(SCTCommandSpecific, 0x20)
+	StatusInvalidCtrlResources   = MakeStatus(SCTCommandSpecific, 0x21)
+	StatusInvalidResourceID      = MakeStatus(SCTCommandSpecific, 0x22)
+	StatusSanitizeProhibitedPMR  = MakeStatus(SCTCommandSpecific, 0x23)
+	StatusANAGroupIDInvalid      = MakeStatus(SCTCommandSpecific, 0x24)
+	StatusANAAttachFailed        = MakeStatus(SCTCommandSpecific, 0x25)
 
 	// Fabrics (Connect and discovery) command specific codes.
 	StatusConnectIncompatibleFormat = MakeStatus(SCTCommandSpecific, 0x80)
@@ -173,6 +195,16 @@ var (
 	StatusConflictingAttributes = MakeStatus(SCTCommandSpecific, 0x80)
 	StatusInvalidProtectionInfo = MakeStatus(SCTCommandSpecific, 0x81)
 	StatusWriteToReadOnlyRange  = MakeStatus(SCTCommandSpecific, 0x82)
+
+	// Zoned namespace command set command specific codes.
+	StatusZoneBoundaryError     = MakeStatus(SCTCommandSpecific, 0xB8)
+	StatusZoneFull              = MakeStatus(SCTCommandSpecific, 0xB9)
+	StatusZoneReadOnly          = MakeStatus(SCTCommandSpecific, 0xBA)
+	StatusZoneOffline           = MakeStatus(SCTCommandSpecific, 0xBB)
+	StatusZoneInvalidWrite      = MakeStatus(SCTCommandSpecific, 0xBC)
+	StatusTooManyActiveZones    = MakeStatus(SCTCommandSpecific, 0xBD)
+	StatusTooManyOpenZones      = MakeStatus(SCTCommandSpecific, 0xBE)
+	StatusInvalidZoneTransition = MakeStatus(SCTCommandSpecific, 0xBF)
 )
 
 // Media and data integrity errors (SCT 2).
@@ -233,6 +265,12 @@ var statusNames = map[Status]string{
 	StatusNSWriteProtected:            "Namespace is Write Protected",
 	StatusCommandInterrupted:          "Command Interrupted",
 	StatusTransientTransportError:     "Transient Transport Error",
+	StatusProhibitedByLockdown:        "Command Prohibited by Command and Feature Lockdown",
+	StatusAdminCommandMediaNotReady:   "Admin Command Media Not Ready",
+	StatusIOCommandSetNotSupported:    "I/O Command Set Not Supported",
+	StatusIOCommandSetNotEnabled:      "I/O Command Set Not Enabled",
+	StatusIOCommandSetCombination:     "I/O Command Set Combination Rejected",
+	StatusInvalidIOCommandSet:         "Invalid I/O Command Set",
 	StatusLBAOutOfRange:               "LBA Out of Range",
 	StatusCapacityExceeded:            "Capacity Exceeded",
 	StatusNSNotReady:                  "Namespace Not Ready",
@@ -249,16 +287,41 @@ var statusNames = map[Status]string{
 	StatusInvalidInterruptVector: "Invalid Interrupt Vector",
 	StatusInvalidLogPage:         "Invalid Log Page",
 	StatusInvalidFormat:          "Invalid Format",
+	StatusFWNeedsConventionalRst: "Firmware Activation Requires Conventional Reset",
+	StatusInvalidQueueDeletion:   "Invalid Queue Deletion",
 	StatusFeatureNotSaveable:     "Feature Identifier Not Saveable",
 	StatusFeatureNotChangeable:   "Feature Not Changeable",
 	StatusFeatureNotNSSpecific:   "Feature Not Namespace Specific",
+	StatusFWNeedsSubsystemReset:  "Firmware Activation Requires NVM Subsystem Reset",
+	StatusFWNeedsControllerReset: "Firmware Activation Requires Controller Level Reset",
+	StatusFWNeedsMaxTimeViolat:   "Firmware Activation Requires Maximum Time Violation",
+	StatusFWActivationProhibited: "Firmware Activation Prohibited",
+	StatusOverlappingRange:       "Overlapping Range",
 	StatusNSInsufficientCapacity: "Namespace Insufficient Capacity",
 	StatusNSIDUnavailable:        "Namespace Identifier Unavailable",
 	StatusNSAlreadyAttached:      "Namespace Already Attached",
 	StatusNSIsPrivate:            "Namespace Is Private",
 	StatusNSNotAttached:          "Namespace Not Attached",
+	StatusThinProvNotSupported:   "Thin Provisioning Not Supported",
 	StatusControllerListInvalid:  "Controller List Invalid",
+	StatusSelfTestInProgress:     "Device Self-test In Progress",
+	StatusBootPartitionWriteProh: "Boot Partition Write Prohibited",
 	StatusInvalidControllerID:    "Invalid Controller Identifier",
+	StatusInvalidSecondaryState:  "Invalid Secondary Controller State",
+	StatusInvalidCtrlResources:   "Invalid Number of Controller Resources",
+	StatusInvalidResourceID:      "Invalid Resource Identifier",
+	StatusSanitizeProhibitedPMR:  "Sanitize Prohibited While Persistent Memory Region is Enabled",
+	StatusANAGroupIDInvalid:      "ANA Group Identifier Invalid",
+	StatusANAAttachFailed:        "ANA Attach Failed",
+
+	StatusZoneBoundaryError:     "Zone Boundary Error",
+	StatusZoneFull:              "Zone Is Full",
+	StatusZoneReadOnly:          "Zone Is Read Only",
+	StatusZoneOffline:           "Zone Is Offline",
+	StatusZoneInvalidWrite:      "Zone Invalid Write",
+	StatusTooManyActiveZones:    "Too Many Active Zones",
+	StatusTooManyOpenZones:      "Too Many Open Zones",
+	StatusInvalidZoneTransition: "Invalid Zone State Transition",
 
 	StatusConnectIncompatibleFormat: "Connect Incompatible Format",
 	StatusConnectControllerBusy:     "Connect Controller Busy",
