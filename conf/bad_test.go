@@ -1,0 +1,344 @@
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// The YAML of each bad-config case marks the line the error must name with "# <-".
+// base* are valid fragments the cases build on.
+const (
+	baseListeners = "listeners:\n  - address: 10.99.0.1\n"
+	baseTransport = ""
+)
+
+// sub wraps namespace lines in a valid subsystem.
+func sub(namespaces string) string {
+	return baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    allow_any_host: true\n    namespaces:\n" + namespaces
+}
+
+const nullNS = "      - nsid: 1\n        backend: null\n        size: 1GiB\n"
+
+var badConfigs = []struct {
+	name  string
+	yaml  string
+	field string // the field path the error names
+	value string // text the message must quote ("" for a missing field)
+	fix   string // text of the fix
+	count int    // errors expected in all (0 means 1)
+}{
+	// --- structure ---
+	{"unknown field with suggestion", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        lbasize: 4096 # <-\n"),
+		"subsystems[0].namespaces[0].lbasize", `"lbasize"`, "did you mean lba_size?", 0},
+	{"unknown field dash spelling", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        read-only: true # <-\n"),
+		"subsystems[0].namespaces[0].read-only", `"read-only"`, "did you mean read_only?", 0},
+	{"unknown field no suggestion", baseListeners + "colour: blue # <-\n" + sub(nullNS)[len(baseListeners):],
+		"colour", `"colour"`, "remove it; the fields here are listeners, subsystems, transport", 0},
+	{"unknown transport field", sub(nullNS) + "transport:\n  queue_size: 64 # <-\n",
+		"transport.queue_size", `"queue_size"`, "did you mean queue_depth?", 0},
+	{"repeated key", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        size: 2GiB # <-\n"),
+		"subsystems[0].namespaces[0].size", "size", "keep one of them", 0},
+	{"list where a mapping belongs", sub(nullNS) + "transport: # <-\n  - queue_depth: 64\n",
+		"transport", "expected a mapping of queue_depth", "write one 'key: value' per line", 0},
+	{"mapping where a list belongs", "listeners: # <-\n  address: 10.99.0.1\n" + sub(nullNS)[len(baseListeners):],
+		"listeners", "expected a list, got a mapping", "starting with '- '", 0},
+	{"scalar where a namespace belongs", sub("      - 1 # <-\n"),
+		"subsystems[0].namespaces[0]", "expected a mapping of nsid, backend", "write one 'key: value' per line", 0},
+	{"list where a subsystem belongs", baseListeners + "subsystems:\n  - [a, b] # <-\n",
+		"subsystems[0]", "expected a mapping of nqn, serial", "write one 'key: value' per line", 0},
+	{"mapping where a host belongs", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    hosts:\n      - {nqn: x} # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].hosts[0]", "expected a single value, got a mapping", "same line as the key", 0},
+	{"merge of a scalar", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        <<: 5 # <-\n"),
+		"subsystems[0].namespaces[0].<<", "a merge key (<<) must refer to a mapping", "<<: *defaults", 0},
+	{"yaml syntax error", "listeners:\n  - address: 10.99.0.1: 4420 # <-\n",
+		"", "YAML syntax error: mapping values are not allowed", "fix the YAML syntax", 0},
+	{"tab indentation", "listeners:\n\t- address: 10.99.0.1 # <-\n",
+		"", "YAML syntax error", "indent with spaces, not tabs", 0},
+	{"two documents", sub(nullNS) + "--- # <-\nlisteners: []\n",
+		"", "more than one YAML document", "keep one document", 0},
+	{"no listeners", "subsystems: # <-\n" + sub(nullNS)[len(baseListeners)+len("subsystems:\n"):],
+		"listeners", "no listeners", "add one", 0},
+	{"no subsystems", baseListeners + "subsystems: [] # <-\n",
+		"subsystems", "no subsystems", "add one with an nqn", 0},
+
+	// --- listeners ---
+	{"port out of range", "listeners:\n  - address: 10.99.0.1\n    port: 70000 # <-\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[0].port", "70000 is not a valid port", "use a port from 1 to 65535", 0},
+	{"port zero", "listeners:\n  - address: 10.99.0.1\n    port: 0 # <-\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[0].port", "0 is not a valid port", "use a port from 1 to 65535", 0},
+	{"port not a number", "listeners:\n  - address: 10.99.0.1\n    port: nvme # <-\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[0].port", `"nvme" is not a whole number`, "use a port from 1 to 65535", 0},
+	{"address not an IP", "listeners:\n  - address: storage.example.com # <-\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[0].address", `"storage.example.com" is not an IP address`, "host names are not resolved", 0},
+	{"address missing", "listeners:\n  - port: 4420 # <-\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[0].address", "missing", "give the IPv4 or IPv6 address", 0},
+	{"transport tcp", "listeners:\n  - transport: tcp # <-\n    address: 10.99.0.1\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[0].transport", `transport "tcp" is not supported yet`, "use rdma", 0},
+	{"duplicate listener", "listeners:\n  - address: 10.99.0.1\n  - address: 10.99.0.1 # <-\n    port: 4420\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[1]", "10.99.0.1:4420 is already defined by listeners[0] (line 2)", "use another port", 0},
+	{"wildcard overlap", "listeners:\n  - address: 0.0.0.0\n  - address: 10.99.0.1 # <-\n" + sub(nullNS)[len(baseListeners):],
+		"listeners[1]", "overlaps listeners[0] (line 2) at 0.0.0.0:4420", "use another port", 0},
+
+	// --- subsystems ---
+	{"nqn missing", baseListeners + "subsystems:\n  - allow_any_host: true # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", "missing", "nqn: nqn.2024-01.com.example:disk0", 0},
+	{"nqn too long", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:" + strings.Repeat("x", 200) + " # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", "it is 224 bytes long, more than the 223", "use the form nqn.yyyy-mm.<reverse domain>:<name>", 0},
+	{"nqn no prefix", baseListeners + "subsystems:\n  - nqn: iqn.2024-01.com.example:t # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", `does not start with "nqn."`, "use the form nqn.yyyy-mm", 0},
+	{"nqn bad date", baseListeners + "subsystems:\n  - nqn: nqn.2024-13.com.example:t # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", `"2024-13" after "nqn." is not a yyyy-mm date`, "use the form nqn.yyyy-mm", 0},
+	{"nqn no name", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", "there is no ':' and name after the domain", "use the form nqn.yyyy-mm", 0},
+	{"nqn bad domain", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.exa_mple:t # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", `label "exa_mple" contains "_"`, "use the form nqn.yyyy-mm", 0},
+	{"nqn bad uuid form", baseListeners + "subsystems:\n  - nqn: nqn.2014-08.org.nvmexpress:uuid:1234 # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", "the UUID after", "use the form", 0},
+	{"discovery nqn", baseListeners + "subsystems:\n  - nqn: nqn.2014-08.org.nvmexpress.discovery # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].nqn", "is the well-known discovery subsystem", "give the subsystem its own NQN", 0},
+	{"duplicate nqn", sub(nullNS) + "  - nqn: nqn.2024-01.com.example:t # <-\n    allow_any_host: true\n",
+		"subsystems[1].nqn", "nqn.2024-01.com.example:t is already the NQN of subsystems[0] (line 4)", "give each subsystem its own NQN", 0},
+	{"serial too long", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    serial: ABCDEFGHIJKLMNOPQRSTU # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].serial", `"ABCDEFGHIJKLMNOPQRSTU" is 21 bytes long; a serial number has at most 20`, "shorten it to 20", 0},
+	{"serial not ascii", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    serial: SÉRIE # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].serial", "other than printable ASCII", "use printable ASCII", 0},
+	{"model too long", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    model: " + strings.Repeat("m", 41) + " # <-\n    allow_any_host: true\n    namespaces:\n" + nullNS,
+		"subsystems[0].model", "is 41 bytes long; a model number has at most 40", "shorten it to 40", 0},
+	{"allow_any_host and hosts", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    allow_any_host: true # <-\n    hosts: [nqn.2024-01.com.example:h1]\n    namespaces:\n" + nullNS,
+		"subsystems[0].allow_any_host", "are both given", "remove hosts to let every host connect, or remove allow_any_host", 0},
+	{"nobody may connect", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].hosts", "no host may connect", "set allow_any_host: true, or list the NQNs", 0},
+	{"allow_any_host not a bool", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    allow_any_host: yes # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].allow_any_host", `"yes" is not a boolean`, "write true or false", 0},
+	{"bad host nqn", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    hosts:\n      - host1.example.com # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].hosts[0]", `"host1.example.com" is not a valid host NQN`, "/etc/nvme/hostnqn", 0},
+	{"duplicate host", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    hosts:\n      - nqn.2024-01.com.example:h1\n      - nqn.2024-01.com.example:h1 # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].hosts[1]", "is already listed as subsystems[0].hosts[0] (line 6)", "remove the repeated entry", 0},
+
+	// --- namespaces ---
+	{"duplicate nsid", sub(nullNS + "      - nsid: 1 # <-\n        backend: null\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[1].nsid", "nsid 1 is already used by subsystems[0].namespaces[0] (line 7)", "its own nsid", 0},
+	{"nsid zero", sub("      - nsid: 0 # <-\n        backend: null\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].nsid", "0 is not a valid namespace ID", "use 1..1024", 0},
+	{"nsid broadcast", sub("      - nsid: 0xFFFFFFFF # <-\n        backend: null\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].nsid", "is the broadcast NSID", "use 1..1024", 0},
+	{"nsid too large", sub("      - nsid: 5000 # <-\n        backend: null\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].nsid", "5000 is not a valid namespace ID", "use 1..1024", 0},
+	{"nsid missing", sub("      - backend: null # <-\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].nsid", "missing", "give each namespace a unique nsid", 0},
+	{"lba size 1024", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        lba_size: 1024 # <-\n"),
+		"subsystems[0].namespaces[0].lba_size", "1024 is not a supported LBA size", "use 512 or 4096", 0},
+	{"backend missing", sub("      - nsid: 1 # <-\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].backend", "missing", "set backend to file, block, null or memory", 0},
+	{"backend unknown", sub("      - nsid: 1\n        backend: ramdisk # <-\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].backend", `"ramdisk" is not a backend`, "use file, block, null or memory", 0},
+	{"backend capitalised", sub("      - nsid: 1\n        backend: File # <-\n        path: /x\n"),
+		"subsystems[0].namespaces[0].backend", `"File" is not a backend`, "write it in lower case: file", 0},
+	{"file path missing", sub("      - nsid: 1 # <-\n        backend: file\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].path", "missing", "file namespaces need the path of their backing file", 0},
+	{"block path missing", sub("      - nsid: 1 # <-\n        backend: block\n"),
+		"subsystems[0].namespaces[0].path", "missing", "block namespaces need the path of their backing device", 0},
+	{"block with size", sub("      - nsid: 1\n        backend: block\n        path: /dev/sdb\n        size: 1GiB # <-\n"),
+		"subsystems[0].namespaces[0].size", "block namespaces take their size from the device", "remove size", 0},
+	{"null with path", sub("      - nsid: 1\n        backend: null\n        path: /x # <-\n        size: 1GiB\n"),
+		"subsystems[0].namespaces[0].path", "null namespaces have no backing file", "remove path", 0},
+	{"null size missing", sub("      - nsid: 1 # <-\n        backend: null\n"),
+		"subsystems[0].namespaces[0].size", "missing", "null namespaces need a capacity, e.g. size: 10GiB", 0},
+	{"memory size empty value", sub("      - nsid: 1\n        backend: memory\n        size: # <-\n"),
+		"subsystems[0].namespaces[0].size", "missing", "memory namespaces need a capacity", 0},
+	{"memory too large", sub("      - nsid: 1\n        backend: memory\n        size: 2TiB # <-\n"),
+		"subsystems[0].namespaces[0].size", "2TiB is more than the 1TiB a memory namespace may have", "backend: null", 0},
+	{"size not a multiple of the lba size", sub("      - nsid: 1\n        backend: null\n        size: 1000000 # <-\n"),
+		"subsystems[0].namespaces[0].size", "1000000 (1000000 bytes) is not a multiple of the LBA size 512", "use 999936 or 1000448", 0},
+	{"size not a multiple of 4096", sub("      - nsid: 1\n        backend: memory\n        size: 10GB # <-\n        lba_size: 4096\n"),
+		"subsystems[0].namespaces[0].size", "(10000000000 bytes) is not a multiple of the LBA size 4096", "use 9999998976 or 10000003072", 0},
+	{"size zero", sub("      - nsid: 1\n        backend: null\n        size: 0 # <-\n"),
+		"subsystems[0].namespaces[0].size", "a namespace of 0 bytes holds nothing", "at least one block", 0},
+	{"size ambiguous unit", sub("      - nsid: 1\n        backend: null\n        size: 10G # <-\n"),
+		"subsystems[0].namespaces[0].size", `has the ambiguous unit "G"`, "10GiB", 0},
+	{"size unknown unit", sub("      - nsid: 1\n        backend: null\n        size: 10 gigs # <-\n"),
+		"subsystems[0].namespaces[0].size", `unknown unit "gigs"`, "whole number of bytes", 0},
+	{"uuid malformed", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        uuid: 1234-5678 # <-\n"),
+		"subsystems[0].namespaces[0].uuid", `"1234-5678" is not valid`, "8-4-4-4-12 hex digits", 0},
+	{"uuid all zero", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        uuid: 00000000-0000-0000-0000-000000000000 # <-\n"),
+		"subsystems[0].namespaces[0].uuid", "is all zeroes", "remove the field to derive", 0},
+	{"nguid malformed", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        nguid: 0123456789abcdefXX23456789abcdef # <-\n"),
+		"subsystems[0].namespaces[0].nguid", "an NGUID holds only hex digits", "32 hex digits", 0},
+	{"eui64 wrong length", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        eui64: 0123456789 # <-\n"),
+		"subsystems[0].namespaces[0].eui64", "an EUI-64 is 16 hex digits, this has 10", "16 hex digits", 0},
+	{"duplicate uuid", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        uuid: 6f1c2c3e-8a5b-4d2e-9a43-0b1f2e3d4c5b\n      - nsid: 2\n        backend: null\n        size: 1GiB\n        uuid: 6F1C2C3E-8A5B-4D2E-9A43-0B1F2E3D4C5B # <-\n"),
+		"subsystems[0].namespaces[1].uuid", "6f1c2c3e-8a5b-4d2e-9a43-0b1f2e3d4c5b is also the uuid of subsystems[0].namespaces[0] (line 7)", "remove the field to derive a unique one", 0},
+	{"duplicate path", sub("      - nsid: 1\n        backend: file\n        path: /srv/a.img\n      - nsid: 2\n        backend: file\n        path: /srv/../srv/a.img # <-\n"),
+		"subsystems[0].namespaces[1].path", "/srv/a.img is already the backing of subsystems[0].namespaces[0] (line 7)", "only read-only namespaces may share one", 0},
+	{"read_only not a bool", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        read_only: 1 # <-\n"),
+		"subsystems[0].namespaces[0].read_only", `"1" is not a boolean`, "write true or false", 0},
+
+	// --- transport ---
+	{"queue depth too large", sub(nullNS) + "transport:\n  queue_depth: 4096 # <-\n",
+		"transport.queue_depth", "4096 is out of range", "use 16..1024 entries", 0},
+	{"queue depth negative", sub(nullNS) + "transport:\n  queue_depth: -1 # <-\n",
+		"transport.queue_depth", "-1 is out of range", "use 16..1024 entries", 0},
+	{"in-capsule size not 4K multiple", sub(nullNS) + "transport:\n  in_capsule_data_size: 1000 # <-\n",
+		"transport.in_capsule_data_size", "1000 is not a supported in-capsule data size", "a multiple of 4KiB up to 64KiB", 0},
+	{"in-capsule size too large", sub(nullNS) + "transport:\n  in_capsule_data_size: 128KiB # <-\n  max_io_size: 1MiB\n",
+		"transport.in_capsule_data_size", "128KiB is not a supported in-capsule data size", "up to 64KiB", 0},
+	{"in-capsule above max io", sub(nullNS) + "transport:\n  in_capsule_data_size: 16KiB # <-\n  max_io_size: 8KiB\n",
+		"transport.in_capsule_data_size", "16KiB is larger than max_io_size 8KiB", "lower in_capsule_data_size or raise max_io_size", 0},
+	{"max io not a power of two", sub(nullNS) + "transport:\n  max_io_size: 96KiB # <-\n",
+		"transport.max_io_size", "96KiB is not a supported maximum I/O size", "a power of two from 4KiB to 8MiB", 0},
+	{"max io too large", sub(nullNS) + "transport:\n  max_io_size: 16MiB # <-\n",
+		"transport.max_io_size", "16MiB is not a supported maximum I/O size", "a power of two from 4KiB to 8MiB", 0},
+	{"buffer pool below max io", sub(nullNS) + "transport:\n  max_io_size: 1MiB\n  buffer_pool_size: 512KiB # <-\n",
+		"transport.buffer_pool_size", "512KiB is smaller than max_io_size 1MiB", "at least max_io_size", 0},
+	{"buffer pool unaligned", sub(nullNS) + "transport:\n  buffer_pool_size: 1000000 # <-\n",
+		"transport.buffer_pool_size", "1000000 is not a usable buffer pool size", "a multiple of 4KiB", 0},
+	{"poll groups", sub(nullNS) + "transport:\n  poll_groups: 1000 # <-\n",
+		"transport.poll_groups", "1000 is out of range", "use 0 (one per CPU) to 256", 0},
+	{"max io queues zero", sub(nullNS) + "transport:\n  max_io_queues: 0 # <-\n",
+		"transport.max_io_queues", "0 is out of range", "use 1..1024 I/O queues", 0},
+	{"keep alive without unit", sub(nullNS) + "transport:\n  keep_alive_timeout: 120 # <-\n",
+		"transport.keep_alive_timeout", `"120" has no unit`, "write 120s", 0},
+	{"keep alive not a duration", sub(nullNS) + "transport:\n  keep_alive_timeout: forever # <-\n",
+		"transport.keep_alive_timeout", `"forever" is not a duration`, "Go duration", 0},
+	{"keep alive too short", sub(nullNS) + "transport:\n  keep_alive_timeout: 10ms # <-\n",
+		"transport.keep_alive_timeout", "10ms is out of range", "use 1s to 1h0m0s", 0},
+	{"busy poll not a bool", sub(nullNS) + "transport:\n  busy_poll: on # <-\n",
+		"transport.busy_poll", `"on" is not a boolean`, "write true or false", 0},
+}
+
+// markedLine is the 1-based line holding "# <-".
+func markedLine(t *testing.T, text string) int {
+	t.Helper()
+	for i, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, "# <-") {
+			return i + 1
+		}
+	}
+	t.Fatalf("no '# <-' marker in\n%s", text)
+	return 0
+}
+
+func TestBadConfigs(t *testing.T) {
+	const file = "conf/bad.yaml"
+	for _, tc := range badConfigs {
+		t.Run(tc.name, func(t *testing.T) {
+			line := markedLine(t, tc.yaml)
+			c, err := Parse([]byte(tc.yaml), file)
+			if err == nil {
+				t.Fatalf("Parse accepted the config:\n%s\nresolved:\n%s", tc.yaml, c)
+			}
+			if c != nil {
+				t.Errorf("Parse returned a Config with an error")
+			}
+			errs := Errors(err)
+			want := max(tc.count, 1)
+			if len(errs) != want {
+				t.Errorf("got %d errors, want %d:\n%v", len(errs), want, err)
+			}
+			var fe *FieldError
+			for _, e := range errs {
+				if e.Field == tc.field && e.Line == line {
+					fe = e
+					break
+				}
+			}
+			if fe == nil {
+				t.Fatalf("no error for field %q at line %d; got:\n%v\nconfig:\n%s", tc.field, line, err, numbered(tc.yaml))
+			}
+			msg := fe.Error()
+			prefix := fmt.Sprintf("%s:%d: ", file, line)
+			if tc.field != "" {
+				prefix += tc.field + ": "
+			}
+			if !strings.HasPrefix(msg, prefix) {
+				t.Errorf("error %q does not start with %q", msg, prefix)
+			}
+			if !strings.Contains(fe.Msg, tc.value) {
+				t.Errorf("message %q does not contain %q", fe.Msg, tc.value)
+			}
+			if !strings.Contains(fe.Fix, tc.fix) {
+				t.Errorf("fix %q does not contain %q", fe.Fix, tc.fix)
+			}
+			if fe.Fix == "" {
+				t.Errorf("error %q gives no fix", msg)
+			}
+			if !errors.As(err, &fe) {
+				t.Errorf("errors.As cannot find a *FieldError in %T", err)
+			}
+		})
+	}
+}
+
+func numbered(text string) string {
+	var b strings.Builder
+	for i, l := range strings.Split(text, "\n") {
+		fmt.Fprintf(&b, "%3d  %s\n", i+1, l)
+	}
+	return b.String()
+}
+
+// TestAllErrorsReported checks that validation goes on after the first problem and that
+// the errors come sorted by line.
+func TestAllErrorsReported(t *testing.T) {
+	text := `listeners:
+  - address: 10.99.0.1
+    port: 99999
+subsystems:
+  - nqn: nqn.2024-01.com.example:t
+    allow_any_host: true
+    namespaces:
+      - nsid: 1
+        backend: null
+        size: 1000
+        lba_size: 1024
+      - nsid: 1
+        backend: file
+transport:
+  queue_depth: 7
+`
+	_, err := Parse([]byte(text), "x.yaml")
+	errs := Errors(err)
+	got := make([]string, len(errs))
+	for i, e := range errs {
+		got[i] = fmt.Sprintf("%d %s", e.Line, e.Field)
+	}
+	want := []string{
+		"3 listeners[0].port",
+		"11 subsystems[0].namespaces[0].lba_size",
+		"12 subsystems[0].namespaces[1].nsid",
+		"12 subsystems[0].namespaces[1].path",
+		"15 transport.queue_depth",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("errors:\n%s\nwant:\n%s\nfull text:\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"), err)
+	}
+	// The size is not reported as a non-multiple of an LBA size that is itself invalid.
+	if strings.Contains(err.Error(), "not a multiple") {
+		t.Errorf("size reported against an invalid lba_size:\n%v", err)
+	}
+}
+
+func TestEmptyFile(t *testing.T) {
+	for _, text := range []string{"", "# only a comment\n", "---\n"} {
+		_, err := Parse([]byte(text), "empty.yaml")
+		if err == nil || !strings.HasPrefix(err.Error(), "empty.yaml:") || !strings.Contains(err.Error(), "conf/examples") {
+			t.Errorf("Parse(%q) = %v, want an error naming the file and pointing at the examples", text, err)
+		}
+	}
+}
+
+func TestTopLevelNotMapping(t *testing.T) {
+	_, err := Parse([]byte("- a\n- b\n"), "list.yaml")
+	if err == nil || !strings.Contains(err.Error(), "list.yaml:1: the top level is a list") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load("/nonexistent/gonvmf.yaml")
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/gonvmf.yaml") {
+		t.Errorf("Load of a missing file: %v", err)
+	}
+}

@@ -1,0 +1,202 @@
+package conf
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// Config is a resolved gonvmf configuration: after Load, Parse or Resolve every default is
+// filled in, every namespace has its identifiers and absolute backing path, and everything
+// below has been validated.
+//
+// The yaml tags name the YAML keys; decoding is done by this package (see Parse), not by
+// yaml.Unmarshal, so that every error can name its line and field.
+type Config struct {
+	Listeners  []Listener  `yaml:"listeners"`
+	Subsystems []Subsystem `yaml:"subsystems"`
+	Transport  Transport   `yaml:"transport"`
+
+	// File is the file the configuration came from ("" when built in code). Errors name
+	// it, and relative namespace paths are resolved against its directory.
+	File string `yaml:"-"`
+	// Warnings lists legal but probably unintended settings (same format as errors).
+	Warnings []*FieldError `yaml:"-"`
+
+	src *source // positions of the YAML nodes; nil when built in code
+}
+
+// Listener is an address the target accepts connections on. Every subsystem is reachable
+// through every listener, and each listener also serves the discovery subsystem.
+type Listener struct {
+	// Transport is the NVMe-oF transport; only "rdma" exists so far. Default "rdma".
+	Transport string `yaml:"transport"`
+	// Address is the IPv4 or IPv6 address to bind (an RDMA-capable interface's address, or
+	// 0.0.0.0 / :: for all). Required; host names are not resolved.
+	Address string `yaml:"address"`
+	// Port is the TCP-style port number (rdma_cm port space TCP). Default 4420.
+	Port uint16 `yaml:"port"`
+}
+
+// Subsystem is an NVM subsystem: a set of namespaces and the hosts allowed to use them.
+type Subsystem struct {
+	// NQN names the subsystem: nqn.yyyy-mm.<reverse domain>:<name> or
+	// nqn.2014-08.org.nvmexpress:uuid:<uuid>, at most 223 bytes. Required, unique.
+	NQN string `yaml:"nqn"`
+	// Serial is the controller serial number (Identify SN): printable ASCII, at most 20
+	// bytes. Default DeriveSerial(NQN).
+	Serial string `yaml:"serial"`
+	// Model is the controller model number (Identify MN): printable ASCII, at most 40
+	// bytes. Default DefaultModel.
+	Model string `yaml:"model"`
+	// AllowAnyHost lets every host connect. It and Hosts are mutually exclusive, and one
+	// of them is required: a subsystem nobody may connect to is a mistake.
+	AllowAnyHost bool `yaml:"allow_any_host"`
+	// Hosts lists the host NQNs allowed to connect.
+	Hosts []string `yaml:"hosts"`
+	// Namespaces are the subsystem's namespaces, in the order written.
+	Namespaces []Namespace `yaml:"namespaces"`
+}
+
+// Backend names, the values of Namespace.Backend.
+const (
+	BackendFile   = "file"   // a regular file, O_DIRECT
+	BackendBlock  = "block"  // a block device, O_DIRECT
+	BackendNull   = "null"   // reads return zeroes, writes are discarded: for benchmarks
+	BackendMemory = "memory" // anonymous memory, lost when the target stops
+)
+
+// Namespace is one namespace of a subsystem.
+type Namespace struct {
+	// NSID is the namespace ID, 1..MaxNSID, unique in its subsystem. Required.
+	NSID uint32 `yaml:"nsid"`
+	// Backend is "file", "block", "null" or "memory". Required.
+	Backend string `yaml:"backend"`
+	// Path is the backing file or block device (file and block only; required there).
+	// A relative path in a file is taken relative to the file's directory; after Load it
+	// is absolute.
+	Path string `yaml:"path"`
+	// Size is the capacity in bytes, a multiple of LBASize. Required for null and memory
+	// (memory: at most MaxMemorySize); optional for file, where the file is created or
+	// extended to Size (never truncated) and, when Size is 0, the file's own size is used;
+	// not allowed for block, whose size is the device's.
+	Size Size `yaml:"size"`
+	// LBASize is the logical block size, 512 or 4096. Default 512.
+	LBASize uint32 `yaml:"lba_size"`
+	// ReadOnly makes the namespace write-protected.
+	ReadOnly bool `yaml:"read_only"`
+	// UUID, NGUID and EUI64 identify the namespace to hosts (Identify Namespace and the
+	// namespace identification descriptors). When not given they are derived from the
+	// subsystem NQN and NSID (DeriveUUID, DeriveNGUID, DeriveEUI64), so they are stable
+	// across restarts and machines. They must be unique in the configuration: hosts treat
+	// two namespaces with one identifier as two paths to the same namespace.
+	UUID  [16]byte `yaml:"uuid"`
+	NGUID [16]byte `yaml:"nguid"`
+	EUI64 [8]byte  `yaml:"eui64"`
+}
+
+// Transport holds the transport tuning shared by every listener. See the package
+// documentation for the reasons behind each default.
+type Transport struct {
+	// QueueDepth is the most entries an I/O queue may have (CAP.MQES+1); hosts asking for
+	// more are clamped. 16..1024, default 128.
+	QueueDepth int `yaml:"queue_depth"`
+	// InCapsuleDataSize is the write data a command capsule may carry inline (IOCCSZ =
+	// (64 + InCapsuleDataSize)/16). 0 (off) or a multiple of 4 KiB up to 64 KiB and at
+	// most MaxIOSize. Default 8 KiB.
+	InCapsuleDataSize int `yaml:"in_capsule_data_size"`
+	// MaxIOSize is the largest data transfer of one command (MDTS = log2(MaxIOSize/4 KiB)).
+	// A power of two from 4 KiB to 8 MiB. Default 128 KiB.
+	MaxIOSize int `yaml:"max_io_size"`
+	// BufferPoolSize is the registered memory for data buffers, shared by all queues. A
+	// multiple of 4 KiB, at least MaxIOSize, at most 64 GiB. Default
+	// min(4 × QueueDepth × MaxIOSize, 1 GiB).
+	BufferPoolSize Size `yaml:"buffer_pool_size"`
+	// PollGroups is the number of completion-polling goroutines that queues are spread
+	// over; 0 means one per CPU (see NumPollGroups). 0..256, default 0.
+	PollGroups int `yaml:"poll_groups"`
+	// BusyPoll makes poll groups spin on their completion queues instead of sleeping on a
+	// completion channel: lower latency, one busy CPU per poll group. Default false.
+	BusyPoll bool `yaml:"busy_poll"`
+	// MaxIOQueues is the most I/O queues a controller may have (Number of Queues feature).
+	// 1..1024, default 16.
+	MaxIOQueues int `yaml:"max_io_queues"`
+	// KeepAliveTimeout applies to discovery controllers whose host connects with KATO 0
+	// (nvme discover does). A Go duration, 1s..1h, default 120s.
+	KeepAliveTimeout time.Duration `yaml:"keep_alive_timeout"`
+}
+
+// Defaults and limits. The package documentation explains each choice.
+const (
+	DefaultTransport         = "rdma"
+	DefaultPort              = 4420
+	DefaultModel             = "gonvmf"
+	DefaultLBASize           = 512
+	DefaultQueueDepth        = 128
+	MinQueueDepth            = 16
+	MaxQueueDepth            = 1024
+	DefaultInCapsuleDataSize = 8 << 10
+	MaxInCapsuleDataSize     = 64 << 10
+	DefaultMaxIOSize         = 128 << 10
+	MinMaxIOSize             = 4 << 10
+	MaxMaxIOSize             = 8 << 20
+	MaxDefaultBufferPoolSize = 1 * GiB
+	MaxBufferPoolSize        = 64 * GiB
+	MaxPollGroups            = 256
+	DefaultMaxIOQueues       = 16
+	MaxMaxIOQueues           = 1024
+	DefaultKeepAliveTimeout  = 120 * time.Second
+	MinKeepAliveTimeout      = time.Second
+	MaxKeepAliveTimeout      = time.Hour
+	MaxNSID                  = 1024
+	MaxMemorySize            = 1 * TiB
+	MaxNQNLength             = 223 // bytes, not counting the NUL of the 256-byte wire field
+	MaxSerialLength          = 20
+	MaxModelLength           = 40
+	// DiscoveryNQN is the well-known NQN of the discovery subsystem.
+	DiscoveryNQN = "nqn.2014-08.org.nvmexpress.discovery"
+)
+
+// Load reads the configuration file at path, decodes it strictly (unknown fields are
+// errors), fills in defaults and derived identifiers, and validates it. A syntax or
+// validation error is a list of *FieldError joined with errors.Join; see FieldError.
+// Load does not look at backing files or devices: CheckSystem does.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading configuration: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse is Load for a configuration already in memory; filename is used in error
+// messages and to resolve relative namespace paths ("" leaves them relative).
+func Parse(data []byte, filename string) (*Config, error) {
+	c, errs := decode(data, filename)
+	if c == nil {
+		return nil, joinSorted(errs)
+	}
+	verrs, warns := c.resolve()
+	c.Warnings = warns
+	errs = append(errs, verrs...)
+	if err := joinSorted(errs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Resolve fills in defaults and derived identifiers and validates c: what Parse does after
+// decoding, for a Config built in code. Zero values mean "default" there. It is idempotent.
+func (c *Config) Resolve() error {
+	errs, warns := c.resolve()
+	c.Warnings = warns
+	return joinSorted(errs)
+}
+
+// NumPollGroups is PollGroups with 0 resolved to one per CPU of this machine.
+func (t *Transport) NumPollGroups() int {
+	if t.PollGroups > 0 {
+		return t.PollGroups
+	}
+	return numCPU()
+}

@@ -1,0 +1,412 @@
+package conf
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// exported returns a copy of c without the unexported bookkeeping and the File and
+// Warnings fields, for comparing configurations.
+func exported(c *Config) Config {
+	x := *c
+	x.src, x.File, x.Warnings = nil, "", nil
+	return x
+}
+
+func examples(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("examples/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("examples: %v %v", files, err)
+	}
+	return files
+}
+
+// TestExamples loads every example: each must be valid, draw no warnings, and print as
+// YAML that parses back to the same configuration.
+func TestExamples(t *testing.T) {
+	for _, f := range examples(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			c, err := Load(f)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if c.File != f {
+				t.Errorf("File = %q, want %q", c.File, f)
+			}
+			for _, w := range c.Warnings {
+				t.Errorf("warning: %v", w)
+			}
+			text := c.String()
+			again, err := Parse([]byte(text), "resolved.yaml")
+			if err != nil {
+				t.Fatalf("the resolved config does not parse: %v\n%s", err, numbered(text))
+			}
+			if !reflect.DeepEqual(exported(c), exported(again)) {
+				t.Errorf("round trip changed the config:\n%s\nbecame\n%s", text, again)
+			}
+		})
+	}
+}
+
+// TestAnnotatedExampleShowsDefaults keeps the annotated example (the documentation of the
+// defaults) in step with the code.
+func TestAnnotatedExampleShowsDefaults(t *testing.T) {
+	c, err := Load("examples/annotated.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := mustParse(t, minimal)
+	if c.Transport != d.Transport {
+		t.Errorf("annotated.yaml transport\n%+v\ndiffers from the defaults\n%+v", c.Transport, d.Transport)
+	}
+	l, dl := c.Listeners[0], d.Listeners[0]
+	l.Address, dl.Address = "", ""
+	if l != dl {
+		t.Errorf("annotated.yaml listener %+v differs from the defaults %+v", l, dl)
+	}
+	ns, dns := c.Subsystems[0].Namespaces[0], d.Subsystems[0].Namespaces[0]
+	if ns.LBASize != dns.LBASize || ns.ReadOnly != dns.ReadOnly || c.Subsystems[0].Model != d.Subsystems[0].Model {
+		t.Errorf("annotated.yaml namespace defaults differ: %+v vs %+v", ns, dns)
+	}
+}
+
+const minimal = `
+listeners:
+  - address: 10.99.0.1
+subsystems:
+  - nqn: nqn.2024-01.com.example:min
+    allow_any_host: true
+    namespaces:
+      - nsid: 7
+        backend: null
+        size: 1GiB
+`
+
+func mustParse(t *testing.T, text string) *Config {
+	t.Helper()
+	c, err := Parse([]byte(text), "test.yaml")
+	if err != nil {
+		t.Fatalf("Parse: %v\n%s", err, numbered(text))
+	}
+	return c
+}
+
+func TestDefaults(t *testing.T) {
+	c := mustParse(t, minimal)
+	want := Config{
+		Listeners: []Listener{{Transport: "rdma", Address: "10.99.0.1", Port: 4420}},
+		Subsystems: []Subsystem{{
+			NQN:          "nqn.2024-01.com.example:min",
+			Serial:       DeriveSerial("nqn.2024-01.com.example:min"),
+			Model:        "gonvmf",
+			AllowAnyHost: true,
+			Namespaces: []Namespace{{
+				NSID: 7, Backend: "null", Size: GiB, LBASize: 512,
+				UUID:  DeriveUUID("nqn.2024-01.com.example:min", 7),
+				NGUID: DeriveNGUID("nqn.2024-01.com.example:min", 7),
+				EUI64: DeriveEUI64("nqn.2024-01.com.example:min", 7),
+			}},
+		}},
+		Transport: Transport{
+			QueueDepth:        128,
+			InCapsuleDataSize: 8192,
+			MaxIOSize:         128 << 10,
+			BufferPoolSize:    64 * MiB, // 4 × 128 × 128 KiB
+			PollGroups:        0,
+			BusyPoll:          false,
+			MaxIOQueues:       16,
+			KeepAliveTimeout:  120 * time.Second,
+		},
+	}
+	if got := exported(c); !reflect.DeepEqual(got, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("warnings: %v", c.Warnings)
+	}
+}
+
+func TestBufferPoolDefaultIsCapped(t *testing.T) {
+	c := mustParse(t, minimal+"transport:\n  queue_depth: 1024\n  max_io_size: 1MiB\n")
+	if c.Transport.BufferPoolSize != GiB {
+		t.Errorf("buffer pool = %v, want the 1GiB cap", c.Transport.BufferPoolSize)
+	}
+}
+
+func TestSmallBufferPoolWarns(t *testing.T) {
+	c := mustParse(t, minimal+"transport:\n  max_io_size: 1MiB\n  buffer_pool_size: 16MiB\n")
+	if len(c.Warnings) != 1 || c.Warnings[0].Field != "transport.buffer_pool_size" || c.Warnings[0].Line != 13 ||
+		!strings.Contains(c.Warnings[0].Error(), "less than one full queue") {
+		t.Errorf("warnings: %v", c.Warnings)
+	}
+}
+
+func TestEmptySubsystemWarns(t *testing.T) {
+	c := mustParse(t, "listeners: [{address: '::'}]\nsubsystems:\n  - nqn: nqn.2024-01.com.example:empty\n    allow_any_host: true\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Error(), "test.yaml:3: subsystems[0].namespaces: the subsystem has no namespaces") {
+		t.Errorf("warnings: %v", c.Warnings)
+	}
+}
+
+func TestInCapsuleDataOff(t *testing.T) {
+	c := mustParse(t, minimal+"transport:\n  in_capsule_data_size: 0\n")
+	if c.Transport.InCapsuleDataSize != 0 {
+		t.Fatalf("in_capsule_data_size: 0 resolved to %d", c.Transport.InCapsuleDataSize)
+	}
+	if err := c.Resolve(); err != nil || c.Transport.InCapsuleDataSize != 0 {
+		t.Errorf("Resolve again: %v, in-capsule %d", err, c.Transport.InCapsuleDataSize)
+	}
+}
+
+func TestNullValuesTakeDefaults(t *testing.T) {
+	c := mustParse(t, `
+listeners:
+  - address: 10.99.0.1
+    port:
+subsystems:
+  - nqn: nqn.2024-01.com.example:n
+    model: ~
+    allow_any_host: true
+    namespaces:
+      - nsid: 1
+        backend: null
+        size: 4KiB
+        lba_size:
+transport:
+`)
+	if c.Listeners[0].Port != 4420 || c.Subsystems[0].Model != DefaultModel || c.Subsystems[0].Namespaces[0].LBASize != 512 {
+		t.Errorf("empty values did not take the defaults: %+v", c)
+	}
+}
+
+func TestAnchorsAndMergeKeys(t *testing.T) {
+	c := mustParse(t, `
+listeners:
+  - &l {address: 10.99.0.1}
+  - <<: *l
+    port: 4421
+subsystems:
+  - nqn: nqn.2024-01.com.example:m
+    allow_any_host: true
+    namespaces:
+      - &ns
+        nsid: 1
+        backend: memory
+        size: 8MiB
+        lba_size: 4096
+      - <<: *ns
+        nsid: 2
+        size: 16MiB
+`)
+	l := c.Listeners
+	if l[1].Address != "10.99.0.1" || l[1].Port != 4421 || l[0].Port != 4420 {
+		t.Errorf("listeners: %+v", l)
+	}
+	ns := c.Subsystems[0].Namespaces
+	if ns[1].NSID != 2 || ns[1].Size != 16*MiB || ns[1].LBASize != 4096 || ns[1].Backend != "memory" {
+		t.Errorf("merged namespace: %+v", ns[1])
+	}
+	if ns[0].UUID == ns[1].UUID {
+		t.Errorf("merged namespaces share a UUID")
+	}
+}
+
+func TestHostList(t *testing.T) {
+	c := mustParse(t, `
+listeners: [{address: "fd00::1", port: 4420}]
+subsystems:
+  - nqn: nqn.2014-08.org.nvmexpress:uuid:0f4e2a0e-3b7c-4b8e-9d6a-1c2b3a4d5e6f
+    hosts:
+      - nqn.2014-08.org.nvmexpress:uuid:2b0d4a4e-3c1f-4f60-9f0f-6a9d2a1c8e11
+      - nqn.2024-01.com.example:host:a
+    namespaces: [{nsid: 1, backend: null, size: 1MiB}]
+`)
+	if s := c.Subsystems[0]; s.AllowAnyHost || len(s.Hosts) != 2 {
+		t.Errorf("hosts: %+v", s)
+	}
+}
+
+func TestNumericStringsKeepTheirText(t *testing.T) {
+	c := mustParse(t, strings.Replace(minimal, "    allow_any_host: true\n", "    allow_any_host: true\n    serial: 000123\n    model: 1e3\n", 1))
+	if s := c.Subsystems[0]; s.Serial != "000123" || s.Model != "1e3" {
+		t.Errorf("serial %q model %q", s.Serial, s.Model)
+	}
+}
+
+func TestRelativePathFollowsTheConfigFile(t *testing.T) {
+	text := "listeners: [{address: 10.99.0.1}]\nsubsystems:\n  - nqn: nqn.2024-01.com.example:f\n    allow_any_host: true\n    namespaces:\n      - {nsid: 1, backend: file, path: disks/a.img, size: 1MiB}\n      - {nsid: 2, backend: file, path: /abs/b.img, size: 1MiB}\n"
+	c, err := Parse([]byte(text), "/etc/gonvmf/target.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Subsystems[0].Namespaces[0].Path; p != "/etc/gonvmf/disks/a.img" {
+		t.Errorf("relative path resolved to %q", p)
+	}
+	if p := c.Subsystems[0].Namespaces[1].Path; p != "/abs/b.img" {
+		t.Errorf("absolute path became %q", p)
+	}
+}
+
+func TestReadOnlyNamespacesMayShareAFile(t *testing.T) {
+	mustParse(t, sub("      - {nsid: 1, backend: file, path: /srv/a.img, read_only: true}\n      - {nsid: 2, backend: file, path: /srv/a.img, read_only: true}\n"))
+}
+
+func TestExplicitIdentifiers(t *testing.T) {
+	c := mustParse(t, sub(`      - nsid: 1
+        backend: null
+        size: 1GiB
+        uuid: 6F1C2C3E-8A5B-4D2E-9A43-0B1F2E3D4C5B
+        nguid: 6f1c2c3e-8a5b-4d2e-9a43-0b1f2e3d4c5b
+        eui64: "02:a0:b1:c2:d3:e4:f5:01"
+`))
+	ns := c.Subsystems[0].Namespaces[0]
+	if FormatUUID(ns.UUID) != "6f1c2c3e-8a5b-4d2e-9a43-0b1f2e3d4c5b" || FormatNGUID(ns.NGUID) != "6f1c2c3e8a5b4d2e9a430b1f2e3d4c5b" ||
+		FormatEUI64(ns.EUI64) != "02a0b1c2d3e4f501" {
+		t.Errorf("identifiers: %s %s %s", FormatUUID(ns.UUID), FormatNGUID(ns.NGUID), FormatEUI64(ns.EUI64))
+	}
+}
+
+// TestResolveInCode covers Configs built in Go rather than read from YAML.
+func TestResolveInCode(t *testing.T) {
+	c := &Config{
+		Listeners: []Listener{{Address: "10.99.0.1"}},
+		Subsystems: []Subsystem{{
+			NQN: "nqn.2024-01.com.example:code", AllowAnyHost: true,
+			Namespaces: []Namespace{{NSID: 1, Backend: BackendMemory, Size: 4 * MiB}},
+		}},
+		Transport: Transport{InCapsuleDataSize: NoInCapsuleData},
+	}
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listeners[0].Port != DefaultPort || c.Listeners[0].Transport != "rdma" || c.Transport.QueueDepth != DefaultQueueDepth ||
+		c.Transport.InCapsuleDataSize != 0 || c.Subsystems[0].Namespaces[0].LBASize != 512 ||
+		c.Subsystems[0].Namespaces[0].UUID != DeriveUUID("nqn.2024-01.com.example:code", 1) {
+		t.Errorf("resolved: %+v", c)
+	}
+	before := exported(c)
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(before, exported(c)) {
+		t.Errorf("Resolve is not idempotent")
+	}
+
+	bad := &Config{Subsystems: []Subsystem{{NQN: "nqn.2024-01.com.example:code", AllowAnyHost: true,
+		Namespaces: []Namespace{{NSID: 1, Backend: BackendNull, Size: 4 * MiB, LBASize: 520}}}}}
+	err := bad.Resolve()
+	if err == nil || !strings.Contains(err.Error(), "subsystems[0].namespaces[0].lba_size: 520 is not a supported LBA size; use 512 or 4096") ||
+		!strings.Contains(err.Error(), "listeners: no listeners") {
+		t.Errorf("Resolve of a bad in-code config: %v", err)
+	}
+}
+
+// TestYAMLTagsMatchDecoder keeps the documented yaml tags and the decoder's keys in step.
+func TestYAMLTagsMatchDecoder(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		keys []string
+	}{
+		{Config{}, configKeys}, {Listener{}, listenerKeys}, {Subsystem{}, subsystemKeys},
+		{Namespace{}, namespaceKeys}, {Transport{}, transportKeys},
+	} {
+		typ := reflect.TypeOf(tc.v)
+		var tags []string
+		for i := range typ.NumField() {
+			if tag := typ.Field(i).Tag.Get("yaml"); tag != "" && tag != "-" {
+				tags = append(tags, tag)
+			}
+		}
+		if !reflect.DeepEqual(tags, tc.keys) {
+			t.Errorf("%s: yaml tags %v, decoder keys %v", typ.Name(), tags, tc.keys)
+		}
+	}
+}
+
+// TestReadmeListsEveryField keeps conf/README.md (the configuration reference) complete.
+func TestReadmeListsEveryField(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, transportKeys} {
+		for _, k := range keys {
+			if !strings.Contains(string(b), "`"+k+"`") {
+				t.Errorf("README.md does not document `%s`", k)
+			}
+		}
+	}
+}
+
+func TestFieldErrorFormat(t *testing.T) {
+	for _, tc := range []struct {
+		e    FieldError
+		want string
+	}{
+		{FieldError{File: "conf/example.yaml", Line: 12, Field: "subsystems[0].namespaces[1].lba_size", Value: "1024",
+			Msg: "1024 is not a supported LBA size", Fix: "use 512 or 4096"},
+			"conf/example.yaml:12: subsystems[0].namespaces[1].lba_size: 1024 is not a supported LBA size; use 512 or 4096"},
+		{FieldError{Field: "listeners", Msg: "no listeners are configured", Fix: "add one"}, "listeners: no listeners are configured; add one"},
+		{FieldError{File: "x.yaml", Msg: "the file is empty"}, "x.yaml: the file is empty"},
+	} {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("got  %q\nwant %q", got, tc.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, tc := range badConfigs {
+		f.Add([]byte(tc.yaml))
+	}
+	files, _ := filepath.Glob("examples/*.yaml")
+	for _, file := range files {
+		b, _ := os.ReadFile(file)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data, "fuzz.yaml")
+		if err != nil {
+			for _, e := range Errors(err) {
+				if e.Msg == "" || e.File != "fuzz.yaml" {
+					t.Fatalf("malformed error %#v", e)
+				}
+			}
+			return
+		}
+		text := c.String()
+		again, err := Parse([]byte(text), "fuzz.yaml")
+		if err != nil {
+			t.Fatalf("resolved config does not parse: %v\n%s", err, text)
+		}
+		if !reflect.DeepEqual(exported(c), exported(again)) {
+			t.Fatalf("round trip changed the config:\n%s", text)
+		}
+	})
+}
+
+// TestMergeBomb makes sure nested merge keys cost linear time: 12 levels that each merge the
+// level below ten times would be 10^12 expansions without the visited set.
+func TestMergeBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x0: &m0 {nsid: 1}\n")
+	for i := 1; i <= 12; i++ {
+		refs := strings.Repeat(fmt.Sprintf("*m%d, ", i-1), 10)
+		fmt.Fprintf(&b, "x%d: &m%d {<<: [%s]}\n", i, i, strings.TrimSuffix(refs, ", "))
+	}
+	b.WriteString("listeners: [{address: 10.99.0.1}]\nsubsystems:\n  - nqn: nqn.2024-01.com.example:bomb\n    allow_any_host: true\n    namespaces:\n      - {<<: *m12, backend: null, size: 1MiB}\n")
+	start := time.Now()
+	_, err := Parse([]byte(b.String()), "bomb.yaml")
+	if err == nil || !strings.Contains(err.Error(), `unknown field "x0"`) {
+		t.Errorf("err = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Parse took %v", d)
+	}
+}

@@ -1,0 +1,62 @@
+// Package conf owns gonvmf's configuration: the YAML file that describes the listeners,
+// the subsystems with their hosts and namespaces, and the transport tuning; its strict
+// decoding; the defaults; the identifiers derived for namespaces; and validation with
+// errors that name the file, the line, the field, the bad value and the fix.
+//
+// Load (or Parse) returns a resolved *Config: defaults are filled in, relative paths are
+// made absolute against the file's directory, and every namespace has its UUID, NGUID and
+// EUI-64. Unknown fields, repeated keys, values of the wrong type and every invalid setting
+// are errors; all of them are reported at once, sorted by line, as *FieldError values joined
+// with errors.Join:
+//
+//	conf/example.yaml:12: subsystems[0].namespaces[1].lba_size: 1024 is not a supported LBA size; use 512 or 4096
+//
+// (*Config).CheckSystem then checks what the text alone cannot show: that backing files
+// and devices exist and fit, and that memory namespaces fit in RAM. (*Config).String
+// prints the resolved configuration as YAML that parses back to the same Config.
+//
+// conf/README.md is the configuration reference; conf/examples holds complete files.
+//
+// # Defaults and why
+//
+//   - listeners[].port 4420: the IANA port for NVMe over Fabrics, what nvme-cli assumes.
+//   - listeners[].transport rdma: the only transport so far.
+//   - subsystems[].serial: 20 hex digits hashed from the NQN, so each subsystem has its own
+//     stable serial (hosts use it, with the model, to tell controllers apart).
+//   - subsystems[].model "gonvmf".
+//   - namespaces[].lba_size 512: what hosts and file systems expect by default; 4096
+//     halves per-block overhead on devices and files built for it.
+//   - namespaces[].uuid, nguid, eui64: derived from (subsystem NQN, nsid) when absent — a
+//     version-5 UUID in gonvmf's own UUID namespace, and SHA-256 hashes in separate domains
+//     for the NGUID and EUI-64 — so they survive restarts and moves between machines, and a
+//     host (multipath, udev's /dev/disk/by-id, blktests) keeps recognising the namespace.
+//   - transport.queue_depth 128: the Linux host's default I/O queue size; 16..1024 is the
+//     range the Linux host accepts. The admin queue is always 32 entries (what hosts use).
+//   - transport.in_capsule_data_size 8 KiB: 4 KiB and 8 KiB writes travel inside the
+//     command capsule and skip an RDMA READ round trip. It must be a multiple of 4 KiB so that
+//     in-capsule data lands in page-aligned receive buffers usable for O_DIRECT without a
+//     copy; at most 64 KiB because every receive buffer of every queue carries that much
+//     (queue_depth × (64 B + size) per queue: 1 MiB per queue at the defaults).
+//   - transport.max_io_size 128 KiB: SPDK's default. Identify's MDTS expresses it as a power
+//     of two of 4 KiB pages, hence the power-of-two rule; 8 MiB is Soft-RoCE's largest
+//     message. Larger commands from the host are split by the host.
+//   - transport.buffer_pool_size 4 × queue_depth × max_io_size, at most 1 GiB (64 MiB at the
+//     defaults): four queues at full depth of the largest commands. The pool is pinned,
+//     registered memory, shared by all queues; it must hold at least one command of
+//     max_io_size, and a pool smaller than one full queue draws a warning.
+//   - transport.poll_groups 0: one completion poller per CPU.
+//   - transport.busy_poll false: sleep on completion channels; busy polling trades one CPU
+//     per poll group for latency.
+//   - transport.max_io_queues 16: enough for one queue per CPU on typical hosts without
+//     letting a single host claim unbounded receive buffers.
+//   - transport.keep_alive_timeout 120s: applied to discovery controllers that connect with
+//     KATO 0, as nvme discover does, so abandoned discovery connections are reaped (the
+//     Linux target uses the same value, NVMET_DISC_KATO_MS).
+//
+// # Limits
+//
+// NSIDs 1..1024 (Identify Controller NN is 1024); NQNs at most 223 bytes; serial at most 20
+// and model at most 40 printable ASCII characters; memory namespaces at most 1 TiB each
+// and, checked by CheckSystem, together with the buffer pool no more than the machine's
+// RAM; buffer pool at most 64 GiB.
+package conf

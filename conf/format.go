@@ -1,0 +1,115 @@
+package conf
+
+import (
+	"fmt"
+	"math/bits"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// String writes the configuration as YAML with every default filled in and every derived
+// value spelled out; comments give sizes for people (go-humanize) and say where values came
+// from. Parsing the text again yields the same Config. gonvmf check prints it.
+func (c *Config) String() string {
+	var b strings.Builder
+	// w writes one line; a comment after the value is aligned in a column.
+	w := func(indent int, text, comment string) {
+		line := strings.Repeat("  ", indent) + text
+		if comment != "" {
+			line = fmt.Sprintf("%-44s # %s", line, comment)
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	if c.File != "" {
+		w(0, "# gonvmf configuration resolved from "+c.File, "")
+	}
+	w(0, "listeners:", "")
+	for _, l := range c.Listeners {
+		w(1, "- transport: "+yamlString(l.Transport), "")
+		w(1, "  address: "+yamlString(l.Address), "")
+		w(1, fmt.Sprintf("  port: %d", l.Port), "")
+	}
+	w(0, "subsystems:", "")
+	for _, s := range c.Subsystems {
+		w(1, "- nqn: "+yamlString(s.NQN), "")
+		w(1, "  serial: "+yamlString(s.Serial), "")
+		w(1, "  model: "+yamlString(s.Model), "")
+		if s.AllowAnyHost {
+			w(1, "  allow_any_host: true", "")
+		} else {
+			w(1, "  hosts:", "")
+			for _, h := range s.Hosts {
+				w(2, "  - "+yamlString(h), "")
+			}
+		}
+		if len(s.Namespaces) == 0 {
+			w(1, "  namespaces: []", "")
+			continue
+		}
+		w(1, "  namespaces:", "")
+		for _, ns := range s.Namespaces {
+			w(2, fmt.Sprintf("  - nsid: %d", ns.NSID), "")
+			w(2, "    backend: "+yamlString(ns.Backend), "")
+			if ns.Path != "" {
+				w(2, "    path: "+yamlString(ns.Path), "")
+			}
+			switch {
+			case ns.Size != 0 && ns.LBASize != 0:
+				w(2, "    size: "+ns.Size.String(), fmt.Sprintf("%s, %d blocks", ns.Size.Human(), uint64(ns.Size)/uint64(ns.LBASize)))
+			case ns.Size != 0:
+				w(2, "    size: "+ns.Size.String(), ns.Size.Human())
+			case ns.Backend == BackendFile:
+				w(2, "    # size: that of the file when the target starts", "")
+			case ns.Backend == BackendBlock:
+				w(2, "    # size: that of the device", "")
+			}
+			w(2, fmt.Sprintf("    lba_size: %d", ns.LBASize), "")
+			w(2, fmt.Sprintf("    read_only: %t", ns.ReadOnly), "")
+			w(2, "    uuid: "+FormatUUID(ns.UUID), "")
+			w(2, "    nguid: "+FormatNGUID(ns.NGUID), "")
+			w(2, "    eui64: "+FormatEUI64(ns.EUI64), "")
+		}
+	}
+	t := c.Transport
+	w(0, "transport:", "")
+	w(1, fmt.Sprintf("queue_depth: %d", t.QueueDepth), "")
+	icd := "off"
+	if t.InCapsuleDataSize > 0 {
+		icd = Size(t.InCapsuleDataSize).Human()
+	}
+	w(1, "in_capsule_data_size: "+sizeText(t.InCapsuleDataSize), icd)
+	mdts := ""
+	if t.MaxIOSize >= 4096 {
+		mdts = fmt.Sprintf("%s, MDTS %d", Size(t.MaxIOSize).Human(), bits.Len(uint(t.MaxIOSize/4096))-1)
+	}
+	w(1, "max_io_size: "+sizeText(t.MaxIOSize), mdts)
+	w(1, "buffer_pool_size: "+t.BufferPoolSize.String(), t.BufferPoolSize.Human())
+	if t.PollGroups == 0 {
+		w(1, "poll_groups: 0", fmt.Sprintf("one per CPU: %d on this machine", numCPU()))
+	} else {
+		w(1, fmt.Sprintf("poll_groups: %d", t.PollGroups), "")
+	}
+	w(1, fmt.Sprintf("busy_poll: %t", t.BusyPoll), "")
+	w(1, fmt.Sprintf("max_io_queues: %d", t.MaxIOQueues), "")
+	w(1, "keep_alive_timeout: "+t.KeepAliveTimeout.String(), "")
+	return b.String()
+}
+
+// plainSafe matches strings that YAML reads back as the same text without quotes. (The
+// decoder takes scalars by their text whatever their tag, so null or 0123 need no quotes.)
+var plainSafe = regexp.MustCompile(`^[A-Za-z0-9_./]([A-Za-z0-9_./:@+=, -]*[A-Za-z0-9_./@+=-])?$`)
+
+func yamlString(s string) string {
+	if plainSafe.MatchString(s) && !strings.Contains(s, ": ") && !strings.Contains(s, " #") {
+		return s
+	}
+	out, err := yaml.Marshal(&yaml.Node{Kind: yaml.ScalarNode, Style: yaml.DoubleQuotedStyle, Value: s})
+	if err != nil {
+		return strconv.Quote(s)
+	}
+	return strings.TrimSuffix(string(out), "\n")
+}

@@ -1,0 +1,531 @@
+package conf
+
+import (
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// NoInCapsuleData turns in-capsule data off in a Config built in code, where a zero
+// InCapsuleDataSize means "the default". (In YAML write in_capsule_data_size: 0.)
+const NoInCapsuleData = -1
+
+var numCPU = runtime.NumCPU
+
+// Range texts shared by decoding (values too large for their Go type) and validation.
+func portRange(v string) (string, string) {
+	return v + " is not a valid port", "use a port from 1 to 65535 (4420 is the NVMe-oF default)"
+}
+
+func nsidRange(v string) (string, string) {
+	msg := v + " is not a valid namespace ID"
+	if x, err := parseInt(v); err == nil && x == 0xFFFFFFFF {
+		msg = v + " is the broadcast NSID (all namespaces), not a namespace ID"
+	}
+	return msg, fmt.Sprintf("use 1..%d, unique within the subsystem", MaxNSID)
+}
+
+func lbaSizeRange(v string) (string, string) {
+	return v + " is not a supported LBA size", "use 512 or 4096"
+}
+
+func queueDepthRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use %d..%d entries per I/O queue (default %d, the Linux host's default queue size)", MinQueueDepth, MaxQueueDepth, DefaultQueueDepth)
+}
+
+func icdRange(v string) (string, string) {
+	return v + " is not a supported in-capsule data size", "use 0 (off) or a multiple of 4KiB up to 64KiB, no larger than max_io_size (default 8KiB)"
+}
+
+func maxIORange(v string) (string, string) {
+	return v + " is not a supported maximum I/O size", "use a power of two from 4KiB to 8MiB (MDTS counts 4 KiB pages in powers of two), e.g. 128KiB or 1MiB"
+}
+
+func pollGroupsRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 0 (one per CPU) to %d", MaxPollGroups)
+}
+
+func maxIOQueuesRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 1..%d I/O queues per controller (default %d)", MaxMaxIOQueues, DefaultMaxIOQueues)
+}
+
+type validator struct {
+	c     *Config
+	src   *source
+	errs  []*FieldError
+	warns []*FieldError
+}
+
+// resolve fills in defaults and derived values and validates c.
+func (c *Config) resolve() (errs, warns []*FieldError) {
+	if c.src == nil {
+		c.src = newSource()
+	}
+	v := &validator{c: c, src: c.src}
+	v.transport()
+	v.listeners()
+	v.subsystems()
+	return v.errs, v.warns
+}
+
+// position returns where p, or the closest enclosing field or item that was written, is.
+func (v *validator) position(p string) (int, int) {
+	for {
+		if pos, ok := v.src.pos[p]; ok {
+			return pos.line, pos.col
+		}
+		if p == "" {
+			return 0, 0
+		}
+		p = p[:max(strings.LastIndexAny(p, ".["), 0)]
+	}
+}
+
+// explicit reports whether the file (or an earlier Resolve) gave p a value.
+func (v *validator) explicit(p string) bool {
+	_, written := v.src.pos[p]
+	return written && !v.src.null[p] || v.src.set[p]
+}
+
+// skip reports whether p's value, or that of an enclosing field or item, failed to decode
+// (and was reported then).
+func (v *validator) skip(p string) bool {
+	for {
+		if v.src.bad[p] {
+			return true
+		}
+		if p == "" {
+			return false
+		}
+		p = p[:max(strings.LastIndexAny(p, ".["), 0)]
+	}
+}
+
+func (v *validator) fail(p, value, msg, fix string) {
+	v.errs = append(v.errs, v.fieldError(p, value, msg, fix))
+}
+
+func (v *validator) warn(p, value, msg, fix string) {
+	v.warns = append(v.warns, v.fieldError(p, value, msg, fix))
+}
+
+func (v *validator) fieldError(p, value, msg, fix string) *FieldError {
+	line, col := v.position(p)
+	return &FieldError{File: v.c.File, Line: line, Column: col, Field: p, Value: value, Msg: msg, Fix: fix}
+}
+
+func (v *validator) failRange(p, value string, rng rangeText) {
+	msg, fix := rng(value)
+	v.fail(p, value, msg, fix)
+}
+
+// where names an earlier item for "already used by" messages.
+func (v *validator) where(p string) string {
+	if line, _ := v.position(p); line > 0 {
+		return fmt.Sprintf("%s (line %d)", p, line)
+	}
+	return p
+}
+
+// --- transport ---
+
+func (v *validator) transport() {
+	t := &v.c.Transport
+	const tp = "transport."
+	if t.QueueDepth == 0 && !v.explicit(tp+"queue_depth") {
+		t.QueueDepth = DefaultQueueDepth
+	}
+	if t.InCapsuleDataSize == 0 && !v.explicit(tp+"in_capsule_data_size") {
+		t.InCapsuleDataSize = DefaultInCapsuleDataSize
+	}
+	if t.InCapsuleDataSize == NoInCapsuleData {
+		t.InCapsuleDataSize = 0
+	}
+	v.src.set[tp+"in_capsule_data_size"] = true
+	if t.MaxIOSize == 0 && !v.explicit(tp+"max_io_size") {
+		t.MaxIOSize = DefaultMaxIOSize
+	}
+	if t.MaxIOQueues == 0 && !v.explicit(tp+"max_io_queues") {
+		t.MaxIOQueues = DefaultMaxIOQueues
+	}
+	if t.KeepAliveTimeout == 0 && !v.explicit(tp+"keep_alive_timeout") {
+		t.KeepAliveTimeout = DefaultKeepAliveTimeout
+	}
+
+	qdOK := t.QueueDepth >= MinQueueDepth && t.QueueDepth <= MaxQueueDepth
+	if !qdOK && !v.skip(tp+"queue_depth") {
+		v.failRange(tp+"queue_depth", strconv.Itoa(t.QueueDepth), queueDepthRange)
+	}
+	mioOK := t.MaxIOSize >= MinMaxIOSize && t.MaxIOSize <= MaxMaxIOSize && bits.OnesCount(uint(t.MaxIOSize)) == 1
+	if !mioOK && !v.skip(tp+"max_io_size") {
+		v.failRange(tp+"max_io_size", sizeText(t.MaxIOSize), maxIORange)
+	}
+	icd := t.InCapsuleDataSize
+	if (icd < 0 || icd%4096 != 0 || icd > MaxInCapsuleDataSize) && !v.skip(tp+"in_capsule_data_size") {
+		v.failRange(tp+"in_capsule_data_size", sizeText(icd), icdRange)
+	} else if mioOK && icd > t.MaxIOSize && !v.skip(tp+"in_capsule_data_size") {
+		v.fail(tp+"in_capsule_data_size", sizeText(icd),
+			fmt.Sprintf("%s is larger than max_io_size %s", sizeText(icd), sizeText(t.MaxIOSize)),
+			"lower in_capsule_data_size or raise max_io_size: a command never carries more data than max_io_size")
+	}
+
+	pp := tp + "buffer_pool_size"
+	if t.BufferPoolSize == 0 && !v.explicit(pp) && qdOK && mioOK {
+		t.BufferPoolSize = min(4*Size(t.QueueDepth)*Size(t.MaxIOSize), MaxDefaultBufferPoolSize)
+	}
+	if !v.skip(pp) && (t.BufferPoolSize != 0 || v.explicit(pp)) {
+		bp := t.BufferPoolSize
+		switch {
+		case bp%4096 != 0 || bp == 0 || bp > MaxBufferPoolSize:
+			v.fail(pp, bp.String(), fmt.Sprintf("%s is not a usable buffer pool size", bp),
+				"use a multiple of 4KiB from max_io_size up to 64GiB (default: 4 × queue_depth × max_io_size, at most 1GiB)")
+		case mioOK && bp < Size(t.MaxIOSize):
+			v.fail(pp, bp.String(), fmt.Sprintf("%s is smaller than max_io_size %s, so a command of the largest size could never get a buffer", bp, sizeText(t.MaxIOSize)),
+				"raise buffer_pool_size to at least max_io_size (better: queue_depth × max_io_size or more)")
+		case qdOK && mioOK && bp < Size(t.QueueDepth)*Size(t.MaxIOSize):
+			v.warn(pp, bp.String(), fmt.Sprintf("%s holds less than one full queue of the largest commands (%d × %s)", bp, t.QueueDepth, sizeText(t.MaxIOSize)),
+				"large I/O at full queue depth will wait for buffers; raise buffer_pool_size if that matters")
+		}
+	}
+
+	if (t.PollGroups < 0 || t.PollGroups > MaxPollGroups) && !v.skip(tp+"poll_groups") {
+		v.failRange(tp+"poll_groups", strconv.Itoa(t.PollGroups), pollGroupsRange)
+	}
+	if (t.MaxIOQueues < 1 || t.MaxIOQueues > MaxMaxIOQueues) && !v.skip(tp+"max_io_queues") {
+		v.failRange(tp+"max_io_queues", strconv.Itoa(t.MaxIOQueues), maxIOQueuesRange)
+	}
+	if (t.KeepAliveTimeout < MinKeepAliveTimeout || t.KeepAliveTimeout > MaxKeepAliveTimeout) && !v.skip(tp+"keep_alive_timeout") {
+		v.fail(tp+"keep_alive_timeout", t.KeepAliveTimeout.String(), t.KeepAliveTimeout.String()+" is out of range",
+			fmt.Sprintf("use %v to %v (default %v), e.g. 120s", MinKeepAliveTimeout, MaxKeepAliveTimeout, time.Duration(DefaultKeepAliveTimeout)))
+	}
+}
+
+// sizeText writes a byte count the way a user would have written it.
+func sizeText(n int) string {
+	if n < 0 {
+		return strconv.Itoa(n)
+	}
+	return Size(n).String()
+}
+
+// --- listeners ---
+
+func (v *validator) listeners() {
+	c := v.c
+	if len(c.Listeners) == 0 {
+		if !v.skip("listeners") {
+			v.fail("listeners", "", "no listeners are configured",
+				"add one, e.g. listeners: [{address: 10.99.0.1, port: 4420}]")
+		}
+		return
+	}
+	type entry struct {
+		ap netip.AddrPort
+		p  string
+	}
+	var seen []entry
+	for i := range c.Listeners {
+		l := &c.Listeners[i]
+		p := fmt.Sprintf("listeners[%d]", i)
+		if l.Transport == "" && !v.explicit(p+".transport") {
+			l.Transport = DefaultTransport
+		}
+		switch l.Transport {
+		case "rdma":
+		case "tcp", "fc", "loop":
+			v.fail(p+".transport", l.Transport, fmt.Sprintf("transport %q is not supported yet", l.Transport), "use rdma")
+		default:
+			v.fail(p+".transport", l.Transport, fmt.Sprintf("%q is not an NVMe-oF transport", l.Transport), "use rdma")
+		}
+		if l.Port == 0 && !v.explicit(p+".port") && !v.skip(p+".port") {
+			l.Port = DefaultPort
+		}
+		if l.Port == 0 && !v.skip(p+".port") {
+			v.failRange(p+".port", "0", portRange)
+		}
+		if l.Address == "" {
+			if !v.skip(p + ".address") {
+				v.fail(p+".address", "", "missing",
+					"give the IPv4 or IPv6 address of an RDMA-capable interface, e.g. address: 10.99.0.1 (0.0.0.0 or :: listens on all)")
+			}
+			continue
+		}
+		addr, err := netip.ParseAddr(l.Address)
+		if err != nil {
+			v.fail(p+".address", l.Address, fmt.Sprintf("%q is not an IP address", l.Address),
+				"write an IPv4 or IPv6 address such as 10.99.0.1 or fd00::1; host names are not resolved")
+			continue
+		}
+		if l.Port == 0 {
+			continue
+		}
+		ap := netip.AddrPortFrom(addr.Unmap(), l.Port)
+		for _, e := range seen {
+			switch {
+			case e.ap == ap:
+				v.fail(p, ap.String(), fmt.Sprintf("listener %s is already defined by %s", ap, v.where(e.p)), "remove one of them, or use another port")
+			case e.ap.Port() == ap.Port() && e.ap.Addr().Is4() == ap.Addr().Is4() &&
+				(e.ap.Addr().IsUnspecified() || ap.Addr().IsUnspecified()):
+				v.fail(p, ap.String(), fmt.Sprintf("listener %s overlaps %s at %s: a wildcard address listens on every address of its family", ap, v.where(e.p), e.ap),
+					"remove one of them, or use another port")
+			default:
+				continue
+			}
+			break
+		}
+		seen = append(seen, entry{ap, p})
+	}
+}
+
+// --- subsystems and namespaces ---
+
+type idOwners struct {
+	nqn   map[string]string
+	uuid  map[[16]byte]string
+	nguid map[[16]byte]string
+	eui64 map[[8]byte]string
+	path  map[string]struct {
+		p        string
+		readOnly bool
+	}
+}
+
+func (v *validator) subsystems() {
+	c := v.c
+	if len(c.Subsystems) == 0 {
+		if !v.skip("subsystems") {
+			v.fail("subsystems", "", "no subsystems are configured",
+				"add one with an nqn, allow_any_host: true or a hosts list, and namespaces; see conf/examples")
+		}
+		return
+	}
+	own := &idOwners{
+		nqn: map[string]string{}, uuid: map[[16]byte]string{}, nguid: map[[16]byte]string{},
+		eui64: map[[8]byte]string{}, path: map[string]struct {
+			p        string
+			readOnly bool
+		}{},
+	}
+	for i := range c.Subsystems {
+		v.subsystem(&c.Subsystems[i], fmt.Sprintf("subsystems[%d]", i), own)
+	}
+}
+
+func (v *validator) subsystem(s *Subsystem, p string, own *idOwners) {
+	nqnOK := false
+	switch {
+	case s.NQN == "":
+		if !v.skip(p + ".nqn") {
+			v.fail(p+".nqn", "", "missing", "name the subsystem, e.g. nqn: "+nqnExample)
+		}
+	case s.NQN == DiscoveryNQN:
+		v.fail(p+".nqn", s.NQN, fmt.Sprintf("%s is the well-known discovery subsystem, which gonvmf serves on every listener by itself", s.NQN),
+			"give the subsystem its own NQN, e.g. "+nqnExample)
+	default:
+		if prob := nqnProblem(s.NQN); prob != "" {
+			v.fail(p+".nqn", s.NQN, fmt.Sprintf("%q is not a valid NQN: %s", s.NQN, prob),
+				"use the form nqn.yyyy-mm.<reverse domain>:<name>, e.g. "+nqnExample)
+		} else if prev, dup := own.nqn[s.NQN]; dup {
+			v.fail(p+".nqn", s.NQN, fmt.Sprintf("%s is already the NQN of %s", s.NQN, v.where(prev)), "give each subsystem its own NQN")
+		} else {
+			own.nqn[s.NQN] = p
+			nqnOK = true
+		}
+	}
+
+	if s.Serial == "" && !v.explicit(p+".serial") && s.NQN != "" {
+		s.Serial = DeriveSerial(s.NQN)
+	}
+	if s.Serial != "" || v.explicit(p+".serial") {
+		v.asciiField(p+".serial", s.Serial, MaxSerialLength, "serial number", "remove serial to derive one from the NQN")
+	}
+	if s.Model == "" && !v.explicit(p+".model") {
+		s.Model = DefaultModel
+	}
+	v.asciiField(p+".model", s.Model, MaxModelLength, "model number", "remove model to use "+DefaultModel)
+
+	switch {
+	case s.AllowAnyHost && len(s.Hosts) > 0:
+		v.fail(p+".allow_any_host", "true", "allow_any_host: true and a hosts list are both given, so it is unclear who may connect",
+			"remove hosts to let every host connect, or remove allow_any_host to admit only the listed hosts")
+	case !s.AllowAnyHost && len(s.Hosts) == 0 && !v.skip(p+".hosts") && !v.skip(p+".allow_any_host"):
+		v.fail(p+".hosts", "", "no host may connect: allow_any_host is not true and hosts is empty",
+			"set allow_any_host: true, or list the NQNs of the hosts that may connect (each host's /etc/nvme/hostnqn)")
+	}
+	hosts := map[string]string{}
+	for j, h := range s.Hosts {
+		hp := fmt.Sprintf("%s.hosts[%d]", p, j)
+		if v.skip(hp) {
+			continue
+		}
+		if h == DiscoveryNQN {
+			v.fail(hp, h, "the discovery NQN names a subsystem, not a host", "use the host's own NQN (its /etc/nvme/hostnqn)")
+			continue
+		}
+		if prob := nqnProblem(h); prob != "" {
+			v.fail(hp, h, fmt.Sprintf("%q is not a valid host NQN: %s", h, prob),
+				"use the host's NQN as in its /etc/nvme/hostnqn, e.g. nqn.2014-08.org.nvmexpress:uuid:<uuid>")
+			continue
+		}
+		if prev, dup := hosts[h]; dup {
+			v.fail(hp, h, fmt.Sprintf("host %s is already listed as %s", h, v.where(prev)), "remove the repeated entry")
+			continue
+		}
+		hosts[h] = hp
+	}
+
+	if len(s.Namespaces) == 0 && !v.skip(p+".namespaces") {
+		v.warn(p+".namespaces", "", "the subsystem has no namespaces: hosts can connect but will see no storage",
+			"add namespaces, or remove the subsystem")
+	}
+	nsids := map[uint32]string{}
+	for j := range s.Namespaces {
+		v.namespace(&s.Namespaces[j], s.NQN, nqnOK, fmt.Sprintf("%s.namespaces[%d]", p, j), nsids, own)
+	}
+}
+
+func (v *validator) asciiField(p, s string, max int, what, fix string) {
+	if v.skip(p) {
+		return
+	}
+	switch {
+	case s == "":
+		v.fail(p, s, "the "+what+" is empty", fix)
+	case len(s) > max:
+		v.fail(p, s, fmt.Sprintf("%q is %d bytes long; a %s has at most %d", s, len(s), what, max), fmt.Sprintf("shorten it to %d printable ASCII characters, or %s", max, fix))
+	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r > 0x7e }):
+		v.fail(p, s, fmt.Sprintf("%q contains characters other than printable ASCII, which a %s cannot hold", s, what), "use printable ASCII characters only, or "+fix)
+	}
+}
+
+func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, nsids map[uint32]string, own *idOwners) {
+	// nsid
+	nsidOK := false
+	switch {
+	case v.skip(p + ".nsid"):
+	case ns.NSID == 0 && !v.explicit(p+".nsid"):
+		v.fail(p+".nsid", "", "missing", fmt.Sprintf("give each namespace a unique nsid from 1 to %d", MaxNSID))
+	case ns.NSID == 0 || ns.NSID > MaxNSID:
+		v.failRange(p+".nsid", strconv.FormatUint(uint64(ns.NSID), 10), nsidRange)
+	default:
+		if prev, dup := nsids[ns.NSID]; dup {
+			v.fail(p+".nsid", strconv.FormatUint(uint64(ns.NSID), 10),
+				fmt.Sprintf("nsid %d is already used by %s", ns.NSID, v.where(prev)), "give each namespace of a subsystem its own nsid")
+		} else {
+			nsids[ns.NSID] = p
+			nsidOK = true
+		}
+	}
+
+	// lba_size
+	if ns.LBASize == 0 && !v.explicit(p+".lba_size") {
+		ns.LBASize = DefaultLBASize
+	}
+	lbaOK := ns.LBASize == 512 || ns.LBASize == 4096
+	if !lbaOK && !v.skip(p+".lba_size") {
+		v.failRange(p+".lba_size", strconv.FormatUint(uint64(ns.LBASize), 10), lbaSizeRange)
+	}
+
+	// backend, path, size
+	sizeWritten := ns.Size != 0 || v.explicit(p+".size")
+	switch ns.Backend {
+	case BackendFile, BackendBlock:
+		if ns.Path == "" {
+			if !v.skip(p + ".path") {
+				eg := "/var/lib/gonvmf/disk0.img"
+				if ns.Backend == BackendBlock {
+					eg = "/dev/nvme0n1"
+				}
+				v.fail(p+".path", "", "missing", fmt.Sprintf("%s namespaces need the path of their backing %s, e.g. path: %s",
+					ns.Backend, map[string]string{BackendFile: "file", BackendBlock: "device"}[ns.Backend], eg))
+			}
+		} else {
+			if !filepath.IsAbs(ns.Path) && v.c.File != "" {
+				ns.Path = filepath.Join(filepath.Dir(v.c.File), ns.Path)
+			}
+			ns.Path = filepath.Clean(ns.Path)
+			if prev, dup := own.path[ns.Path]; dup && !(prev.readOnly && ns.ReadOnly) {
+				v.fail(p+".path", ns.Path, fmt.Sprintf("%s is already the backing of %s", ns.Path, v.where(prev.p)),
+					"give each namespace its own file or device (only read-only namespaces may share one)")
+			} else if !dup {
+				own.path[ns.Path] = struct {
+					p        string
+					readOnly bool
+				}{p, ns.ReadOnly}
+			}
+		}
+		if ns.Backend == BackendBlock && sizeWritten && !v.skip(p+".size") {
+			v.fail(p+".size", ns.Size.String(), "block namespaces take their size from the device", "remove size")
+			sizeWritten = false
+		}
+	case BackendNull, BackendMemory:
+		if ns.Path != "" {
+			v.fail(p+".path", ns.Path, fmt.Sprintf("%s namespaces have no backing file", ns.Backend), "remove path, or use backend: file")
+		}
+		if !sizeWritten && !v.skip(p+".size") {
+			v.fail(p+".size", "", "missing", fmt.Sprintf("%s namespaces need a capacity, e.g. size: 10GiB", ns.Backend))
+		}
+		if ns.Backend == BackendMemory && ns.Size > MaxMemorySize {
+			v.fail(p+".size", ns.Size.String(), fmt.Sprintf("%s is more than the %s a memory namespace may have", ns.Size, Size(MaxMemorySize)),
+				"use a smaller size, or backend: null for benchmarks that need no data")
+		}
+	case "":
+		if !v.skip(p + ".backend") {
+			v.fail(p+".backend", "", "missing", "set backend to file, block, null or memory")
+		}
+	default:
+		fix := "use file, block, null or memory"
+		if lb := strings.ToLower(strings.TrimSpace(ns.Backend)); contains([]string{BackendFile, BackendBlock, BackendNull, BackendMemory}, lb) {
+			fix = "write it in lower case: " + lb
+		}
+		v.fail(p+".backend", ns.Backend, fmt.Sprintf("%q is not a backend", ns.Backend), fix)
+	}
+	if sizeWritten && !v.skip(p+".size") {
+		switch {
+		case ns.Size == 0:
+			v.fail(p+".size", "0", "a namespace of 0 bytes holds nothing", fmt.Sprintf("give a size of at least one block (%d bytes), e.g. 1GiB", ns.LBASize))
+		case lbaOK && ns.Size%Size(ns.LBASize) != 0:
+			down := ns.Size / Size(ns.LBASize) * Size(ns.LBASize)
+			fix := fmt.Sprintf("use %d", uint64(down)+uint64(ns.LBASize))
+			if down > 0 {
+				fix = fmt.Sprintf("use %d or %d", uint64(down), uint64(down)+uint64(ns.LBASize))
+			}
+			v.fail(p+".size", ns.Size.String(), fmt.Sprintf("%s (%d bytes) is not a multiple of the LBA size %d", ns.Size, uint64(ns.Size), ns.LBASize), fix)
+		}
+	}
+
+	// identifiers
+	if !nqnOK || !nsidOK {
+		return // derived identifiers would be meaningless; the NQN or NSID error says why
+	}
+	if ns.UUID == ([16]byte{}) && !v.skip(p+".uuid") {
+		ns.UUID = DeriveUUID(nqn, ns.NSID)
+	}
+	if ns.NGUID == ([16]byte{}) && !v.skip(p+".nguid") {
+		ns.NGUID = DeriveNGUID(nqn, ns.NSID)
+	}
+	if ns.EUI64 == ([8]byte{}) && !v.skip(p+".eui64") {
+		ns.EUI64 = DeriveEUI64(nqn, ns.NSID)
+	}
+	const twoPaths = "hosts would take both for one namespace reached by two paths; remove the field to derive a unique one"
+	if prev, dup := own.uuid[ns.UUID]; dup {
+		v.fail(p+".uuid", FormatUUID(ns.UUID), fmt.Sprintf("uuid %s is also the uuid of %s", FormatUUID(ns.UUID), v.where(prev)), twoPaths)
+	} else if ns.UUID != ([16]byte{}) {
+		own.uuid[ns.UUID] = p
+	}
+	if prev, dup := own.nguid[ns.NGUID]; dup {
+		v.fail(p+".nguid", FormatNGUID(ns.NGUID), fmt.Sprintf("nguid %s is also the nguid of %s", FormatNGUID(ns.NGUID), v.where(prev)), twoPaths)
+	} else if ns.NGUID != ([16]byte{}) {
+		own.nguid[ns.NGUID] = p
+	}
+	if prev, dup := own.eui64[ns.EUI64]; dup {
+		v.fail(p+".eui64", FormatEUI64(ns.EUI64), fmt.Sprintf("eui64 %s is also the eui64 of %s", FormatEUI64(ns.EUI64), v.where(prev)), twoPaths)
+	} else if ns.EUI64 != ([8]byte{}) {
+		own.eui64[ns.EUI64] = p
+	}
+}
