@@ -1,0 +1,138 @@
+// Command gonvmf is the gonvmf NVMe-over-Fabrics target and its tools.
+//
+//	gonvmf serve   --config FILE   run the target
+//	gonvmf check   --config FILE   validate a configuration and print it resolved
+//	gonvmf version                 print the version
+//
+// Each subcommand lives in its own file and adds itself to the application from an init
+// function with registerCommand, so a new subcommand is one new file. Global flags set up
+// logging (log/slog, to standard error). Exit status: 0 success, 1 failure, 2 usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// commands holds the constructors registered by the subcommand files.
+var commands []func() *cli.Command
+
+// registerCommand adds a subcommand; call it from an init function of the command's file.
+func registerCommand(newCommand func() *cli.Command) {
+	commands = append(commands, newCommand)
+}
+
+// usageError is an error in how gonvmf was invoked; it exits with status 2.
+func usageError(format string, args ...any) error {
+	return cli.Exit(fmt.Sprintf(format, args...), exitUsage)
+}
+
+// failed reports that a command failed after it has already printed why; exit status 1.
+var failed = cli.Exit("", exitFailure)
+
+// newApp builds the application; output goes to stdout and stderr.
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:      "gonvmf",
+		Usage:     "userspace NVMe over Fabrics (RDMA) target",
+		Version:   versionString(),
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{
+				Name:    "log-level",
+				Value:   "info",
+				Usage:   "log messages at `LEVEL` and above: debug, info, warn or error",
+				EnvVars: []string{"GONVMF_LOG_LEVEL"},
+			},
+			&cli.StringFlag{
+				Name:    "log-format",
+				Value:   "text",
+				Usage:   "log as `FORMAT`: text or json",
+				EnvVars: []string{"GONVMF_LOG_FORMAT"},
+			},
+		},
+		Before: func(c *cli.Context) error {
+			return setupLogging(c.App.ErrWriter, c.String("log-level"), c.String("log-format"))
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usageError("unknown command %q; run 'gonvmf help' for the list", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
+		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
+			return usageError("%v; run 'gonvmf help' for usage", err)
+		},
+		// run prints errors and picks the exit status; never let the library call os.Exit.
+		ExitErrHandler:  func(*cli.Context, error) {},
+		HideHelpCommand: false,
+	}
+	for _, newCommand := range commands {
+		cmd := newCommand()
+		if cmd.OnUsageError == nil {
+			cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
+				return usageError("%v; run 'gonvmf %s --help' for usage", err, cmd.Name)
+			}
+		}
+		app.Commands = append(app.Commands, cmd)
+	}
+	slices.SortFunc(app.Commands, func(a, b *cli.Command) int { return strings.Compare(a.Name, b.Name) })
+	return app
+}
+
+// run runs gonvmf with args (args[0] is the program name) and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := newApp(stdout, stderr).RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, "gonvmf:", msg)
+		}
+		return ec.ExitCode()
+	}
+	fmt.Fprintln(stderr, "gonvmf:", err)
+	return exitFailure
+}
+
+// setupLogging points log/slog's default logger at w.
+func setupLogging(w io.Writer, level, format string) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return usageError("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(w, opts)
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return usageError("--log-format %q: use text or json", format)
+	}
+	slog.SetDefault(slog.New(h))
+	return nil
+}

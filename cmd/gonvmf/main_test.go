@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/gonvmf/gonvmf/conf"
+)
+
+// gonvmf runs the application in-process and returns its exit status and output.
+func gonvmf(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), append([]string{"gonvmf"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckExamples(t *testing.T) {
+	files, err := filepath.Glob("../../conf/examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			code, out, errOut := gonvmf(t, "check", "--config", f)
+			if code != 0 {
+				t.Fatalf("check %s: exit %d\n%s", f, code, errOut)
+			}
+			if !strings.Contains(errOut, f+": valid: ") || strings.Contains(errOut, "warning") {
+				t.Errorf("stderr: %q", errOut)
+			}
+			// stdout is the resolved configuration and reads back as the same one.
+			want, err := conf.Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := conf.Parse([]byte(out), "stdout")
+			if err != nil {
+				t.Fatalf("check's output does not parse: %v\n%s", err, out)
+			}
+			if got.String() != strings.Replace(want.String(), "resolved from "+f, "resolved from stdout", 1) {
+				t.Errorf("check printed\n%s\nwhich resolves to\n%s\nnot\n%s", out, got, want)
+			}
+		})
+	}
+}
+
+const badConfig = `listeners:
+  - address: 10.99.0.1
+    port: 70000
+subsystems:
+  - nqn: nqn.2024-01.com.example:t
+    allow_any_host: true
+    namespaces:
+      - nsid: 1
+        backend: null
+        size: 1GiB
+        lba_size: 1024
+      - nsid: 1
+        backend: file
+`
+
+func TestCheckReportsEveryError(t *testing.T) {
+	f := writeFile(t, "bad.yaml", badConfig)
+	code, out, errOut := gonvmf(t, "check", "-c", f)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if out != "" {
+		t.Errorf("stdout for an invalid config: %q", out)
+	}
+	for _, want := range []string{
+		f + ":3: listeners[0].port: 70000 is not a valid port; use a port from 1 to 65535",
+		f + ":11: subsystems[0].namespaces[0].lba_size: 1024 is not a supported LBA size; use 512 or 4096",
+		f + ":12: subsystems[0].namespaces[1].nsid: nsid 1 is already used by subsystems[0].namespaces[0] (line 8)",
+		f + ":12: subsystems[0].namespaces[1].path: missing; file namespaces need the path",
+		"gonvmf: " + f + ": 4 errors",
+	} {
+		if !strings.Contains(errOut, want+"") {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+func TestCheckStaticSkipsTheMachine(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "absent.img")
+	f := writeFile(t, "file.yaml", `listeners: [{address: 10.99.0.1}]
+subsystems:
+  - nqn: nqn.2024-01.com.example:f
+    allow_any_host: true
+    namespaces:
+      - {nsid: 1, backend: file, path: `+missing+`}
+`)
+	code, _, errOut := gonvmf(t, "check", "--config", f)
+	if code != 1 || !strings.Contains(errOut, f+":6: subsystems[0].namespaces[0].path: "+missing+" does not exist, and no size is given") {
+		t.Errorf("check: exit %d\n%s", code, errOut)
+	}
+	code, out, errOut := gonvmf(t, "check", "--static", "--config", f)
+	if code != 0 || !strings.Contains(out, "path: "+missing) {
+		t.Errorf("check --static: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+func TestCheckQuietAndEnv(t *testing.T) {
+	t.Setenv("GONVMF_CONFIG", "../../conf/examples/null.yaml")
+	code, out, errOut := gonvmf(t, "check", "-q")
+	if code != 0 || out != "" || errOut != "" {
+		t.Errorf("check -q: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestCheckWarnings(t *testing.T) {
+	f := writeFile(t, "warn.yaml", "listeners: [{address: 10.99.0.1}]\nsubsystems:\n  - nqn: nqn.2024-01.com.example:w\n    allow_any_host: true\n")
+	code, _, errOut := gonvmf(t, "check", "-c", f)
+	if code != 0 || !strings.Contains(errOut, "warning: "+f+":3: subsystems[0].namespaces: the subsystem has no namespaces") {
+		t.Errorf("exit %d\n%s", code, errOut)
+	}
+}
+
+func TestServe(t *testing.T) {
+	code, _, errOut := gonvmf(t, "serve", "--config", "../../conf/examples/null.yaml")
+	if code != 1 || !strings.Contains(errOut, "gonvmf: the RDMA transport is not implemented yet") ||
+		!strings.Contains(errOut, `msg="configuration loaded"`) {
+		t.Errorf("serve: exit %d\n%s", code, errOut)
+	}
+	// An invalid configuration is reported as check reports it, before anything starts.
+	f := writeFile(t, "bad.yaml", badConfig)
+	code, _, errOut = gonvmf(t, "serve", "--config", f)
+	if code != 1 || !strings.Contains(errOut, f+":11: subsystems[0].namespaces[0].lba_size") || strings.Contains(errOut, "RDMA transport") {
+		t.Errorf("serve with a bad config: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check"}, "--config FILE is required"},
+		{[]string{"serve"}, "--config FILE is required"},
+		{[]string{"check", "x.yaml"}, `unexpected argument "x.yaml"; name the configuration with --config x.yaml`},
+		{[]string{"chek"}, `unknown command "chek"`},
+		{[]string{"check", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--bogus", "version"}, "flag provided but not defined: -bogus"},
+		{[]string{"--log-level", "loud", "version"}, `--log-level "loud": use debug, info, warn or error`},
+		{[]string{"--log-format", "xml", "version"}, `--log-format "xml": use text or json`},
+		{[]string{"version", "extra"}, "version takes no arguments"},
+	} {
+		code, _, errOut := gonvmf(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("gonvmf %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+	}
+}
+
+func TestMissingConfigFile(t *testing.T) {
+	code, _, errOut := gonvmf(t, "check", "-c", "/nonexistent/gonvmf.yaml")
+	if code != 1 || !strings.Contains(errOut, "open /nonexistent/gonvmf.yaml") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	code, out, _ := gonvmf(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "gonvmf ") || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+	code, out, _ = gonvmf(t, "--help")
+	for _, cmd := range []string{"check", "serve", "version", "--log-level"} {
+		if code != 0 || !strings.Contains(out, cmd) {
+			t.Errorf("help lacks %s (exit %d):\n%s", cmd, code, out)
+		}
+	}
+}
+
+func TestJSONLogging(t *testing.T) {
+	_, _, errOut := gonvmf(t, "--log-format", "json", "serve", "-c", "../../conf/examples/null.yaml")
+	if !strings.Contains(errOut, `"msg":"configuration loaded"`) {
+		t.Errorf("stderr: %s", errOut)
+	}
+	_, _, errOut = gonvmf(t, "--log-level", "error", "serve", "-c", "../../conf/examples/null.yaml")
+	if strings.Contains(errOut, "configuration loaded") {
+		t.Errorf("info logged at --log-level error: %s", errOut)
+	}
+}
+
+// TestBinary builds gonvmf with a version stamped in by -ldflags and runs it as a user
+// would: real exit statuses, real output streams.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "gonvmf")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-ldflags", "-X main.version=v0.0.0-test", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "gonvmf v0.0.0-test ") {
+		t.Errorf("version: %q %v", out, err)
+	}
+	cmd := exec.Command(bin, "check", "--config", writeFile(t, "bad.yaml", badConfig))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), ": 4 errors") {
+		t.Errorf("check of a bad config: %v\n%s", err, stderr.String())
+	}
+	if err := exec.Command(bin, "check", "-q", "-c", "../../conf/examples/null.yaml").Run(); err != nil {
+		t.Errorf("check of an example: %v", err)
+	}
+	err = exec.Command(bin, "nonsense").Run()
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Errorf("unknown command: %v", err)
+	}
+}
