@@ -21,6 +21,9 @@
 #   -l, --list         list the suites and exit
 # Exit status: 0 if every selected suite passed (or was skipped), 1 otherwise, 2 if the
 # setup failed.
+
+# One { } block, parsed before it runs: editing this file cannot disturb a running copy.
+{
 set -uo pipefail
 
 INTEG=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +42,7 @@ while [ $# -gt 0 ]; do
 	--no-build) build=0; shift ;;
 	-v | --verbose) verbose=1; shift ;;
 	-l | --list) list=1; shift ;;
-	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "run-tests.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 	*) names+=("$1"); shift ;;
 	esac
@@ -199,3 +202,4 @@ done
 } | tee "$out/summary.txt"
 [ $interrupted = 1 ] && { say "interrupted"; exit 130; }
 exit $failed
+}

@@ -7,6 +7,9 @@
 # and GONVMF_REQUIRE_RDMA=1, which turns an RDMA test's "no RDMA here" skip into a failure.
 # Each top-level test becomes a RESULT line named <name>/<TestName>; each binary's output is
 # in $OUT/<name>.log.
+
+# One { } block, parsed before it runs: editing this file cannot disturb a running copy.
+{
 . "$SRC/integration/vm/guest-lib.sh"
 
 export GONVMF_REQUIRE_RDMA=1
@@ -43,3 +46,4 @@ while read -r name pkg; do
 	fi
 done < "$manifest"
 finish
+}

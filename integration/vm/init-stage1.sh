@@ -52,4 +52,7 @@ mount --bind "/newroot$KMODS" "/newroot/usr/lib/modules/$KVER" || fail "cannot b
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
 mount --move /dev /newroot/dev
-exec switch_root /newroot /bin/bash "$STAGE2"
+# Run a private copy: bash reads a script as it goes, and the host's copy may be edited
+# while this guest runs.
+cp "/newroot$STAGE2" /newroot/.gonvmf-stage2 || fail "cannot copy stage 2"
+exec switch_root /newroot /bin/bash /.gonvmf-stage2

@@ -18,6 +18,10 @@
 # Exit status of run: the guest script's status; 124 if it did not finish within --timeout;
 # 125 if the harness or the guest failed before or around the script (the message says
 # which); 2 for a usage error.
+
+# The whole script is one { } block, parsed before it runs: editing this file cannot
+# disturb a vm.sh that is already running.
+{
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -157,7 +161,7 @@ build_initramfs() {
 	rm -rf "$ir"
 	mkdir -p "$ir"/{bin,dev,proc,sys,ro,rw,newroot,lib/modules}
 	cp /bin/busybox "$ir/bin/busybox"
-	for m in sh mount insmod mkdir cat sleep poweroff switch_root; do ln -s busybox "$ir/bin/$m"; done
+	for m in sh mount insmod mkdir cat cp sleep poweroff switch_root; do ln -s busybox "$ir/bin/$m"; done
 	: > "$ir/modules.list"
 	for m in $INITRAMFS_MODULES; do
 		modprobe -d "$img/kernel" -S "$kver" --show-depends "$m" || return 1
@@ -323,9 +327,11 @@ cmd_run() {
 	# The guest's run description; GONVMF_* variables of this environment go along.
 	local deadline=0 grace
 	if [ "$timeout" -gt 0 ]; then
-		grace=$((timeout / 10))
-		[ $grace -lt 5 ] && grace=5
-		[ $grace -gt 30 ] && grace=30
+		# time for the guest to kill the script, record ps and dmesg and power off, even on
+		# a busy host (2-3x slower)
+		grace=$((timeout / 5))
+		[ $grace -lt 10 ] && grace=10
+		[ $grace -gt 60 ] && grace=60
 		deadline=$((timeout - grace))
 		[ $deadline -lt 1 ] && deadline=1
 	fi
@@ -452,6 +458,8 @@ check)
 	msg "host prerequisites present"
 	;;
 clean) shift; cmd_clean "$@" ;;
--h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
+-h | --help | help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//' ;;
 *) usage_error "unknown command '${1:-}'" ;;
 esac
+exit
+}
