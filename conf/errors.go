@@ -19,7 +19,7 @@ import (
 // that is: the file and line, the field path, what is wrong (quoting the bad value), and the fix.
 type FieldError struct {
 	File   string // the configuration file; "" for a Config built in code
-	Line   int    // 1-based line of the value (or of the enclosing item when the field is missing); 0 if unknown
+	Line   int    // 1-based line of the field (of the enclosing item when the field is missing); 0 if unknown
 	Column int    // 1-based column, 0 if unknown
 	Field  string // field path, e.g. "subsystems[0].namespaces[1].lba_size"; "" for the whole file
 	Value  string // the offending value as written; "" when the field is missing

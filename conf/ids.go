@@ -10,10 +10,11 @@ import (
 	"strings"
 )
 
-// IDNamespace is the UUID namespace of the version-5 UUIDs DeriveUUID makes. It was drawn
-// at random once for gonvmf and must never change: hosts (multipath, blktests, udev's
-// /dev/disk/by-id links) know namespaces by these UUIDs.
-var IDNamespace = [16]byte{0x37, 0x38, 0xc8, 0x55, 0xc5, 0x7f, 0x4e, 0xe1, 0x87, 0x81, 0x8f, 0x98, 0x34, 0xa1, 0xde, 0xfc}
+// idNamespace (3738c855-c57f-4ee1-8781-8f9834a1defc) is the UUID namespace of the
+// version-5 UUIDs DeriveUUID makes. It was drawn at random once for gonvmf and must never
+// change: hosts (multipath, blktests, udev's /dev/disk/by-id links) know namespaces by
+// these UUIDs.
+var idNamespace = [16]byte{0x37, 0x38, 0xc8, 0x55, 0xc5, 0x7f, 0x4e, 0xe1, 0x87, 0x81, 0x8f, 0x98, 0x34, 0xa1, 0xde, 0xfc}
 
 // idName is what identifiers are derived from: the subsystem NQN, a NUL (which an NQN
 // cannot contain) and the NSID in big-endian.
@@ -25,11 +26,12 @@ func idName(nqn string, nsid uint32) []byte {
 }
 
 // DeriveUUID is the namespace UUID used when a namespace gives none: the RFC 9562 version-5
-// (SHA-1, name-based) UUID of the subsystem NQN and NSID in the IDNamespace namespace. The
-// same NQN and NSID give the same UUID on every run and every machine.
+// (SHA-1, name-based) UUID of the subsystem NQN, a NUL and the NSID as 4 big-endian bytes,
+// in gonvmf's UUID namespace 3738c855-c57f-4ee1-8781-8f9834a1defc. The same NQN and NSID
+// give the same UUID on every run and every machine.
 func DeriveUUID(nqn string, nsid uint32) [16]byte {
 	h := sha1.New()
-	h.Write(IDNamespace[:])
+	h.Write(idNamespace[:])
 	h.Write(idName(nqn, nsid))
 	var u [16]byte
 	copy(u[:], h.Sum(nil))
