@@ -107,6 +107,7 @@ func (c *Command) IsFabrics() bool { return c.Opcode == OpFabrics }
 // Direction is the direction of a command's data transfer.
 type Direction uint8
 
+// Data transfer directions.
 const (
 	DirNone          Direction = 0 // no data
 	DirHostToCtrl    Direction = 1 // host memory → controller (writes, Connect data)

@@ -167,9 +167,16 @@ func MakeArbitration(ab, lpw, mpw, hpw uint8) Arbitration {
 	return Arbitration(uint32(ab&7) | uint32(lpw)<<8 | uint32(mpw)<<16 | uint32(hpw)<<24)
 }
 
-func (a Arbitration) AB() uint8  { return uint8(a & 7) }
+// AB returns the arbitration burst (bits 2:0).
+func (a Arbitration) AB() uint8 { return uint8(a & 7) }
+
+// LPW returns the low priority weight (bits 15:8).
 func (a Arbitration) LPW() uint8 { return uint8(a >> 8) }
+
+// MPW returns the medium priority weight (bits 23:16).
 func (a Arbitration) MPW() uint8 { return uint8(a >> 16) }
+
+// HPW returns the high priority weight (bits 31:24).
 func (a Arbitration) HPW() uint8 { return uint8(a >> 24) }
 
 // PowerManagement is the Power Management feature (FID 02h) dword: bits 4:0 PS (power
@@ -181,7 +188,10 @@ func MakePowerManagement(ps, wh uint8) PowerManagement {
 	return PowerManagement(uint32(ps&0x1F) | uint32(wh&7)<<5)
 }
 
+// PS returns the power state (bits 4:0).
 func (p PowerManagement) PS() uint8 { return uint8(p & 0x1F) }
+
+// WH returns the workload hint (bits 7:5).
 func (p PowerManagement) WH() uint8 { return uint8(p>>5) & 7 }
 
 // TemperatureThreshold is the Temperature Threshold feature (FID 04h) dword: bits 15:0
@@ -194,17 +204,25 @@ func MakeTemperatureThreshold(kelvin uint16, sel, thsel uint8) TemperatureThresh
 	return TemperatureThreshold(uint32(kelvin) | uint32(sel&0xF)<<16 | uint32(thsel&3)<<20)
 }
 
+// TMPTH returns the threshold in kelvins (bits 15:0).
 func (t TemperatureThreshold) TMPTH() uint16 { return uint16(t) }
+
+// TMPSEL returns the threshold temperature select (bits 19:16).
 func (t TemperatureThreshold) TMPSEL() uint8 { return uint8(t>>16) & 0xF }
-func (t TemperatureThreshold) THSEL() uint8  { return uint8(t>>20) & 3 }
+
+// THSEL returns the threshold type select (bits 21:20).
+func (t TemperatureThreshold) THSEL() uint8 { return uint8(t>>20) & 3 }
 
 // ErrorRecovery is the Error Recovery feature (FID 05h) dword: bits 15:0 TLER (time
 // limited error recovery, 100 ms units), bit 16 DULBE (deallocated or unwritten logical
 // block error enable).
 type ErrorRecovery uint32
 
+// TLER returns the time limited error recovery, 100 ms units (bits 15:0).
 func (e ErrorRecovery) TLER() uint16 { return uint16(e) }
-func (e ErrorRecovery) DULBE() bool  { return e&(1<<16) != 0 }
+
+// DULBE reports the deallocated or unwritten logical block error enable (bit 16).
+func (e ErrorRecovery) DULBE() bool { return e&(1<<16) != 0 }
 
 // VolatileWriteCache is the Volatile Write Cache feature (FID 06h) dword: bit 0 WCE.
 type VolatileWriteCache uint32
@@ -421,9 +439,14 @@ func MakeAsyncEvent(t AsyncEventType, info uint8, lid LID) AsyncEvent {
 	return AsyncEvent(uint32(t&7) | uint32(info)<<8 | uint32(lid)<<16)
 }
 
+// Type returns the event type (bits 2:0).
 func (a AsyncEvent) Type() AsyncEventType { return AsyncEventType(a & 7) }
-func (a AsyncEvent) Info() uint8          { return uint8(a >> 8) }
-func (a AsyncEvent) LogPage() LID         { return LID(a >> 16) }
+
+// Info returns the event information (bits 15:8).
+func (a AsyncEvent) Info() uint8 { return uint8(a >> 8) }
+
+// LogPage returns the log page associated with the event (bits 23:16).
+func (a AsyncEvent) LogPage() LID { return LID(a >> 16) }
 
 func (a AsyncEvent) String() string {
 	return fmt.Sprintf("async event{type=%v info=%#02x log=%v}", a.Type(), a.Info(), a.LogPage())

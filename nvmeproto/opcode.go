@@ -53,6 +53,7 @@ const (
 // FabricsType is the fctype of a Fabrics command (SQE byte 4).
 type FabricsType uint8
 
+// Fabrics command types.
 const (
 	FabricsPropertySet FabricsType = 0x00
 	FabricsConnect     FabricsType = 0x01

@@ -94,22 +94,53 @@ const (
 	CAPCRMSIndependentMedia = 1 << 1 // CRIMS
 )
 
-func (c CAP) MQES() uint16   { return uint16(bits64(uint64(c), 0, 16)) } // maximum queue entries, 0's based
-func (c CAP) CQR() bool      { return bits64(uint64(c), 16, 1) != 0 }    // contiguous queues required
-func (c CAP) AMS() uint8     { return uint8(bits64(uint64(c), 17, 2)) }  // arbitration mechanisms supported
-func (c CAP) TO() uint8      { return uint8(bits64(uint64(c), 24, 8)) }  // ready timeout, 500 ms units
-func (c CAP) DSTRD() uint8   { return uint8(bits64(uint64(c), 32, 4)) }  // doorbell stride
-func (c CAP) NSSRS() bool    { return bits64(uint64(c), 36, 1) != 0 }    // NVM subsystem reset supported
-func (c CAP) CSS() uint8     { return uint8(bits64(uint64(c), 37, 8)) }  // command sets supported
-func (c CAP) BPS() bool      { return bits64(uint64(c), 45, 1) != 0 }    // boot partition support
-func (c CAP) CPS() uint8     { return uint8(bits64(uint64(c), 46, 2)) }  // controller power scope
-func (c CAP) MPSMIN() uint8  { return uint8(bits64(uint64(c), 48, 4)) }  // memory page size minimum
-func (c CAP) MPSMAX() uint8  { return uint8(bits64(uint64(c), 52, 4)) }  // memory page size maximum
-func (c CAP) PMRS() bool     { return bits64(uint64(c), 56, 1) != 0 }    // persistent memory region supported
-func (c CAP) CMBS() bool     { return bits64(uint64(c), 57, 1) != 0 }    // controller memory buffer supported
-func (c CAP) NSSS() bool     { return bits64(uint64(c), 58, 1) != 0 }    // NVM subsystem shutdown supported
-func (c CAP) CRMS() uint8    { return uint8(bits64(uint64(c), 59, 2)) }  // controller ready modes supported
-func (c CAP) Timeout() int64 { return int64(c.TO()) * 500 }              // TO in milliseconds
+// MQES returns the maximum queue entries supported, 0's based (bits 15:0).
+func (c CAP) MQES() uint16 { return uint16(bits64(uint64(c), 0, 16)) }
+
+// CQR reports contiguous queues required (bit 16).
+func (c CAP) CQR() bool { return bits64(uint64(c), 16, 1) != 0 }
+
+// AMS returns the arbitration mechanisms supported (bits 18:17), CAPAMS* bits.
+func (c CAP) AMS() uint8 { return uint8(bits64(uint64(c), 17, 2)) }
+
+// TO returns the worst-case time to ready, in 500 ms units (bits 31:24).
+func (c CAP) TO() uint8 { return uint8(bits64(uint64(c), 24, 8)) }
+
+// DSTRD returns the doorbell stride (bits 35:32).
+func (c CAP) DSTRD() uint8 { return uint8(bits64(uint64(c), 32, 4)) }
+
+// NSSRS reports NVM subsystem reset supported (bit 36).
+func (c CAP) NSSRS() bool { return bits64(uint64(c), 36, 1) != 0 }
+
+// CSS returns the command sets supported (bits 44:37), CAPCSS* bits.
+func (c CAP) CSS() uint8 { return uint8(bits64(uint64(c), 37, 8)) }
+
+// BPS reports boot partition support (bit 45).
+func (c CAP) BPS() bool { return bits64(uint64(c), 45, 1) != 0 }
+
+// CPS returns the controller power scope (bits 47:46).
+func (c CAP) CPS() uint8 { return uint8(bits64(uint64(c), 46, 2)) }
+
+// MPSMIN returns the memory page size minimum, 2^(12+n) bytes (bits 51:48).
+func (c CAP) MPSMIN() uint8 { return uint8(bits64(uint64(c), 48, 4)) }
+
+// MPSMAX returns the memory page size maximum, 2^(12+n) bytes (bits 55:52).
+func (c CAP) MPSMAX() uint8 { return uint8(bits64(uint64(c), 52, 4)) }
+
+// PMRS reports persistent memory region supported (bit 56).
+func (c CAP) PMRS() bool { return bits64(uint64(c), 56, 1) != 0 }
+
+// CMBS reports controller memory buffer supported (bit 57).
+func (c CAP) CMBS() bool { return bits64(uint64(c), 57, 1) != 0 }
+
+// NSSS reports NVM subsystem shutdown supported (bit 58).
+func (c CAP) NSSS() bool { return bits64(uint64(c), 58, 1) != 0 }
+
+// CRMS returns the controller ready modes supported (bits 60:59), CAPCRMS* bits.
+func (c CAP) CRMS() uint8 { return uint8(bits64(uint64(c), 59, 2)) }
+
+// Timeout returns TO in milliseconds.
+func (c CAP) Timeout() int64 { return int64(c.TO()) * 500 }
 
 // MinPageSize returns 2^(12+MPSMIN) bytes.
 func (c CAP) MinPageSize() int { return 1 << (12 + c.MPSMIN()) }
@@ -117,21 +148,50 @@ func (c CAP) MinPageSize() int { return 1 << (12 + c.MPSMIN()) }
 // MaxPageSize returns 2^(12+MPSMAX) bytes.
 func (c CAP) MaxPageSize() int { return 1 << (12 + c.MPSMAX()) }
 
-func (c CAP) WithMQES(v uint16) CAP  { return CAP(setBits64(uint64(c), 0, 16, uint64(v))) }
-func (c CAP) WithCQR(v bool) CAP     { return CAP(setBit64(uint64(c), 16, v)) }
-func (c CAP) WithAMS(v uint8) CAP    { return CAP(setBits64(uint64(c), 17, 2, uint64(v))) }
-func (c CAP) WithTO(v uint8) CAP     { return CAP(setBits64(uint64(c), 24, 8, uint64(v))) }
-func (c CAP) WithDSTRD(v uint8) CAP  { return CAP(setBits64(uint64(c), 32, 4, uint64(v))) }
-func (c CAP) WithNSSRS(v bool) CAP   { return CAP(setBit64(uint64(c), 36, v)) }
-func (c CAP) WithCSS(v uint8) CAP    { return CAP(setBits64(uint64(c), 37, 8, uint64(v))) }
-func (c CAP) WithBPS(v bool) CAP     { return CAP(setBit64(uint64(c), 45, v)) }
-func (c CAP) WithCPS(v uint8) CAP    { return CAP(setBits64(uint64(c), 46, 2, uint64(v))) }
+// WithMQES returns c with MQES set to v: maximum queue entries supported, 0's based (bits 15:0).
+func (c CAP) WithMQES(v uint16) CAP { return CAP(setBits64(uint64(c), 0, 16, uint64(v))) }
+
+// WithCQR returns c with CQR set to v: contiguous queues required (bit 16).
+func (c CAP) WithCQR(v bool) CAP { return CAP(setBit64(uint64(c), 16, v)) }
+
+// WithAMS returns c with AMS set to v: arbitration mechanisms supported (bits 18:17), CAPAMS* bits.
+func (c CAP) WithAMS(v uint8) CAP { return CAP(setBits64(uint64(c), 17, 2, uint64(v))) }
+
+// WithTO returns c with TO set to v: worst-case time to ready, in 500 ms units (bits 31:24).
+func (c CAP) WithTO(v uint8) CAP { return CAP(setBits64(uint64(c), 24, 8, uint64(v))) }
+
+// WithDSTRD returns c with DSTRD set to v: doorbell stride (bits 35:32).
+func (c CAP) WithDSTRD(v uint8) CAP { return CAP(setBits64(uint64(c), 32, 4, uint64(v))) }
+
+// WithNSSRS returns c with NSSRS set to v: NVM subsystem reset supported (bit 36).
+func (c CAP) WithNSSRS(v bool) CAP { return CAP(setBit64(uint64(c), 36, v)) }
+
+// WithCSS returns c with CSS set to v: command sets supported (bits 44:37), CAPCSS* bits.
+func (c CAP) WithCSS(v uint8) CAP { return CAP(setBits64(uint64(c), 37, 8, uint64(v))) }
+
+// WithBPS returns c with BPS set to v: boot partition support (bit 45).
+func (c CAP) WithBPS(v bool) CAP { return CAP(setBit64(uint64(c), 45, v)) }
+
+// WithCPS returns c with CPS set to v: controller power scope (bits 47:46).
+func (c CAP) WithCPS(v uint8) CAP { return CAP(setBits64(uint64(c), 46, 2, uint64(v))) }
+
+// WithMPSMIN returns c with MPSMIN set to v: memory page size minimum, 2^(12+n) bytes (bits 51:48).
 func (c CAP) WithMPSMIN(v uint8) CAP { return CAP(setBits64(uint64(c), 48, 4, uint64(v))) }
+
+// WithMPSMAX returns c with MPSMAX set to v: memory page size maximum, 2^(12+n) bytes (bits 55:52).
 func (c CAP) WithMPSMAX(v uint8) CAP { return CAP(setBits64(uint64(c), 52, 4, uint64(v))) }
-func (c CAP) WithPMRS(v bool) CAP    { return CAP(setBit64(uint64(c), 56, v)) }
-func (c CAP) WithCMBS(v bool) CAP    { return CAP(setBit64(uint64(c), 57, v)) }
-func (c CAP) WithNSSS(v bool) CAP    { return CAP(setBit64(uint64(c), 58, v)) }
-func (c CAP) WithCRMS(v uint8) CAP   { return CAP(setBits64(uint64(c), 59, 2, uint64(v))) }
+
+// WithPMRS returns c with PMRS set to v: persistent memory region supported (bit 56).
+func (c CAP) WithPMRS(v bool) CAP { return CAP(setBit64(uint64(c), 56, v)) }
+
+// WithCMBS returns c with CMBS set to v: controller memory buffer supported (bit 57).
+func (c CAP) WithCMBS(v bool) CAP { return CAP(setBit64(uint64(c), 57, v)) }
+
+// WithNSSS returns c with NSSS set to v: NVM subsystem shutdown supported (bit 58).
+func (c CAP) WithNSSS(v bool) CAP { return CAP(setBit64(uint64(c), 58, v)) }
+
+// WithCRMS returns c with CRMS set to v: controller ready modes supported (bits 60:59), CAPCRMS* bits.
+func (c CAP) WithCRMS(v uint8) CAP { return CAP(setBits64(uint64(c), 59, 2, uint64(v))) }
 
 func (c CAP) String() string {
 	return fmt.Sprintf("CAP{mqes=%d cqr=%t ams=%#x to=%d dstrd=%d nssrs=%t css=%#x bps=%t mpsmin=%d mpsmax=%d cmbs=%t pmrs=%t crms=%#x}",
@@ -158,8 +218,13 @@ func MakeVS(major uint16, minor, tertiary uint8) VS {
 	return VS(uint32(major)<<16 | uint32(minor)<<8 | uint32(tertiary))
 }
 
-func (v VS) Major() uint16   { return uint16(v >> 16) }
-func (v VS) Minor() uint8    { return uint8(v >> 8) }
+// Major returns bits 31:16.
+func (v VS) Major() uint16 { return uint16(v >> 16) }
+
+// Minor returns bits 15:8.
+func (v VS) Minor() uint8 { return uint8(v >> 8) }
+
+// Tertiary returns bits 7:0.
 func (v VS) Tertiary() uint8 { return uint8(v) }
 
 func (v VS) String() string { return fmt.Sprintf("%d.%d.%d", v.Major(), v.Minor(), v.Tertiary()) }
@@ -196,26 +261,56 @@ const (
 	IOCQESNVM = 4 // 16-byte CQE
 )
 
-func (c CC) EN() bool      { return bits32(uint32(c), 0, 1) != 0 }
-func (c CC) CSS() uint8    { return uint8(bits32(uint32(c), 4, 3)) }
-func (c CC) MPS() uint8    { return uint8(bits32(uint32(c), 7, 4)) }
-func (c CC) AMS() uint8    { return uint8(bits32(uint32(c), 11, 3)) }
-func (c CC) SHN() uint8    { return uint8(bits32(uint32(c), 14, 2)) }
+// EN reports enable (bit 0).
+func (c CC) EN() bool { return bits32(uint32(c), 0, 1) != 0 }
+
+// CSS returns the I/O command set selected (bits 6:4), CCCSS* values.
+func (c CC) CSS() uint8 { return uint8(bits32(uint32(c), 4, 3)) }
+
+// MPS returns the memory page size, 2^(12+n) bytes (bits 10:7).
+func (c CC) MPS() uint8 { return uint8(bits32(uint32(c), 7, 4)) }
+
+// AMS returns the arbitration mechanism selected (bits 13:11), CCAMS* values.
+func (c CC) AMS() uint8 { return uint8(bits32(uint32(c), 11, 3)) }
+
+// SHN returns the shutdown notification (bits 15:14), CCSHN* values.
+func (c CC) SHN() uint8 { return uint8(bits32(uint32(c), 14, 2)) }
+
+// IOSQES returns the I/O submission queue entry size, 2^n bytes (bits 19:16).
 func (c CC) IOSQES() uint8 { return uint8(bits32(uint32(c), 16, 4)) }
+
+// IOCQES returns the I/O completion queue entry size, 2^n bytes (bits 23:20).
 func (c CC) IOCQES() uint8 { return uint8(bits32(uint32(c), 20, 4)) }
-func (c CC) CRIME() bool   { return bits32(uint32(c), 24, 1) != 0 }
+
+// CRIME reports controller ready independent of media enable (bit 24).
+func (c CC) CRIME() bool { return bits32(uint32(c), 24, 1) != 0 }
 
 // PageSize returns the memory page size CC.MPS selects: 2^(12+MPS) bytes.
 func (c CC) PageSize() int { return 1 << (12 + c.MPS()) }
 
-func (c CC) WithEN(v bool) CC      { return CC(setBit32(uint32(c), 0, v)) }
-func (c CC) WithCSS(v uint8) CC    { return CC(setBits32(uint32(c), 4, 3, uint32(v))) }
-func (c CC) WithMPS(v uint8) CC    { return CC(setBits32(uint32(c), 7, 4, uint32(v))) }
-func (c CC) WithAMS(v uint8) CC    { return CC(setBits32(uint32(c), 11, 3, uint32(v))) }
-func (c CC) WithSHN(v uint8) CC    { return CC(setBits32(uint32(c), 14, 2, uint32(v))) }
+// WithEN returns c with EN set to v: enable (bit 0).
+func (c CC) WithEN(v bool) CC { return CC(setBit32(uint32(c), 0, v)) }
+
+// WithCSS returns c with CSS set to v: I/O command set selected (bits 6:4), CCCSS* values.
+func (c CC) WithCSS(v uint8) CC { return CC(setBits32(uint32(c), 4, 3, uint32(v))) }
+
+// WithMPS returns c with MPS set to v: memory page size, 2^(12+n) bytes (bits 10:7).
+func (c CC) WithMPS(v uint8) CC { return CC(setBits32(uint32(c), 7, 4, uint32(v))) }
+
+// WithAMS returns c with AMS set to v: arbitration mechanism selected (bits 13:11), CCAMS* values.
+func (c CC) WithAMS(v uint8) CC { return CC(setBits32(uint32(c), 11, 3, uint32(v))) }
+
+// WithSHN returns c with SHN set to v: shutdown notification (bits 15:14), CCSHN* values.
+func (c CC) WithSHN(v uint8) CC { return CC(setBits32(uint32(c), 14, 2, uint32(v))) }
+
+// WithIOSQES returns c with IOSQES set to v: I/O submission queue entry size, 2^n bytes (bits 19:16).
 func (c CC) WithIOSQES(v uint8) CC { return CC(setBits32(uint32(c), 16, 4, uint32(v))) }
+
+// WithIOCQES returns c with IOCQES set to v: I/O completion queue entry size, 2^n bytes (bits 23:20).
 func (c CC) WithIOCQES(v uint8) CC { return CC(setBits32(uint32(c), 20, 4, uint32(v))) }
-func (c CC) WithCRIME(v bool) CC   { return CC(setBit32(uint32(c), 24, v)) }
+
+// WithCRIME returns c with CRIME set to v: controller ready independent of media enable (bit 24).
+func (c CC) WithCRIME(v bool) CC { return CC(setBit32(uint32(c), 24, v)) }
 
 func (c CC) String() string {
 	return fmt.Sprintf("CC{en=%t css=%d mps=%d ams=%d shn=%d iosqes=%d iocqes=%d crime=%t}",
@@ -244,21 +339,43 @@ const (
 
 const cstsSHSTShift, cstsSHSTWidth = 2, 2
 
-func (c CSTS) RDY() bool   { return uint32(c)&CSTSBitRDY != 0 }                              // ready
-func (c CSTS) CFS() bool   { return uint32(c)&CSTSBitCFS != 0 }                              // controller fatal status
-func (c CSTS) SHST() uint8 { return uint8(bits32(uint32(c), cstsSHSTShift, cstsSHSTWidth)) } // shutdown status
-func (c CSTS) NSSRO() bool { return uint32(c)&CSTSBitNSSRO != 0 }                            // NVM subsystem reset occurred
-func (c CSTS) PP() bool    { return uint32(c)&CSTSBitPP != 0 }                               // processing paused
-func (c CSTS) ST() bool    { return uint32(c)&CSTSBitST != 0 }                               // shutdown type (subsystem)
+// RDY reports ready (bit 0).
+func (c CSTS) RDY() bool { return uint32(c)&CSTSBitRDY != 0 }
 
+// CFS reports controller fatal status (bit 1).
+func (c CSTS) CFS() bool { return uint32(c)&CSTSBitCFS != 0 }
+
+// SHST returns the shutdown status (bits 3:2), CSTSSHST* values.
+func (c CSTS) SHST() uint8 { return uint8(bits32(uint32(c), cstsSHSTShift, cstsSHSTWidth)) }
+
+// NSSRO reports NVM subsystem reset occurred (bit 4).
+func (c CSTS) NSSRO() bool { return uint32(c)&CSTSBitNSSRO != 0 }
+
+// PP reports processing paused (bit 5).
+func (c CSTS) PP() bool { return uint32(c)&CSTSBitPP != 0 }
+
+// ST reports shutdown type: the shutdown is of the NVM subsystem (bit 6).
+func (c CSTS) ST() bool { return uint32(c)&CSTSBitST != 0 }
+
+// WithRDY returns c with RDY set to v: ready (bit 0).
 func (c CSTS) WithRDY(v bool) CSTS { return CSTS(setBit32(uint32(c), 0, v)) }
+
+// WithCFS returns c with CFS set to v: controller fatal status (bit 1).
 func (c CSTS) WithCFS(v bool) CSTS { return CSTS(setBit32(uint32(c), 1, v)) }
+
+// WithSHST returns c with SHST set to v: shutdown status (bits 3:2), CSTSSHST* values.
 func (c CSTS) WithSHST(v uint8) CSTS {
 	return CSTS(setBits32(uint32(c), cstsSHSTShift, cstsSHSTWidth, uint32(v)))
 }
+
+// WithNSSRO returns c with NSSRO set to v: NVM subsystem reset occurred (bit 4).
 func (c CSTS) WithNSSRO(v bool) CSTS { return CSTS(setBit32(uint32(c), 4, v)) }
-func (c CSTS) WithPP(v bool) CSTS    { return CSTS(setBit32(uint32(c), 5, v)) }
-func (c CSTS) WithST(v bool) CSTS    { return CSTS(setBit32(uint32(c), 6, v)) }
+
+// WithPP returns c with PP set to v: processing paused (bit 5).
+func (c CSTS) WithPP(v bool) CSTS { return CSTS(setBit32(uint32(c), 5, v)) }
+
+// WithST returns c with ST set to v: shutdown type: the shutdown is of the NVM subsystem (bit 6).
+func (c CSTS) WithST(v bool) CSTS { return CSTS(setBit32(uint32(c), 6, v)) }
 
 func (c CSTS) String() string {
 	return fmt.Sprintf("CSTS{rdy=%t cfs=%t shst=%d nssro=%t pp=%t}", c.RDY(), c.CFS(), c.SHST(), c.NSSRO(), c.PP())
@@ -272,5 +389,8 @@ type CRTO uint32
 // MakeCRTO builds a CRTO value.
 func MakeCRTO(crwmt, crimt uint16) CRTO { return CRTO(uint32(crwmt) | uint32(crimt)<<16) }
 
+// CRWMT returns the controller ready with media timeout, 500 ms units (bits 15:0).
 func (c CRTO) CRWMT() uint16 { return uint16(c) }
+
+// CRIMT returns the controller ready independent of media timeout, 500 ms units (bits 31:16).
 func (c CRTO) CRIMT() uint16 { return uint16(c >> 16) }

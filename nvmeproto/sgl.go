@@ -11,6 +11,7 @@ const SGLDescSize = 16
 // SGLType is the descriptor type (byte 15 bits 7:4).
 type SGLType uint8
 
+// SGL descriptor types.
 const (
 	SGLTypeDataBlock          SGLType = 0x0
 	SGLTypeBitBucket          SGLType = 0x1
@@ -44,6 +45,7 @@ func (t SGLType) String() string {
 // SGLSubtype is the descriptor sub type (byte 15 bits 3:0).
 type SGLSubtype uint8
 
+// SGL descriptor sub types.
 const (
 	SGLSubtypeAddress    SGLSubtype = 0x0
 	SGLSubtypeOffset     SGLSubtype = 0x1

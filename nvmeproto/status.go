@@ -5,6 +5,7 @@ import "fmt"
 // StatusCodeType is the SCT field of a completion status.
 type StatusCodeType uint8
 
+// Status code types.
 const (
 	SCTGeneric         StatusCodeType = 0
 	SCTCommandSpecific StatusCodeType = 1
