@@ -1,0 +1,20 @@
+// Package backend owns the storage behind a namespace: a regular file, a block device, or
+// for tests and benchmarks a null sink or a sparse in-memory store.
+//
+// A Backend reads and writes whole logical blocks between the device and buffers the caller
+// provides. In the target those buffers are slices of the pinned, RDMA-registered buffer
+// pool, which is also the O_DIRECT buffer: a backend never copies a caller buffer into a
+// buffer of its own on the data path, and never keeps a reference to one after the call
+// returns. Buffers must start at an Alignment boundary and hold a whole number of logical
+// blocks; a backend checks that cheaply and returns ErrUnaligned otherwise.
+//
+// The file and block backends use synchronous pread/pwrite on descriptors opened with
+// O_DIRECT, so an Executor runs them on a bounded pool of worker goroutines to keep many
+// commands in flight. The null and memory backends never block, and the Executor runs
+// their requests inline in the submitting goroutine.
+//
+// Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned or an errno from the kernel;
+// Status turns any of them into the NVMe completion status the target reports.
+//
+// The package imports nvmeproto for status codes and nothing else from gonvmf.
+package backend

@@ -1,0 +1,195 @@
+package backend
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Op is the operation of a Request.
+type Op uint8
+
+const (
+	OpRead Op = iota
+	OpWrite
+	OpFlush
+	OpDeallocate
+	OpWriteZeroes
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	case OpFlush:
+		return "flush"
+	case OpDeallocate:
+		return "deallocate"
+	case OpWriteZeroes:
+		return "write zeroes"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Range is a run of logical blocks: a Dataset Management range.
+type Range struct{ SLBA, NLB uint64 }
+
+// Request is one asynchronous backend operation. The caller owns it (typically one per
+// command slot, reused) and must not touch it between Submit and Done.
+type Request struct {
+	Op   Op
+	SLBA uint64
+	// NLB is the number of blocks. For OpRead and OpWrite, 0 means len(Buf)/LBASize and any
+	// other value must match it. Ignored by OpFlush, and by OpDeallocate when Ranges is set.
+	NLB uint64
+	// Buf is the data of OpRead and OpWrite (see Backend for the alignment rules).
+	Buf []byte
+	// FUA makes an OpWrite durable before Done.
+	FUA bool
+	// Ranges are the blocks of an OpDeallocate (a caller-owned slice, reused); when empty,
+	// SLBA and NLB are used. Every range is checked before any is deallocated, so an
+	// out-of-range entry fails the request without side effects.
+	Ranges []Range
+	// Err is the outcome, set before Done is called. Status(r.Op, r.Err) is the NVMe status.
+	Err error
+	// Done is called exactly once when the request completes, from a worker goroutine or,
+	// for inline backends, from Submit before it returns. Done must be quick and must not
+	// call Submit on the same Executor (with a full queue that deadlocks).
+	Done func(*Request)
+}
+
+// Executor runs Requests against a Backend on a bounded pool of worker goroutines, so a
+// transport keeps many commands in flight while each worker blocks in one system call.
+// For backends that never block (Info.Inline: null, memory) it runs each request inline in
+// Submit instead: Done is then called before Submit returns.
+type Executor struct {
+	b      Backend
+	inline bool
+	ch     chan *Request
+	mu     sync.RWMutex // held shared by Submit, exclusively by Close
+	closed bool
+	wg     sync.WaitGroup // workers
+	active sync.WaitGroup // inline executions in progress
+}
+
+// NewExecutor starts an executor for b. workers <= 0 means Describe(b).Workers (which
+// follows Spec.Workers), or DefaultWorkers; depth is the submission queue length beyond
+// the requests the workers hold, <= 0 meaning 4*workers. Submit blocks while the queue is
+// full.
+func NewExecutor(b Backend, workers, depth int) *Executor {
+	info := Describe(b)
+	e := &Executor{b: b, inline: info.Inline}
+	if e.inline {
+		return e
+	}
+	if workers <= 0 {
+		workers = info.Workers
+	}
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	if depth <= 0 {
+		depth = 4 * workers
+	}
+	e.ch = make(chan *Request, depth)
+	e.wg.Add(workers)
+	for range workers {
+		go e.worker()
+	}
+	return e
+}
+
+// Submit queues r for execution; it does not allocate. It blocks while the queue is full,
+// and runs r inline for inline backends. After Close, r completes at once with ErrClosed.
+func (e *Executor) Submit(r *Request) {
+	e.mu.RLock()
+	if e.closed {
+		e.mu.RUnlock()
+		r.Err = ErrClosed
+		r.Done(r)
+		return
+	}
+	if e.inline {
+		e.active.Add(1)
+		e.mu.RUnlock()
+		e.run(r)
+		e.active.Done()
+		return
+	}
+	e.ch <- r
+	e.mu.RUnlock()
+}
+
+// Close waits for every submitted request to complete and stops the workers. It does not
+// close the Backend. Close is idempotent.
+func (e *Executor) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	if e.ch != nil {
+		close(e.ch)
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+	e.active.Wait()
+}
+
+func (e *Executor) worker() {
+	defer e.wg.Done()
+	for r := range e.ch {
+		e.run(r)
+	}
+}
+
+func (e *Executor) run(r *Request) {
+	r.Err = Execute(e.b, r)
+	r.Done(r)
+}
+
+// Execute runs r synchronously against b and returns its error, without calling r.Done.
+// The Executor uses it; a caller with its own goroutines may too.
+func Execute(b Backend, r *Request) error {
+	switch r.Op {
+	case OpRead, OpWrite:
+		if r.NLB != 0 && r.NLB != uint64(len(r.Buf))/uint64(b.LBASize()) {
+			return nlbMismatch(r, b.LBASize())
+		}
+		if r.Op == OpRead {
+			return b.ReadBlocks(r.Buf, r.SLBA)
+		}
+		return b.WriteBlocks(r.Buf, r.SLBA, r.FUA)
+	case OpFlush:
+		return b.Flush()
+	case OpWriteZeroes:
+		return b.WriteZeroes(r.SLBA, r.NLB)
+	case OpDeallocate:
+		if len(r.Ranges) == 0 {
+			return b.Deallocate(r.SLBA, r.NLB)
+		}
+		if b.ReadOnly() {
+			return ErrReadOnly
+		}
+		n := b.NumBlocks()
+		for _, rg := range r.Ranges {
+			if rg.NLB > n || rg.SLBA > n-rg.NLB {
+				return rangeError(rg.SLBA, rg.NLB, n)
+			}
+		}
+		for _, rg := range r.Ranges {
+			if err := b.Deallocate(rg.SLBA, rg.NLB); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("%w %d", ErrInvalidOp, uint8(r.Op))
+}
+
+func nlbMismatch(r *Request, lba uint32) error {
+	return fmt.Errorf("%w: buffer length %d is %d blocks of %d bytes, request nlb is %d",
+		ErrUnaligned, len(r.Buf), uint64(len(r.Buf))/uint64(lba), lba, r.NLB)
+}

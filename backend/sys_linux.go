@@ -1,0 +1,58 @@
+package backend
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/ncw/directio"
+	"golang.org/x/sys/unix"
+)
+
+// realSys is sysOps on the kernel.
+type realSys struct{}
+
+func (realSys) open(path string, flag int, perm os.FileMode, direct bool) (*os.File, error) {
+	if direct {
+		return directio.OpenFile(path, flag, perm)
+	}
+	return os.OpenFile(path, flag, perm)
+}
+
+func (realSys) pread(fd int, p []byte, off int64) (int, error)  { return unix.Pread(fd, p, off) }
+func (realSys) pwrite(fd int, p []byte, off int64) (int, error) { return unix.Pwrite(fd, p, off) }
+func (realSys) fdatasync(fd int) error                          { return unix.Fdatasync(fd) }
+
+func (realSys) dioAlign(fd int) (mem, off uint32, ok bool) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &stx); err != nil || stx.Mask&unix.STATX_DIOALIGN == 0 {
+		return 0, 0, false
+	}
+	return stx.Dio_mem_align, stx.Dio_offset_align, true
+}
+
+func (realSys) fallocate(fd int, mode uint32, off, n int64) error {
+	return unix.Fallocate(fd, mode, off, n)
+}
+
+func (realSys) ioctlRange(fd int, req uint, off, n uint64) error {
+	r := [2]uint64{off, n}
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(unsafe.Pointer(&r)))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// notSupported reports whether err says the kernel or filesystem lacks the operation.
+func notSupported(err error) bool {
+	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOTTY)
+}
+
+// zeroBufSize is the size of the shared zero buffer that write zeroes falls back to.
+const zeroBufSize = 256 << 10
+
+// zeroBuf returns a zero-filled buffer aligned for O_DIRECT, shared by every backend and
+// never written to, so writing zeroes needs no per-request allocation.
+var zeroBuf = sync.OnceValue(func() []byte { return directio.AlignedBlock(zeroBufSize) })
