@@ -33,6 +33,7 @@ func seedCorpora() map[string][][]byte {
 		"FuzzFeatureData":        seedFeatureData(),
 		"FuzzDSMRanges":          seedDSMRanges(),
 		"FuzzSGLDescriptor":      seedSGLDescriptor(),
+		"FuzzAuthMessage":        seedAuthMessage(),
 	}
 }
 
