@@ -121,10 +121,10 @@ func (c *ConnectCommand) FromCommand(cmd *Command) {
 }
 
 // ToCommand sets cmd's opcode, fctype (clearing the rest of NSID) and the Connect fields
-// in CDW10..CDW12. CID, flags and the SGL are left for the caller; CDW13..15 are zeroed.
+// in CDW10..CDW12, and zeroes the reserved CDW2, CDW3, MPTR and CDW13..15. CID, flags and
+// the SGL are left for the caller. Every Fabrics and admin view's ToCommand works this way.
 func (c *ConnectCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpFabrics
-	cmd.NSID = uint32(FabricsConnect)
+	fabricsCommand(cmd, FabricsConnect)
 	cmd.CDW10 = uint32(c.RecFmt) | uint32(c.QID)<<16
 	cmd.CDW11 = uint32(c.SQSize) | uint32(c.CAttr)<<16
 	cmd.CDW12 = c.KATO
@@ -238,8 +238,7 @@ func (p *PropertyGetCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, fctype and the Property Get fields; CDW12..15 are zeroed.
 func (p *PropertyGetCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpFabrics
-	cmd.NSID = uint32(FabricsPropertyGet)
+	fabricsCommand(cmd, FabricsPropertyGet)
 	cmd.CDW10 = uint32(p.Attrib)
 	cmd.CDW11 = p.Offset
 	cmd.CDW12, cmd.CDW13, cmd.CDW14, cmd.CDW15 = 0, 0, 0, 0
@@ -266,13 +265,28 @@ func (p *PropertySetCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, fctype and the Property Set fields; CDW14..15 are zeroed.
 func (p *PropertySetCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpFabrics
-	cmd.NSID = uint32(FabricsPropertySet)
+	fabricsCommand(cmd, FabricsPropertySet)
 	cmd.CDW10 = uint32(p.Attrib)
 	cmd.CDW11 = p.Offset
 	cmd.CDW12 = uint32(p.Value)
 	cmd.CDW13 = uint32(p.Value >> 32)
 	cmd.CDW14, cmd.CDW15 = 0, 0
+}
+
+// fabricsCommand starts cmd as a Fabrics command of type t: opcode 7Fh, fctype in byte 4,
+// bytes 5..23 (reserved) zeroed.
+func fabricsCommand(cmd *Command, t FabricsType) {
+	cmd.Opcode = OpFabrics
+	cmd.NSID = uint32(t)
+	cmd.CDW2, cmd.CDW3, cmd.MPTR = 0, 0, 0
+}
+
+// adminCommand starts cmd as an admin command: opcode and NSID set, the reserved CDW2,
+// CDW3 and MPTR zeroed.
+func adminCommand(cmd *Command, op uint8, nsid uint32) {
+	cmd.Opcode = op
+	cmd.NSID = nsid
+	cmd.CDW2, cmd.CDW3, cmd.MPTR = 0, 0, 0
 }
 
 func propSize(attrib uint8) int {
@@ -297,8 +311,7 @@ func (d *DisconnectCommand) FromCommand(cmd *Command) { d.RecFmt = uint16(cmd.CD
 
 // ToCommand sets cmd's opcode, fctype and the Disconnect fields; CDW11..15 are zeroed.
 func (d *DisconnectCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpFabrics
-	cmd.NSID = uint32(FabricsDisconnect)
+	fabricsCommand(cmd, FabricsDisconnect)
 	cmd.CDW10 = uint32(d.RecFmt)
 	cmd.CDW11, cmd.CDW12, cmd.CDW13, cmd.CDW14, cmd.CDW15 = 0, 0, 0, 0, 0
 }
@@ -326,8 +339,7 @@ func (a *AuthSendCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, fctype and the Authentication Send fields.
 func (a *AuthSendCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpFabrics
-	cmd.NSID = uint32(FabricsAuthSend)
+	fabricsCommand(cmd, FabricsAuthSend)
 	cmd.CDW10 = uint32(a.SPSP0)<<8 | uint32(a.SPSP1)<<16 | uint32(a.SECP)<<24
 	cmd.CDW11 = a.TL
 	cmd.CDW12, cmd.CDW13, cmd.CDW14, cmd.CDW15 = 0, 0, 0, 0
@@ -349,8 +361,7 @@ func (a *AuthReceiveCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, fctype and the Authentication Receive fields.
 func (a *AuthReceiveCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpFabrics
-	cmd.NSID = uint32(FabricsAuthReceive)
+	fabricsCommand(cmd, FabricsAuthReceive)
 	cmd.CDW10 = uint32(a.SPSP0)<<8 | uint32(a.SPSP1)<<16 | uint32(a.SECP)<<24
 	cmd.CDW11 = a.AL
 	cmd.CDW12, cmd.CDW13, cmd.CDW14, cmd.CDW15 = 0, 0, 0, 0

@@ -104,8 +104,7 @@ func (s *SetFeaturesCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, NSID and the Set Features fields.
 func (s *SetFeaturesCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpSetFeatures
-	cmd.NSID = s.NSID
+	adminCommand(cmd, OpSetFeatures, s.NSID)
 	cmd.CDW10 = uint32(s.FID)
 	if s.SV {
 		cmd.CDW10 |= 1 << 31
@@ -136,8 +135,7 @@ func (g *GetFeaturesCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, NSID and the Get Features fields; CDW12, 13, 15 are zeroed.
 func (g *GetFeaturesCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpGetFeatures
-	cmd.NSID = g.NSID
+	adminCommand(cmd, OpGetFeatures, g.NSID)
 	cmd.CDW10 = uint32(g.FID) | uint32(g.SEL&7)<<8
 	cmd.CDW11 = g.CDW11
 	cmd.CDW12, cmd.CDW13, cmd.CDW15 = 0, 0, 0

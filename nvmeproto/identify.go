@@ -105,8 +105,7 @@ func (i *IdentifyCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, NSID and the Identify fields; CDW12, 13 and 15 are zeroed.
 func (i *IdentifyCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpIdentify
-	cmd.NSID = i.NSID
+	adminCommand(cmd, OpIdentify, i.NSID)
 	cmd.CDW10 = uint32(i.CNS) | uint32(i.CNTID)<<16
 	cmd.CDW11 = uint32(i.CNSSpecificID) | uint32(i.CSI)<<24
 	cmd.CDW12, cmd.CDW13, cmd.CDW15 = 0, 0, 0

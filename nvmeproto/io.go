@@ -120,8 +120,7 @@ func (d *DatasetManagementCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, NSID and CDW10..11; CDW12..15 are zeroed.
 func (d *DatasetManagementCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpDatasetManagement
-	cmd.NSID = d.NSID
+	adminCommand(cmd, OpDatasetManagement, d.NSID)
 	cmd.CDW10 = uint32(d.NR)
 	cmd.CDW11 = d.Attributes
 	cmd.CDW12, cmd.CDW13, cmd.CDW14, cmd.CDW15 = 0, 0, 0, 0

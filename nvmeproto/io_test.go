@@ -137,3 +137,24 @@ func TestViewsDoNotAllocate(t *testing.T) {
 		t.Errorf("completion allocates %v", n)
 	}
 }
+
+// Fabrics and admin views zero the reserved CDW2, CDW3 and MPTR so a reused Command does
+// not leak stale bytes into reserved fields; they leave CID, flags and the SGL alone.
+func TestToCommandClearsReserved(t *testing.T) {
+	views := map[string]interface{ ToCommand(*Command) }{
+		"Connect": &ConnectCommand{}, "PropertyGet": &PropertyGetCommand{}, "PropertySet": &PropertySetCommand{},
+		"Disconnect": &DisconnectCommand{}, "AuthSend": &AuthSendCommand{}, "AuthReceive": &AuthReceiveCommand{},
+		"Identify": &IdentifyCommand{}, "GetLogPage": &GetLogPageCommand{}, "SetFeatures": &SetFeaturesCommand{},
+		"GetFeatures": &GetFeaturesCommand{}, "DatasetManagement": &DatasetManagementCommand{},
+	}
+	for name, v := range views {
+		c := Command{CID: 7, Flags: 0x40, CDW2: 1, CDW3: 2, MPTR: 3, NSID: 0xFFFFFFFF, SGL: SGLDescriptor{Address: 9}}
+		v.ToCommand(&c)
+		if c.CDW2 != 0 || c.CDW3 != 0 || c.MPTR != 0 || c.CID != 7 || c.Flags != 0x40 || c.SGL.Address != 9 {
+			t.Errorf("%s: %+v", name, c)
+		}
+		if c.Opcode == OpFabrics && c.NSID > 0xFF {
+			t.Errorf("%s: fctype bytes 5..7 not cleared: %#x", name, c.NSID)
+		}
+	}
+}

@@ -114,8 +114,7 @@ func (g *GetLogPageCommand) FromCommand(cmd *Command) {
 
 // ToCommand sets cmd's opcode, NSID and the Get Log Page fields; CDW15 is zeroed.
 func (g *GetLogPageCommand) ToCommand(cmd *Command) {
-	cmd.Opcode = OpGetLogPage
-	cmd.NSID = g.NSID
+	adminCommand(cmd, OpGetLogPage, g.NSID)
 	cmd.CDW10 = uint32(g.LID) | uint32(g.LSP&0x7F)<<8 | g.NUMD<<16
 	if g.RAE {
 		cmd.CDW10 |= 1 << 15
