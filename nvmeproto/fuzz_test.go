@@ -392,6 +392,11 @@ func FuzzSGLDescriptor(f *testing.F) {
 			t.Fatalf("re-decode %+v vs %+v", d2, d)
 		}
 		_, _, _ = d.String(), d.Type.String(), d.Subtype.String()
+		// The same bytes as a segment (descriptor list).
+		ds, err := DecodeSGLSegment(nil, b)
+		if (err == nil) != (len(b)%SGLDescSize == 0) || len(ds) != len(b)/SGLDescSize && err == nil {
+			t.Fatalf("segment of %d bytes: %d descriptors, %v", len(b), len(ds), err)
+		}
 	})
 }
 

@@ -144,3 +144,22 @@ func (d SGLDescriptor) String() string {
 	}
 	return fmt.Sprintf("SGL{id=%#02x addr=%#x len=%d}", d.ID(), d.Address, d.Length)
 }
+
+// DecodeSGLSegment decodes an SGL segment: the descriptor list a Segment or Last Segment
+// descriptor points at (over RDMA, descriptor 0x31 points at such a list of keyed data
+// block descriptors in the in-capsule data). b must hold a whole number of 16-byte
+// descriptors. The descriptors are appended to dst[:0]; pass a slice with enough capacity
+// (MSDBD) to avoid allocating. Descriptor types are not checked: that is the caller's
+// policy (status SGL Descriptor Type Invalid).
+func DecodeSGLSegment(dst []SGLDescriptor, b []byte) ([]SGLDescriptor, error) {
+	dst = dst[:0]
+	if len(b)%SGLDescSize != 0 {
+		return dst, fmt.Errorf("nvmeproto: SGL segment of %d bytes is not a multiple of %d", len(b), SGLDescSize)
+	}
+	for off := 0; off < len(b); off += SGLDescSize {
+		var d SGLDescriptor
+		d.decode(b[off : off+SGLDescSize])
+		dst = append(dst, d)
+	}
+	return dst, nil
+}

@@ -79,3 +79,23 @@ func TestSGLTypes(t *testing.T) {
 	}
 	_, _ = SGLType(9).String(), SGLSubtype(7).String()
 }
+
+// Reference §2: 0x31 Last Segment/Offset points at a list of keyed descriptors in the ICD
+// (count = length/16).
+func TestDecodeSGLSegment(t *testing.T) {
+	b := make([]byte, 3*SGLDescSize)
+	for i := 0; i < 3; i++ {
+		(&SGLDescriptor{Address: uint64(0x1000 * (i + 1)), Length: 4096, Key: uint32(i), Type: SGLTypeKeyedDataBlock}).Marshal(b[16*i:])
+	}
+	buf := make([]SGLDescriptor, 0, 16)
+	ds, err := DecodeSGLSegment(buf, b)
+	if err != nil || len(ds) != 3 || ds[2].Address != 0x3000 || ds[1].Key != 1 || !ds[0].Keyed() {
+		t.Fatalf("%v %v", ds, err)
+	}
+	if _, err := DecodeSGLSegment(buf, b[:40]); err == nil {
+		t.Error("partial descriptor accepted")
+	}
+	if n := testing.AllocsPerRun(100, func() { ds, _ = DecodeSGLSegment(buf, b) }); n != 0 {
+		t.Errorf("allocates %v", n)
+	}
+}
