@@ -2,8 +2,20 @@ package nvmeproto
 
 import "fmt"
 
-// IdentifySize is the size of every Identify data structure.
+// IdentifySize is the size of every Identify data structure; the per-structure names
+// below are the same value.
 const IdentifySize = 4096
+
+// Sizes of the Identify data structures (all IdentifySize).
+const (
+	IdentifyControllerSize           = IdentifySize
+	IdentifyNamespaceSize            = IdentifySize
+	IdentifyControllerNVMSize        = IdentifySize
+	IdentifyNamespaceIndependentSize = IdentifySize
+	NSIDListSize                     = IdentifySize
+	ActiveNSListSize                 = IdentifySize
+	NSDescriptorListSize             = IdentifySize
+)
 
 // CNS is the Controller or Namespace Structure selector of an Identify command
 // (CDW10 bits 7:0).

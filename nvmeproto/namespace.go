@@ -245,6 +245,9 @@ func (id *IdentifyNamespaceIndependent) Unmarshal(b []byte) error {
 // MaxNSIDListEntries is the number of NSIDs that fit in a 4096-byte namespace list.
 const MaxNSIDListEntries = IdentifySize / 4
 
+// ActiveNSList is the active namespace ID list of Identify CNS 02h / 07h.
+type ActiveNSList = NSIDList
+
 // NSIDList is a namespace ID list (Identify CNS 02h/07h, and the Changed Namespace List
 // log page): up to 1024 NSIDs, in increasing order, the rest of the 4096 bytes zero.
 type NSIDList []uint32
