@@ -1,0 +1,241 @@
+package target
+
+import (
+	"slices"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// adminOpSupported reports whether the controller implements an admin opcode.
+func (c *controller) adminOpSupported(op uint8) bool {
+	switch op {
+	case nvmeproto.OpIdentify, nvmeproto.OpGetLogPage, nvmeproto.OpSetFeatures, nvmeproto.OpGetFeatures,
+		nvmeproto.OpAsyncEventRequest, nvmeproto.OpKeepAlive:
+		return true
+	case nvmeproto.OpAbort:
+		return !c.disc
+	}
+	return false
+}
+
+// execAdmin runs an admin or Fabrics command on the admin queue, inline.
+func (c *controller) execAdmin(q *Queue, r *Request) {
+	switch r.Cmd.Opcode {
+	case nvmeproto.OpFabrics:
+		c.execFabrics(q, r)
+	case nvmeproto.OpIdentify:
+		c.adminDone(q, r, c.identify(r))
+	case nvmeproto.OpGetLogPage:
+		c.adminDone(q, r, c.getLogPage(r))
+	case nvmeproto.OpSetFeatures:
+		c.adminDone(q, r, c.setFeatures(r))
+	case nvmeproto.OpGetFeatures:
+		c.adminDone(q, r, c.getFeatures(r))
+	case nvmeproto.OpAsyncEventRequest:
+		c.asyncEventRequest(q, r)
+	case nvmeproto.OpKeepAlive:
+		c.kaSeen.Store(true)
+		q.finish(r, nvmeproto.StatusSuccess)
+	case nvmeproto.OpAbort:
+		c.adminDone(q, r, c.abort(r))
+	default: // Begin let through only supported opcodes
+		q.reject(r, nvmeproto.StatusInvalidOpcode.WithDNR(), "invalid admin command")
+	}
+}
+
+func (c *controller) adminDone(q *Queue, r *Request, st nvmeproto.Status) {
+	if st != nvmeproto.StatusSuccess {
+		q.reject(r, st, "admin command failed")
+		return
+	}
+	q.finish(r, st)
+}
+
+// c2h returns the buffer a controller-to-host admin command fills, which must be exactly
+// n bytes long, or Data SGL Length Invalid.
+func c2h(r *Request, n int) ([]byte, nvmeproto.Status) {
+	if int(r.Length) != n {
+		return nil, nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+	}
+	return r.Data[:n], nvmeproto.StatusSuccess
+}
+
+// identify implements Identify for the CNS values a Linux host uses.
+func (c *controller) identify(r *Request) nvmeproto.Status {
+	var cmd nvmeproto.IdentifyCommand
+	cmd.FromCommand(&r.Cmd)
+	if c.disc && cmd.CNS != nvmeproto.CNSController {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	switch cmd.CNS {
+	case nvmeproto.CNSNamespace, nvmeproto.CNSController, nvmeproto.CNSActiveNSList,
+		nvmeproto.CNSNSDescriptorList, nvmeproto.CNSCSNamespace, nvmeproto.CNSCSController,
+		nvmeproto.CNSCSActiveNSList, nvmeproto.CNSCSIndependentNamespace:
+	default:
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	switch cmd.CNS {
+	case nvmeproto.CNSCSNamespace, nvmeproto.CNSCSController, nvmeproto.CNSCSActiveNSList:
+		if cmd.CSI != nvmeproto.CSINVM {
+			return nvmeproto.StatusInvalidField.WithDNR()
+		}
+	}
+	buf, st := c2h(r, nvmeproto.IdentifySize)
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
+	switch cmd.CNS {
+	case nvmeproto.CNSController:
+		id := c.identifyController()
+		id.Marshal(buf)
+	case nvmeproto.CNSCSController:
+		var id nvmeproto.IdentifyControllerNVM // no limits beyond MDTS
+		id.Marshal(buf)
+	case nvmeproto.CNSActiveNSList, nvmeproto.CNSCSActiveNSList:
+		if cmd.NSID >= 0xFFFFFFFE {
+			return nvmeproto.StatusInvalidNamespace.WithDNR()
+		}
+		var l nvmeproto.NSIDList
+		for _, ns := range c.subsys.namespaces() {
+			if ns.nsid > cmd.NSID {
+				l = append(l, ns.nsid)
+			}
+		}
+		l.Marshal(buf)
+	default: // namespace structures
+		if cmd.NSID == 0 || cmd.NSID > conf.MaxNSID {
+			return nvmeproto.StatusInvalidNamespace.WithDNR()
+		}
+		ns := c.subsys.acquireNS(cmd.NSID)
+		if ns == nil {
+			if cmd.CNS == nvmeproto.CNSNSDescriptorList {
+				return nvmeproto.StatusInvalidNamespace.WithDNR()
+			}
+			clear(buf) // an inactive NSID: all zeroes
+			return nvmeproto.StatusSuccess
+		}
+		defer ns.release()
+		switch cmd.CNS {
+		case nvmeproto.CNSNamespace:
+			id := ns.identify()
+			id.Marshal(buf)
+		case nvmeproto.CNSCSNamespace:
+			clear(buf) // NVM command set specific namespace data: no extended formats or PI
+		case nvmeproto.CNSCSIndependentNamespace:
+			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared, NSTAT: nvmeproto.NSTATReady}
+			if ns.readOnly {
+				id.NSATTR = nvmeproto.NSATTRWriteProtected
+			}
+			if ns.info.PhysicalBlockSize > ns.lbaSize() {
+				id.NSFEAT |= nvmeproto.NSFEATOptPerf
+			}
+			id.Marshal(buf)
+		case nvmeproto.CNSNSDescriptorList:
+			l := nvmeproto.NSDescriptorList{
+				nvmeproto.EUI64Descriptor(ns.cfg.EUI64),
+				nvmeproto.NGUIDDescriptor(ns.cfg.NGUID),
+				nvmeproto.UUIDDescriptor(ns.cfg.UUID),
+				nvmeproto.CSIDescriptor(nvmeproto.CSINVM),
+			}
+			l.Marshal(buf)
+		}
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// identifyController builds the Identify Controller data for this controller.
+func (c *controller) identifyController() *nvmeproto.IdentifyController {
+	t := c.t
+	s := c.subsys
+	id := &nvmeproto.IdentifyController{
+		SN:     s.serial,
+		MN:     s.model,
+		FR:     FirmwareRevision,
+		RAB:    6,
+		CMIC:   nvmeproto.CMICMultiCtrl,
+		MDTS:   t.mdts,
+		CNTLID: c.cntlid,
+		VER:    nvmeVersion,
+		CTRATT: nvmeproto.CTRATTHostID128 | nvmeproto.CTRATTTBKAS,
+		ACL:    abortLimit - 1,
+		AERL:   aerLimit - 1,
+		FRMW:   nvmeproto.FRMWSlot1ReadOnly | 1<<nvmeproto.FRMWNumSlotsShift,
+		LPA:    nvmeproto.LPACommandEffects | nvmeproto.LPAExtendedData | nvmeproto.LPASMARTPerNamespace,
+		ELPE:   errorLogEntries - 1,
+		KAS:    kas,
+		SQES:   nvmeproto.SQESNVM,
+		CQES:   nvmeproto.CQESNVM,
+		MAXCMD: uint16(t.tr.QueueDepth),
+		SGLS:   nvmeproto.SGLSSupported,
+		SubNQN: s.nqn,
+		IOCCSZ: uint32((nvmeproto.SQESize + c.port.cfg.InCapsuleDataSize) / 16),
+		IORCSZ: nvmeproto.CQESize / 16,
+		MSDBD:  uint8(c.port.cfg.MaxSGLDescriptors),
+		OFCS:   nvmeproto.OFCSDisconnect,
+	}
+	if c.port.cfg.Keyed {
+		id.SGLS |= nvmeproto.SGLSKeyedDataBlock
+	}
+	if c.port.cfg.TransportData {
+		id.SGLS |= nvmeproto.SGLSTransportDataBlock
+	}
+	if c.port.cfg.InCapsuleDataSize > 0 {
+		id.SGLS |= nvmeproto.SGLSAddressAsOffset
+	}
+	if c.disc {
+		id.CNTRLTYPE = nvmeproto.ControllerTypeDiscovery
+		id.CMIC = 0
+		id.OAES = nvmeproto.OAESDiscoveryLogChange
+		id.MAXCMD = AdminQueueDepth
+		id.LPA = nvmeproto.LPAExtendedData
+		id.FRMW = 0
+		return id
+	}
+	id.CNTRLTYPE = nvmeproto.ControllerTypeIO
+	id.OAES = nvmeproto.OAESNamespaceAttr
+	id.NN = conf.MaxNSID
+	id.ONCS = nvmeproto.ONCSCompare | nvmeproto.ONCSDatasetManagement | nvmeproto.ONCSWriteZeroes |
+		nvmeproto.ONCSSaveSelect | nvmeproto.ONCSTimestamp
+	if s.volatileWriteCache() {
+		id.VWC = nvmeproto.VWCPresent | nvmeproto.VWCFlushAllNotSupported
+	}
+	var total uint64
+	for _, ns := range s.namespaces() {
+		total += ns.nblocks << ns.shift
+	}
+	id.TNVMCAP = nvmeproto.U128(total)
+	return id
+}
+
+// volatileWriteCache reports whether any namespace's backend has a volatile write cache
+// (Identify VWC, and whether the Volatile Write Cache feature exists).
+func (s *subsystem) volatileWriteCache() bool {
+	return slices.ContainsFunc(s.namespaces(), func(ns *namespace) bool { return ns.info.VolatileWriteCache })
+}
+
+// identify builds the Identify Namespace data of ns.
+func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
+	id := &nvmeproto.IdentifyNamespace{
+		NSZE:   ns.nblocks,
+		NCAP:   ns.nblocks,
+		NUSE:   ns.nblocks,
+		NMIC:   nvmeproto.NMICShared,
+		NGUID:  ns.cfg.NGUID,
+		EUI64:  ns.cfg.EUI64,
+		NVMCAP: nvmeproto.U128(ns.nblocks << ns.shift),
+	}
+	id.LBAF[0] = nvmeproto.LBAFormatFor(ns.lbaSize())
+	if ns.info.DeallocateReadsZeroes {
+		id.DLFEAT = nvmeproto.DLFEATReadZeroes
+	}
+	if ns.readOnly {
+		id.NSATTR = nvmeproto.NSATTRWriteProtected
+	}
+	if pb := ns.info.PhysicalBlockSize; pb > ns.lbaSize() {
+		n := uint16(pb>>ns.shift) - 1
+		id.NSFEAT |= nvmeproto.NSFEATOptPerf
+		id.NPWG, id.NPWA, id.NPDG, id.NPDA, id.NOWS = n, n, n, n, n
+	}
+	return id
+}

@@ -1,0 +1,274 @@
+package target_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+func TestAdminStatuses(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20), fileNS(t, 3, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	id := func(cns nvmeproto.CNS, nsid uint32, csi nvmeproto.CSI) nvmeproto.Completion {
+		_, c := admin.identify(cns, nsid, csi)
+		return c
+	}
+	alive := func() {
+		t.Helper()
+		expectOK(t, "identify controller", id(nvmeproto.CNSController, 0, 0))
+	}
+
+	// Opcodes.
+	for _, op := range []uint8{nvmeproto.OpFormatNVM, nvmeproto.OpCreateIOSQ, nvmeproto.OpNamespaceManagement, 0xC0, nvmeproto.OpDoorbellBufferConfig} {
+		c := sglCmd(op, 0, 0)
+		expect(t, nvmeproto.AdminOpName(op), admin.do(&c, nil), nvmeproto.StatusInvalidOpcode)
+	}
+	auth := nvmeproto.Command{Opcode: nvmeproto.OpFabrics, Flags: nvmeproto.PSDTSGL << 6, NSID: uint32(nvmeproto.FabricsAuthSend), SGL: keyed(0)}
+	expect(t, "authentication send", admin.do(&auth, nil), nvmeproto.StatusInvalidOpcode)
+	alive()
+
+	// Identify.
+	expect(t, "CNS 04h", id(nvmeproto.CNSNVMSetList, 0, 0), nvmeproto.StatusInvalidField)
+	expect(t, "CNS 10h", id(nvmeproto.CNSAllocatedNSList, 0, 0), nvmeproto.StatusInvalidField)
+	expect(t, "CNS 06h CSI ZNS", id(nvmeproto.CNSCSController, 0, nvmeproto.CSIZNS), nvmeproto.StatusInvalidField)
+	expect(t, "CNS 05h CSI KV", id(nvmeproto.CNSCSNamespace, 1, nvmeproto.CSIKV), nvmeproto.StatusInvalidField)
+	expect(t, "namespace NSID 0", id(nvmeproto.CNSNamespace, 0, 0), nvmeproto.StatusInvalidNamespace)
+	expect(t, "namespace NSID all", id(nvmeproto.CNSNamespace, nvmeproto.NSIDAll, 0), nvmeproto.StatusInvalidNamespace)
+	expect(t, "descriptors of inactive NSID", id(nvmeproto.CNSNSDescriptorList, 2, 0), nvmeproto.StatusInvalidNamespace)
+	expect(t, "active list from NSID FFFFFFFE", id(nvmeproto.CNSActiveNSList, 0xFFFFFFFE, 0), nvmeproto.StatusInvalidNamespace)
+	buf, c := admin.identify(nvmeproto.CNSNamespace, 2, 0) // inactive but valid: zeroes
+	expectOK(t, "inactive namespace", c)
+	if !bytes.Equal(buf, make([]byte, 4096)) {
+		t.Error("identify of an inactive namespace is not all zeroes")
+	}
+	buf, c = admin.identify(nvmeproto.CNSActiveNSList, 1, 0) // NSIDs greater than 1
+	expectOK(t, "active list from 1", c)
+	if binary.LittleEndian.Uint32(buf) != 3 || binary.LittleEndian.Uint32(buf[4:]) != 0 {
+		t.Errorf("active list after 1: % x", buf[:8])
+	}
+	for _, cns := range []nvmeproto.CNS{nvmeproto.CNSCSNamespace, nvmeproto.CNSCSIndependentNamespace} {
+		buf, c = admin.identify(cns, 1, nvmeproto.CSINVM)
+		expectOK(t, cns.String(), c)
+		if cns == nvmeproto.CNSCSIndependentNamespace {
+			var ind nvmeproto.IdentifyNamespaceIndependent
+			ind.Unmarshal(buf)
+			if ind.NSTAT&nvmeproto.NSTATReady == 0 {
+				t.Error("CNS 08h: namespace not ready")
+			}
+		}
+	}
+	short := sglCmd(nvmeproto.OpIdentify, 0, 512)
+	short.CDW10 = uint32(nvmeproto.CNSController)
+	expect(t, "identify into 512 bytes", admin.do(&short, make([]byte, 512)), nvmeproto.StatusDataSGLLengthInvalid)
+	alive()
+
+	// Get Log Page.
+	logc := func(lid uint8, nsid uint32, off uint64, n int) nvmeproto.Completion {
+		_, c := admin.getLog(lid, nsid, off, n, 0, false)
+		return c
+	}
+	expect(t, "log 06h", logc(0x06, 0, 0, 512), nvmeproto.StatusInvalidLogPage)
+	expect(t, "log 70h on an I/O controller", logc(0x70, 0, 0, 1024), nvmeproto.StatusInvalidLogPage)
+	expect(t, "log offset not dword aligned", logc(0x02, 0, 2, 256), nvmeproto.StatusInvalidField)
+	expect(t, "log offset beyond the page", logc(0x02, 0, 1024, 256), nvmeproto.StatusInvalidField)
+	expect(t, "SMART of a missing namespace", logc(0x02, 7, 0, 512), nvmeproto.StatusInvalidNamespace)
+	gl := sglCmd(nvmeproto.OpGetLogPage, 0, 256)
+	gl.CDW10 = 0x02 | (512/4-1)<<16 // NUMD says 512 bytes, the SGL 256
+	expect(t, "log length != SGL length", admin.do(&gl, make([]byte, 256)), nvmeproto.StatusDataSGLLengthInvalid)
+	idx := sglCmd(nvmeproto.OpGetLogPage, 0, 512)
+	idx.CDW10 = 0x02 | (512/4-1)<<16
+	idx.CDW14 = 1 << 23 // offset type: index
+	expect(t, "log index offset", admin.do(&idx, make([]byte, 512)), nvmeproto.StatusInvalidField)
+	// Offset and length honoured: two halves equal the whole, reading past the end gives zeroes.
+	whole, c := admin.getLog(0x05, 0, 0, 4096, 0, false)
+	expectOK(t, "effects log", c)
+	a, _ := admin.getLog(0x05, 0, 0, 2048, 0, false)
+	b, _ := admin.getLog(0x05, 0, 2048, 2048, 0, false)
+	if !bytes.Equal(append(a, b...), whole) {
+		t.Error("log halves differ from the whole log")
+	}
+	fw, c := admin.getLog(0x03, 0, 0, 1024, 0, false)
+	expectOK(t, "firmware slot log, longer than the page", c)
+	var fs nvmeproto.FirmwareSlotLog
+	fs.Unmarshal(fw)
+	if fs.ActiveSlot() != 1 || fs.FRS[0] == "" || !bytes.Equal(fw[512:], make([]byte, 512)) {
+		t.Errorf("firmware slot log %+v", fs)
+	}
+	sup, c := admin.getLog(0x00, 0, 0, 1024, 0, false)
+	expectOK(t, "supported log pages", c)
+	var sl nvmeproto.SupportedLogPages
+	sl.Unmarshal(sup)
+	for _, l := range []nvmeproto.LID{0, 1, 2, 3, 4, 5} {
+		if !sl.Supported(l) {
+			t.Errorf("log %v not reported as supported", l)
+		}
+	}
+	// The error log lists the failures above, newest first.
+	el, c := admin.getLog(0x01, 0, 0, 1024, 0, false)
+	expectOK(t, "error log", c)
+	var e0, e1 nvmeproto.ErrorInfoEntry
+	e0.Unmarshal(el)
+	e1.Unmarshal(el[64:])
+	if e0.ErrorCount == 0 || e0.ErrorCount != e1.ErrorCount+1 || e0.Status.Code() != nvmeproto.StatusInvalidField.Code() || e0.SQID != 0 {
+		t.Errorf("error log entries %+v %+v", e0, e1)
+	}
+	alive()
+
+	// Features.
+	feat := func(fid uint8, dw11 uint32) nvmeproto.Completion { return admin.setFeature(fid, dw11, nil) }
+	expect(t, "set unsupported FID 05h", feat(0x05, 0), nvmeproto.StatusInvalidField)
+	expect(t, "set LBA range type", feat(0x03, 0), nvmeproto.StatusInvalidField)
+	sv := sglCmd(nvmeproto.OpSetFeatures, 0, 0)
+	sv.CDW10 = 0x01 | 1<<31
+	expect(t, "save", admin.do(&sv, nil), nvmeproto.StatusFeatureNotSaveable)
+	expect(t, "power state 1", feat(0x02, 1), nvmeproto.StatusInvalidField)
+	expect(t, "number of queues 0xFFFF", feat(0x07, 0xFFFF), nvmeproto.StatusInvalidField)
+	expect(t, "set host identifier", admin.setFeature(0x81, 1, make([]byte, 16)), nvmeproto.StatusDataSGLLengthInvalid)
+	expect(t, "set host identifier", feat(0x81, 1), nvmeproto.StatusCommandSequenceError)
+	expect(t, "timestamp without data", feat(0x0E, 0), nvmeproto.StatusDataSGLLengthInvalid)
+	_, c = admin.getFeature(0x01, 4, 0, 0)
+	expect(t, "get features SEL 4", c, nvmeproto.StatusInvalidField)
+	_, c = admin.getFeature(0x81, 0, 0, 8)
+	expect(t, "64-bit host identifier", c, nvmeproto.StatusInvalidField)
+	hid, c := admin.getFeature(0x81, 0, 1, 16)
+	expectOK(t, "128-bit host identifier", c)
+	if [16]byte(hid) != hostID {
+		t.Errorf("host identifier %x, want %x", hid, hostID)
+	}
+
+	expectOK(t, "set arbitration", feat(0x01, 0x03020103))
+	expectOK(t, "set power state 0", feat(0x02, 0))
+	if _, c = admin.getFeature(0x01, 0, 0, 0); c.DW0 != 0x03020103 {
+		t.Errorf("arbitration %#x", c.DW0)
+	}
+	if _, c = admin.getFeature(0x01, 1, 0, 0); c.DW0 != 0 {
+		t.Errorf("default arbitration %#x", c.DW0)
+	}
+	if _, c = admin.getFeature(0x07, 3, 0, 0); c.DW0&(1<<2) == 0 {
+		t.Errorf("number of queues capabilities %#x: not changeable", c.DW0)
+	}
+	expectOK(t, "KATO 1234 ms", feat(0x0F, 1234))
+	if _, c = admin.getFeature(0x0F, 0, 0, 0); c.DW0 != 1300 {
+		t.Errorf("KATO %d, want 1234 rounded up to 1300", c.DW0)
+	}
+	expectOK(t, "KATO off", feat(0x0F, 0))
+	// Volatile write cache exists (the file namespace has one); disable and re-enable.
+	expectOK(t, "VWC off", feat(0x06, 0))
+	if _, c = admin.getFeature(0x06, 0, 0, 0); c.DW0 != 0 {
+		t.Errorf("VWC %#x after disabling", c.DW0)
+	}
+	expectOK(t, "VWC on", feat(0x06, 1))
+	// AEC keeps only the events the controller has.
+	expectOK(t, "AEC", feat(0x0B, 0xFFFFFFFF))
+	if _, c = admin.getFeature(0x0B, 0, 0, 0); c.DW0 != 1<<8 {
+		t.Errorf("AEC %#x, want only namespace attribute notices", c.DW0)
+	}
+	// Timestamp: set, then read back close to it with origin "host".
+	ts := nvmeproto.Timestamp{Millis: 1_700_000_000_000}
+	tb := make([]byte, 8)
+	ts.Marshal(tb)
+	expectOK(t, "set timestamp", admin.setFeature(0x0E, 0, tb))
+	tb, c = admin.getFeature(0x0E, 0, 0, 8)
+	expectOK(t, "get timestamp", c)
+	ts.Unmarshal(tb)
+	if ts.Origin != nvmeproto.TimestampOriginHost || ts.Millis < 1_700_000_000_000 || ts.Millis > 1_700_000_000_000+10_000 {
+		t.Errorf("timestamp %+v", ts)
+	}
+	alive()
+
+	// AER limit and Abort.
+	var aers []<-chan nvmeproto.Completion
+	var cids []uint16
+	for range 4 {
+		a := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+		aers = append(aers, admin.submit(&a, nil))
+		cids = append(cids, a.CID)
+	}
+	fifth := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	expect(t, "fifth AER", admin.do(&fifth, nil), nvmeproto.StatusAERLimitExceeded)
+	ab := sglCmd(nvmeproto.OpAbort, 0, 0)
+	ab.CDW10 = uint32(cids[1]) << 16
+	c = admin.do(&ab, nil)
+	expectOK(t, "abort AER", c)
+	if c.DW0&1 != 0 {
+		t.Error("abort of a held AER reported not aborted")
+	}
+	expect(t, "aborted AER", wait(t, aers[1]), nvmeproto.StatusAbortRequested)
+	ab.CDW10 = 1 | 77<<16 // qid 1, unknown command
+	c = admin.do(&ab, nil)
+	expectOK(t, "abort unknown", c)
+	if c.DW0&1 != 1 {
+		t.Error("abort of an unknown command reported aborted")
+	}
+
+	// Properties.
+	_, c = admin.propGet(0x24, false) // AQA does not exist over Fabrics
+	expect(t, "get AQA", c, nvmeproto.StatusInvalidField)
+	_, c = admin.propGet(nvmeproto.PropCAP, false)
+	expect(t, "get CAP as 4 bytes", c, nvmeproto.StatusInvalidField)
+	_, c = admin.propGet(nvmeproto.PropCC, true)
+	expect(t, "get CC as 8 bytes", c, nvmeproto.StatusInvalidField)
+	expect(t, "set CAP", admin.propSet(nvmeproto.PropCAP, 0), nvmeproto.StatusInvalidField)
+	expect(t, "set CSTS", admin.propSet(nvmeproto.PropCSTS, 0), nvmeproto.StatusInvalidField)
+	alive()
+}
+
+// TestEnableRefused: CC.EN=1 with an unsupported configuration sets CSTS.CFS.
+func TestEnableRefused(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	for _, cc := range []nvmeproto.CC{
+		nvmeproto.CC(0).WithEN(true).WithIOSQES(7).WithIOCQES(4),
+		nvmeproto.CC(0).WithEN(true).WithIOSQES(6).WithIOCQES(5),
+		nvmeproto.CC(0).WithEN(true).WithIOSQES(6).WithIOCQES(4).WithMPS(1),
+		nvmeproto.CC(0).WithEN(true).WithIOSQES(6).WithIOCQES(4).WithAMS(1),
+		nvmeproto.CC(0).WithEN(true).WithIOSQES(6).WithIOCQES(4).WithCSS(7),
+	} {
+		h := e.dial(32)
+		expectOK(t, "connect", h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN))
+		expectOK(t, "set CC", h.propSet(nvmeproto.PropCC, uint32(cc)))
+		v, _ := h.propGet(nvmeproto.PropCSTS, false)
+		if cs := nvmeproto.CSTS(v); !cs.CFS() || cs.RDY() {
+			t.Errorf("%v: CSTS %v, want CFS and not RDY", cc, cs)
+		}
+		h.conn.Close()
+	}
+}
+
+// TestKeepAliveAnsweredUnderBacklog: with every I/O slot stuck in a slow backend, Keep
+// Alive on the admin queue still completes at once, and the keep-alive timer keeps the
+// controller alive as long as the host sends it.
+func TestKeepAliveAnsweredUnderBacklog(t *testing.T) {
+	gate := newGate()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), gatedBackend(gate))
+	t.Cleanup(gate.open) // before the target closes, which waits for I/O
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 300)
+	q := e.ioConnect(1, cntlid, 32)
+	var pending []<-chan nvmeproto.Completion
+	for i := range 32 {
+		w := rw(nvmeproto.OpWrite, 1, uint64(i), 1, 512)
+		pending = append(pending, q.submit(&w, make([]byte, 512)))
+	}
+	gate.waitBlocked(t, 1)
+	deadline := time.Now().Add(900 * time.Millisecond) // three keep-alive timeouts
+	for time.Now().Before(deadline) {
+		ka := sglCmd(nvmeproto.OpKeepAlive, 0, 0)
+		start := time.Now()
+		expectOK(t, "keep alive", admin.do(&ka, nil))
+		if d := time.Since(start); d > 100*time.Millisecond {
+			t.Errorf("keep alive took %v with I/O backlogged", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case <-q.conn.Done():
+		t.Fatalf("I/O queue torn down despite keep alives: %v", q.conn.Err())
+	default:
+	}
+	gate.open()
+	for _, ch := range pending {
+		expectOK(t, "backlogged write", wait(t, ch))
+	}
+}

@@ -1,0 +1,463 @@
+package target
+
+import (
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// Controller constants reported in CAP and Identify Controller.
+const (
+	capTimeout       = 15 // CAP.TO in 500 ms units: 7.5 s for CSTS.RDY to follow CC.EN
+	kas              = 1  // Identify KAS: keep-alive granularity in 100 ms units
+	aerLimit         = 4  // Identify AERL+1: outstanding Asynchronous Event Requests
+	abortLimit       = 4  // Identify ACL+1
+	errorLogEntries  = 16
+	maxChangedNSList = 1024
+)
+
+// Asynchronous Event Configuration (feature 0Bh) bits this target implements.
+const (
+	aecNSAttr    = uint32(nvmeproto.AECNamespaceAttr)
+	aecDiscovery = uint32(nvmeproto.AECDiscoveryLogChange)
+)
+
+// event is an asynchronous event kind.
+type event struct {
+	ae   nvmeproto.AsyncEvent
+	aec  uint32 // enabling bit in Asynchronous Event Configuration
+	mask uint32 // our masking bit: set when reported, cleared when the log page is read
+}
+
+var (
+	eventNSChanged       = event{ae: nvmeproto.EventNamespaceAttrChanged, aec: aecNSAttr, mask: 1}
+	eventDiscoveryChange = event{ae: nvmeproto.EventDiscoveryLogChange, aec: aecDiscovery, mask: 2}
+)
+
+// controller is one NVMe controller: created by an admin-queue Connect, owning the
+// queues connected to it and the state the host configures.
+type controller struct {
+	t       *Target
+	subsys  *subsystem
+	port    *Port
+	cntlid  uint16
+	hostNQN string
+	hostID  [16]byte
+	disc    bool
+	log     *slog.Logger
+	created time.Time
+
+	kaSeen  atomic.Bool // a command arrived since the last keep-alive tick
+	enabled atomic.Bool // CC.EN = 1 and CSTS.RDY = 1: admin commands are accepted
+	wce     atomic.Bool // volatile write cache enabled (feature 06h)
+
+	mu        sync.Mutex
+	cc        nvmeproto.CC
+	csts      nvmeproto.CSTS
+	queues    []*Queue // by qid; [0] is the admin queue
+	ioQueues  int      // I/O queues granted by Number of Queues
+	resetGen  uint64   // bumped by every reset and shutdown, to discard stale completions
+	resetting bool     // EN went 1→0 and I/O queues are still draining
+	shutdown  bool     // a shutdown was requested and no reset since
+	dead      bool     // the admin queue is gone
+
+	kato    time.Duration // keep-alive timeout, 0 = none
+	kaGen   uint64
+	kaTimer *time.Timer
+	kaMiss  int
+
+	arbitration uint32
+	powerMgmt   uint32
+	aec         uint32
+	tsSet       bool
+	tsBase      uint64 // milliseconds the host set
+	tsAt        time.Time
+
+	aers      []*Request
+	events    []event // raised while no AER was outstanding
+	masked    uint32
+	changedNS []uint32
+
+	errLog   [errorLogEntries]nvmeproto.ErrorInfoEntry
+	errCount uint64
+}
+
+func newController(q *Queue, s *subsystem, hostNQN string, hostID [16]byte) *controller {
+	c := &controller{
+		t: q.t, subsys: s, port: q.port, hostNQN: hostNQN, hostID: hostID, disc: s.disc,
+		created: time.Now(),
+	}
+	c.queues = make([]*Queue, q.t.tr.MaxIOQueues+1)
+	c.defaults()
+	return c
+}
+
+// defaults sets the host-configurable state to its reset values. Called with mu held
+// (or before the controller is published).
+func (c *controller) defaults() {
+	c.ioQueues = c.t.tr.MaxIOQueues
+	if c.disc {
+		c.ioQueues = 0
+	}
+	c.arbitration = 0
+	c.powerMgmt = 0
+	c.aec = c.supportedAEC()
+	c.tsSet = false
+	c.wce.Store(true)
+	c.aers = nil
+	c.events = nil
+	c.masked = 0
+	c.changedNS = nil
+}
+
+func (c *controller) supportedAEC() uint32 {
+	if c.disc {
+		return aecDiscovery
+	}
+	return aecNSAttr
+}
+
+// activity notes a command for traffic based keep-alive. It writes the shared flag only
+// when it is clear, so busy queues on different CPUs do not fight over its cache line.
+func (c *controller) activity() {
+	if !c.kaSeen.Load() {
+		c.kaSeen.Store(true)
+	}
+}
+
+// startKeepAlive (re)arms the keep-alive timer for kato (0 disables it). Called with mu
+// held. The timer ticks every kato/2; two ticks in a row without a command expire it,
+// so the controller fails between kato and 1.5 kato after the host's last command.
+func (c *controller) startKeepAlive(kato time.Duration) {
+	c.kato = kato
+	c.kaGen++
+	c.kaMiss = 0
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+		c.kaTimer = nil
+	}
+	if kato <= 0 || c.dead {
+		return
+	}
+	c.kaSeen.Store(true)
+	gen := c.kaGen
+	c.kaTimer = time.AfterFunc(kato/2, func() { c.keepAliveTick(gen) })
+}
+
+func (c *controller) keepAliveTick(gen uint64) {
+	c.mu.Lock()
+	if gen != c.kaGen || c.dead {
+		c.mu.Unlock()
+		return
+	}
+	if c.kaSeen.Swap(false) {
+		c.kaMiss = 0
+	} else {
+		c.kaMiss++
+	}
+	if c.kaMiss < 2 {
+		c.kaTimer.Reset(c.kato / 2)
+		c.mu.Unlock()
+		return
+	}
+	kato := c.kato
+	c.mu.Unlock()
+	c.log.Warn("keep alive timeout expired: failing the controller", "kato", kato)
+	c.fail(ErrKeepAliveExpired)
+}
+
+// roundKATO converts a host's KATO in milliseconds to the timer value: rounded up to
+// the KAS granularity.
+func roundKATO(ms uint32) time.Duration {
+	return time.Duration(nvmeproto.RoundKATO(ms, kas)) * time.Millisecond
+}
+
+// fail is a fatal controller error: CSTS.CFS is set and every queue is disconnected.
+func (c *controller) fail(reason error) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.csts |= nvmeproto.CSTSBitCFS
+	c.enabled.Store(false)
+	qs := c.liveQueues(0)
+	c.mu.Unlock()
+	c.log.Warn("controller failed", "reason", reason)
+	for _, q := range qs {
+		q.disconnect(reason)
+	}
+}
+
+// liveQueues returns the connected queues with qid >= from. Called with mu held.
+func (c *controller) liveQueues(from int) []*Queue {
+	var qs []*Queue
+	for _, q := range c.queues[from:] {
+		if q != nil {
+			qs = append(qs, q)
+		}
+	}
+	return qs
+}
+
+// adminQueueClosed ends the controller: the association is gone.
+func (c *controller) adminQueueClosed() {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.dead = true
+	c.enabled.Store(false)
+	c.kaGen++
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+	}
+	aers := c.aers
+	c.aers = nil
+	qs := c.liveQueues(1)
+	c.mu.Unlock()
+	for _, r := range aers {
+		r.q.finish(r, nvmeproto.StatusAbortSQDeletion)
+	}
+	for _, q := range qs {
+		q.disconnect(ErrAdminQueueGone)
+	}
+	c.subsys.removeController(c)
+	c.log.Info("controller destroyed")
+}
+
+// queueClosed removes a closed queue from the queue table.
+func (c *controller) queueClosed(q *Queue, qid uint16) {
+	c.mu.Lock()
+	if int(qid) < len(c.queues) && c.queues[qid] == q {
+		c.queues[qid] = nil
+	}
+	c.mu.Unlock()
+}
+
+// setCC applies a host write of CC: enable, reset (EN 1→0) and shutdown notifications.
+func (c *controller) setCC(v nvmeproto.CC) {
+	c.mu.Lock()
+	old := c.cc
+	c.cc = v
+	var after []func()
+	if v.EN() && !old.EN() && !c.resetting {
+		c.enable(v)
+	}
+	if !v.EN() && old.EN() {
+		after = append(after, c.reset())
+	}
+	if v.SHN() != nvmeproto.CCSHNNone && old.SHN() == nvmeproto.CCSHNNone {
+		after = append(after, c.beginShutdown())
+	}
+	if v.SHN() == nvmeproto.CCSHNNone && old.SHN() != nvmeproto.CCSHNNone {
+		c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTNormal)
+	}
+	c.mu.Unlock()
+	for _, f := range after {
+		f()
+	}
+}
+
+// enable checks the host's configuration and sets CSTS.RDY, or CSTS.CFS when the
+// configuration is one this controller cannot run. Called with mu held.
+func (c *controller) enable(v nvmeproto.CC) {
+	bad := ""
+	switch {
+	case v.MPS() != 0:
+		bad = "MPS (only 4 KiB pages)"
+	case v.AMS() != nvmeproto.CCAMSRoundRobin:
+		bad = "AMS (only round robin)"
+	case v.CSS() != nvmeproto.CCCSSNVM:
+		bad = "CSS (only the NVM command set)"
+	case !c.disc && v.IOSQES() != nvmeproto.IOSQESNVM:
+		bad = "IOSQES (must be 6: 64-byte SQEs)"
+	case !c.disc && v.IOCQES() != nvmeproto.IOCQESNVM:
+		bad = "IOCQES (must be 4: 16-byte CQEs)"
+	}
+	if bad != "" {
+		c.csts |= nvmeproto.CSTSBitCFS
+		c.log.Warn("controller enable refused: unsupported CC field; setting CSTS.CFS", "field", bad, "cc", v.String())
+		return
+	}
+	c.csts = c.csts.WithRDY(true)
+	c.shutdown = false
+	c.enabled.Store(true)
+	c.log.Debug("controller enabled", "cc", v.String())
+}
+
+// reset handles CC.EN 1→0: outstanding asynchronous event requests are aborted, I/O
+// queues are disconnected, and once their commands in flight have completed CSTS.RDY
+// clears. Called with mu held; the returned function runs after unlocking.
+func (c *controller) reset() func() {
+	c.enabled.Store(false)
+	c.resetGen++
+	gen := c.resetGen
+	qs := c.liveQueues(1)
+	for i := 1; i < len(c.queues); i++ {
+		c.queues[i] = nil
+	}
+	aers := c.aers
+	c.defaults()
+	c.shutdown = false
+	c.resetting = true
+	if len(qs) == 0 {
+		c.resetDone()
+	}
+	c.log.Info("controller reset", "io_queues", len(qs))
+	return func() {
+		for _, r := range aers {
+			r.q.finish(r, nvmeproto.StatusAbortSQDeletion)
+		}
+		for _, q := range qs {
+			q.disconnect(ErrControllerReset)
+		}
+		if len(qs) == 0 {
+			return
+		}
+		go func() {
+			for _, q := range qs {
+				<-q.drained
+			}
+			c.mu.Lock()
+			if c.resetGen == gen {
+				c.resetDone()
+			}
+			c.mu.Unlock()
+		}()
+	}
+}
+
+// resetDone finishes a reset: CSTS reads 0 and an enable written meanwhile takes effect.
+// Called with mu held.
+func (c *controller) resetDone() {
+	c.resetting = false
+	c.csts = 0
+	if c.cc.EN() {
+		c.enable(c.cc)
+	}
+}
+
+// beginShutdown handles a shutdown notification: I/O queues are disconnected, their
+// commands drain, every namespace's backend is flushed, then CSTS.SHST reads complete.
+// Called with mu held.
+func (c *controller) beginShutdown() func() {
+	c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTOccurring)
+	c.shutdown = true
+	c.resetGen++
+	gen := c.resetGen
+	qs := c.liveQueues(1)
+	for i := 1; i < len(c.queues); i++ {
+		c.queues[i] = nil
+	}
+	c.log.Info("controller shutdown", "io_queues", len(qs))
+	return func() {
+		for _, q := range qs {
+			q.disconnect(ErrControllerShutdown)
+		}
+		go func() {
+			for _, q := range qs {
+				<-q.drained
+			}
+			for _, ns := range c.subsys.namespaces() {
+				if !ns.acquire() {
+					continue
+				}
+				if err := ns.be.Flush(); err != nil {
+					c.log.Error("flushing namespace at shutdown", "nsid", ns.nsid, "err", err)
+				}
+				ns.release()
+			}
+			c.mu.Lock()
+			if c.resetGen == gen {
+				c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTComplete)
+			}
+			c.mu.Unlock()
+		}()
+	}
+}
+
+// namespaceChanged records nsid in the Changed Namespace List and raises a Namespace
+// Attribute Changed event.
+func (c *controller) namespaceChanged(nsid uint32) {
+	if c.disc {
+		return
+	}
+	c.mu.Lock()
+	switch {
+	case len(c.changedNS) == 1 && c.changedNS[0] == 0xFFFFFFFF:
+	case len(c.changedNS) >= maxChangedNSList:
+		c.changedNS = []uint32{0xFFFFFFFF}
+	default:
+		if i, found := slices.BinarySearch(c.changedNS, nsid); !found {
+			c.changedNS = slices.Insert(c.changedNS, i, nsid)
+		}
+	}
+	c.mu.Unlock()
+	c.raiseEvent(eventNSChanged)
+}
+
+// raiseEvent reports an asynchronous event: it completes an outstanding Asynchronous
+// Event Request, or is kept until one arrives. Events the host disabled, or reported and
+// not yet acknowledged by reading their log page, are not reported again.
+func (c *controller) raiseEvent(ev event) {
+	c.mu.Lock()
+	if c.dead || c.aec&ev.aec == 0 || c.masked&ev.mask != 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.masked |= ev.mask
+	var r *Request
+	if len(c.aers) > 0 {
+		r = c.aers[0]
+		c.aers = slices.Delete(c.aers, 0, 1)
+	} else {
+		c.events = append(c.events, ev)
+	}
+	c.mu.Unlock()
+	if r != nil {
+		c.log.Debug("asynchronous event", "event", ev.ae.String())
+		r.CQE.DW0 = uint32(ev.ae)
+		r.q.finish(r, nvmeproto.StatusSuccess)
+	}
+}
+
+// logRead unmasks the event tied to a log page once the host has read it (without RAE).
+func (c *controller) logRead(lid nvmeproto.LID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ev := range []event{eventNSChanged, eventDiscoveryChange} {
+		if ev.ae.LogPage() == lid {
+			c.masked &^= ev.mask
+		}
+	}
+}
+
+// recordError adds a failed command to the Error Information log.
+func (c *controller) recordError(sqid uint16, r *Request, st nvmeproto.Status) {
+	c.mu.Lock()
+	c.errCount++
+	e := &c.errLog[c.errCount%errorLogEntries]
+	*e = nvmeproto.ErrorInfoEntry{ErrorCount: c.errCount, SQID: sqid, CID: r.Cmd.CID, Status: st,
+		ParamErrorLocation: 0xFFFF, NSID: r.Cmd.NSID}
+	switch r.Cmd.Opcode {
+	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare, nvmeproto.OpWriteZeroes:
+		if sqid != 0 {
+			e.LBA = uint64(r.Cmd.CDW11)<<32 | uint64(r.Cmd.CDW10)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// timestamp returns the Timestamp feature value in milliseconds and whether the host set it.
+func (c *controller) timestamp(now time.Time) (uint64, bool) {
+	if c.tsSet {
+		return c.tsBase + uint64(now.Sub(c.tsAt).Milliseconds()), true
+	}
+	return uint64(now.Sub(c.created).Milliseconds()), false
+}

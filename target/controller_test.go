@@ -1,0 +1,344 @@
+package target_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+func waitDone(t testing.TB, h *hostQueue, within time.Duration) error {
+	t.Helper()
+	select {
+	case <-h.conn.Done():
+		return h.conn.Err()
+	case <-time.After(within):
+		t.Fatalf("queue not torn down within %v", within)
+	}
+	return nil
+}
+
+func TestKeepAliveExpiry(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 200)
+	q := e.ioConnect(1, cntlid, 8)
+	start := time.Now()
+	var silent time.Time
+	// Traffic keeps the controller alive (TBKAS): I/O only, for three timeouts.
+	for time.Since(start) < 600*time.Millisecond {
+		silent = time.Now()
+		f := sglCmd(nvmeproto.OpFlush, 1, 0)
+		expectOK(t, "flush", q.do(&f, nil))
+		time.Sleep(40 * time.Millisecond)
+	}
+	// Silence: the controller fails between KATO and 1.5 KATO later, all queues go.
+	if err := waitDone(t, admin, 2*time.Second); !errors.Is(err, target.ErrKeepAliveExpired) {
+		t.Fatalf("admin queue: %v, want keep alive expired", err)
+	}
+	if d := time.Since(silent); d < 200*time.Millisecond {
+		t.Errorf("expired after %v, before KATO", d)
+	}
+	if err := waitDone(t, q, time.Second); !errors.Is(err, target.ErrKeepAliveExpired) {
+		t.Fatalf("I/O queue: %v, want keep alive expired", err)
+	}
+	f := sglCmd(nvmeproto.OpFlush, 1, 0)
+	if err := q.conn.Submit(&f, nil, func(nvmeproto.Completion) {}); err == nil {
+		t.Error("submit on a torn down queue succeeded")
+	}
+	// The controller is gone: its cntlid no longer accepts I/O queues.
+	waitFor(t, func() bool {
+		h := e.dial(8)
+		defer h.conn.Close()
+		return h.connect(1, 7, 0, cntlid, subNQN, hostNQN).Status.Code() == nvmeproto.StatusConnectInvalidParameters.Code()
+	})
+}
+
+// TestKeepAliveExpiresWithIOStuck: the timer fires even when every command is stuck in
+// the backend and the host sends nothing more.
+func TestKeepAliveExpiresWithIOStuck(t *testing.T) {
+	g := newGate()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), gatedBackend(g))
+	t.Cleanup(g.open)
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 200)
+	q := e.ioConnect(1, cntlid, 8)
+	var pending []<-chan nvmeproto.Completion
+	for i := range 8 {
+		w := rw(nvmeproto.OpWrite, 1, uint64(i), 1, 512)
+		pending = append(pending, q.submit(&w, make([]byte, 512)))
+	}
+	g.waitBlocked(t, 1)
+	if err := waitDone(t, admin, 2*time.Second); !errors.Is(err, target.ErrKeepAliveExpired) {
+		t.Fatalf("admin queue: %v", err)
+	}
+	waitDone(t, q, time.Second)
+	g.open()
+	for _, ch := range pending { // in-flight commands still complete
+		expectOK(t, "stuck write", wait(t, ch))
+	}
+}
+
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestControllerReset: CC.EN 1→0 with I/O in flight drops the I/O queues, keeps CSTS.RDY
+// until the in-flight commands completed, and the host can enable and connect again.
+func TestControllerReset(t *testing.T) {
+	g := newGate()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), gatedBackend(g))
+	t.Cleanup(g.open)
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	aer := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	aerCh := admin.submit(&aer, nil)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	inflight := q.submit(&w, pattern(512, 1))
+	g.waitBlocked(t, 1)
+
+	expectOK(t, "CC.EN=0", admin.propSet(nvmeproto.PropCC, uint32(nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4))))
+	if err := waitDone(t, q, time.Second); !errors.Is(err, target.ErrControllerReset) {
+		t.Fatalf("I/O queue: %v, want controller reset", err)
+	}
+	expect(t, "AER at reset", wait(t, aerCh), nvmeproto.StatusAbortSQDeletion)
+	v, _ := admin.propGet(nvmeproto.PropCSTS, false)
+	if !nvmeproto.CSTS(v).RDY() {
+		t.Fatal("CSTS.RDY cleared while a command was still in flight")
+	}
+	g.open()
+	expectOK(t, "in-flight write", wait(t, inflight))
+	waitFor(t, func() bool {
+		v, _ := admin.propGet(nvmeproto.PropCSTS, false)
+		return !nvmeproto.CSTS(v).RDY()
+	})
+	// Commands need an enabled controller again.
+	_, c := admin.identify(nvmeproto.CNSController, 0, 0)
+	expect(t, "identify while disabled", c, nvmeproto.StatusCommandSequenceError)
+	admin.enable()
+	q2 := e.ioConnect(1, cntlid, 8)
+	r := rw(nvmeproto.OpRead, 1, 0, 1, 512)
+	got := make([]byte, 512)
+	expectOK(t, "read after reset", q2.do(&r, got))
+	if !bytes.Equal(got, pattern(512, 1)) {
+		t.Error("write completed before the reset is not there")
+	}
+}
+
+// TestShutdown: CC.SHN drains I/O, flushes the backends and reports SHST complete.
+func TestShutdown(t *testing.T) {
+	ss := &spies{}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20), memNS(2, 1<<20)), spyBackends(ss, nil, 0))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	expectOK(t, "write", q.do(&w, pattern(4096, 2)))
+	before := ss.get(0).flushes.Load() + ss.get(1).flushes.Load()
+
+	cc := nvmeproto.CC(0).WithEN(true).WithIOSQES(6).WithIOCQES(4).WithSHN(nvmeproto.CCSHNNormal)
+	expectOK(t, "CC.SHN=1", admin.propSet(nvmeproto.PropCC, uint32(cc)))
+	waitFor(t, func() bool {
+		v, _ := admin.propGet(nvmeproto.PropCSTS, false)
+		return nvmeproto.CSTS(v).SHST() == nvmeproto.CSTSSHSTComplete
+	})
+	if after := ss.get(0).flushes.Load() + ss.get(1).flushes.Load(); after < before+2 {
+		t.Errorf("backends flushed %d times at shutdown, want both", after-before)
+	}
+	if err := waitDone(t, q, time.Second); !errors.Is(err, target.ErrControllerShutdown) {
+		t.Fatalf("I/O queue: %v, want shutdown", err)
+	}
+	// No new I/O queues until a reset.
+	h := e.dial(8)
+	expect(t, "I/O connect after shutdown", h.connect(1, 7, 0, cntlid, subNQN, hostNQN), nvmeproto.StatusCommandSequenceError)
+}
+
+// TestNamespaceChangeAEN: adding and removing a namespace completes an outstanding AER
+// with Namespace Attribute Changed, lists the NSID in the Changed Namespace List, and
+// masks further events until that log is read.
+func TestNamespaceChangeAEN(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	expectOK(t, "AEC", admin.setFeature(0x0B, 1<<8, nil))
+	aer := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	ch := admin.submit(&aer, nil)
+
+	if err := e.tgt.AddNamespace(subNQN, memNS(5, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	c := wait(t, ch)
+	expectOK(t, "AER", c)
+	if ev := nvmeproto.AsyncEvent(c.DW0); ev != nvmeproto.EventNamespaceAttrChanged {
+		t.Fatalf("event %v", ev)
+	}
+	// Masked until the log is read: another change does not complete the next AER.
+	aer2 := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	ch2 := admin.submit(&aer2, nil)
+	if err := e.tgt.AddNamespace(subNQN, memNS(6, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-ch2:
+		t.Fatalf("AER completed while the event was masked: %+v", c)
+	case <-time.After(50 * time.Millisecond):
+	}
+	buf, c := admin.getLog(0x04, nvmeproto.NSIDAll, 0, 4096, 0, false)
+	expectOK(t, "changed namespace list", c)
+	var l nvmeproto.ChangedNSList
+	l.Unmarshal(buf)
+	if len(l) != 2 || l[0] != 5 || l[1] != 6 {
+		t.Fatalf("changed namespaces %v, want [5 6]", l)
+	}
+	buf, _ = admin.getLog(0x04, nvmeproto.NSIDAll, 0, 4096, 0, false)
+	if l.Unmarshal(buf); len(l) != 0 {
+		t.Fatalf("changed namespace list not cleared by reading: %v", l)
+	}
+	// The new namespace works.
+	w := rw(nvmeproto.OpWrite, 5, 0, 1, 512)
+	expectOK(t, "write to the new namespace", q.do(&w, pattern(512, 4)))
+	list, _ := admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
+	var ids nvmeproto.NSIDList
+	ids.Unmarshal(list)
+	if len(ids) != 3 {
+		t.Errorf("active namespaces %v", ids)
+	}
+
+	// Removal: unmasked again, the AER completes; I/O to it fails.
+	if err := e.tgt.RemoveNamespace(subNQN, 5); err != nil {
+		t.Fatal(err)
+	}
+	c = wait(t, ch2)
+	if nvmeproto.AsyncEvent(c.DW0) != nvmeproto.EventNamespaceAttrChanged {
+		t.Fatalf("event on removal %#x", c.DW0)
+	}
+	expect(t, "write to the removed namespace", q.do(&w, pattern(512, 4)), nvmeproto.StatusInvalidNamespace)
+	buf, _ = admin.getLog(0x04, nvmeproto.NSIDAll, 0, 4096, 0, false)
+	if l.Unmarshal(buf); len(l) != 1 || l[0] != 5 {
+		t.Fatalf("changed namespaces %v, want [5]", l)
+	}
+	if err := e.tgt.AddNamespace(subNQN, memNS(1, 1<<20)); !errors.Is(err, target.ErrNamespaceExists) {
+		t.Errorf("adding an existing NSID: %v", err)
+	}
+	if err := e.tgt.RemoveNamespace(subNQN, 42); !errors.Is(err, target.ErrNoSuchNamespace) {
+		t.Errorf("removing a missing NSID: %v", err)
+	}
+	// An event raised with no AER outstanding is delivered by the next AER.
+	if err := e.tgt.AddNamespace(subNQN, memNS(7, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	aer3 := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	if c := admin.do(&aer3, nil); nvmeproto.AsyncEvent(c.DW0) != nvmeproto.EventNamespaceAttrChanged {
+		t.Fatalf("queued event %#x", c.DW0)
+	}
+}
+
+// TestDiscoveryGenctr: the discovery log generation counter changes when the set of
+// entries changes, and discovery controllers that enabled it get a log change event.
+func TestDiscoveryGenctr(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	if _, err := e.tgt.AddPort(target.PortConfig{TrType: target.TrTypeRDMA, AdrFam: target.AdrFamIPv4,
+		TrAddr: "10.99.0.1", TrSvcID: "4420", Advertise: true, Keyed: true}); err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := e.adminConnect(nvmeproto.DiscoveryNQN, hostNQN, 0)
+	header := func() nvmeproto.DiscoveryLogHeader {
+		t.Helper()
+		b, c := admin.getLog(0x70, 0, 0, 1024, 0, false)
+		expectOK(t, "discovery log", c)
+		var h nvmeproto.DiscoveryLogHeader
+		h.Unmarshal(b)
+		return h
+	}
+	h0 := header()
+	if h0.NumRec != 1 {
+		t.Fatalf("numrec %d", h0.NumRec)
+	}
+	expectOK(t, "AEC discovery change", admin.setFeature(0x0B, 1<<31, nil))
+	aer := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	ch := admin.submit(&aer, nil)
+
+	sub2 := conf.Subsystem{NQN: "nqn.2024-01.io.gonvmf:two", AllowAnyHost: true, Namespaces: []conf.Namespace{memNS(1, 1<<20)}}
+	if err := e.tgt.AddSubsystem(sub2); err != nil {
+		t.Fatal(err)
+	}
+	c := wait(t, ch)
+	if nvmeproto.AsyncEvent(c.DW0) != nvmeproto.EventDiscoveryLogChange {
+		t.Fatalf("event %#x", c.DW0)
+	}
+	h1 := header()
+	if h1.GenCtr == h0.GenCtr || h1.NumRec != 2 {
+		t.Fatalf("after adding a subsystem: genctr %d→%d numrec %d", h0.GenCtr, h1.GenCtr, h1.NumRec)
+	}
+	// Taking this host off the allow list removes the entry and changes genctr.
+	if err := e.tgt.SetAllowedHosts(sub2.NQN, false, []string{otherNQN}); err != nil {
+		t.Fatal(err)
+	}
+	h2 := header()
+	if h2.GenCtr == h1.GenCtr || h2.NumRec != 1 {
+		t.Fatalf("after changing hosts: genctr %d→%d numrec %d", h1.GenCtr, h2.GenCtr, h2.NumRec)
+	}
+	if err := e.tgt.RemoveSubsystem(sub2.NQN); err != nil {
+		t.Fatal(err)
+	}
+	if h3 := header(); h3.GenCtr == h2.GenCtr {
+		t.Fatal("genctr unchanged after removing a subsystem")
+	}
+	// Port-local entries only (LSP bit 0): this controller came in over the loop port,
+	// which is not advertised.
+	b, c := admin.getLog(0x70, 0, 0, 1024, 1, false)
+	expectOK(t, "discovery log PLEO", c)
+	var h nvmeproto.DiscoveryLogHeader
+	h.Unmarshal(b)
+	if h.NumRec != 0 {
+		t.Errorf("port local entries: %d, want 0", h.NumRec)
+	}
+}
+
+// TestTeardown: Disconnect on an I/O queue, closing the admin queue, and removing the
+// subsystem each tear down what they should.
+func TestTeardown(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q1 := e.ioConnect(1, cntlid, 8)
+	q2 := e.ioConnect(2, cntlid, 8)
+
+	d := sglCmd(nvmeproto.OpFabrics, uint32(nvmeproto.FabricsDisconnect), 0)
+	d.NSID = uint32(nvmeproto.FabricsDisconnect)
+	expectOK(t, "disconnect", q1.do(&d, nil))
+	if err := waitDone(t, q1, time.Second); !errors.Is(err, target.ErrDisconnectCommand) {
+		t.Fatalf("after Disconnect: %v", err)
+	}
+	// The qid is free again.
+	waitFor(t, func() bool {
+		h := e.dial(8)
+		ok := h.connect(1, 7, 0, cntlid, subNQN, hostNQN).Status.Success()
+		h.conn.Close()
+		return ok
+	})
+
+	// Admin queue gone: the association ends, I/O queues go.
+	admin.conn.Close()
+	if err := waitDone(t, q2, time.Second); !errors.Is(err, target.ErrAdminQueueGone) {
+		t.Fatalf("I/O queue after the admin queue closed: %v", err)
+	}
+
+	// Removing the subsystem fails its controllers.
+	admin2, cntlid2 := e.adminConnect(subNQN, hostNQN, 0)
+	q3 := e.ioConnect(1, cntlid2, 8)
+	if err := e.tgt.RemoveSubsystem(subNQN); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, admin2, time.Second)
+	waitDone(t, q3, time.Second)
+	h := e.dial(32)
+	expect(t, "connect to a removed subsystem", h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN), nvmeproto.StatusConnectInvalidParameters)
+}

@@ -1,0 +1,123 @@
+// Package target is the transport-independent NVMe over Fabrics controller: subsystems
+// and namespaces from the configuration, the discovery subsystem, controllers created by
+// Connect, controller properties and state (CC/CSTS, reset, shutdown, keep-alive),
+// admin commands (Identify, Get Log Page, Set/Get Features, Asynchronous Event Request,
+// Keep Alive, Abort) and NVM I/O commands (Read, Write, Flush, Write Zeroes, Dataset
+// Management, Compare) executed on backend executors.
+//
+// Transports (RDMA; TCP later; the in-process loop transport in target/loop) own
+// connections and data movement; this package owns command semantics. The two meet at Port, Queue, Request and TransportQueue.
+//
+// # Building a target
+//
+//	t, err := target.New(cfg)             // *conf.Config; opens every namespace's backend
+//	port, err := t.AddPort(target.PortConfig{TrType: target.TrTypeRDMA, AdrFam: target.AdrFamIPv4,
+//	        TrAddr: "10.99.0.1", TrSvcID: "4420", Advertise: true, Keyed: true,
+//	        InCapsuleDataSize: -1 /* from cfg */, MaxSGLDescriptors: 1})
+//	...
+//	t.AddNamespace(nqn, ns) / t.RemoveNamespace(nqn, nsid) / t.AddSubsystem / t.SetAllowedHosts
+//	t.Close()
+//
+// A transport registers one Port per listener it serves. Advertised ports are what the
+// discovery log lists (one entry per subsystem the connecting host may access × port).
+// Port.Limits gives the numbers to size queues and buffers by before any command
+// arrives: MaxQueueDepth (CAP.MQES+1, for rejecting a CM request whose hsqsize+1 is
+// larger), AdminQueueDepth (32), MaxTransferSize (MDTS in bytes), InCapsuleDataSize.
+//
+// # Queues and requests: the transport contract
+//
+// One Queue is one NVMe submission/completion queue pair = one RDMA queue pair. When a
+// transport accepts a connection it calls
+//
+//	q, err := port.NewQueue(tq, depth)   // tq implements TransportQueue; depth = receive slots
+//
+// and preallocates depth Requests (one per receive slot; zero values, reused forever; a
+// Request may be embedded in the transport's own slot struct, and Request.Context is
+// free for the transport). For every command capsule received, on the queue's receive
+// goroutine:
+//
+//	req.Cmd.Unmarshal(capsule[:64]); req.ICD = capsule[64:]    // transport
+//	if q.Begin(req) {                                         // core: validate, describe data
+//	    if req.Length > 0 && !req.InCapsule {
+//	        req.Data = <registered buffer of ≥ req.Length bytes, 4 KiB aligned>
+//	        if req.Dir == nvmeproto.DirHostToCtrl {
+//	            <RDMA READ req.SGL segments into req.Data, in order; then:>
+//	        }
+//	    }
+//	    q.Execute(req)        // or q.Fail(req, nvmeproto.StatusDataTransferError) if the READ failed
+//	}
+//
+// and in TransportQueue.Complete(req) (called by the core exactly once per Begin):
+//
+//	if req.Dir == nvmeproto.DirCtrlToHost && req.Length > 0 && !req.InCapsule && req.CQE.Status.Success() {
+//	    <RDMA WRITE req.Data[:req.Length] to the req.SGL segments, in order, chained before the SEND>
+//	}
+//	<SEND req.CQE (Completion.Marshal) as the response capsule>; <return req.Data to the pool>; <repost the receive>
+//
+// Who calls what, and where:
+//
+//   - Begin: transport, in arrival order (it advances the SQ head reported in SQHD).
+//     It validates everything that can be checked before data moves: queue state (only
+//     Connect on a new queue; Command Sequence Error otherwise), opcode, flags, namespace,
+//     the SGL against the port's capabilities (see ParseSGL: keyed 0x40/0x4F, in-capsule
+//     0x01 within the in-capsule data size, 0x31 lists of up to MSDBD keyed descriptors,
+//     transfers up to MDTS), the transfer length against NLB, and the LBA range. If it
+//     returns false the command is already completed (Complete was called inline) and
+//     nothing else may be done with it. The Connect command's 1024 bytes of data are
+//     host-to-controller data like any write (on the admin queue the Linux host never
+//     sends them in-capsule).
+//   - Execute: transport, any goroutine, once the data is in req.Data. Admin and Fabrics
+//     commands run inline in Execute; I/O commands are handed to the namespace's
+//     backend.Executor and complete on a worker goroutine (or inline for the null and
+//     memory backends). Asynchronous Event Requests are held until an event.
+//   - Fail: transport, instead of Execute, when it cannot move the data.
+//   - TransportQueue.Complete: core, exactly once per Begin, from any goroutine —
+//     inline from Begin/Execute/Fail, from a backend worker, from the goroutine that
+//     raised an asynchronous event or ran Close — possibly concurrently for different
+//     requests of one queue. It must not block on the queue's receive goroutine.
+//     After it returns the core does not touch the Request again.
+//   - TransportQueue.Disconnect(reason): core, any goroutine, possibly more than once,
+//     must not block: the core wants the connection gone (keep-alive expiry
+//     ErrKeepAliveExpired, reset ErrControllerReset, shutdown ErrControllerShutdown,
+//     admin queue gone ErrAdminQueueGone, Disconnect command ErrDisconnectCommand,
+//     subsystem removed or target closed ErrClosed). From then on Begin completes every
+//     command with Command Aborted due to SQ Deletion.
+//   - Queue.Close: transport, once its connection is gone (after Disconnect, or when the
+//     host went away). It completes held AERs, waits until every begun command has
+//     completed (Complete keeps being called meanwhile, so Close must not run on a
+//     goroutine that Complete waits for), and detaches the queue; closing an admin queue
+//     destroys its controller and disconnects the controller's I/O queues.
+//
+// Buffer ownership: Cmd, ICD and Data belong to the transport, which keeps them valid
+// from Begin until Complete returns. The core reads Data for host-to-controller commands
+// and writes Data[:Length] for controller-to-host ones; it keeps nothing after Complete.
+// Data that is not 4 KiB aligned (in-capsule data at an odd offset) is copied through a
+// per-Request bounce buffer, allocated once and kept.
+//
+// # Performance
+//
+// The I/O path (Begin → Execute → backend → Complete) allocates nothing in steady state:
+// requests are preallocated by the transport, the backend request and its completion
+// callback are embedded in the Request and bound once, the namespace table is an
+// immutable snapshot read with one atomic load, in-flight accounting is an atomic
+// counter per queue and per namespace, and success paths use neither fmt nor errors.
+// Admin commands may allocate.
+//
+// # Concurrency
+//
+// Commands of one queue, and of different queues, execute concurrently. Controller state
+// (CC/CSTS, the queue table, features, AERs and pending events, keep-alive, the error
+// log) is behind the controller's mutex; the core never calls into the transport while
+// holding it. The keep-alive timer runs on its own timer goroutine, independent of I/O:
+// it ticks every KATO/2 and fails the controller after two ticks without a command
+// (traffic based keep-alive, Identify CTRATT.TBKAS), i.e. between KATO and 1.5×KATO
+// after the last command. A reset (CC.EN 1→0) or shutdown (CC.SHN) disconnects the I/O
+// queues at once and completes in the background once their in-flight commands have
+// finished; the host polls CSTS.RDY / CSTS.SHST as the specification says.
+//
+// # Logging
+//
+// log/slog (WithLogger). Refused Connects and rejected commands are logged at Warn with
+// their values, rate limited per queue (a misbehaving host cannot flood the log);
+// controller life-cycle events at Info; backend errors of single I/Os at Debug.
+package target

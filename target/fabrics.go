@@ -1,0 +1,266 @@
+package target
+
+import (
+	"errors"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// beginUnbound validates a command on a queue that has no controller yet: only Connect.
+func (q *Queue) beginUnbound(r *Request) nvmeproto.Status {
+	cmd := &r.Cmd
+	if cmd.Opcode != nvmeproto.OpFabrics || cmd.FabricsType() != nvmeproto.FabricsConnect {
+		return nvmeproto.StatusCommandSequenceError.WithDNR()
+	}
+	if st := checkFlags(cmd); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if st := ParseSGL(r, &q.port.caps); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if r.Length != nvmeproto.ConnectDataSize {
+		return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// connectError is a refused Connect: the status and, for Invalid Parameters and Invalid
+// Host, the offending field.
+type connectError struct {
+	st    nvmeproto.Status
+	ipo   uint16
+	iattr uint8
+	msg   string
+}
+
+func invalidSQE(off uint16, msg string) *connectError {
+	return &connectError{nvmeproto.StatusConnectInvalidParameters.WithDNR(), off, nvmeproto.ConnectIAttrSQE, msg}
+}
+
+func invalidData(off uint16, msg string) *connectError {
+	return &connectError{nvmeproto.StatusConnectInvalidParameters.WithDNR(), off, nvmeproto.ConnectIAttrData, msg}
+}
+
+// connect executes a Connect command on an unbound queue.
+func (q *Queue) connect(r *Request) {
+	q.connectMu.Lock()
+	defer q.connectMu.Unlock()
+	if q.bind.Load() != nil { // a second Connect raced the first
+		q.reject(r, nvmeproto.StatusCommandSequenceError.WithDNR(), "connect on a connected queue")
+		return
+	}
+	var cc nvmeproto.ConnectCommand
+	cc.FromCommand(&r.Cmd)
+	var d nvmeproto.ConnectData
+	ce := q.connectCheck(r, &cc, &d)
+	if ce == nil {
+		if cc.QID == 0 {
+			ce = q.connectAdmin(r, &cc, &d)
+		} else {
+			ce = q.connectIO(r, &cc, &d)
+		}
+	}
+	if ce != nil {
+		if ce.st.Code() == nvmeproto.StatusConnectInvalidParameters.Code() ||
+			ce.st.Code() == nvmeproto.StatusConnectInvalidHost.Code() {
+			r.CQE.DW0 = nvmeproto.ConnectInvalidParamDW0(ce.ipo, ce.iattr)
+		}
+		if q.limiter.allow() {
+			q.log.Warn("connect refused", "reason", ce.msg, "status", ce.st.String(), "ipo", ce.ipo, "iattr", ce.iattr,
+				"qid", cc.QID, "sqsize", cc.SQSize, "kato", cc.KATO, "cntlid", d.CNTLID,
+				"subnqn", d.SubNQN, "hostnqn", d.HostNQN, "port", q.port.id)
+		}
+		q.finish(r, ce.st)
+		return
+	}
+	b := q.bind.Load()
+	r.CQE.DW0 = nvmeproto.ConnectSuccessDW0(b.ctrl.cntlid, 0)
+	b.ctrl.log.Info("queue connected", "qid", b.qid, "sqsize", cc.SQSize, "port", q.port.id, "sq_flow_control", !b.sqhdOff)
+	q.finish(r, nvmeproto.StatusSuccess)
+}
+
+// connectCheck decodes and checks the parts of a Connect common to admin and I/O queues.
+func (q *Queue) connectCheck(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
+	if cc.RecFmt != 0 {
+		return &connectError{st: nvmeproto.StatusConnectIncompatibleFormat.WithDNR(), msg: "record format is not 0"}
+	}
+	if err := d.Unmarshal(r.Data[:r.Length]); err != nil {
+		var fe *nvmeproto.FieldError
+		if errors.As(err, &fe) {
+			return invalidData(uint16(fe.Offset), fe.Error())
+		}
+		return invalidData(0, err.Error())
+	}
+	if d.HostNQN == "" || nvmeproto.CheckNQN(d.HostNQN) != nil {
+		return invalidData(nvmeproto.ConnectDataOffHostNQN, "malformed host NQN")
+	}
+	s := q.t.subsystem(d.SubNQN)
+	if s == nil {
+		return invalidData(nvmeproto.ConnectDataOffSubNQN, "no such subsystem")
+	}
+	if !s.allowed(d.HostNQN) {
+		return &connectError{st: nvmeproto.StatusConnectInvalidHost.WithDNR(), ipo: nvmeproto.ConnectDataOffHostNQN,
+			iattr: nvmeproto.ConnectIAttrData, msg: "host is not allowed to access the subsystem"}
+	}
+	if cc.SQSize == 0 {
+		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue size 0")
+	}
+	if uint32(cc.SQSize)+1 > q.depth {
+		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue larger than the transport connection's depth")
+	}
+	return nil
+}
+
+// connectAdmin creates a controller for an admin queue Connect.
+func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
+	if d.CNTLID != nvmeproto.CNTLIDDynamic {
+		return invalidData(nvmeproto.ConnectDataOffCNTLID, "admin queue cntlid must be 0xFFFF (dynamic controller model)")
+	}
+	if int(cc.SQSize)+1 > AdminQueueDepth {
+		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "admin queue larger than 32 entries")
+	}
+	s := q.t.subsystem(d.SubNQN)
+	c := newController(q, s, d.HostNQN, d.HostID)
+	s.mu.Lock()
+	if s.closed || !s.allocCntlid(c) {
+		s.mu.Unlock()
+		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: "no controller ID available"}
+	}
+	s.mu.Unlock()
+	c.log = q.t.log.With("subsystem", s.nqn, "cntlid", c.cntlid, "host", d.HostNQN)
+	kato := roundKATO(cc.KATO)
+	if c.disc && kato == 0 {
+		kato = q.t.tr.KeepAliveTimeout
+	}
+	c.mu.Lock()
+	c.queues[0] = q
+	c.startKeepAlive(kato)
+	c.mu.Unlock()
+	q.bind.Store(&binding{ctrl: c, qid: 0, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()})
+	c.log.Info("controller created", "kato", kato, "discovery", c.disc, "port", q.port.id)
+	return nil
+}
+
+// connectIO binds an I/O queue to an existing controller.
+func (q *Queue) connectIO(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
+	s := q.t.subsystem(d.SubNQN)
+	s.mu.Lock()
+	c := s.ctrls[d.CNTLID]
+	s.mu.Unlock()
+	switch {
+	case c == nil:
+		return invalidData(nvmeproto.ConnectDataOffCNTLID, "no such controller")
+	case c.hostNQN != d.HostNQN:
+		return invalidData(nvmeproto.ConnectDataOffHostNQN, "host NQN differs from the admin queue's")
+	case c.hostID != d.HostID:
+		return invalidData(nvmeproto.ConnectDataOffHostID, "host ID differs from the admin queue's")
+	case c.disc:
+		return invalidSQE(nvmeproto.ConnectSQEOffQID, "discovery controllers have no I/O queues")
+	case int(cc.SQSize)+1 > q.t.tr.QueueDepth:
+		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue larger than CAP.MQES+1")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.dead || !c.enabled.Load() || c.shutdown:
+		return &connectError{st: nvmeproto.StatusCommandSequenceError.WithDNR(), msg: "controller is not ready"}
+	case int(cc.QID) > c.ioQueues:
+		return invalidSQE(nvmeproto.ConnectSQEOffQID, "queue ID beyond the number of queues granted")
+	case c.queues[cc.QID] != nil:
+		return &connectError{st: nvmeproto.StatusCommandSequenceError.WithDNR(), msg: "queue ID already connected"}
+	}
+	c.queues[cc.QID] = q
+	q.bind.Store(&binding{ctrl: c, qid: cc.QID, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()})
+	c.kaSeen.Store(true)
+	return nil
+}
+
+// beginAdmin validates a command on an admin queue.
+func (q *Queue) beginAdmin(r *Request, c *controller) nvmeproto.Status {
+	cmd := &r.Cmd
+	if st := checkFlags(cmd); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if cmd.Opcode == nvmeproto.OpFabrics {
+		switch cmd.FabricsType() {
+		case nvmeproto.FabricsPropertyGet, nvmeproto.FabricsPropertySet, nvmeproto.FabricsDisconnect:
+		case nvmeproto.FabricsConnect:
+			return nvmeproto.StatusCommandSequenceError.WithDNR()
+		default:
+			return nvmeproto.StatusInvalidOpcode.WithDNR()
+		}
+		if st := ParseSGL(r, &q.port.caps); st != nvmeproto.StatusSuccess {
+			return st
+		}
+		if r.Length != 0 {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		return nvmeproto.StatusSuccess
+	}
+	if !c.adminOpSupported(cmd.Opcode) {
+		return nvmeproto.StatusInvalidOpcode.WithDNR()
+	}
+	if !c.enabled.Load() {
+		return nvmeproto.StatusCommandSequenceError.WithDNR()
+	}
+	return ParseSGL(r, &q.port.caps)
+}
+
+// execFabrics runs a Property Get/Set or Disconnect on the admin queue.
+func (c *controller) execFabrics(q *Queue, r *Request) {
+	cmd := &r.Cmd
+	switch cmd.FabricsType() {
+	case nvmeproto.FabricsPropertyGet:
+		var pg nvmeproto.PropertyGetCommand
+		pg.FromCommand(cmd)
+		v, st := c.propertyGet(pg.Offset, pg.Size())
+		if st != nvmeproto.StatusSuccess {
+			q.reject(r, st, "property get refused")
+			return
+		}
+		r.CQE.DW0, r.CQE.DW1 = uint32(v), uint32(v>>32)
+		q.finish(r, st)
+	case nvmeproto.FabricsPropertySet:
+		var ps nvmeproto.PropertySetCommand
+		ps.FromCommand(cmd)
+		if ps.Offset != nvmeproto.PropCC || ps.Size() != 4 {
+			q.reject(r, nvmeproto.StatusInvalidField.WithDNR(), "property set refused")
+			return
+		}
+		c.setCC(nvmeproto.CC(uint32(ps.Value)))
+		q.finish(r, nvmeproto.StatusSuccess)
+	case nvmeproto.FabricsDisconnect:
+		q.finish(r, nvmeproto.StatusSuccess)
+		q.disconnect(ErrDisconnectCommand)
+	}
+}
+
+// cap returns the CAP property.
+func (c *controller) cap() nvmeproto.CAP {
+	mqes := uint16(c.t.tr.QueueDepth - 1)
+	if c.disc {
+		mqes = AdminQueueDepth - 1
+	}
+	return nvmeproto.CAP(0).WithMQES(mqes).WithCQR(true).WithTO(capTimeout).
+		WithCSS(nvmeproto.CAPCSSNVM).WithMPSMIN(0).WithMPSMAX(0)
+}
+
+// propertyGet reads a property; size is 4 or 8 (0 for a reserved ATTRIB).
+func (c *controller) propertyGet(off uint32, size int) (uint64, nvmeproto.Status) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case off == nvmeproto.PropCAP && size == 8:
+		return uint64(c.cap()), nvmeproto.StatusSuccess
+	case size != 4:
+	case off == nvmeproto.PropVS:
+		return uint64(nvmeVersion), nvmeproto.StatusSuccess
+	case off == nvmeproto.PropCC:
+		return uint64(c.cc), nvmeproto.StatusSuccess
+	case off == nvmeproto.PropCSTS:
+		return uint64(c.csts), nvmeproto.StatusSuccess
+	case off == nvmeproto.PropNSSR:
+		return 0, nvmeproto.StatusSuccess // NVM subsystem reset is not supported: reads 0
+	}
+	return 0, nvmeproto.StatusInvalidField.WithDNR()
+}

@@ -1,0 +1,227 @@
+package target
+
+import (
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// Feature identifiers this target implements.
+const (
+	fidArbitration = nvmeproto.FIDArbitration
+	fidPowerMgmt   = nvmeproto.FIDPowerManagement
+	fidVWC         = nvmeproto.FIDVolatileWriteCache
+	fidNumQueues   = nvmeproto.FIDNumberOfQueues
+	fidAsyncEvent  = nvmeproto.FIDAsyncEventConfig
+	fidTimestamp   = nvmeproto.FIDTimestamp
+	fidKeepAlive   = nvmeproto.FIDKeepAliveTimer
+	fidHostID      = nvmeproto.FIDHostIdentifier
+)
+
+// featureSupported reports whether the controller implements a feature.
+func (c *controller) featureSupported(fid nvmeproto.FID) bool {
+	switch fid {
+	case fidKeepAlive, fidAsyncEvent:
+		return true
+	case fidArbitration, fidPowerMgmt, fidNumQueues, fidTimestamp, fidHostID:
+		return !c.disc
+	case fidVWC:
+		return !c.disc && c.subsys.volatileWriteCache()
+	}
+	return false
+}
+
+// dataLen checks that a feature command moves exactly n bytes.
+func dataLen(r *Request, n int) nvmeproto.Status {
+	if int(r.Length) != n {
+		return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// setFeatures implements Set Features.
+func (c *controller) setFeatures(r *Request) nvmeproto.Status {
+	var sf nvmeproto.SetFeaturesCommand
+	sf.FromCommand(&r.Cmd)
+	fid, v := sf.FID, sf.CDW11
+	if !c.featureSupported(fid) {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	if sf.SV {
+		return nvmeproto.StatusFeatureNotSaveable.WithDNR()
+	}
+	want := 0
+	if fid == fidTimestamp {
+		want = nvmeproto.TimestampSize
+	}
+	if st := dataLen(r, want); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch fid {
+	case fidArbitration:
+		c.arbitration = v
+	case fidPowerMgmt:
+		if nvmeproto.PowerManagement(v).PS() != 0 { // one power state (NPSS 0)
+			return nvmeproto.StatusInvalidField.WithDNR()
+		}
+		c.powerMgmt = v
+	case fidVWC:
+		c.wce.Store(nvmeproto.VolatileWriteCache(v).WCE())
+	case fidNumQueues:
+		nq := nvmeproto.NumQueues(v)
+		nsqr, ncqr := uint32(nq.NSQ()), uint32(nq.NCQ())
+		if nsqr == 0xFFFF || ncqr == 0xFFFF {
+			return nvmeproto.StatusInvalidField.WithDNR()
+		}
+		if len(c.liveQueues(1)) > 0 {
+			return nvmeproto.StatusCommandSequenceError.WithDNR()
+		}
+		max := uint32(c.t.tr.MaxIOQueues)
+		nsqa, ncqa := min(nsqr+1, max), min(ncqr+1, max)
+		c.ioQueues = int(min(nsqa, ncqa))
+		r.CQE.DW0 = uint32(nvmeproto.MakeNumQueues(uint16(nsqa-1), uint16(ncqa-1)))
+	case fidAsyncEvent:
+		c.aec = v & c.supportedAEC()
+	case fidKeepAlive:
+		kato := roundKATO(v)
+		if c.disc && kato == 0 {
+			kato = c.t.tr.KeepAliveTimeout
+		}
+		c.startKeepAlive(kato)
+	case fidTimestamp:
+		var ts nvmeproto.Timestamp
+		ts.Unmarshal(r.Data[:nvmeproto.TimestampSize]) // cannot fail: the length was checked
+		c.tsBase, c.tsAt, c.tsSet = ts.Millis, time.Now(), true
+	case fidHostID:
+		// Over Fabrics the host identifier comes from Connect and cannot change.
+		return nvmeproto.StatusCommandSequenceError.WithDNR()
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// getFeatures implements Get Features with SEL current, default, saved (= default: no
+// feature is saveable) and supported capabilities.
+func (c *controller) getFeatures(r *Request) nvmeproto.Status {
+	var gf nvmeproto.GetFeaturesCommand
+	gf.FromCommand(&r.Cmd)
+	fid, sel := gf.FID, gf.SEL
+	if !c.featureSupported(fid) || sel > nvmeproto.SelSupportedCap {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	want := 0
+	if sel != nvmeproto.SelSupportedCap {
+		switch fid {
+		case fidTimestamp:
+			want = nvmeproto.TimestampSize
+		case fidHostID:
+			if gf.CDW11&nvmeproto.HostIDEXHID == 0 { // only the 128-bit host identifier exists over Fabrics
+				return nvmeproto.StatusInvalidField.WithDNR()
+			}
+			want = nvmeproto.HostIDExtendedLen
+		}
+	}
+	if st := dataLen(r, want); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if sel == nvmeproto.SelSupportedCap {
+		if fid != fidHostID {
+			r.CQE.DW0 = nvmeproto.FeatureCapChangeable
+		}
+		return nvmeproto.StatusSuccess
+	}
+	def := sel != nvmeproto.SelCurrent
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch fid {
+	case fidArbitration:
+		if !def {
+			r.CQE.DW0 = c.arbitration
+		}
+	case fidPowerMgmt:
+		if !def {
+			r.CQE.DW0 = c.powerMgmt
+		}
+	case fidVWC:
+		if def || c.wce.Load() {
+			r.CQE.DW0 = 1
+		}
+	case fidNumQueues:
+		n := uint32(c.t.tr.MaxIOQueues)
+		if !def {
+			n = uint32(c.ioQueues)
+		}
+		r.CQE.DW0 = uint32(nvmeproto.MakeNumQueues(uint16(n-1), uint16(n-1)))
+	case fidAsyncEvent:
+		if def {
+			r.CQE.DW0 = c.supportedAEC()
+		} else {
+			r.CQE.DW0 = c.aec
+		}
+	case fidKeepAlive:
+		if !def {
+			r.CQE.DW0 = uint32(c.kato / time.Millisecond)
+		}
+	case fidTimestamp:
+		ms, set := c.timestamp(time.Now())
+		ts := nvmeproto.Timestamp{Millis: ms & (1<<48 - 1), Origin: nvmeproto.TimestampOriginReset}
+		if set {
+			ts.Origin = nvmeproto.TimestampOriginHost
+		}
+		ts.Marshal(r.Data[:nvmeproto.TimestampSize])
+	case fidHostID:
+		copy(r.Data[:nvmeproto.HostIDExtendedLen], c.hostID[:])
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// asyncEventRequest holds an Asynchronous Event Request until an event happens, or
+// completes it at once with an event raised while none was outstanding.
+func (c *controller) asyncEventRequest(q *Queue, r *Request) {
+	if r.Length != 0 {
+		q.reject(r, nvmeproto.StatusDataSGLLengthInvalid.WithDNR(), "admin command failed")
+		return
+	}
+	c.mu.Lock()
+	if len(c.events) > 0 {
+		ev := c.events[0]
+		c.events = c.events[1:]
+		c.mu.Unlock()
+		r.CQE.DW0 = uint32(ev.ae)
+		q.finish(r, nvmeproto.StatusSuccess)
+		return
+	}
+	if len(c.aers) >= aerLimit {
+		c.mu.Unlock()
+		q.reject(r, nvmeproto.StatusAERLimitExceeded.WithDNR(), "asynchronous event request limit exceeded")
+		return
+	}
+	c.aers = append(c.aers, r)
+	c.mu.Unlock()
+}
+
+// abort implements Abort: held Asynchronous Event Requests can be aborted; anything else
+// is already executing and runs to completion (DW0 bit 0 set: not aborted).
+func (c *controller) abort(r *Request) nvmeproto.Status {
+	sqid, cid := uint16(r.Cmd.CDW10), uint16(r.Cmd.CDW10>>16)
+	r.CQE.DW0 = 1
+	if sqid != 0 {
+		return nvmeproto.StatusSuccess
+	}
+	c.mu.Lock()
+	var victim *Request
+	for i, a := range c.aers {
+		if a.Cmd.CID == cid {
+			victim = a
+			c.aers = append(c.aers[:i:i], c.aers[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if victim != nil {
+		r.CQE.DW0 = 0
+		victim.q.finish(victim, nvmeproto.StatusAbortRequested)
+	}
+	return nvmeproto.StatusSuccess
+}

@@ -1,0 +1,214 @@
+package target
+
+import (
+	"bytes"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// flagsSGL is the only Flags value (FUSE and PSDT bits) Fabrics commands may carry:
+// no fused operation, SGL for data with a metadata buffer pointer.
+const flagsSGL = nvmeproto.PSDTSGL << 6
+
+// checkFlags rejects fused commands and PRP data pointers.
+func checkFlags(cmd *nvmeproto.Command) nvmeproto.Status {
+	if cmd.Flags&0xC3 != flagsSGL {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// NVM command fields.
+const (
+	rwFUA         = 1 << 30 // Read/Write CDW12: force unit access
+	dsmAD         = 1 << 2  // Dataset Management CDW11: attribute deallocate
+	dsmRangeSize  = 16      // one Dataset Management range
+	dsmMaxRanges  = 256
+	maxNLBPerCmd  = 1 << 16 // NLB is a 0's based 16-bit field
+	dataUnitBytes = 512     // SMART data units count thousands of these
+)
+
+// beginIO validates a command on an I/O queue.
+func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
+	cmd := &r.Cmd
+	if st := checkFlags(cmd); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	switch cmd.Opcode {
+	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare, nvmeproto.OpFlush,
+		nvmeproto.OpWriteZeroes, nvmeproto.OpDatasetManagement:
+	case nvmeproto.OpFabrics:
+		switch cmd.FabricsType() {
+		case nvmeproto.FabricsConnect:
+			return nvmeproto.StatusCommandSequenceError.WithDNR()
+		case nvmeproto.FabricsDisconnect:
+		default:
+			return nvmeproto.StatusInvalidOpcode.WithDNR()
+		}
+		if st := ParseSGL(r, &q.port.caps); st != nvmeproto.StatusSuccess {
+			return st
+		}
+		if r.Length != 0 {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		return nvmeproto.StatusSuccess
+	default:
+		return nvmeproto.StatusInvalidOpcode.WithDNR()
+	}
+	if st := ParseSGL(r, &q.port.caps); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	ns := c.subsys.acquireNS(cmd.NSID)
+	if ns == nil {
+		return nvmeproto.StatusInvalidNamespace.WithDNR()
+	}
+	r.ns = ns
+	switch cmd.Opcode {
+	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare:
+		slba := uint64(cmd.CDW11)<<32 | uint64(cmd.CDW10)
+		nlb := uint64(cmd.CDW12&0xFFFF) + 1
+		n := nlb << ns.shift
+		if n > uint64(q.t.mdtsBytes) {
+			return nvmeproto.StatusInvalidField.WithDNR()
+		}
+		if uint64(r.Length) != n {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		if nlb > ns.nblocks || slba > ns.nblocks-nlb {
+			return nvmeproto.StatusLBAOutOfRange.WithDNR()
+		}
+		if cmd.Opcode == nvmeproto.OpWrite && ns.readOnly {
+			return nvmeproto.StatusNSWriteProtected.WithDNR()
+		}
+	case nvmeproto.OpFlush:
+		if r.Length != 0 {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+	case nvmeproto.OpWriteZeroes:
+		if r.Length != 0 {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		slba := uint64(cmd.CDW11)<<32 | uint64(cmd.CDW10)
+		nlb := uint64(cmd.CDW12&0xFFFF) + 1
+		if nlb > ns.nblocks || slba > ns.nblocks-nlb {
+			return nvmeproto.StatusLBAOutOfRange.WithDNR()
+		}
+		if ns.readOnly {
+			return nvmeproto.StatusNSWriteProtected.WithDNR()
+		}
+	case nvmeproto.OpDatasetManagement:
+		nr := cmd.CDW10&0xFF + 1
+		if r.Length < nr*dsmRangeSize {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		if cmd.CDW11&dsmAD != 0 && ns.readOnly {
+			return nvmeproto.StatusNSWriteProtected.WithDNR()
+		}
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// execIO runs a validated I/O command through the namespace's executor.
+func (q *Queue) execIO(r *Request, c *controller) {
+	cmd := &r.Cmd
+	if cmd.Opcode == nvmeproto.OpFabrics { // Disconnect: answer, then delete the queue
+		q.finish(r, nvmeproto.StatusSuccess)
+		q.disconnect(ErrDisconnectCommand)
+		return
+	}
+	ns := r.ns
+	br := &r.br
+	if br.Done == nil {
+		br.Done = r.ioDone // bound once per Request: no allocation per command
+	}
+	br.Err, br.Buf, br.Ranges, br.FUA, br.NLB = nil, nil, nil, false, 0
+	br.SLBA = uint64(cmd.CDW11)<<32 | uint64(cmd.CDW10)
+	r.compare, r.bounced = false, false
+	switch cmd.Opcode {
+	case nvmeproto.OpRead:
+		br.Op = backend.OpRead
+		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
+		br.Buf = r.Data[:r.Length]
+		if !isAligned(br.Buf) {
+			br.Buf = r.alignedBuf(int(r.Length))
+			r.bounced = true
+		}
+	case nvmeproto.OpWrite:
+		br.Op = backend.OpWrite
+		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
+		br.FUA = cmd.CDW12&rwFUA != 0 || !c.wce.Load()
+		br.Buf = r.Data[:r.Length]
+		if !isAligned(br.Buf) {
+			b := r.alignedBuf(int(r.Length))
+			copy(b, br.Buf)
+			br.Buf = b
+		}
+	case nvmeproto.OpCompare:
+		br.Op = backend.OpRead
+		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
+		br.Buf = r.alignedBuf(int(r.Length))
+		r.compare = true
+	case nvmeproto.OpFlush:
+		br.Op = backend.OpFlush
+	case nvmeproto.OpWriteZeroes:
+		br.Op = backend.OpWriteZeroes
+		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
+	case nvmeproto.OpDatasetManagement:
+		if cmd.CDW11&dsmAD == 0 { // only hints (integral read/write): nothing to do
+			q.finish(r, nvmeproto.StatusSuccess)
+			return
+		}
+		if r.ranges == nil {
+			r.ranges = make([]backend.Range, 0, dsmMaxRanges)
+		}
+		r.ranges = r.ranges[:0]
+		nr := int(cmd.CDW10&0xFF) + 1
+		for i := 0; i < nr; i++ {
+			e := r.Data[i*dsmRangeSize:]
+			nlb := uint64(le.Uint32(e[4:]))
+			if nlb == 0 {
+				continue
+			}
+			r.ranges = append(r.ranges, backend.Range{SLBA: le.Uint64(e[8:]), NLB: nlb})
+		}
+		if len(r.ranges) == 0 {
+			q.finish(r, nvmeproto.StatusSuccess)
+			return
+		}
+		br.Op = backend.OpDeallocate
+		br.Ranges = r.ranges
+	}
+	ns.exec.Submit(br)
+}
+
+// ioDone is the backend completion of r's I/O command.
+func (r *Request) ioDone(br *backend.Request) {
+	q, ns := r.q, r.ns
+	st := backend.Status(br.Op, br.Err)
+	if st == nvmeproto.StatusSuccess {
+		switch {
+		case r.compare:
+			if !bytes.Equal(br.Buf, r.Data[:r.Length]) {
+				st = nvmeproto.StatusCompareFailure
+			}
+		case r.bounced:
+			copy(r.Data[:r.Length], br.Buf)
+		}
+		switch br.Op {
+		case backend.OpRead:
+			ns.readCmds.Add(1)
+			ns.readUnits.Add(uint64(r.Length) / dataUnitBytes)
+		case backend.OpWrite:
+			ns.writeCmds.Add(1)
+			ns.writeUnits.Add(uint64(r.Length) / dataUnitBytes)
+		}
+	}
+	if st != nvmeproto.StatusSuccess {
+		if br.Err != nil {
+			q.log.Debug("backend error", "nsid", ns.nsid, "op", br.Op.String(), "slba", br.SLBA, "err", br.Err)
+		}
+		q.noteError(r, st, "I/O command failed")
+	}
+	q.finish(r, st)
+}

@@ -1,0 +1,225 @@
+package target
+
+import (
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// discLSPPLEO is the discovery log LSP bit "port local entries only".
+const discLSPPLEO = 1 << 0
+
+// supportedLogs are the log pages of an I/O controller.
+var supportedLogs = []nvmeproto.LID{
+	nvmeproto.LIDSupportedLogPages, nvmeproto.LIDErrorInfo, nvmeproto.LIDSMART, nvmeproto.LIDFirmwareSlot,
+	nvmeproto.LIDChangedNSList, nvmeproto.LIDCommandEffects,
+}
+
+// getLogPage implements Get Log Page: the page is built whole, then the requested range
+// (offset and NUMD honoured) is copied out, zero-filled past its end.
+func (c *controller) getLogPage(r *Request) nvmeproto.Status {
+	var g nvmeproto.GetLogPageCommand
+	g.FromCommand(&r.Cmd)
+	if g.OT || g.Offset%4 != 0 { // offsets are bytes, dword aligned
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	n := g.Length()
+	if n > uint64(c.t.mdtsBytes) {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	page, st := c.logPage(g.LID, g.LSP, g.NSID)
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if g.Offset > uint64(len(page)) {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	buf, st := c2h(r, int(n))
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
+	k := copy(buf, page[g.Offset:])
+	clear(buf[k:])
+	if !g.RAE {
+		c.logRead(g.LID)
+	}
+	if g.LID == nvmeproto.LIDChangedNSList { // reading the list clears it
+		c.mu.Lock()
+		c.changedNS = nil
+		c.mu.Unlock()
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// logPage builds the whole log page lid, or returns the status for a page this controller
+// does not have.
+func (c *controller) logPage(lid nvmeproto.LID, lsp uint8, nsid uint32) ([]byte, nvmeproto.Status) {
+	if c.disc {
+		if lid != nvmeproto.LIDDiscovery {
+			return nil, nvmeproto.StatusInvalidLogPage.WithDNR()
+		}
+		return c.discoveryLog(lsp&discLSPPLEO != 0), nvmeproto.StatusSuccess
+	}
+	switch lid {
+	case nvmeproto.LIDSupportedLogPages:
+		var s nvmeproto.SupportedLogPages
+		for _, l := range supportedLogs {
+			s.Set(l, 0)
+		}
+		b := make([]byte, nvmeproto.SupportedLogPagesSize)
+		s.Marshal(b)
+		return b, nvmeproto.StatusSuccess
+	case nvmeproto.LIDErrorInfo:
+		return c.errorLog(), nvmeproto.StatusSuccess
+	case nvmeproto.LIDSMART:
+		return c.smartLog(nsid)
+	case nvmeproto.LIDFirmwareSlot:
+		f := nvmeproto.FirmwareSlotLog{AFI: 1, FRS: [7]string{FirmwareRevision}}
+		b := make([]byte, nvmeproto.FirmwareSlotLogSize)
+		f.Marshal(b)
+		return b, nvmeproto.StatusSuccess
+	case nvmeproto.LIDChangedNSList:
+		c.mu.Lock()
+		l := nvmeproto.ChangedNSList(c.changedNS)
+		b := make([]byte, nvmeproto.ChangedNSListSize)
+		l.Marshal(b)
+		c.mu.Unlock()
+		return b, nvmeproto.StatusSuccess
+	case nvmeproto.LIDCommandEffects:
+		b := make([]byte, nvmeproto.CommandEffectsLogSize)
+		commandEffects.Marshal(b)
+		return b, nvmeproto.StatusSuccess
+	}
+	return nil, nvmeproto.StatusInvalidLogPage.WithDNR()
+}
+
+// discoveryLog builds the discovery log page for this controller's host: one entry per
+// subsystem the host may access and advertised port (only the controller's own port with
+// portLocal).
+func (c *controller) discoveryLog(portLocal bool) []byte {
+	t := c.t
+	// Read the generation first: a change racing with this read bumps it again, so the
+	// host, which compares GENCTR before and after reading the entries, retries.
+	gen := t.genctr.Load()
+	ports := t.advertised()
+	t.mu.Lock()
+	subs := make([]*subsystem, 0, len(t.order))
+	subs = append(subs, t.order...)
+	t.mu.Unlock()
+	var entries []nvmeproto.DiscoveryLogEntry
+	for _, p := range ports {
+		if portLocal && p != c.port {
+			continue
+		}
+		for _, s := range subs {
+			if !s.allowed(c.hostNQN) {
+				continue
+			}
+			e := nvmeproto.DiscoveryLogEntry{
+				TrType:  nvmeproto.TransportType(p.cfg.TrType),
+				AdrFam:  nvmeproto.AddressFamily(p.cfg.AdrFam),
+				SubType: nvmeproto.SubTypeNVMe,
+				TReq:    nvmeproto.TReqSecureChannelNotRequired | nvmeproto.TReqDisableSQFlow,
+				PortID:  p.id,
+				CNTLID:  nvmeproto.CNTLIDDynamic,
+				ASQSZ:   AdminQueueDepth,
+				TrSvcID: p.cfg.TrSvcID,
+				SubNQN:  s.nqn,
+				TrAddr:  p.cfg.TrAddr,
+			}
+			if p.cfg.TrType == TrTypeRDMA {
+				e.SetRDMA(nvmeproto.RDMATSAS{
+					QPType: orDefault(p.cfg.RDMAQPType, nvmeproto.RDMAQPTypeConnected),
+					PrType: orDefault(p.cfg.RDMAProviderType, nvmeproto.RDMAPrTypeNone),
+					CMS:    orDefault(p.cfg.RDMACMS, nvmeproto.RDMACMSRDMACM),
+					PKey:   p.cfg.RDMAPKey,
+				})
+			}
+			entries = append(entries, e)
+		}
+	}
+	page := make([]byte, nvmeproto.DiscoveryLogSize(len(entries)))
+	h := nvmeproto.DiscoveryLogHeader{GenCtr: gen, NumRec: uint64(len(entries))}
+	h.Marshal(page)
+	for i := range entries {
+		entries[i].Marshal(page[nvmeproto.DiscoveryLogSize(i):])
+	}
+	return page
+}
+
+func orDefault(v, def uint8) uint8 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// errorLog returns the Error Information entries, newest first.
+func (c *controller) errorLog() []byte {
+	b := make([]byte, errorLogEntries*nvmeproto.ErrorInfoEntrySize)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := 0; i < errorLogEntries && uint64(i) < c.errCount; i++ {
+		e := c.errLog[(c.errCount-uint64(i))%errorLogEntries]
+		e.TrType = nvmeproto.TransportType(c.port.cfg.TrType)
+		e.Marshal(b[i*nvmeproto.ErrorInfoEntrySize:])
+	}
+	return b
+}
+
+// smartLog returns the SMART / Health Information log for one namespace, or for the
+// whole controller (NSID 0 or FFFFFFFFh): counters summed over the subsystem's namespaces.
+func (c *controller) smartLog(nsid uint32) ([]byte, nvmeproto.Status) {
+	var nss []*namespace
+	switch {
+	case nsid == 0 || nsid == nvmeproto.NSIDAll:
+		nss = c.subsys.namespaces()
+	case c.subsys.lookup(nsid) != nil:
+		nss = []*namespace{c.subsys.lookup(nsid)}
+	default:
+		return nil, nvmeproto.StatusInvalidNamespace.WithDNR()
+	}
+	var rUnits, wUnits, rCmds, wCmds uint64
+	for _, ns := range nss {
+		rUnits += ns.readUnits.Load()
+		wUnits += ns.writeUnits.Load()
+		rCmds += ns.readCmds.Load()
+		wCmds += ns.writeCmds.Load()
+	}
+	c.mu.Lock()
+	errs := c.errCount
+	c.mu.Unlock()
+	s := nvmeproto.SMARTLog{
+		AvailableSpare:    100, // nothing wears out in a software target
+		DataUnitsRead:     nvmeproto.DataUnits(rUnits * dataUnitBytes),
+		DataUnitsWritten:  nvmeproto.DataUnits(wUnits * dataUnitBytes),
+		HostReadCommands:  nvmeproto.U128(rCmds),
+		HostWriteCommands: nvmeproto.U128(wCmds),
+		PowerCycles:       nvmeproto.U128(1), // this target process
+		PowerOnHours:      nvmeproto.U128(uint64(time.Since(c.t.started) / time.Hour)),
+		NumErrLogEntries:  nvmeproto.U128(errs),
+	}
+	b := make([]byte, nvmeproto.SMARTLogSize)
+	s.Marshal(b)
+	return b, nvmeproto.StatusSuccess
+}
+
+// commandEffects is the Commands Supported and Effects log: every implemented command,
+// with the effects a host must know about.
+var commandEffects = func() *nvmeproto.CommandEffectsLog {
+	var l nvmeproto.CommandEffectsLog
+	for _, op := range []uint8{nvmeproto.OpGetLogPage, nvmeproto.OpIdentify, nvmeproto.OpAbort,
+		nvmeproto.OpGetFeatures, nvmeproto.OpAsyncEventRequest, nvmeproto.OpKeepAlive} {
+		l.ACS[op] = nvmeproto.EffectCSUPP
+	}
+	l.ACS[nvmeproto.OpSetFeatures] = nvmeproto.EffectCSUPP | nvmeproto.EffectCCC
+	l.ACS[nvmeproto.OpFabrics] = nvmeproto.EffectCSUPP
+	for _, op := range []uint8{nvmeproto.OpRead, nvmeproto.OpCompare} {
+		l.IOCS[op] = nvmeproto.EffectCSUPP
+	}
+	for _, op := range []uint8{nvmeproto.OpFlush, nvmeproto.OpWrite, nvmeproto.OpWriteZeroes, nvmeproto.OpDatasetManagement} {
+		l.IOCS[op] = nvmeproto.EffectCSUPP | nvmeproto.EffectLBCC
+	}
+	l.IOCS[nvmeproto.OpFabrics] = nvmeproto.EffectCSUPP
+	return &l
+}()

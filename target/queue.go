@@ -1,0 +1,355 @@
+package target
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// TransportQueue is the transport's side of one connected queue (one RDMA queue pair,
+// one TCP connection, one loop queue). The core calls it; it never blocks the core.
+type TransportQueue interface {
+	// Complete delivers req's completion to the host: for a successful
+	// controller-to-host command first Data[:Length] to the SGL's host memory, then the
+	// response capsule holding req.CQE. The core calls it exactly once for every
+	// Request passed to Begin, from any goroutine (inline from Begin, Execute or Fail,
+	// from a backend worker, from the goroutine that raised an asynchronous event), and
+	// possibly concurrently for different requests. After Complete returns the core no
+	// longer touches req, so the transport may reuse it at once. Complete must not wait
+	// for the goroutine that calls Begin/Execute/Close on this queue.
+	Complete(req *Request)
+	// Disconnect asks the transport to tear the queue's connection down (keep-alive
+	// expiry, controller reset or shutdown, removal of the subsystem, the admin queue
+	// going away, a Disconnect command). It must not block; the core may call it more
+	// than once and from any goroutine. The transport later calls Queue.Close.
+	Disconnect(reason error)
+}
+
+// Queue is the core's side of one connected queue. A transport creates it with
+// Port.NewQueue when it accepts a connection, feeds it commands with Begin and
+// Execute, and calls Close when the connection is gone.
+//
+// Per command, on the queue's receive goroutine:
+//
+//	if q.Begin(req) {               // validates; false: already completed with an error
+//	    if req.Length > 0 && !req.InCapsule {
+//	        req.Data = buffer of req.Length bytes
+//	        if req.Dir == nvmeproto.DirHostToCtrl { fetch the host's data into req.Data }
+//	    }
+//	    q.Execute(req)              // or q.Fail(req, status) if the fetch failed
+//	}
+//
+// Begin should be called in the order the commands arrived (it advances the SQ head that
+// completions report); Begin, Execute and Fail are safe to call from any goroutine.
+type Queue struct {
+	t     *Target
+	port  *Port
+	tq    TransportQueue
+	depth uint32
+	log   *slog.Logger
+
+	bind    atomic.Pointer[binding]
+	head    atomic.Uint32
+	state   atomic.Int64 // commands between Begin and Complete | closingBit
+	drained chan struct{}
+
+	connectMu sync.Mutex
+	closeOnce sync.Once
+	discOnce  sync.Once
+
+	limiter rateLimiter
+}
+
+// binding is what a successful Connect established; immutable once stored.
+type binding struct {
+	ctrl    *controller
+	qid     uint16
+	entries uint32 // SQSIZE+1
+	sqhdOff bool   // SQ flow control disabled: report SQHD 0xFFFF
+}
+
+// NewQueue creates the core side of a newly accepted connection. depth is the number of
+// commands the transport can hold at once (its receive slots: the RDMA hsqsize+1); the
+// host's Connect must not ask for a larger queue. The queue accepts nothing but a
+// Connect command until one succeeds.
+func (p *Port) NewQueue(tq TransportQueue, depth int) (*Queue, error) {
+	if depth < 1 || depth > 65536 {
+		return nil, fmt.Errorf("target: queue depth %d out of range 1..65536", depth)
+	}
+	q := &Queue{
+		t: p.t, port: p, tq: tq, depth: uint32(depth),
+		log:     p.t.log,
+		drained: make(chan struct{}),
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.queues[q] = struct{}{}
+	p.mu.Unlock()
+	return q, nil
+}
+
+// QID returns the queue ID the host connected with, or -1 before a successful Connect.
+func (q *Queue) QID() int {
+	if b := q.bind.Load(); b != nil {
+		return int(b.qid)
+	}
+	return -1
+}
+
+// ControllerID returns the controller the queue belongs to, or 0 before Connect.
+func (q *Queue) ControllerID() uint16 {
+	if b := q.bind.Load(); b != nil {
+		return b.ctrl.cntlid
+	}
+	return 0
+}
+
+// Size returns the number of entries the host's Connect asked for (SQSIZE+1), or the
+// transport's depth before Connect.
+func (q *Queue) Size() int {
+	if b := q.bind.Load(); b != nil {
+		return int(b.entries)
+	}
+	return int(q.depth)
+}
+
+// Begin accepts a command that has arrived on the queue. It advances the SQ head and
+// validates the command — opcode, queue state, namespace, SGL (see ParseSGL), transfer
+// length and LBA range — and describes its data transfer in req (Dir, Length,
+// InCapsule, SGL, and Data for in-capsule data).
+//
+// When Begin returns false the command has already been completed with an error status
+// (TransportQueue.Complete was called, inline); the transport moves no data and does not
+// call Execute. When it returns true the transport must eventually call exactly one of
+// Execute or Fail for req.
+func (q *Queue) Begin(r *Request) bool {
+	r.q = q
+	r.CQE = nvmeproto.Completion{}
+	r.Dir = r.Cmd.DataDirection()
+	r.Length, r.InCapsule, r.SGL, r.Data = 0, false, nil, nil
+	r.ns = nil
+	if !q.acquire() {
+		q.complete(r, nvmeproto.StatusAbortSQDeletion)
+		return false
+	}
+	q.advanceHead()
+	var st nvmeproto.Status
+	b := q.bind.Load()
+	switch {
+	case b == nil:
+		st = q.beginUnbound(r)
+	case b.qid == 0:
+		b.ctrl.activity()
+		st = q.beginAdmin(r, b.ctrl)
+	default:
+		b.ctrl.activity()
+		st = q.beginIO(r, b.ctrl)
+	}
+	if st != nvmeproto.StatusSuccess {
+		q.reject(r, st, "invalid command")
+		return false
+	}
+	return true
+}
+
+// Execute runs a command Begin accepted, once its data (if host-to-controller) is in
+// req.Data. Admin and Fabrics commands run inline; I/O commands are handed to the
+// namespace's backend executor and complete from a worker (or inline for memory
+// backends). Either way TransportQueue.Complete is called exactly once.
+func (q *Queue) Execute(r *Request) {
+	if r.Length > 0 && uint64(len(r.Data)) < uint64(r.Length) {
+		q.log.Error("transport gave a data buffer shorter than the transfer", "len", len(r.Data), "length", r.Length)
+		q.finish(r, nvmeproto.StatusInternalError)
+		return
+	}
+	b := q.bind.Load()
+	switch {
+	case b == nil:
+		q.connect(r)
+	case b.qid == 0:
+		b.ctrl.execAdmin(q, r)
+	default:
+		q.execIO(r, b.ctrl)
+	}
+}
+
+// Fail completes a command Begin accepted without executing it, with status st: for
+// example Data Transfer Error when the transport could not fetch the host's data, or
+// Command Aborted due to SQ Deletion when the connection is going away.
+func (q *Queue) Fail(r *Request, st nvmeproto.Status) {
+	q.finish(r, st)
+}
+
+// Close detaches the queue from its controller after the transport's connection is gone
+// (whether the host closed it or the core asked with Disconnect). New commands fail with
+// Command Aborted due to SQ Deletion; Close completes the asynchronous event requests
+// the queue held, then waits until every other command begun on it has completed (their
+// Complete calls still arrive; the transport may drop the responses). Closing a
+// controller's admin queue ends the controller: its I/O queues are asked to disconnect.
+// Close is idempotent; after it returns the core makes no more calls for this queue.
+func (q *Queue) Close() {
+	q.closeOnce.Do(func() {
+		q.markClosing()
+		q.port.mu.Lock()
+		delete(q.port.queues, q)
+		q.port.mu.Unlock()
+		b := q.bind.Load()
+		if b != nil && b.qid == 0 {
+			b.ctrl.adminQueueClosed()
+		}
+		<-q.drained
+		if b != nil {
+			b.ctrl.queueClosed(q, b.qid)
+		}
+	})
+}
+
+// disconnect stops the queue accepting commands and asks the transport to tear it down.
+func (q *Queue) disconnect(reason error) {
+	q.discOnce.Do(func() {
+		q.markClosing()
+		q.log.Debug("disconnecting queue", "qid", q.QID(), "cntlid", q.ControllerID(), "reason", reason)
+		q.tq.Disconnect(reason)
+	})
+}
+
+func (q *Queue) acquire() bool {
+	for {
+		s := q.state.Load()
+		if s&closingBit != 0 {
+			return false
+		}
+		if q.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+func (q *Queue) release() {
+	if q.state.Add(-1) == closingBit {
+		close(q.drained)
+	}
+}
+
+// markClosing makes acquire fail from now on; drained closes when nothing is in flight.
+func (q *Queue) markClosing() {
+	if old := q.state.Or(closingBit); old == 0 {
+		close(q.drained)
+	}
+}
+
+// closing reports whether the queue no longer accepts commands.
+func (q *Queue) closing() bool { return q.state.Load()&closingBit != 0 }
+
+func (q *Queue) advanceHead() {
+	n := q.depth
+	if b := q.bind.Load(); b != nil {
+		n = b.entries
+	}
+	for {
+		old := q.head.Load()
+		h := old + 1
+		if h >= n {
+			h = 0
+		}
+		if q.head.CompareAndSwap(old, h) {
+			return
+		}
+	}
+}
+
+// complete fills the CQE and hands the request to the transport.
+func (q *Queue) complete(r *Request, st nvmeproto.Status) {
+	r.CQE.CID = r.Cmd.CID
+	r.CQE.Status = st
+	if b := q.bind.Load(); b != nil {
+		r.CQE.SQID = b.qid
+		if b.sqhdOff {
+			r.CQE.SQHD = 0xFFFF
+		} else {
+			r.CQE.SQHD = uint16(q.head.Load())
+		}
+	} else {
+		r.CQE.SQHD = uint16(q.head.Load())
+	}
+	if ns := r.ns; ns != nil {
+		r.ns = nil
+		ns.release()
+	}
+	q.tq.Complete(r)
+}
+
+// finish completes a command Begin accepted.
+func (q *Queue) finish(r *Request, st nvmeproto.Status) {
+	q.complete(r, st)
+	q.release()
+}
+
+// reject completes a command with an error status, logging it (rate limited) and
+// recording it in the controller's error log.
+func (q *Queue) reject(r *Request, st nvmeproto.Status, msg string) {
+	q.noteError(r, st, msg)
+	q.finish(r, st)
+}
+
+// noteError logs a failed command (rate limited) and records it in the error log.
+func (q *Queue) noteError(r *Request, st nvmeproto.Status, msg string) {
+	b := q.bind.Load()
+	qid := -1
+	if b != nil {
+		qid = int(b.qid)
+		b.ctrl.recordError(b.qid, r, st)
+	}
+	if q.limiter.allow() {
+		attrs := []any{"qid", qid, "cid", r.Cmd.CID, "opcode", r.Cmd.Opcode, "nsid", r.Cmd.NSID,
+			"status", st.String(), "sgl", r.Cmd.SGL.String()}
+		if b != nil {
+			attrs = append(attrs, "cntlid", b.ctrl.cntlid, "host", b.ctrl.hostNQN)
+		}
+		if n := q.limiter.takeSuppressed(); n > 0 {
+			attrs = append(attrs, "suppressed", n)
+		}
+		q.log.Warn(msg, attrs...)
+	}
+}
+
+// rateLimiter lets through a burst of log lines per second and counts the rest, so a
+// misbehaving host cannot flood the log.
+type rateLimiter struct {
+	mu         sync.Mutex
+	second     int64
+	n          int
+	suppressed int
+}
+
+const logLinesPerSecond = 10
+
+func (l *rateLimiter) allow() bool {
+	now := time.Now().Unix()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now != l.second {
+		l.second, l.n = now, 0
+	}
+	if l.n < logLinesPerSecond {
+		l.n++
+		return true
+	}
+	l.suppressed++
+	return false
+}
+
+func (l *rateLimiter) takeSuppressed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.suppressed
+	l.suppressed = 0
+	return n
+}

@@ -1,0 +1,98 @@
+package target
+
+import (
+	"unsafe"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// Request is one command on its way through a Queue: the decoded SQE, the description of
+// its data transfer, the buffer the data lives in, and the completion the core fills.
+//
+// Transports preallocate one Request per receive slot (queue depth) and reuse it for
+// every command that arrives in that slot; the core keeps no reference to a Request
+// after it has called TransportQueue.Complete for it. The zero value is ready to use.
+//
+// Field ownership through the life of a command:
+//
+//	transport, before Begin:  Cmd, ICD (and Context whenever it likes)
+//	core, in Begin:           Dir, Length, InCapsule, SGL (and Data when InCapsule)
+//	transport, before Execute: Data (len(Data) >= Length) filled with the host's data for
+//	                          host-to-controller commands, an empty buffer otherwise
+//	core, before Complete:    CQE, and for controller-to-host commands Data[:Length]
+type Request struct {
+	// Cmd is the submission queue entry, decoded by the transport from the capsule.
+	Cmd nvmeproto.Command
+	// ICD is the in-capsule data: the bytes of the command capsule after the 64-byte
+	// SQE, as received (nil when the capsule had none). In-capsule data descriptors
+	// (0x01) and descriptor lists (0x31) point into it. It must stay valid until Complete.
+	ICD []byte
+
+	// Dir is the direction of the command's data: DirHostToCtrl (write-like: the
+	// transport fetches Length bytes from the host before Execute), DirCtrlToHost
+	// (read-like: the transport sends Data[:Length] to the host after a successful
+	// completion) or DirNone. Set by Begin; meaningful only when Length > 0.
+	Dir nvmeproto.Direction
+	// Length is the number of data bytes the command moves, from its SGL. Set by Begin.
+	Length uint32
+	// InCapsule reports that the data came in the capsule: Begin has pointed Data at
+	// it inside ICD and the transport has nothing to fetch.
+	InCapsule bool
+	// SGL lists the host memory segments to move Length bytes to or from when the data
+	// is not in-capsule: keyed descriptors (address, length, key) on RDMA, one Transport
+	// Data Block on TCP. Their lengths sum to Length; data is laid out in Data in list
+	// order. A descriptor's subtype tells an RDMA transport whether the host asked for
+	// the key to be invalidated (SGLSubtypeInvalidate). Set by Begin; it aliases storage
+	// inside the Request.
+	SGL []nvmeproto.SGLDescriptor
+
+	// Data is the command's data buffer, provided by the transport (registered memory
+	// for RDMA) after Begin and before Execute, at least Length bytes long. For best
+	// performance it starts on a backend.Alignment boundary (the core copies through a
+	// private bounce buffer otherwise). The core reads it for host-to-controller
+	// commands and writes Data[:Length] for controller-to-host commands; it does not
+	// touch it after Complete.
+	Data []byte
+
+	// CQE is the completion, filled by the core (CID, SQID, SQHD, status, DW0/DW1)
+	// before it calls TransportQueue.Complete.
+	CQE nvmeproto.Completion
+
+	// Context is free for the transport (typically a pointer to its own slot).
+	Context any
+
+	// Core-private state.
+	q        *Queue
+	ns       *namespace
+	sglStore [MaxSGLDescriptors]nvmeproto.SGLDescriptor
+	br       backend.Request
+	bounce   []byte // aligned scratch for unaligned Data and Compare reads, kept for reuse
+	ranges   []backend.Range
+	compare  bool
+	bounced  bool
+	fua      bool
+}
+
+// alignedBuf returns a backend.Alignment-aligned slice of n bytes from r's scratch
+// buffer, growing it (once) when it is too small.
+func (r *Request) alignedBuf(n int) []byte {
+	if cap(r.bounce) < n {
+		r.bounce = alignedAlloc(n)
+	}
+	return r.bounce[:n]
+}
+
+// alignedAlloc returns n bytes starting on a backend.Alignment boundary.
+func alignedAlloc(n int) []byte {
+	b := make([]byte, n+backend.Alignment)
+	off := 0
+	if a := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (backend.Alignment - 1)); a != 0 {
+		off = backend.Alignment - a
+	}
+	return b[off : off+n : off+n]
+}
+
+func isAligned(b []byte) bool {
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))&(backend.Alignment-1) == 0
+}

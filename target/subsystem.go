@@ -1,0 +1,305 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// subsystem is an NVM subsystem (or the discovery subsystem): namespaces, the hosts that
+// may connect, and the controllers they created.
+type subsystem struct {
+	t      *Target
+	nqn    string
+	disc   bool
+	serial string
+	model  string
+
+	mu         sync.Mutex
+	allowAny   bool
+	hosts      map[string]bool
+	ctrls      map[uint16]*controller
+	nextCntlid uint16
+	closed     bool
+
+	// ns is the namespace table the command path reads without locking: an immutable
+	// slice sorted by NSID, replaced under mu.
+	ns atomic.Pointer[[]*namespace]
+}
+
+func newSubsystem(t *Target, nqn string, disc bool) *subsystem {
+	s := &subsystem{
+		t: t, nqn: nqn, disc: disc,
+		hosts:      make(map[string]bool),
+		ctrls:      make(map[uint16]*controller),
+		nextCntlid: nvmeproto.CNTLIDMin,
+	}
+	s.ns.Store(&[]*namespace{})
+	return s
+}
+
+// allowed reports whether hostNQN may connect.
+func (s *subsystem) allowed(hostNQN string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allowAny || s.hosts[hostNQN]
+}
+
+// namespaces returns the current namespace table (sorted by NSID; do not modify).
+func (s *subsystem) namespaces() []*namespace { return *s.ns.Load() }
+
+// lookup finds an active namespace without taking a reference.
+func (s *subsystem) lookup(nsid uint32) *namespace {
+	tab := *s.ns.Load()
+	i, j := 0, len(tab)
+	for i < j {
+		h := int(uint(i+j) >> 1)
+		if tab[h].nsid < nsid {
+			i = h + 1
+		} else {
+			j = h
+		}
+	}
+	if i < len(tab) && tab[i].nsid == nsid {
+		return tab[i]
+	}
+	return nil
+}
+
+// acquireNS finds a namespace and takes a reference that keeps its backend open until
+// release; nil when there is no such namespace or it is being removed.
+func (s *subsystem) acquireNS(nsid uint32) *namespace {
+	ns := s.lookup(nsid)
+	if ns == nil || !ns.acquire() {
+		return nil
+	}
+	return ns
+}
+
+func (s *subsystem) controllers() []*controller {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*controller, 0, len(s.ctrls))
+	for _, c := range s.ctrls {
+		out = append(out, c)
+	}
+	return out
+}
+
+// allocCntlid reserves a controller ID for c: the next unused one after the last
+// assigned, so a departed controller's ID is not reused at once. Called with s.mu held.
+func (s *subsystem) allocCntlid(c *controller) bool {
+	for range nvmeproto.CNTLIDMax {
+		id := s.nextCntlid
+		s.nextCntlid++
+		if s.nextCntlid > nvmeproto.CNTLIDMax {
+			s.nextCntlid = nvmeproto.CNTLIDMin
+		}
+		if s.ctrls[id] == nil {
+			c.cntlid = id
+			s.ctrls[id] = c
+			return true
+		}
+	}
+	return false
+}
+
+func (s *subsystem) removeController(c *controller) {
+	s.mu.Lock()
+	if s.ctrls[c.cntlid] == c {
+		delete(s.ctrls, c.cntlid)
+	}
+	s.mu.Unlock()
+}
+
+// addNamespace opens the backend of cn and publishes the namespace; with notify the
+// subsystem's controllers learn about it by asynchronous event.
+func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if s.lookup(cn.NSID) != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: nsid %d in %q", ErrNamespaceExists, cn.NSID, s.nqn)
+	}
+	s.mu.Unlock()
+
+	ns, err := openNamespace(s.t, cn)
+	if err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	if s.closed || s.lookup(cn.NSID) != nil {
+		closed := s.closed
+		s.mu.Unlock()
+		ns.close()
+		if closed {
+			return ErrClosed
+		}
+		return fmt.Errorf("%w: nsid %d in %q", ErrNamespaceExists, cn.NSID, s.nqn)
+	}
+	tab := slices.Clone(*s.ns.Load())
+	i := sort.Search(len(tab), func(i int) bool { return tab[i].nsid > cn.NSID })
+	tab = slices.Insert(tab, i, ns)
+	s.ns.Store(&tab)
+	s.mu.Unlock()
+
+	s.t.log.Info("namespace added", "subsystem", s.nqn, "nsid", cn.NSID, "backend", cn.Backend,
+		"path", cn.Path, "blocks", ns.nblocks, "lba_size", ns.lbaSize(), "read_only", ns.readOnly)
+	if notify {
+		for _, c := range s.controllers() {
+			c.namespaceChanged(cn.NSID)
+		}
+	}
+	return nil
+}
+
+// removeNamespace unpublishes a namespace, waits for its commands in flight and closes it.
+func (s *subsystem) removeNamespace(nsid uint32) error {
+	s.mu.Lock()
+	tab := *s.ns.Load()
+	i := slices.IndexFunc(tab, func(n *namespace) bool { return n.nsid == nsid })
+	if i < 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: nsid %d in %q", ErrNoSuchNamespace, nsid, s.nqn)
+	}
+	ns := tab[i]
+	tab = slices.Delete(slices.Clone(tab), i, i+1)
+	s.ns.Store(&tab)
+	s.mu.Unlock()
+
+	err := ns.close()
+	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
+	for _, c := range s.controllers() {
+		c.namespaceChanged(nsid)
+	}
+	return err
+}
+
+// close fails every controller and closes every namespace.
+func (s *subsystem) close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	tab := *s.ns.Load()
+	s.ns.Store(&[]*namespace{})
+	s.mu.Unlock()
+	for _, c := range s.controllers() {
+		c.fail(ErrClosed)
+	}
+	var errs []error
+	for _, ns := range tab {
+		if err := ns.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// namespace is one namespace: its backend, the executor that runs commands on it, and
+// the counters behind the SMART log.
+type namespace struct {
+	nsid     uint32
+	cfg      conf.Namespace
+	be       backend.Backend
+	exec     *backend.Executor
+	info     backend.Info
+	shift    uint8 // log2 of the LBA size
+	nblocks  uint64
+	readOnly bool
+
+	state   atomic.Int64 // references (commands in flight) | closingBit
+	drained chan struct{}
+
+	// SMART / health counters.
+	readCmds, writeCmds   atomic.Uint64
+	readUnits, writeUnits atomic.Uint64 // in 512-byte units
+}
+
+func openNamespace(t *Target, cn conf.Namespace) (*namespace, error) {
+	spec := backend.Spec{
+		Kind:     backend.Kind(cn.Backend),
+		Path:     cn.Path,
+		Size:     uint64(cn.Size),
+		LBASize:  cn.LBASize,
+		ReadOnly: cn.ReadOnly,
+		Workers:  t.workers,
+		Logger:   t.log,
+	}
+	be, err := t.openBackend(spec)
+	if err != nil {
+		return nil, fmt.Errorf("namespace %d: %w", cn.NSID, err)
+	}
+	lba := be.LBASize()
+	if lba < 512 || lba > 4096 || lba&(lba-1) != 0 {
+		be.Close()
+		return nil, fmt.Errorf("namespace %d: backend reports LBA size %d; want a power of two from 512 to 4096", cn.NSID, lba)
+	}
+	ns := &namespace{
+		nsid:     cn.NSID,
+		cfg:      cn,
+		be:       be,
+		info:     backend.Describe(be),
+		shift:    uint8(bits.TrailingZeros32(lba)),
+		nblocks:  be.NumBlocks(),
+		readOnly: be.ReadOnly() || cn.ReadOnly,
+		drained:  make(chan struct{}),
+	}
+	ns.exec = backend.NewExecutor(be, t.workers, 0)
+	return ns, nil
+}
+
+func (ns *namespace) lbaSize() uint32 { return 1 << ns.shift }
+
+const closingBit = 1 << 62
+
+// acquire takes a reference unless the namespace is closing.
+func (ns *namespace) acquire() bool {
+	for {
+		s := ns.state.Load()
+		if s&closingBit != 0 {
+			return false
+		}
+		if ns.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+func (ns *namespace) release() {
+	if ns.state.Add(-1) == closingBit {
+		close(ns.drained)
+	}
+}
+
+// close stops new references, waits for the ones held, then closes executor and backend.
+func (ns *namespace) close() error {
+	old := ns.state.Or(closingBit)
+	if old&closingBit != 0 {
+		<-ns.drained
+		return nil
+	}
+	if old == 0 {
+		close(ns.drained)
+	}
+	<-ns.drained
+	ns.exec.Close()
+	if err := ns.be.Close(); err != nil {
+		return fmt.Errorf("namespace %d: closing backend: %w", ns.nsid, err)
+	}
+	return nil
+}
