@@ -49,6 +49,12 @@ type SGLCaps struct {
 // Begin calls ParseSGL with its port's capabilities; a transport may call it itself to
 // size buffers before it has a Queue. It does not allocate.
 func ParseSGL(req *Request, caps *SGLCaps) nvmeproto.Status {
+	if req.Cmd.SGL.Length == 0 && req.Cmd.DataDirection() == nvmeproto.DirNone {
+		// No data either way: the descriptor's type does not matter (hosts send a keyed
+		// descriptor of length 0 over RDMA, a transport one over TCP, zeroes elsewhere).
+		req.Length, req.InCapsule, req.SGL = 0, false, nil
+		return nvmeproto.StatusSuccess
+	}
 	st := parseSGL(req, caps)
 	if st == nvmeproto.StatusSuccess && req.Length > 0 && req.Cmd.DataDirection() == nvmeproto.DirNone {
 		return nvmeproto.StatusDataSGLLengthInvalid.WithDNR() // data for a command that has none
