@@ -1,0 +1,619 @@
+#!/bin/bash
+# guest-bench.sh: the guest half of integration/bench/run.sh. Runs in ONE guest boot (vm.sh run)
+# and measures the Linux kernel target (nvmet-rdma, configured through configfs) and gonvmf
+# (`gonvmf serve --config FILE`) over the same Soft-RoCE link, with the same fio jobs, the same
+# backend kinds and the same Linux host, alternating the two targets. It writes raw results
+# only; the host turns them into the report (gen-report.py).
+#
+# Settings come from the environment (run.sh sets them; vm.sh passes GONVMF_* into the guest):
+#   GONVMF_BENCH_RUNTIME   fio time_based runtime per job, seconds (10)
+#   GONVMF_BENCH_RAMP      fio ramp_time per job, seconds (2)
+#   GONVMF_BENCH_REPS      repetitions; the target order flips every repetition (3)
+#   GONVMF_BENCH_QDS       queue depths of the 4k randread sweep ("1 2 4 8 16 32 64 128")
+#   GONVMF_BENCH_BACKENDS  "null file" (null: null_blk vs gonvmf's null backend; file: the same
+#                          file on the ext4 scratch disk for both)
+#   GONVMF_BENCH_TARGETS   "kernel gonvmf"
+#   GONVMF_BENCH_SCALE     queue-pair counts of the scaling test ("1 8 32"; "" skips it)
+#   GONVMF_BENCH_PERFTEST  perftest duration per bandwidth test, seconds (5; 0 skips perftest)
+#   GONVMF_BENCH_FILE_MB   size of the backing file (1024)
+#   GONVMF_BENCH_BIN       the gonvmf binary ($GONVMF_BUILD/bin/gonvmf; empty: none, see
+#                          $OUT/host/build.txt for why)
+#   GONVMF_BENCH_TRANSPORT optional YAML flow mapping for gonvmf's transport section,
+#                          e.g. "{busy_poll: true, poll_groups: 1}" (default: gonvmf's defaults)
+#
+# Raw results under $OUT (see integration/bench/README.md, "Raw results"):
+#   params.env meta/ fio/ cpu/ perftest/ gonvmf/
+#   runs.tsv sessions.tsv scaling.tsv gonvmf-status.txt
+. "$SRC/integration/vm/guest-lib.sh"
+
+RUNTIME=${GONVMF_BENCH_RUNTIME:-10}
+RAMP=${GONVMF_BENCH_RAMP:-2}
+REPS=${GONVMF_BENCH_REPS:-3}
+QDS=${GONVMF_BENCH_QDS-1 2 4 8 16 32 64 128}
+BACKENDS=${GONVMF_BENCH_BACKENDS:-null file}
+TARGETS=${GONVMF_BENCH_TARGETS:-kernel gonvmf}
+SCALE_QPS=${GONVMF_BENCH_SCALE-1 8 32}
+PERF_DUR=${GONVMF_BENCH_PERFTEST:-5}
+FILE_MB=${GONVMF_BENCH_FILE_MB:-1024}
+GONVMF=${GONVMF_BENCH_BIN-$GONVMF_BUILD/bin/gonvmf}
+GONVMF_TRANSPORT=${GONVMF_BENCH_TRANSPORT:-}
+PORT=4420
+NULL_GB=16
+NCPU=$(nproc)
+HZ=$(getconf CLK_TCK)
+NQN_PREFIX=nqn.2024-01.io.gonvmf.bench
+FILE=${SCRATCH:-/scratch}/gonvmf-bench.img
+
+# The fio matrix: the named jobs, then the 4k randread queue-depth sweep (rw:bs:qd).
+MAIN_JOBS="randread:4k:1 randread:4k:32 randwrite:4k:32 read:128k:16 write:128k:16"
+JOBS=()
+for j in $MAIN_JOBS $(for q in $QDS; do echo "randread:4k:$q"; done); do
+	[[ " ${JOBS[*]} " == *" $j "* ]] || JOBS+=("$j")
+done
+jobname() { # rw:bs:qd -> rw-bs-qdN
+	local rw bs qd
+	IFS=: read -r rw bs qd <<< "$1"
+	echo "$rw-$bs-qd$qd"
+}
+
+mkdir -p "$OUT"/{meta,fio,cpu,perftest,gonvmf}
+{
+	printf 'RUNTIME=%s\nRAMP=%s\nREPS=%s\nQDS="%s"\nBACKENDS="%s"\nTARGETS="%s"\n' \
+		"$RUNTIME" "$RAMP" "$REPS" "$QDS" "$BACKENDS" "$TARGETS"
+	printf 'SCALE_QPS="%s"\nPERF_DUR=%s\nFILE_MB=%s\nNULL_GB=%s\nNCPU=%s\nHZ=%s\n' \
+		"$SCALE_QPS" "$PERF_DUR" "$FILE_MB" "$NULL_GB" "$NCPU" "$HZ"
+	printf 'JOBS="%s"\nGONVMF_TRANSPORT="%s"\n' "${JOBS[*]}" "$GONVMF_TRANSPORT"
+} > "$OUT/params.env"
+printf 'rep\tbackend\ttarget\tjob\trw\tbs\tqd\tfio_rc\tjson\tcpu\n' > "$OUT/runs.tsv"
+printf 'rep\tbackend\ttarget\torder\tstatus\tconnect_s\tio_queues\tqueue_size\tlba_bytes\tgonvmf_rss_start_kb\tgonvmf_rss_connected_kb\tgonvmf_rss_end_kb\tgonvmf_hwm_end_kb\treason\n' > "$OUT/sessions.tsv"
+printf 'rep\ttarget\tqps_requested\tcontrollers\tio_queues_per_ctrl_requested\tio_queues_granted\tconnect_total_s\tconnect_first_s\tconnect_median_s\tconnect_max_s\tdisconnect_s\tgonvmf_rss_before_kb\tgonvmf_rss_after_kb\tguest_used_delta_kb\tslab_delta_kb\tstatus\n' > "$OUT/scaling.tsv"
+
+# ---- small helpers ----
+
+now() { echo "$EPOCHREALTIME"; }
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
+meminfo_kb() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
+guest_used_kb() { awk '/^MemTotal:/ { t = $2 } /^MemAvailable:/ { a = $2 } END { print t - a }' /proc/meminfo; }
+rss_kb() { # <pid> [VmRSS|VmHWM]
+	[ -n "$1" ] && [ -r "/proc/$1/status" ] && awk -v k="${2:-VmRSS}:" '$1 == k { print $2 }' "/proc/$1/status"
+}
+# pid_ticks <pid...>: sets TICKS to utime+stime (clock ticks) summed over the processes, all
+# threads included. Builtins only: the CPU sampler must not disturb what it measures.
+pid_ticks() {
+	local p line f
+	TICKS=0
+	for p in "$@"; do
+		read -r line 2> /dev/null < "/proc/$p/stat" || continue
+		# after "pid (comm) " the fields start at field 3 (state): utime is field 14, stime 15
+		read -r -a f <<< "${line##*) }"
+		TICKS=$((TICKS + f[11] + f[12]))
+	done
+}
+
+# snap <target pid> <fio pid>: one CPU sample line:
+#   epoch uptime user nice system idle iowait irq softirq steal fio_ticks target_ticks
+snap() {
+	local up c fio
+	read -r up _ < /proc/uptime
+	read -r -a c < /proc/stat
+	pid_ticks "$2"
+	fio=$TICKS
+	pid_ticks ${1:+"$1"}
+	echo "$EPOCHREALTIME $up ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} ${c[8]} $fio $TICKS"
+}
+
+# cpu_window <file> <target pid or ""> <fio pid>: samples CPU at ramp+1 s and at
+# ramp+runtime-0.5 s after fio's start, i.e. inside fio's measured (post-ramp) interval even
+# when fio needs up to 1 s to start under TCG (report.py checks the window against fio's
+# own timestamps). Run in the background next to fio (fio --thread: one process).
+CPU_SLEEP1=$(awk -v r="$RAMP" 'BEGIN { print r + 1.0 }')
+CPU_SLEEP2=$(awk -v r="$RUNTIME" 'BEGIN { d = r - 1.5; print (d < 0.5 ? 0.5 : d) }')
+cpu_window() {
+	local file=$1 tpid=$2 fpid=$3
+	sleep "$CPU_SLEEP1"
+	{
+		echo "# fio pid: $fpid target pid: ${tpid:-none}"
+		snap "$tpid" "$fpid"
+		sleep "$CPU_SLEEP2"
+		snap "$tpid" "$fpid"
+	} > "$file"
+}
+
+# ---- the Linux host side ----
+
+# host identity i (1..): a fixed host NQN and host ID, so that every run connects as the
+# same host and the scaling test's controllers are distinct hosts of the subsystem.
+hostnqn() { printf 'nqn.2014-08.org.nvmexpress:uuid:6f6e766d-6662-4000-8000-%012d' "$1"; }
+hostid() { printf '6f6e766d-6662-4000-8000-%012d' "$1"; }
+
+ctrls_of() { # <nqn>: the host's controllers (nvmeN) of that subsystem
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ -e "$c/subsysnqn" ] && [ "$(cat "$c/subsysnqn")" = "$1" ] && echo "${c##*/}"
+	done
+}
+ns_dev_of() { # <nqn>: the namespace block device (/dev/nvmeXnY) of that subsystem, if present
+	local b
+	for b in /sys/block/nvme*; do
+		[ -e "$b" ] || continue
+		case ${b##*/} in nvme*c*) continue ;; esac
+		[ "$(cat "$b/device/subsysnqn" 2> /dev/null)" = "$1" ] && [ -b "/dev/${b##*/}" ] && {
+			echo "/dev/${b##*/}"
+			return 0
+		}
+	done
+	return 1
+}
+
+# connect_timed <nqn> <host index> <nr io queues>: nvme connect, then wait until the new
+# controller is live with its namespace and the namespace's block device exists.
+# Sets CONN_S (seconds from the start of nvme connect), CONN_CTRL (nvmeN), NS_DEV.
+connect_timed() {
+	local nqn=$1 h=$2 q=$3 before t0
+	before=" $(ctrls_of "$nqn" | tr '\n' ' ') "
+	CONN_S= CONN_CTRL= NS_DEV=
+	t0=$(now)
+	if ! timeout -k 5 90 nvme connect -t rdma -a "$RXE_IP" -s "$PORT" -n "$nqn" \
+		--hostnqn="$(hostnqn "$h")" --hostid="$(hostid "$h")" -i "$q" > "$OUT/.connect.log" 2>&1; then
+		CONN_ERR="nvme connect failed: $(tail -n 1 "$OUT/.connect.log"); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
+		return 1
+	fi
+	wait_ctrl_ns "$nqn" "$before" "$t0"
+}
+
+# wait_ctrl_ns <nqn> <controllers before> <start time>: wait until a new controller of the
+# subsystem is live with its namespace and the namespace's block device exists.
+wait_ctrl_ns() {
+	local nqn=$1 before=$2 t0=$3 c deadline=$(($(date +%s) + 60))
+	while :; do
+		if [ -z "$CONN_CTRL" ]; then
+			for c in $(ctrls_of "$nqn"); do [[ $before == *" $c "* ]] || CONN_CTRL=$c; done
+		fi
+		if [ -n "$CONN_CTRL" ] && [ "$(cat "/sys/class/nvme/$CONN_CTRL/state" 2> /dev/null)" = live ] &&
+			ls -d /sys/class/nvme/"$CONN_CTRL"/nvme*n* > /dev/null 2>&1 && NS_DEV=$(ns_dev_of "$nqn"); then
+			CONN_S=$(since "$t0")
+			return 0
+		fi
+		if [ "$(date +%s)" -ge $deadline ]; then
+			CONN_ERR="no live controller with a namespace of $nqn 60 s after connecting (controller '${CONN_CTRL}'); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+# fabrics_connect <nqn> <host index> <nr io queues>: like connect_timed, but writes the
+# options to /dev/nvme-fabrics itself, as nvme-cli does: nvme-cli 2.3 refuses a second
+# controller of a subsystem at the same address even from another host NQN and with
+# --duplicate-connect (its lookup_ctrl ignores both; fixed upstream in nvme-cli PR #1993).
+fabrics_connect() {
+	local nqn=$1 h=$2 q=$3 before t0 fd
+	before=" $(ctrls_of "$nqn" | tr '\n' ' ') "
+	CONN_S= CONN_CTRL= NS_DEV=
+	t0=$(now)
+	if ! { exec {fd}<> /dev/nvme-fabrics &&
+		printf 'nqn=%s,transport=rdma,traddr=%s,trsvcid=%s,hostnqn=%s,hostid=%s,nr_io_queues=%s' \
+			"$nqn" "$RXE_IP" "$PORT" "$(hostnqn "$h")" "$(hostid "$h")" "$q" >&$fd &&
+		read -r -t 60 _ <&$fd; } 2> "$OUT/.connect.log"; then
+		[ -n "${fd:-}" ] && exec {fd}>&-
+		CONN_ERR="write to /dev/nvme-fabrics failed: $(tail -n 1 "$OUT/.connect.log"); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
+		return 1
+	fi
+	exec {fd}>&-
+	wait_ctrl_ns "$nqn" "$before" "$t0"
+}
+
+# disconnect <nqn>: disconnect every controller of the subsystem and wait until they are gone.
+disconnect() {
+	[ -n "$(ctrls_of "$1")" ] || return 0
+	timeout -k 5 60 nvme disconnect -n "$1" > /dev/null 2>&1
+	wait_for 30 sh -c "! grep -qsx '$1' /sys/class/nvme/nvme*/subsysnqn" || {
+		echo "disconnect: controllers of $1 still present: $(ctrls_of "$1" | tr '\n' ' ')" >&2
+		return 1
+	}
+}
+
+# ---- targets ----
+# target_start <target> <backend> <tag>: sets NQN, TPID (gonvmf's pid, empty for the kernel)
+# and TARGET_ERR on failure. target_stop <target> stops it.
+
+backend_path() { # <backend>: what the kernel target exports
+	case $1 in
+	null) echo /dev/nullb0 ;;
+	file) echo "$FILE" ;;
+	esac
+}
+
+kernel_start() {
+	NQN=$NQN_PREFIX:kernel-$2
+	TPID=
+	local err
+	err=$(nvmet_setup "$NQN" "$(backend_path "$2")" "$PORT" 2>&1) || {
+		TARGET_ERR="nvmet_setup: $err"
+		return 1
+	}
+	[ -n "$err" ] && log "nvmet_setup: $err"
+	return 0
+}
+kernel_stop() { nvmet_teardown "$NQN" || log "nvmet_teardown $NQN left something behind"; }
+
+gonvmf_config() { # <backend> <file>
+	{
+		echo "# generated by integration/bench/guest-bench.sh"
+		echo "listeners:"
+		echo "  - transport: rdma"
+		echo "    address: $RXE_IP"
+		echo "    port: $PORT"
+		echo "subsystems:"
+		echo "  - nqn: $NQN"
+		echo "    model: gonvmf bench"
+		echo "    allow_any_host: true"
+		echo "    namespaces:"
+		echo "      - nsid: 1"
+		case $1 in
+		null)
+			# the same size and block size as null_blk's /dev/nullb0
+			echo "        backend: null"
+			echo "        size: ${NULL_GB}GiB"
+			echo "        lba_size: 512"
+			;;
+		file)
+			# the kernel target exports a file on ext4 with 4 KiB blocks
+			echo "        backend: file"
+			echo "        path: $FILE"
+			echo "        lba_size: 4096"
+			;;
+		esac
+		[ -n "$GONVMF_TRANSPORT" ] && echo "transport: $GONVMF_TRANSPORT"
+	} > "$2"
+}
+# gonvmf_listening: gonvmf has an RDMA CM id listening on $RXE_IP:$PORT.
+gonvmf_listening() {
+	rdma resource show cm_id 2> /dev/null | grep -w LISTEN | grep -v '\[' | grep -q "src-addr $RXE_IP:$PORT "
+}
+gonvmf_start() {
+	local be=$2 tag=$3 cfg log i
+	NQN=$NQN_PREFIX:gonvmf-$be
+	TPID=
+	if [ -z "$GONVMF" ] || [ ! -x "$GONVMF" ]; then
+		TARGET_ERR="no gonvmf binary: $(tail -n 1 "$OUT/host/build.txt" 2> /dev/null || echo "nothing at '$GONVMF'")"
+		return 1
+	fi
+	cfg=$OUT/gonvmf/$be.yaml
+	log=$OUT/gonvmf/serve-$tag.log
+	gonvmf_config "$be" "$cfg"
+	if "$GONVMF" help check > /dev/null 2>&1; then
+		"$GONVMF" check --config "$cfg" > "$OUT/gonvmf/check-$be.log" 2>&1 || {
+			TARGET_ERR="gonvmf check --config $cfg failed: $(grep -v '^\s*$' "$OUT/gonvmf/check-$be.log" | tail -n 1)"
+			return 1
+		}
+	fi
+	"$GONVMF" help serve > /dev/null 2>&1 || {
+		TARGET_ERR="$GONVMF has no serve command yet ($("$GONVMF" help serve 2>&1 | head -n 1))"
+		return 1
+	}
+	"$GONVMF" serve --config "$cfg" > "$log" 2>&1 &
+	TPID=$!
+	for i in $(seq 150); do
+		gonvmf_listening && break
+		if ! kill -0 "$TPID" 2> /dev/null; then
+			wait "$TPID"
+			TARGET_ERR="gonvmf serve exited with status $? before listening: $(grep -v '^\s*$' "$log" | tail -n 1)"
+			TPID=
+			return 1
+		fi
+		sleep 0.2
+	done
+	if ! gonvmf_listening; then
+		TARGET_ERR="gonvmf serve (pid $TPID) shows no RDMA listener on $RXE_IP:$PORT after 30 s: $(grep -v '^\s*$' "$log" | tail -n 1)"
+		gonvmf_stop
+		return 1
+	fi
+	return 0
+}
+gonvmf_stop() {
+	[ -n "$TPID" ] || return 0
+	kill -TERM "$TPID" 2> /dev/null
+	local i
+	for i in $(seq 75); do kill -0 "$TPID" 2> /dev/null || break; sleep 0.2; done
+	if kill -0 "$TPID" 2> /dev/null; then
+		log "gonvmf (pid $TPID) did not exit 15 s after SIGTERM; killing it"
+		kill -KILL "$TPID" 2> /dev/null
+	fi
+	wait "$TPID" 2> /dev/null
+	TPID=
+}
+target_start() {
+	TARGET_ERR=
+	case $1 in
+	kernel) kernel_start "$@" ;;
+	gonvmf) gonvmf_start "$@" ;;
+	esac
+}
+target_stop() {
+	case $1 in
+	kernel) kernel_stop ;;
+	gonvmf) gonvmf_stop ;;
+	esac
+}
+on_exit gonvmf_stop
+on_exit nvmet_teardown
+on_exit nvme_disconnect_all
+
+# gonvmf_usable <backend>: false (with GONVMF_REASON set) once gonvmf has failed to start
+# for that backend: later repetitions don't try again.
+declare -A GONVMF_REASON
+target_usable() { [ "$1" != gonvmf ] || [ -z "${GONVMF_REASON[$2]:-}" ]; }
+
+# ---- one target session: start, connect, every fio job, disconnect, stop ----
+
+run_job() { # <tag> <rw:bs:qd> <rep> <backend> <target>
+	local tag=$1 spec=$2 rw bs qd name json cpuf rc sp fpid wd t0
+	IFS=: read -r rw bs qd <<< "$spec"
+	name=$(jobname "$spec")
+	json=fio/$tag-$name.json
+	cpuf=cpu/$tag-$name.txt
+	t0=$(now)
+	# --thread: fio is one process, so its CPU time is one /proc/PID/stat
+	fio --thread --name="$name" --filename="$NS_DEV" --ioengine=libaio --direct=1 --rw="$rw" --bs="$bs" \
+		--iodepth="$qd" --numjobs=1 --time_based --runtime="$RUNTIME" --ramp_time="$RAMP" \
+		--norandommap --randrepeat=0 --lat_percentiles=1 --output-format=json \
+		--output="$OUT/$json" > "$OUT/fio/$tag-$name.log" 2>&1 &
+	fpid=$!
+	cpu_window "$OUT/$cpuf" "$TPID" "$fpid" &
+	sp=$!
+	{ sleep $((RUNTIME + RAMP + 120)) && kill -TERM "$fpid"; } > /dev/null 2>&1 &
+	wd=$!
+	wait "$fpid"
+	rc=$?
+	kill "$wd" 2> /dev/null
+	if [ $rc != 0 ]; then
+		kill "$sp" 2> /dev/null
+		log "  $name: fio exited $rc: $(tail -n 2 "$OUT/fio/$tag-$name.log" | tr '\n' ' ')"
+	else
+		log "  $name: done in $(since "$t0") s"
+	fi
+	wait "$sp" 2> /dev/null
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$3" "$4" "$5" "$name" "$rw" "$bs" "$qd" "$rc" "$json" "$cpuf" >> "$OUT/runs.tsv"
+	return 0
+}
+
+session() { # <rep> <backend> <target> <order>
+	local rep=$1 be=$2 tg=$3 order=$4 tag="r$1-$2-$3" rss0= rss1= rss2= hwm= q= qs= lba=
+	log "== rep $rep, backend $be, target $tg (order $order)"
+	row() { # <status> <connect_s> <reason>
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$be" "$tg" "$order" "$1" "$2" \
+			"$q" "$qs" "$lba" "$rss0" "$rss1" "$rss2" "$hwm" "$3" >> "$OUT/sessions.tsv"
+	}
+	if ! target_usable "$tg" "$be"; then
+		row unavailable "" "${GONVMF_REASON[$be]}"
+		return 0
+	fi
+	if ! target_start "$tg" "$be" "$tag"; then
+		log "$tg not available for $be: $TARGET_ERR"
+		if [ "$tg" = gonvmf ]; then
+			GONVMF_REASON[$be]=$TARGET_ERR
+			skip "gonvmf-$be" "$TARGET_ERR"
+		else
+			fail "target-$tg-$be" "$TARGET_ERR"
+		fi
+		row unavailable "" "$TARGET_ERR"
+		return 0
+	fi
+	rss0=$(rss_kb "$TPID")
+	if ! connect_timed "$NQN" 1 "$NCPU"; then
+		log "connect to $tg ($be) failed: $CONN_ERR"
+		if [ "$tg" = gonvmf ]; then
+			GONVMF_REASON[$be]="gonvmf serve runs but the Linux host cannot use it: $CONN_ERR"
+			skip "gonvmf-$be" "${GONVMF_REASON[$be]}"
+		else
+			fail "connect-$tg-$be" "$CONN_ERR"
+		fi
+		row unavailable "" "$CONN_ERR"
+		disconnect "$NQN"
+		target_stop "$tg"
+		return 0
+	fi
+	rss1=$(rss_kb "$TPID")
+	q=$(($(cat "/sys/class/nvme/$CONN_CTRL/queue_count") - 1))
+	qs=$(($(cat "/sys/class/nvme/$CONN_CTRL/sqsize") + 1))
+	lba=$(cat "/sys/block/${NS_DEV#/dev/}/queue/logical_block_size")
+	log "connected to $tg ($be) in $CONN_S s: $NS_DEV, $q I/O queues of $qs entries, $lba-byte blocks"
+	nvme id-ctrl "/dev/$CONN_CTRL" > "$OUT/meta/id-ctrl-$tg-$be.txt" 2>&1
+	local spec
+	for spec in "${JOBS[@]}"; do run_job "$tag" "$spec" "$rep" "$be" "$tg"; done
+	rss2=$(rss_kb "$TPID")
+	hwm=$(rss_kb "$TPID" VmHWM)
+	if [ "$tg" = gonvmf ] && ! kill -0 "$TPID" 2> /dev/null; then
+		row failed "$CONN_S" "gonvmf exited during the fio jobs: $(tail -n 1 "$OUT/gonvmf/serve-$tag.log")"
+		fail "gonvmf-$be-r$rep" "gonvmf exited during the fio jobs"
+	else
+		row ok "$CONN_S" ""
+		pass "session-$tag" "connect $CONN_S s, $q I/O queues"
+	fi
+	disconnect "$NQN" || fail "disconnect-$tag" "controllers left behind"
+	target_stop "$tg"
+}
+
+# ---- scaling: 1, 8, 32 I/O queue pairs ----
+# The Linux host grants at most one I/O queue per online CPU per controller (-i is capped by
+# num_online_cpus), so N queue pairs are ceil(N / NCPU) controllers of NCPU I/O queues each,
+# every controller from its own host NQN.
+scaling_unavailable() { # <rep> <target> <qps> <reason>
+	printf '%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t%s\n' "$1" "$2" "$3" "unavailable: $4" >> "$OUT/scaling.tsv"
+}
+scaling_target() { # <rep> <target>
+	local rep=$1 tg=$2 n per k i t0 times used0 slab0 rss_a rss_b granted total first med max dis st
+	target_usable "$tg" "$SCALE_BE" || {
+		for n in $SCALE_QPS; do
+			scaling_unavailable "$rep" "$tg" "$n" "${GONVMF_REASON[$SCALE_BE]}"
+		done
+		return 0
+	}
+	if ! target_start "$tg" "$SCALE_BE" "r$rep-scaling-$tg"; then
+		[ "$tg" = gonvmf ] && GONVMF_REASON[$SCALE_BE]=$TARGET_ERR
+		for n in $SCALE_QPS; do
+			scaling_unavailable "$rep" "$tg" "$n" "$TARGET_ERR"
+		done
+		return 0
+	fi
+	for n in $SCALE_QPS; do
+		per=$((n < NCPU ? n : NCPU))
+		k=$(((n + per - 1) / per))
+		log "scaling: $tg, $n I/O queue pairs = $k controller(s) x $per"
+		sleep 1
+		used0=$(guest_used_kb)
+		slab0=$(meminfo_kb Slab)
+		rss_b=$(rss_kb "$TPID")
+		times=()
+		st=ok
+		t0=$(now)
+		for i in $(seq 1 "$k"); do
+			if ! fabrics_connect "$NQN" "$i" "$per"; then
+				st="failed at controller $i: $CONN_ERR"
+				break
+			fi
+			times+=("$CONN_S")
+		done
+		total=$(since "$t0")
+		granted=0
+		for c in $(ctrls_of "$NQN"); do granted=$((granted + $(cat "/sys/class/nvme/$c/queue_count") - 1)); done
+		sleep 1
+		rss_a=$(rss_kb "$TPID")
+		local used1 slab1
+		used1=$(guest_used_kb)
+		slab1=$(meminfo_kb Slab)
+		first=${times[0]:-}
+		read -r med max < <(printf '%s\n' "${times[@]}" | grep . | sort -g | awk '{ v[++n] = $1 } END {
+			if (n) print ((n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2), v[n] }')
+		t0=$(now)
+		disconnect "$NQN" || st="$st; disconnect left controllers behind"
+		dis=$(since "$t0")
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$tg" "$n" "$k" "$per" "$granted" \
+			"$total" "$first" "$med" "$max" "$dis" "$rss_b" "$rss_a" "$((used1 - used0))" "$((slab1 - slab0))" "$st" >> "$OUT/scaling.tsv"
+		log "scaling: $tg $n QPs: $granted I/O queues granted, connect total $total s (first $first, median $med), rss ${rss_b:--} -> ${rss_a:--} kB, guest used +$((used1 - used0)) kB"
+		[ "$st" = ok ] || { log "scaling: $tg: $st"; break; }
+	done
+	target_stop "$tg"
+}
+
+# ---- perftest: the link's ceiling ----
+perftest_one() { # <rep> <test> <size> <args...>
+	local rep=$1 t=$2 sz=$3 base sp
+	shift 3
+	base=$OUT/perftest/r$rep-$t-$sz
+	for _ in 1 2; do
+		timeout 120 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" > "$base.server.txt" 2>&1 &
+		sp=$!
+		sleep 2 # under TCG the server needs a head start
+		timeout 120 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" "$RXE_IP" > "$base.txt" 2>&1 ||
+			log "perftest $t -s $sz: client exited $?: $(tail -n 1 "$base.txt")"
+		wait "$sp" 2> /dev/null
+		# perftest's latency tests calibrate the CPU clock, which can fail under TCG ("inf")
+		grep -A1 '#bytes' "$base.txt" | tail -n 1 | grep -q -w -e inf -e nan || break
+		log "  $t $sz: no clock calibration (inf); trying once more"
+	done
+	log "  $t $sz: $(grep -A1 '#bytes' "$base.txt" | tail -n 1 | xargs)"
+}
+perftest_rep() {
+	[ "$PERF_DUR" -gt 0 ] || return 0
+	log "== rep $1: perftest over $RXE_DEV"
+	# -D: perftest measures between a 1 s warm-up and a 1 s cool-down margin (-f 1)
+	local bw=(-D $((PERF_DUR + 2)) -f 1 --report_gbits)
+	perftest_one "$1" ib_write_bw 4096 "${bw[@]}"    # 4k reads: data goes by RDMA Write
+	perftest_one "$1" ib_write_bw 131072 "${bw[@]}"  # 128k reads
+	perftest_one "$1" ib_read_bw 131072 "${bw[@]}"   # 128k writes: data comes by RDMA Read
+	perftest_one "$1" ib_send_lat 8 -n $((PERF_DUR * 400))
+}
+
+timeout 60 modprobe -a nvmet nvmet-rdma nvme-rdma || {
+	fail modprobe "nvmet nvmet-rdma nvme-rdma"
+	exit 1
+}
+
+# ---- the machine ----
+{
+	echo "kernel: $(uname -r)"
+	echo "vcpus: $NCPU"
+	echo "guest_cpu: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
+	echo "guest_mem_kb: $(meminfo_kb MemTotal)"
+	echo "clk_tck: $HZ"
+	echo "fio: $(fio --version)"
+	echo "nvme_cli: $(nvme version | head -n 1)"
+	echo "perftest: $(dpkg-query -W -f '${Version}' perftest 2> /dev/null)"
+	echo "rxe_active_mtu: $(ibv_devinfo -d "$RXE_DEV" | awk '/active_mtu/ { print $2 }')"
+	echo "netdev_mtu: $RXE_MTU"
+	echo "nvme_core_multipath: $(cat /sys/module/nvme_core/parameters/multipath 2> /dev/null)"
+	echo "gonvmf: $([ -n "$GONVMF" ] && [ -x "$GONVMF" ] && "$GONVMF" --version 2>&1 | head -n 1 || echo "no binary")"
+} > "$OUT/meta/guest.txt" 2>&1
+cat "$OUT/meta/guest.txt"
+
+# ---- backends ----
+READY_BACKENDS=()
+for be in $BACKENDS; do
+	case $be in
+	null)
+		if null_blk_setup "$NULL_GB" > /dev/null; then
+			READY_BACKENDS+=(null)
+		else
+			fail backend-null "null_blk did not load"
+		fi
+		;;
+	file)
+		if [ -z "${SCRATCH:-}" ]; then
+			fail backend-file "no scratch disk (run with vm.sh run --disk SIZE)"
+			continue
+		fi
+		# Fully written once, so that neither target pays for allocating blocks.
+		t0=$(now)
+		if timeout 900 dd if=/dev/zero of="$FILE" bs=1M count="$FILE_MB" oflag=direct status=none; then
+			log "backing file $FILE: $FILE_MB MiB written in $(since "$t0") s ($(stat -f -c %T "$SCRATCH"), block size $(stat -c %o "$FILE"))"
+			READY_BACKENDS+=(file)
+		else
+			fail backend-file "cannot write $FILE_MB MiB to $FILE"
+		fi
+		;;
+	*) fail backend "unknown backend $be (null, file)" ;;
+	esac
+done
+[ ${#READY_BACKENDS[@]} -gt 0 ] || exit 1
+# the scaling test connects to the null backend (storage plays no part in connecting)
+SCALE_BE=${READY_BACKENDS[0]}
+[[ " ${READY_BACKENDS[*]} " == *" null "* ]] && SCALE_BE=null
+printf 'READY_BACKENDS="%s"\nSCALE_BACKEND=%s\n' "${READY_BACKENDS[*]}" "$SCALE_BE" >> "$OUT/params.env"
+
+# ---- the runs: repetitions, backends, targets alternated ----
+read -r -a TLIST <<< "$TARGETS"
+for rep in $(seq 1 "$REPS"); do
+	perftest_rep "$rep"
+	order=("${TLIST[@]}")
+	if [ $((rep % 2)) = 0 ]; then
+		order=()
+		for ((i = ${#TLIST[@]} - 1; i >= 0; i--)); do order+=("${TLIST[i]}"); done
+	fi
+	for be in "${READY_BACKENDS[@]}"; do
+		n=0
+		for tg in "${order[@]}"; do
+			n=$((n + 1))
+			session "$rep" "$be" "$tg" "$n"
+		done
+	done
+	if [ -n "$SCALE_QPS" ]; then
+		for tg in "${order[@]}"; do scaling_target "$rep" "$tg"; done
+	fi
+done
+
+# ---- whether gonvmf took part ----
+{
+	if [[ " $TARGETS " != *" gonvmf "* ]]; then
+		echo "not measured (GONVMF_BENCH_TARGETS=\"$TARGETS\")"
+	elif [ ${#GONVMF_REASON[@]} -eq 0 ]; then
+		echo "available"
+	else
+		for be in "${!GONVMF_REASON[@]}"; do echo "unavailable $be: ${GONVMF_REASON[$be]}"; done
+	fi
+} > "$OUT/gonvmf-status.txt"
+log "gonvmf: $(head -n 1 "$OUT/gonvmf-status.txt")"
+[ -f "$FILE" ] && rm -f "$FILE"
+rm -f "$OUT/.connect.log"
+finish

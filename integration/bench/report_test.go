@@ -1,0 +1,288 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run is one synthetic fio run of the fixture.
+type run struct {
+	rep              int
+	backend, target  string
+	job              string // rw-bs-qdN
+	iops, mibps      float64
+	p50, p99         float64 // µs
+	busy, fio, proc  int     // CPU ticks in the sample window (busy = user+system+softirq)
+	windowOff        float64 // seconds the CPU window starts after fio's measured interval begins
+	noCPU, fioFailed bool
+}
+
+const (
+	hz        = 100
+	runtime   = 10.0 // fio runtime (s)
+	windowLen = 8.5  // CPU window (s)
+)
+
+// fixture writes raw results in the layout guest-bench.sh produces.
+type fixture struct {
+	t    *testing.T
+	dir  string
+	raw  string
+	runs []run
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw")
+	for _, d := range []string{"fio", "cpu", "perftest", "host", "meta", ".vm"} {
+		if err := os.MkdirAll(filepath.Join(raw, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &fixture{t: t, dir: dir, raw: raw}
+}
+
+func (f *fixture) write(rel, content string) {
+	f.t.Helper()
+	if err := os.WriteFile(filepath.Join(f.raw, rel), []byte(content), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) add(r run) { f.runs = append(f.runs, r) }
+
+func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
+	f.t.Helper()
+	f.write("params.env", "RUNTIME=10\nRAMP=2\nREPS=3\nQDS=\"1 32\"\nNCPU=2\nHZ=100\nGONVMF_TRANSPORT=\"\"\n")
+	f.write("meta/guest.txt", "kernel: 6.1.0-test\nvcpus: 2\nrxe_active_mtu: 4096\n")
+	f.write("host/machine.txt", "date: 2026-01-01T00:00:00Z\ngit_commit: 0123456789abcdef\ngit_describe: 0123456-dirty\nwall_seconds: 42\n")
+	f.write(".vm/status", "exit 0\n")
+	f.write("gonvmf-status.txt", gonvmfStatus+"\n")
+	f.write("sessions.tsv", "rep\tbackend\ttarget\torder\tstatus\tconnect_s\tio_queues\tqueue_size\tlba_bytes\tgonvmf_rss_start_kb\tgonvmf_rss_connected_kb\tgonvmf_rss_end_kb\tgonvmf_hwm_end_kb\treason\n"+sessions)
+	f.write("scaling.tsv", "rep\ttarget\tqps_requested\tcontrollers\tio_queues_per_ctrl_requested\tio_queues_granted\tconnect_total_s\tconnect_first_s\tconnect_median_s\tconnect_max_s\tdisconnect_s\tgonvmf_rss_before_kb\tgonvmf_rss_after_kb\tguest_used_delta_kb\tslab_delta_kb\tstatus\n"+scaling)
+	f.write("perftest/r1-ib_write_bw-4096.txt", " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 4096       7500             0.00               0.131072   		   0.004000\n")
+	f.write("perftest/r1-ib_send_lat-8.txt", " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n 8       800          inf            inf          inf      	       inf         	-nan   		inf     		inf\n")
+	var idx bytes.Buffer
+	idx.WriteString("rep\tbackend\ttarget\tjob\trw\tbs\tqd\tfio_rc\tjson\tcpu\n")
+	for _, r := range f.runs {
+		base := fmt.Sprintf("r%d-%s-%s-%s", r.rep, r.backend, r.target, r.job)
+		var rw, bs string
+		var qd int
+		parts := strings.Split(r.job, "-")
+		rw, bs = parts[0], parts[1]
+		fmt.Sscanf(parts[2], "qd%d", &qd)
+		rc := 0
+		if r.fioFailed {
+			rc = 1
+		}
+		fmt.Fprintf(&idx, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\tfio/%s.json\tcpu/%s.txt\n", r.rep, r.backend, r.target, r.job, rw, bs, qd, rc, base, base)
+		end := 1000.0 * float64(r.rep)
+		dir := map[string]any{
+			"io_bytes": int64(r.mibps * 1048576 * runtime), "iops": r.iops, "bw_bytes": r.mibps * 1048576,
+			"lat_ns":  map[string]any{"mean": r.p50 * 1000, "percentile": map[string]float64{"50.000000": r.p50 * 1000, "99.000000": r.p99 * 1000, "99.900000": r.p99 * 1000}},
+			"clat_ns": map[string]any{"mean": r.p50 * 1000},
+		}
+		empty := map[string]any{"io_bytes": 0, "iops": 0.0, "bw_bytes": 0.0, "lat_ns": map[string]any{"mean": 0.0}}
+		job := map[string]any{"jobname": r.job, "error": 0, "job_runtime": runtime * 1000, "read": dir, "write": empty}
+		if strings.Contains(rw, "write") {
+			job["read"], job["write"] = empty, dir
+		}
+		js, _ := json.Marshal(map[string]any{"timestamp_ms": end * 1000, "jobs": []any{job}})
+		if !r.fioFailed {
+			f.write("fio/"+base+".json", string(js))
+		}
+		if !r.noCPU {
+			e0 := end - runtime + r.windowOff
+			// epoch uptime user nice system idle iowait irq softirq steal fio target
+			idle := int(windowLen*hz*2) - r.busy
+			f.write("cpu/"+base+".txt", fmt.Sprintf("# fio pid: 1 target pid: 2\n%.3f 100.0 1000 0 1000 5000 0 0 100 0 300 400\n%.3f %.3f %d 0 %d %d 0 0 %d 0 %d %d\n",
+				e0, e0+windowLen, 100+windowLen, 1000+r.busy/2, 1000+r.busy-r.busy/2-r.busy/5, 5000+idle, 100+r.busy/5, 300+r.fio, 400+r.proc))
+		}
+	}
+	f.write("runs.tsv", idx.String())
+}
+
+// report runs report.py on the fixture and returns report.md and summary.json.
+func (f *fixture) report() (string, map[string]any) {
+	f.t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		f.t.Skip("python3 is not installed (report.py needs it): apt-get install python3")
+	}
+	cmd := exec.Command(py, "report.py", f.dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		f.t.Fatalf("report.py %s: %v\n%s", f.dir, err, out)
+	}
+	md, err := os.ReadFile(filepath.Join(f.dir, "report.md"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var sum map[string]any
+	b, err := os.ReadFile(filepath.Join(f.dir, "summary.json"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		f.t.Fatalf("summary.json: %v", err)
+	}
+	return string(md), sum
+}
+
+// get walks summary.json: get(sum, "jobs", "null/randread-4k-qd32", "ratio", "iops").
+func get(t *testing.T, v any, path ...string) any {
+	t.Helper()
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("summary.json: %v: %q is not an object", path, p)
+		}
+		v, ok = m[p]
+		if !ok {
+			t.Fatalf("summary.json: no %v (stopped at %q)", path, p)
+		}
+	}
+	return v
+}
+
+func near(t *testing.T, what string, got any, want float64) {
+	t.Helper()
+	g, ok := got.(float64)
+	if !ok || math.Abs(g-want) > 1e-6*math.Max(1, math.Abs(want)) {
+		t.Errorf("%s = %v, want %.6f", what, got, want)
+	}
+}
+
+// Both targets measured: medians, ranges and ratios oriented so that >= 1 favours gonvmf.
+func TestReportRatios(t *testing.T) {
+	f := newFixture(t)
+	for rep := 1; rep <= 3; rep++ {
+		d := float64(rep * 10)
+		// randread QD32: gonvmf has more IOPS, lower latency and less CPU per I/O
+		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd32", iops: 1000 + d, mibps: 4, p50: 100, p99: 500 + d, busy: 170, fio: 70})
+		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1200 + d, mibps: 5, p50: 80, p99: 400 + d, busy: 120, fio: 70, proc: 40})
+		// 128k read: gonvmf slower
+		f.add(run{rep: rep, backend: "null", target: "kernel", job: "read-128k-qd16", iops: 800, mibps: 100, p50: 900, p99: 2000, busy: 100, fio: 50})
+		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "read-128k-qd16", iops: 640, mibps: 80, p50: 1100, p99: 2500, busy: 100, fio: 50, proc: 30})
+		// the sweep's QD1 point
+		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 300, mibps: 1, p50: 3000, p99: 4000, busy: 50, fio: 20})
+		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd1", iops: 330, mibps: 1.2, p50: 2900, p99: 3900, busy: 50, fio: 20, proc: 10})
+	}
+	sessions := "1\tnull\tkernel\t1\tok\t0.800\t2\t128\t512\t\t\t\t\t\n" +
+		"1\tnull\tgonvmf\t2\tok\t0.400\t2\t128\t512\t10240\t12288\t14336\t16384\t\n"
+	scaling := "1\tkernel\t8\t4\t2\t8\t4.000\t1.0\t1.0\t1.1\t0.5\t\t\t2048\t1024\tok\n" +
+		"1\tgonvmf\t8\t4\t2\t8\t2.000\t0.5\t0.5\t0.6\t0.3\t10240\t20480\t4096\t512\tok\n"
+	f.finish("available", sessions, scaling)
+	md, sum := f.report()
+
+	j := "null/randread-4k-qd32"
+	near(t, "kernel IOPS median", get(t, sum, "jobs", j, "kernel", "iops", "median"), 1020)
+	near(t, "kernel IOPS min", get(t, sum, "jobs", j, "kernel", "iops", "min"), 1010)
+	near(t, "kernel IOPS max", get(t, sum, "jobs", j, "kernel", "iops", "max"), 1030)
+	near(t, "IOPS ratio (gonvmf/kernel)", get(t, sum, "jobs", j, "ratio", "iops"), 1220.0/1020)
+	near(t, "p99 ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "lat_p99"), 520.0/420)
+	// CPU per I/O: (busy - fio) ticks / hz / (iops * window)
+	kcpu := (170.0 - 70) / hz / (1020 * windowLen) * 1e6
+	gcpu := (120.0 - 70) / hz / (1220 * windowLen) * 1e6
+	near(t, "kernel CPU µs/IO", get(t, sum, "jobs", j, "kernel", "cpu_us_io", "median"), kcpu)
+	near(t, "CPU ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "cpu_us_io"), kcpu/gcpu)
+	near(t, "gonvmf process µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_us_io", "median"), 40.0/hz/(1220*windowLen)*1e6)
+	near(t, "128k bandwidth ratio", get(t, sum, "jobs", "null/read-128k-qd16", "ratio", "mibps"), 0.8)
+
+	for _, want := range []string{
+		"| gonvmf | measured |",
+		"≥ 1.00 means gonvmf is better",
+		"| randread 4k QD32 | IOPS | 1,020 | 1,220 | 1.20 (1.19–1.20) |",
+		"| read 128k QD16 | bandwidth (MiB/s) | 100 | 80.0 | **0.80** (0.80–0.80) |",
+		"| randread 4k QD32 | latency p99 (µs), lower is better | 520 [510–530] | 420 [410–430] | 1.24 (1.23–1.24) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if !strings.Contains(md, "| 1 | 300 [300–300] | 330 [330–330] | 1.10") {
+		t.Errorf("report.md: the sweep's QD1 row is missing or wrong")
+	}
+	if !strings.Contains(md, "| 8 | kernel | 4 × 2 | 8 | 4.00 |") || !strings.Contains(md, "| 8 | gonvmf | 4 × 2 | 8 | 2.00 |") {
+		t.Errorf("report.md: scaling rows missing or wrong")
+	}
+	if !strings.Contains(md, "Connect-time ratio kernel/gonvmf (≥ 1: gonvmf connects faster): 8 QPs 2.00") {
+		t.Errorf("report.md: the scaling connect-time ratio is missing or wrong")
+	}
+	if !strings.Contains(md, "| null | 0.80 | 0.40 | 2.00 |") {
+		t.Errorf("report.md: the session connect-time row is missing or wrong")
+	}
+	if !strings.Contains(md, "n/a (perftest measured no clock") {
+		t.Errorf("report.md: perftest's inf latency is not reported as n/a")
+	}
+	checkPlot(t, f.dir, md)
+}
+
+// gonvmf not serving yet: its columns are empty, the reason is stated, nothing fails.
+func TestReportGonvmfUnavailable(t *testing.T) {
+	f := newFixture(t)
+	for rep := 1; rep <= 3; rep++ {
+		f.add(run{rep: rep, backend: "file", target: "kernel", job: "randwrite-4k-qd32", iops: 500 + float64(rep), mibps: 2, p50: 100, p99: 300, busy: 100, fio: 40})
+	}
+	reason := "no gonvmf binary: cmd/gonvmf has no Go files yet: nothing to build"
+	f.finish("unavailable file: "+reason,
+		"1\tfile\tkernel\t1\tok\t0.900\t2\t128\t4096\t\t\t\t\t\n1\tfile\tgonvmf\t2\tunavailable\t\t\t\t\t\t\t\t\t"+reason+"\n",
+		"1\tgonvmf\t1\t\t\t\t\t\t\t\t\t\t\t\t\tunavailable: "+reason+"\n")
+	md, sum := f.report()
+	if !strings.Contains(md, "| gonvmf | **not available**: file: "+reason+" |") {
+		t.Errorf("report.md does not say why gonvmf is missing")
+	}
+	if !strings.Contains(md, "| randwrite 4k QD32 | IOPS | 502 | – | – |") {
+		t.Errorf("report.md: the kernel-only summary row is missing or wrong")
+	}
+	if r := get(t, sum, "jobs", "file/randwrite-4k-qd32"); r.(map[string]any)["ratio"] != nil {
+		t.Errorf("summary.json has a ratio without gonvmf results: %v", r)
+	}
+}
+
+// A CPU window outside fio's measured interval (a stalled guest) is left out and said so;
+// a failed fio run is left out of the medians and listed.
+func TestReportBadSamples(t *testing.T) {
+	f := newFixture(t)
+	f.add(run{rep: 1, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 100, mibps: 1, p50: 1, p99: 2, busy: 10, fio: 5, windowOff: 3})
+	f.add(run{rep: 2, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 110, mibps: 1, p50: 1, p99: 2, busy: 10, fio: 5, windowOff: 1})
+	f.add(run{rep: 3, backend: "null", target: "kernel", job: "randread-4k-qd1", fioFailed: true, noCPU: true})
+	f.finish("available", "1\tnull\tkernel\t1\tok\t1.0\t2\t128\t512\t\t\t\t\t\n", "")
+	md, sum := f.report()
+	if !strings.Contains(md, "**CPU samples left out**") || !strings.Contains(md, "kernel rep 1 null randread-4k-qd1: CPU window") {
+		t.Errorf("report.md does not list the CPU window that missed fio's interval")
+	}
+	if !strings.Contains(md, "**Failed runs**") || !strings.Contains(md, "kernel rep 3 null randread-4k-qd1: fio exited 1") {
+		t.Errorf("report.md does not list the failed fio run")
+	}
+	near(t, "IOPS median of the two good runs", get(t, sum, "jobs", "null/randread-4k-qd1", "kernel", "iops", "median"), 105)
+	near(t, "CPU samples kept", get(t, sum, "jobs", "null/randread-4k-qd1", "kernel", "cpu_us_io", "n"), 1)
+}
+
+func checkPlot(t *testing.T, dir, md string) {
+	t.Helper()
+	if _, err := exec.LookPath("gnuplot"); err != nil {
+		if !strings.Contains(md, "No plot: gnuplot is not installed") {
+			t.Errorf("without gnuplot the report should say so")
+		}
+		return
+	}
+	png, err := os.ReadFile(filepath.Join(dir, "iops-vs-qd.png"))
+	if err != nil {
+		t.Fatalf("gnuplot is installed but no plot was drawn: %v", err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("iops-vs-qd.png is not a PNG")
+	}
+	if !strings.Contains(md, "![IOPS and latency against queue depth](iops-vs-qd.png)") {
+		t.Errorf("report.md does not show the plot")
+	}
+}
