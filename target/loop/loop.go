@@ -143,7 +143,7 @@ func (p *Port) Dial(depth int) (*Conn, error) {
 	}
 	c := &Conn{
 		slots: make([]slot, depth),
-		free:  make(chan int32, depth),
+		free:  make([]int32, 0, depth),
 		done:  make(chan struct{}),
 	}
 	q, err := p.tp.NewQueue(c, depth)
@@ -159,16 +159,17 @@ func (p *Port) Dial(depth int) (*Conn, error) {
 		if icd > 0 {
 			s.icd = alignedAlloc(icd)
 		}
-		c.free <- int32(i)
+		c.free = append(c.free, int32(i))
 	}
 	return c, nil
 }
 
 // Conn is one loop queue. See the package documentation for the contract.
 type Conn struct {
-	q     *target.Queue
-	slots []slot
-	free  chan int32
+	q      *target.Queue
+	slots  []slot
+	freeMu sync.Mutex
+	free   []int32 // stack of free slot indices
 
 	active atomic.Int64 // Submit calls in progress
 	dead   atomic.Bool
@@ -241,18 +242,24 @@ func (c *Conn) acquire() (*slot, error) {
 		c.active.Add(-1)
 		return nil, ErrClosed
 	}
-	select {
-	case i := <-c.free:
-		return &c.slots[i], nil
-	default:
+	c.freeMu.Lock()
+	n := len(c.free)
+	if n == 0 {
+		c.freeMu.Unlock()
 		c.active.Add(-1)
 		return nil, ErrQueueFull
 	}
+	i := c.free[n-1]
+	c.free = c.free[:n-1]
+	c.freeMu.Unlock()
+	return &c.slots[i], nil
 }
 
 func (c *Conn) releaseSlot(s *slot) {
 	s.host, s.cb = nil, nil
-	c.free <- s.idx
+	c.freeMu.Lock()
+	c.free = append(c.free, s.idx)
+	c.freeMu.Unlock()
 }
 
 // run moves the command through the target: validate, fetch data, execute.
