@@ -184,6 +184,11 @@ func (c *controller) asyncEventRequest(q *Queue, r *Request) {
 		return
 	}
 	c.mu.Lock()
+	if c.dead { // the admin queue is closing: nothing will ever complete it otherwise
+		c.mu.Unlock()
+		q.finish(r, nvmeproto.StatusAbortSQDeletion)
+		return
+	}
 	if len(c.events) > 0 {
 		ev := c.events[0]
 		c.events = c.events[1:]

@@ -259,7 +259,10 @@ func openNamespace(t *Target, cn conf.Namespace) (*namespace, error) {
 		readOnly: be.ReadOnly() || cn.ReadOnly,
 		drained:  make(chan struct{}),
 	}
-	ns.exec = backend.NewExecutor(be, t.workers, 0)
+	// Queue room for two controllers' worth of full I/O queues, so that a transport's
+	// receive goroutine (which calls Execute) rarely blocks in Submit behind a slow backend.
+	depth := min(2*t.tr.QueueDepth*t.tr.MaxIOQueues, 1<<16)
+	ns.exec = backend.NewExecutor(be, t.workers, depth)
 	return ns, nil
 }
 

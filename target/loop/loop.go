@@ -54,7 +54,9 @@
 // When the target tears the queue down (keep-alive expiry, controller reset or shutdown,
 // admin queue gone, a Disconnect command, target closed) Done is closed and Err says why;
 // commands still in flight complete as usual. Close disconnects from the host side and
-// waits until every outstanding command's done has been called.
+// waits until every outstanding command's done has been called, so it must not be
+// called from inside a done callback. Closing the admin queue's Conn ends the controller
+// (its I/O queues are torn down), as losing the admin queue pair does on RDMA.
 package loop
 
 import (
