@@ -6,7 +6,8 @@
 // Management, Compare) executed on backend executors.
 //
 // Transports (RDMA; TCP later; the in-process loop transport in target/loop) own
-// connections and data movement; this package owns command semantics. The two meet at Port, Queue, Request and TransportQueue.
+// connections and data movement; this package owns command semantics. The two meet at
+// Port, Queue, Request and TransportQueue.
 //
 // # Building a target
 //
@@ -99,8 +100,9 @@
 // The I/O path (Begin → Execute → backend → Complete) allocates nothing in steady state:
 // requests are preallocated by the transport, the backend request and its completion
 // callback are embedded in the Request and bound once, the namespace table is an
-// immutable snapshot read with one atomic load, in-flight accounting is an atomic
-// counter per queue and per namespace, and success paths use neither fmt nor errors.
+// immutable snapshot read with one atomic load, in-flight accounting is one atomic
+// counter per queue, SMART counters are sharded per queue, and success paths use neither
+// fmt nor errors.
 // Admin commands may allocate.
 //
 // # Concurrency

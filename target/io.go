@@ -2,6 +2,7 @@ package target
 
 import (
 	"bytes"
+	"errors"
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -59,11 +60,11 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	if st := ParseSGL(r, &q.port.caps); st != nvmeproto.StatusSuccess {
 		return st
 	}
-	ns := c.subsys.acquireNS(cmd.NSID)
-	if ns == nil {
+	ns := c.subsys.lookup(cmd.NSID)
+	if ns == nil || ns.closing() {
 		return nvmeproto.StatusInvalidNamespace.WithDNR()
 	}
-	r.ns = ns
+	r.ns = ns // no reference: see namespace.state
 	switch cmd.Opcode {
 	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare:
 		slba := uint64(cmd.CDW11)<<32 | uint64(cmd.CDW10)
@@ -186,6 +187,9 @@ func (q *Queue) execIO(r *Request, c *controller) {
 func (r *Request) ioDone(br *backend.Request) {
 	q, ns := r.q, r.ns
 	st := backend.Status(br.Op, br.Err)
+	if br.Err != nil && errors.Is(br.Err, backend.ErrClosed) {
+		st = nvmeproto.StatusInvalidNamespace.WithDNR() // removed while the command was on its way
+	}
 	if st == nvmeproto.StatusSuccess {
 		switch {
 		case r.compare:
@@ -195,13 +199,14 @@ func (r *Request) ioDone(br *backend.Request) {
 		case r.bounced:
 			copy(r.Data[:r.Length], br.Buf)
 		}
+		stats := &ns.stats[q.shard]
 		switch br.Op {
 		case backend.OpRead:
-			ns.readCmds.Add(1)
-			ns.readUnits.Add(uint64(r.Length) / dataUnitBytes)
+			stats.readCmds.Add(1)
+			stats.readUnits.Add(uint64(r.Length) / dataUnitBytes)
 		case backend.OpWrite:
-			ns.writeCmds.Add(1)
-			ns.writeUnits.Add(uint64(r.Length) / dataUnitBytes)
+			stats.writeCmds.Add(1)
+			stats.writeUnits.Add(uint64(r.Length) / dataUnitBytes)
 		}
 	}
 	if st != nvmeproto.StatusSuccess {

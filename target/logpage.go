@@ -181,10 +181,8 @@ func (c *controller) smartLog(nsid uint32) ([]byte, nvmeproto.Status) {
 	}
 	var rUnits, wUnits, rCmds, wCmds uint64
 	for _, ns := range nss {
-		rUnits += ns.readUnits.Load()
-		wUnits += ns.writeUnits.Load()
-		rCmds += ns.readCmds.Load()
-		wCmds += ns.writeCmds.Load()
+		rc, wc, ru, wu := ns.totals()
+		rCmds, wCmds, rUnits, wUnits = rCmds+rc, wCmds+wc, rUnits+ru, wUnits+wu
 	}
 	c.mu.Lock()
 	errs := c.errCount

@@ -62,7 +62,10 @@ type Queue struct {
 	discOnce  sync.Once
 
 	limiter rateLimiter
+	shard   uint8 // which namespace counter shard this queue's I/O counts in
 }
+
+var queueSeq atomic.Uint32
 
 // binding is what a successful Connect established; immutable once stored.
 type binding struct {
@@ -84,6 +87,7 @@ func (p *Port) NewQueue(tq TransportQueue, depth int) (*Queue, error) {
 		t: p.t, port: p, tq: tq, depth: uint32(depth),
 		log:     p.t.log,
 		drained: make(chan struct{}),
+		shard:   uint8(queueSeq.Add(1) % statShards),
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -279,10 +283,7 @@ func (q *Queue) complete(r *Request, st nvmeproto.Status) {
 	} else {
 		r.CQE.SQHD = uint16(q.head.Load())
 	}
-	if ns := r.ns; ns != nil {
-		r.ns = nil
-		ns.release()
-	}
+	r.ns = nil
 	q.tq.Complete(r)
 }
 

@@ -222,13 +222,39 @@ type namespace struct {
 	nblocks  uint64
 	readOnly bool
 
-	state   atomic.Int64 // references (commands in flight) | closingBit
+	// state counts the references admin commands hold (Identify, the shutdown flush) |
+	// closingBit. I/O commands take none: they reach the backend only through exec,
+	// whose Close waits for them and fails later submissions with backend.ErrClosed.
+	state   atomic.Int64
 	drained chan struct{}
 
-	// SMART / health counters.
+	// SMART / health counters, sharded by queue so that queues on different CPUs do not
+	// share a cache line.
+	stats [statShards]ioStats
+}
+
+const statShards = 8
+
+type ioStats struct {
 	readCmds, writeCmds   atomic.Uint64
 	readUnits, writeUnits atomic.Uint64 // in 512-byte units
+	_                     [64 - 32]byte
 }
+
+// totals sums the sharded counters.
+func (ns *namespace) totals() (readCmds, writeCmds, readUnits, writeUnits uint64) {
+	for i := range ns.stats {
+		s := &ns.stats[i]
+		readCmds += s.readCmds.Load()
+		writeCmds += s.writeCmds.Load()
+		readUnits += s.readUnits.Load()
+		writeUnits += s.writeUnits.Load()
+	}
+	return
+}
+
+// closing reports whether the namespace is being removed.
+func (ns *namespace) closing() bool { return ns.state.Load()&closingBit != 0 }
 
 func openNamespace(t *Target, cn conf.Namespace) (*namespace, error) {
 	spec := backend.Spec{
@@ -289,7 +315,8 @@ func (ns *namespace) release() {
 	}
 }
 
-// close stops new references, waits for the ones held, then closes executor and backend.
+// close stops new references and commands, waits for the references held and the
+// commands submitted, then closes executor and backend.
 func (ns *namespace) close() error {
 	old := ns.state.Or(closingBit)
 	if old&closingBit != 0 {
@@ -300,7 +327,7 @@ func (ns *namespace) close() error {
 		close(ns.drained)
 	}
 	<-ns.drained
-	ns.exec.Close()
+	ns.exec.Close() // waits for every I/O command submitted; later ones fail with ErrClosed
 	if err := ns.be.Close(); err != nil {
 		return fmt.Errorf("namespace %d: closing backend: %w", ns.nsid, err)
 	}
