@@ -298,3 +298,32 @@ func equalU16(a, b []uint16) bool {
 	}
 	return true
 }
+
+// TestWriteCacheAndFUA: FUA writes reach the backend as FUA; with the volatile write
+// cache disabled (Set Features 06h) every write does.
+func TestWriteCacheAndFUA(t *testing.T) {
+	ss := &spies{}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), spyBackends(ss, nil, 0))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	sp := ss.get(0)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expectOK(t, "write", q.do(&w, make([]byte, 512)))
+	w.CDW12 |= 1 << 30
+	expectOK(t, "FUA write", q.do(&w, make([]byte, 512)))
+	if n := sp.fuaWrites.Load(); n != 1 {
+		t.Fatalf("%d FUA writes reached the backend, want 1", n)
+	}
+	expectOK(t, "VWC off", admin.setFeature(0x06, 0, nil))
+	w = rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expectOK(t, "write, cache off", q.do(&w, make([]byte, 512)))
+	if n := sp.fuaWrites.Load(); n != 2 {
+		t.Fatalf("write with the cache disabled was not FUA")
+	}
+	fl := sglCmd(nvmeproto.OpFlush, 1, 0)
+	before := sp.flushes.Load()
+	expectOK(t, "flush", q.do(&fl, nil))
+	if sp.flushes.Load() != before+1 {
+		t.Fatal("Flush did not reach the backend")
+	}
+}

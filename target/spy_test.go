@@ -19,6 +19,7 @@ type spy struct {
 	workers   int // 0: keep the inner backend's execution model
 	flushes   atomic.Int64
 	writes    atomic.Int64
+	fuaWrites atomic.Int64
 	violation atomic.Pointer[string]
 }
 
@@ -40,6 +41,9 @@ func (s *spy) ReadBlocks(buf []byte, slba uint64) error {
 
 func (s *spy) WriteBlocks(buf []byte, slba uint64, fua bool) error {
 	s.writes.Add(1)
+	if fua {
+		s.fuaWrites.Add(1)
+	}
 	s.check("write", slba, uint64(len(buf))/uint64(s.LBASize()))
 	return s.Backend.WriteBlocks(buf, slba, fua)
 }

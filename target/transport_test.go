@@ -1,0 +1,175 @@
+package target
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// rawTransport is a minimal TransportQueue that records completions, to test the
+// transport contract directly (the way an RDMA transport drives the core).
+type rawTransport struct {
+	mu        sync.Mutex
+	completed map[*Request]int
+	cqes      []nvmeproto.Completion
+	reasons   []error
+}
+
+func (tr *rawTransport) Complete(r *Request) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.completed[r]++
+	tr.cqes = append(tr.cqes, r.CQE)
+}
+
+func (tr *rawTransport) Disconnect(reason error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.reasons = append(tr.reasons, reason)
+}
+
+func (tr *rawTransport) last() nvmeproto.Completion {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.cqes[len(tr.cqes)-1]
+}
+
+// submit drives one command through Begin, the data phase and Execute as a transport
+// does; data is the host memory (read from for writes, written for reads).
+func (tr *rawTransport) submit(t *testing.T, q *Queue, r *Request, cmd nvmeproto.Command, data, buf []byte) nvmeproto.Completion {
+	t.Helper()
+	r.Cmd = cmd
+	if !q.Begin(r) {
+		return tr.last()
+	}
+	if r.Length > 0 && !r.InCapsule {
+		r.Data = buf[:r.Length]
+		if r.Dir == nvmeproto.DirHostToCtrl {
+			copy(r.Data, data)
+		}
+	}
+	q.Execute(r)
+	c := tr.last()
+	if r.Dir == nvmeproto.DirCtrlToHost && c.Status.Success() {
+		copy(data, r.Data[:r.Length])
+	}
+	return c
+}
+
+func TestTransportContract(t *testing.T) {
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: "nqn.2024-01.io.gonvmf:raw", AllowAnyHost: true,
+			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendMemory, Size: 1 << 20}}}},
+	}
+	tgt, err := New(cfg, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close()
+	port, err := tgt.AddPort(PortConfig{TrType: TrTypeRDMA, AdrFam: AdrFamIPv4, TrAddr: "10.0.0.1", TrSvcID: "4420", Keyed: true, InCapsuleDataSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := port.Limits(); l.MaxQueueDepth != conf.DefaultQueueDepth || l.MaxTransferSize != conf.DefaultMaxIOSize || l.InCapsuleDataSize != conf.DefaultInCapsuleDataSize {
+		t.Errorf("limits %+v", l)
+	}
+
+	tr := &rawTransport{completed: map[*Request]int{}}
+	q, err := port.NewQueue(tr, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]Request, 4)
+	buf := alignedAlloc(8192 + 1)
+	keyed := func(n int) nvmeproto.SGLDescriptor {
+		return nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Length: uint32(n), Address: 0x1000, Key: 9}
+	}
+	// Connect, enable.
+	conn := nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6, SGL: keyed(1024)}
+	(&nvmeproto.ConnectCommand{SQSize: 31}).ToCommand(&conn)
+	cd := make([]byte, 1024)
+	(&nvmeproto.ConnectData{CNTLID: 0xFFFF, SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
+	if c := tr.submit(t, q, &reqs[0], conn, cd, buf); !c.Status.Success() {
+		t.Fatalf("connect: %v", c.Status)
+	}
+	if q.QID() != 0 || q.ControllerID() == 0 || q.Size() != 32 {
+		t.Errorf("qid %d cntlid %d size %d", q.QID(), q.ControllerID(), q.Size())
+	}
+	ps := nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6}
+	(&nvmeproto.PropertySetCommand{Offset: nvmeproto.PropCC, Value: uint64(nvmeproto.CC(0).WithEN(true).WithIOSQES(6).WithIOCQES(4))}).ToCommand(&ps)
+	tr.submit(t, q, &reqs[1], ps, nil, buf)
+
+	// I/O queue.
+	tio := &rawTransport{completed: map[*Request]int{}}
+	qio, _ := port.NewQueue(tio, 8)
+	(&nvmeproto.ConnectCommand{QID: 1, SQSize: 7}).ToCommand(&conn)
+	(&nvmeproto.ConnectData{CNTLID: q.ControllerID(), SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
+	if c := tio.submit(t, qio, &reqs[2], conn, cd, buf); !c.Status.Success() {
+		t.Fatalf("I/O connect: %v", c.Status)
+	}
+	r := &reqs[3]
+	w := nvmeproto.Command{Opcode: nvmeproto.OpWrite, Flags: nvmeproto.PSDTSGL << 6, NSID: 1, SGL: keyed(4096), CDW12: 7}
+	data := bytes.Repeat([]byte{0xA5, 0x5A, 1, 2}, 1024)
+	// Unaligned transport buffers (the core bounces them).
+	if c := tio.submit(t, qio, r, w, data, buf[1:]); !c.Status.Success() {
+		t.Fatalf("unaligned write: %v", c.Status)
+	}
+	rd := w
+	rd.Opcode = nvmeproto.OpRead
+	got := make([]byte, 4096)
+	if c := tio.submit(t, qio, r, rd, got, buf[1:]); !c.Status.Success() || !bytes.Equal(got, data) {
+		t.Fatalf("unaligned read: %v, data equal %v", c.Status, bytes.Equal(got, data))
+	}
+	if r.Dir != nvmeproto.DirCtrlToHost || r.Length != 4096 || len(r.SGL) != 1 || r.SGL[0].Key != 9 || r.SGL[0].Address != 0x1000 {
+		t.Errorf("request description: dir %v length %d sgl %v", r.Dir, r.Length, r.SGL)
+	}
+	// Fail: the transport could not fetch the data.
+	r.Cmd = w
+	if !qio.Begin(r) {
+		t.Fatal("Begin refused a good write")
+	}
+	qio.Fail(r, nvmeproto.StatusDataTransferError)
+	if c := tio.last(); c.Status != nvmeproto.StatusDataTransferError || c.SQID != 1 {
+		t.Errorf("Fail: %+v", c)
+	}
+	// Execute with a buffer shorter than the transfer: a transport bug, Internal Error.
+	if !qio.Begin(r) {
+		t.Fatal("Begin refused a good write")
+	}
+	r.Data = buf[:100]
+	qio.Execute(r)
+	if c := tio.last(); c.Status.Code() != nvmeproto.StatusInternalError {
+		t.Errorf("short buffer: %v", c.Status)
+	}
+	// Every Begin got exactly one Complete.
+	for _, tr := range []*rawTransport{tr, tio} {
+		for r, n := range tr.completed {
+			if n < 1 {
+				t.Errorf("request %p completed %d times", r, n)
+			}
+		}
+	}
+	if n := len(tio.cqes); n != 5 {
+		t.Errorf("%d completions on the I/O queue, want 5", n)
+	}
+	// Close the admin queue: the controller ends, the I/O queue is asked to disconnect.
+	q.Close()
+	tio.mu.Lock()
+	reasons := tio.reasons
+	tio.mu.Unlock()
+	if len(reasons) != 1 || reasons[0] != ErrAdminQueueGone {
+		t.Errorf("I/O queue disconnect reasons %v", reasons)
+	}
+	if qio.Begin(r) {
+		t.Error("Begin accepted a command on a disconnected queue")
+	} else if c := tio.last(); c.Status != nvmeproto.StatusAbortSQDeletion {
+		t.Errorf("command after disconnect: %v", c.Status)
+	}
+	qio.Close()
+}
