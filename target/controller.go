@@ -55,15 +55,16 @@ type controller struct {
 	enabled atomic.Bool // CC.EN = 1 and CSTS.RDY = 1: admin commands are accepted
 	wce     atomic.Bool // volatile write cache enabled (feature 06h)
 
-	mu        sync.Mutex
-	cc        nvmeproto.CC
-	csts      nvmeproto.CSTS
-	queues    []*Queue // by qid; [0] is the admin queue
-	ioQueues  int      // I/O queues granted by Number of Queues
-	resetGen  uint64   // bumped by every reset and shutdown, to discard stale completions
-	resetting bool     // EN went 1→0 and I/O queues are still draining
-	shutdown  bool     // a shutdown was requested and no reset since
-	dead      bool     // the admin queue is gone
+	mu         sync.Mutex
+	cc         nvmeproto.CC
+	csts       nvmeproto.CSTS
+	queues     []*Queue // by qid; [0] is the admin queue
+	ioQueues   int      // I/O queues granted by Number of Queues
+	resetGen   uint64   // bumped by every reset and shutdown, to discard stale completions
+	resetting  bool     // EN went 1→0 and I/O queues are still draining
+	shutdown   bool     // a shutdown was requested and no reset since
+	dead       bool     // the admin queue is gone
+	failReason error    // why the controller failed (CSTS.CFS), if it did
 
 	kato    time.Duration // keep-alive timeout, 0 = none
 	kaGen   uint64
@@ -185,11 +186,18 @@ func (c *controller) fail(reason error) {
 	}
 	c.csts |= nvmeproto.CSTSBitCFS
 	c.enabled.Store(false)
-	qs := c.liveQueues(0)
+	if c.failReason == nil {
+		c.failReason = reason
+	}
+	qs := c.liveQueues(1)
+	admin := c.queues[0]
 	c.mu.Unlock()
 	c.log.Warn("controller failed", "reason", reason)
 	for _, q := range qs {
 		q.disconnect(reason)
+	}
+	if admin != nil {
+		admin.disconnect(reason)
 	}
 }
 
@@ -220,12 +228,16 @@ func (c *controller) adminQueueClosed() {
 	aers := c.aers
 	c.aers = nil
 	qs := c.liveQueues(1)
+	reason := ErrAdminQueueGone
+	if c.failReason != nil {
+		reason = c.failReason
+	}
 	c.mu.Unlock()
 	for _, r := range aers {
 		r.q.finish(r, nvmeproto.StatusAbortSQDeletion)
 	}
 	for _, q := range qs {
-		q.disconnect(ErrAdminQueueGone)
+		q.disconnect(reason)
 	}
 	c.subsys.removeController(c)
 	c.log.Info("controller destroyed")
