@@ -232,6 +232,8 @@ func (c *controller) execFabrics(q *Queue, r *Request) {
 	case nvmeproto.FabricsDisconnect:
 		q.finish(r, nvmeproto.StatusSuccess)
 		q.disconnect(ErrDisconnectCommand)
+	default: // Begin lets no other fctype through
+		q.reject(r, nvmeproto.StatusInvalidOpcode.WithDNR(), "invalid fabrics command")
 	}
 }
 

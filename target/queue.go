@@ -175,7 +175,9 @@ func (q *Queue) Execute(r *Request) {
 	}
 	b := q.bind.Load()
 	switch {
-	case b == nil:
+	case b == nil || r.Cmd.Opcode == nvmeproto.OpFabrics && r.Cmd.FabricsType() == nvmeproto.FabricsConnect:
+		// Only an unbound queue's Begin lets Connect through; a second Connect that
+		// raced the first gets Command Sequence Error there.
 		q.connect(r)
 	case b.qid == 0:
 		b.ctrl.execAdmin(q, r)

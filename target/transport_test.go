@@ -173,3 +173,37 @@ func TestTransportContract(t *testing.T) {
 	}
 	qio.Close()
 }
+
+// TestConcurrentConnects: two Connects begun on one new queue before either executes:
+// one wins, the other gets Command Sequence Error, both complete exactly once.
+func TestConcurrentConnects(t *testing.T) {
+	cfg := &conf.Config{
+		Listeners:  []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: "nqn.2024-01.io.gonvmf:raw", AllowAnyHost: true}},
+	}
+	tgt, err := New(cfg, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close()
+	port, _ := tgt.AddPort(PortConfig{TrType: TrTypeRDMA, Keyed: true})
+	tr := &rawTransport{completed: map[*Request]int{}}
+	q, _ := port.NewQueue(tr, 32)
+	var reqs [2]Request
+	cd := make([]byte, 1024)
+	(&nvmeproto.ConnectData{CNTLID: 0xFFFF, SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
+	for i := range reqs {
+		r := &reqs[i]
+		r.Cmd = nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6, CID: uint16(i), SGL: nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Length: 1024}}
+		(&nvmeproto.ConnectCommand{SQSize: 31}).ToCommand(&r.Cmd)
+		if !q.Begin(r) {
+			t.Fatal("Begin refused a Connect on a new queue")
+		}
+		r.Data = cd
+	}
+	q.Execute(&reqs[0])
+	q.Execute(&reqs[1])
+	if len(tr.cqes) != 2 || !tr.cqes[0].Status.Success() || tr.cqes[1].Status.Code() != nvmeproto.StatusCommandSequenceError {
+		t.Fatalf("completions %+v", tr.cqes)
+	}
+}
