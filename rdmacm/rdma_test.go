@@ -1,0 +1,786 @@
+package rdmacm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/rdmacm"
+)
+
+func pattern(seed byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7+i>>8)
+	}
+	return b
+}
+
+// TestRDMADevices lists devices and checks the one carrying the test address
+// against what an opened handle reports.
+func TestRDMADevices(t *testing.T) {
+	ip := requireRDMA(t)
+	devs, err := rdmacm.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *rdmacm.DeviceInfo
+	for i := range devs {
+		for _, a := range devs[i].Addrs() {
+			if a == ip {
+				info = &devs[i]
+			}
+		}
+	}
+	if info == nil {
+		t.Fatalf("no device has address %v: %+v", ip, devs)
+	}
+	t.Logf("%s: %+v", info.Name, info.Attr)
+	a := info.Attr
+	if a.MaxQP <= 0 || a.MaxQPWR <= 0 || a.MaxSGE <= 0 || a.MaxCQE <= 0 || a.MaxMR <= 0 || a.MaxPD <= 0 ||
+		a.MaxQPInitRdAtom <= 0 || a.MaxQPRdAtom <= 0 || a.PhysPortCount != len(info.Ports) || a.NodeGUID == 0 {
+		t.Errorf("implausible attributes: %+v", a)
+	}
+	var active *rdmacm.PortAttr
+	for i, p := range info.Ports {
+		t.Logf("port %d: state %v mtu %d/%d link %v max msg %d gids %+v", p.Port, p.State, p.ActiveMTU, p.MaxMTU,
+			p.LinkLayer, p.MaxMsgSize, p.GIDs)
+		if p.State == rdmacm.PortActive {
+			active = &info.Ports[i]
+		}
+	}
+	if active == nil {
+		t.Fatal("no active port")
+	}
+	if active.ActiveMTU < 256 || active.ActiveMTU > active.MaxMTU || active.MaxMsgSize == 0 {
+		t.Errorf("port %d: implausible MTU %d/%d, max msg %d", active.Port, active.ActiveMTU, active.MaxMTU, active.MaxMsgSize)
+	}
+	found := false
+	for _, g := range active.GIDs {
+		if a, ok := g.Addr(); ok && a == ip {
+			found = true
+			if g.Netdev == "" || g.Type == rdmacm.GIDTypeIB {
+				t.Errorf("GID %v for %v: netdev %q type %v", g.GID, ip, g.Netdev, g.Type)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("port %d has no GID for %v", active.Port, ip)
+	}
+
+	dev, err := rdmacm.OpenDevice(info.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev.Name() != info.Name {
+		t.Errorf("OpenDevice(%q).Name() = %q", info.Name, dev.Name())
+	}
+	qa, err := dev.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qa != info.Attr {
+		t.Errorf("Query() = %+v, Devices() said %+v", qa, info.Attr)
+	}
+	pa, err := dev.QueryPort(active.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pa.State != rdmacm.PortActive || pa.ActiveMTU != active.ActiveMTU {
+		t.Errorf("QueryPort(%d) = %+v", active.Port, pa)
+	}
+	if _, err := dev.QueryPort(a.PhysPortCount + 1); err == nil {
+		t.Errorf("QueryPort(%d) of a device with %d ports succeeded", a.PhysPortCount+1, a.PhysPortCount)
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := dev.Query(); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("Query after Close: %v, want ErrClosed", err)
+	}
+	if _, err := rdmacm.OpenDevice("nosuchdev0"); !errors.Is(err, rdmacm.ErrNoDevice) {
+		t.Errorf("OpenDevice(nosuchdev0): %v, want ErrNoDevice", err)
+	}
+}
+
+// TestRDMASendRecv sends messages of several sizes (inline and not, with
+// and without immediate data) in one chain and checks every byte received.
+func TestRDMASendRecv(t *testing.T) {
+	ip := requireRDMA(t)
+	const slot = 64 << 10
+	sizes := []int{1, 16, 64, 100, 4096, 65536, 1000}
+	p := newPair(t, ip, pairOpts{
+		arenaSize: 2 * len(sizes) * slot, inline: 64,
+		srvSetup: func(e *end) error { postRecvs(t, e, 0, slot, len(sizes), 100); return nil },
+		cliSetup: func(e *end) error { postRecvs(t, e, 0, slot, 2, 200); return nil },
+	})
+	if c := p.cli.qp.Caps(); c.MaxInlineData < 64 || c.MaxSendWR < 64 || c.MaxRecvWR < 64 || c.MaxSendSGE < 4 {
+		t.Errorf("client QP caps %+v, asked for 64/64 WRs, 4 SGEs, 64 inline", c)
+	}
+
+	// Client: message i from its arena's slot len(sizes)+i; the last one
+	// gathers from two SGEs and carries immediate data.
+	cmem := p.cli.mem.Bytes()
+	wrs := make([]rdmacm.SendWR, len(sizes))
+	for i, n := range sizes {
+		off := (len(sizes) + i) * slot
+		copy(cmem[off:], pattern(byte(i), n))
+		wrs[i] = rdmacm.SendWR{ID: uint64(i), Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}
+		wrs[i].SetSGL(p.cli.mem.SGE(off, n))
+	}
+	last := len(sizes) - 1
+	off := (len(sizes) + last) * slot
+	wrs[last].Op, wrs[last].Imm = rdmacm.OpSendImm, 0xdeadbeef
+	wrs[last].SetSGL(p.cli.mem.SGE(off, 300), p.cli.mem.SGE(off+300, sizes[last]-300))
+	if err := p.cli.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	// The 16-byte message went inline: overwriting its buffer now must not
+	// change what arrives.
+	clear(cmem[(len(sizes)+1)*slot:][:16])
+
+	sent := pollN(t, p.cli.cq, len(sizes), 60*time.Second)
+	for i, c := range sent {
+		if c.Status != rdmacm.WCSuccess || c.Opcode != rdmacm.WCSend || c.ID != uint64(i) || c.QPNum != p.cli.qp.Num() {
+			t.Errorf("send completion %d: %+v (%v)", i, c, c.Err())
+		}
+	}
+	got := pollN(t, p.srv.cq, len(sizes), 60*time.Second)
+	smem := p.srv.mem.Bytes()
+	for i, c := range got {
+		if err := c.Err(); err != nil {
+			t.Fatalf("receive %d: %v", i, err)
+		}
+		if c.ID != uint64(100+i) || int(c.ByteLen) != sizes[i] || c.QPNum != p.srv.qp.Num() || !c.Opcode.IsRecv() {
+			t.Errorf("receive completion %d: %+v, want id %d, %d bytes on qp %d", i, c, 100+i, sizes[i], p.srv.qp.Num())
+			continue
+		}
+		if want := pattern(byte(i), sizes[i]); !bytes.Equal(smem[i*slot:][:sizes[i]], want) {
+			t.Errorf("message %d (%d bytes): data differs", i, sizes[i])
+		}
+		if i == last {
+			if c.Flags&rdmacm.WCWithImm == 0 || c.Imm() != 0xdeadbeef {
+				t.Errorf("message %d: flags %#x imm %#x, want immediate 0xdeadbeef", i, c.Flags, c.Imm())
+			}
+		} else if c.Flags&rdmacm.WCWithImm != 0 {
+			t.Errorf("message %d: unexpected immediate data", i)
+		}
+	}
+
+	// And back: a response from the server (a 16-byte "CQE", inline).
+	resp := pattern(0x55, 16)
+	copy(smem[10*slot:], resp)
+	w := []rdmacm.SendWR{{ID: 7, Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}}
+	w[0].SetSGL(p.srv.mem.SGE(10*slot, 16))
+	if err := p.srv.qp.PostSend(w); err != nil {
+		t.Fatal(err)
+	}
+	pollN(t, p.srv.cq, 1, 30*time.Second)
+	c := pollN(t, p.cli.cq, 1, 30*time.Second)[0]
+	if c.Err() != nil || c.ID != 200 || c.ByteLen != 16 || !bytes.Equal(cmem[:16], resp) {
+		t.Errorf("response: %+v, data % x", c, cmem[:16])
+	}
+}
+
+// TestRDMAWriteRead: the server (as an NVMe-oF target would) RDMA WRITEs
+// into the client's memory with the write chained unsignaled in front of a
+// signaled SEND, and RDMA READs from it, scattering into several SGEs; a
+// bad rkey fails the READ with a remote access error.
+func TestRDMAWriteRead(t *testing.T) {
+	ip := requireRDMA(t)
+	const size = 4 << 20
+	p := newPair(t, ip, pairOpts{
+		arenaSize: size, access: rdmacm.AccessRemoteRead | rdmacm.AccessRemoteWrite,
+		initDepth: 8, respRes: 8, inline: 64,
+		cliSetup: func(e *end) error { postRecvs(t, e, 0, 64, 4, 1); return nil },
+	})
+	cmem, smem := p.cli.mem.Bytes(), p.srv.mem.Bytes()
+
+	for _, n := range []int{4096, 128 << 10} {
+		// WRITE n bytes from the server's arena at 1 MiB to the client's at
+		// 2 MiB (gathered from two SGEs), then SEND a 16-byte response.
+		data := pattern(byte(n>>10), n)
+		copy(smem[1<<20:], data)
+		copy(smem[64:], "response-capsule")
+		clear(cmem[2<<20:][:n])
+		wrs := []rdmacm.SendWR{
+			{ID: 1, Op: rdmacm.OpWrite, RemoteAddr: p.cli.mem.Addr(2 << 20), RKey: p.cli.mem.RKey()},
+			{ID: 2, Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled},
+		}
+		wrs[0].SetSGL(p.srv.mem.SGE(1<<20, n/2), p.srv.mem.SGE(1<<20+n/2, n-n/2))
+		wrs[1].SetSGL(p.srv.mem.SGE(64, 16))
+		if err := p.srv.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		c := pollN(t, p.srv.cq, 1, 60*time.Second)[0]
+		if c.Err() != nil || c.ID != 2 || c.Opcode != rdmacm.WCSend {
+			t.Fatalf("write+send: completion %+v, want only the SEND's (id 2)", c)
+		}
+		r := pollN(t, p.cli.cq, 1, 60*time.Second)[0]
+		if r.Err() != nil || r.ByteLen != 16 || string(cmem[(r.ID-1)*64:][:16]) != "response-capsule" {
+			t.Fatalf("client receive: %+v", r)
+		}
+		// The SEND arrived, so the WRITE before it has landed.
+		if !bytes.Equal(cmem[2<<20:][:n], data) {
+			t.Fatalf("RDMA WRITE of %d bytes: data differs at the client", n)
+		}
+		postRecvs(t, &p.cli, int(r.ID-1)*64, 64, 1, r.ID)
+
+		// READ it back from the client into three SGEs at the server.
+		clear(smem[2<<20:][:n])
+		rd := []rdmacm.SendWR{{ID: 3, Op: rdmacm.OpRead, Flags: rdmacm.FlagSignaled,
+			RemoteAddr: p.cli.mem.Addr(2 << 20), RKey: p.cli.mem.RKey()}}
+		rd[0].SetSGL(p.srv.mem.SGE(2<<20, 100), p.srv.mem.SGE(2<<20+100, n/2-100), p.srv.mem.SGE(2<<20+n/2, n-n/2))
+		if err := p.srv.qp.PostSend(rd); err != nil {
+			t.Fatal(err)
+		}
+		c = pollN(t, p.srv.cq, 1, 60*time.Second)[0]
+		if c.Err() != nil || c.ID != 3 || c.Opcode != rdmacm.WCRead {
+			t.Fatalf("read: completion %+v (%v)", c, c.Err())
+		}
+		if !bytes.Equal(smem[2<<20:][:n], data) {
+			t.Fatalf("RDMA READ of %d bytes: data differs", n)
+		}
+	}
+
+	// A READ with a wrong rkey fails with a remote access error.
+	bad := []rdmacm.SendWR{{ID: 9, Op: rdmacm.OpRead, Flags: rdmacm.FlagSignaled,
+		RemoteAddr: p.cli.mem.Addr(0), RKey: p.cli.mem.RKey() ^ 0x5a5a00}}
+	bad[0].SetSGL(p.srv.mem.SGE(0, 512))
+	if err := p.srv.qp.PostSend(bad); err != nil {
+		t.Fatal(err)
+	}
+	c := pollN(t, p.srv.cq, 1, 60*time.Second)[0]
+	var wce *rdmacm.WCError
+	if err := c.Err(); !errors.As(err, &wce) || c.ID != 9 || c.Status != rdmacm.WCRemAccessErr {
+		t.Fatalf("READ with a bad rkey: %+v (%v), want status %v", c, err, rdmacm.WCRemAccessErr)
+	}
+	t.Logf("bad rkey: %v", c.Err())
+}
+
+// TestRDMAConnectReject: private data and connection parameters of the
+// request and the accept travel through rdma_cm; a reject's private data
+// reaches Dial.
+func TestRDMAConnectReject(t *testing.T) {
+	ip := requireRDMA(t)
+	req := []byte("nvmf-req:0123456789abcdef0123456")[:32] // as large as an NVMe-oF REQ
+	rep := []byte("nvmf-rep:fedcba9876543210fedcba9")[:32]
+	p := newPair(t, ip, pairOpts{reqData: req, repData: rep, initDepth: 4, respRes: 8})
+	if got := p.req.Param.PrivateData; len(got) < len(req) || !bytes.Equal(got[:len(req)], req) || anyNonZero(got[len(req):]) {
+		t.Errorf("CONNECT_REQUEST private data % x, want % x (zero padded)", got, req)
+	}
+	if p.req.Listener != p.listener || p.req.ID != p.srv.id {
+		t.Errorf("CONNECT_REQUEST ids: listener %v id %v", p.req.Listener, p.req.ID)
+	}
+	// Seen from the passive side: the peer's responder resources are our
+	// initiator depth, and the other way round.
+	if p.req.Param.InitiatorDepth != 8 || p.req.Param.ResponderResources != 4 {
+		t.Errorf("CONNECT_REQUEST initiator depth %d, responder resources %d; want 8, 4 (client asked 4, 8)",
+			p.req.Param.InitiatorDepth, p.req.Param.ResponderResources)
+	}
+	if p.req.Param.RNRRetryCount != 7 {
+		t.Errorf("CONNECT_REQUEST rnr retry count %d, want 7 (Dial's default)", p.req.Param.RNRRetryCount)
+	}
+	if got := p.est.Param.PrivateData; len(got) < len(rep) || !bytes.Equal(got[:len(rep)], rep) {
+		t.Errorf("ESTABLISHED private data % x, want % x", got, rep)
+	}
+	if p.est.ID != p.cli.id || p.est.Type != rdmacm.EventEstablished {
+		t.Errorf("client event %v", p.est)
+	}
+	if a := p.cli.id.RemoteAddr(); a != p.listener.LocalAddr() {
+		t.Errorf("client RemoteAddr %v, listener at %v", a, p.listener.LocalAddr())
+	}
+	if a, b := p.srv.id.RemoteAddr(), p.cli.id.LocalAddr(); a != b || a.Addr() != ip {
+		t.Errorf("server sees the client at %v, client is at %v", a, b)
+	}
+
+	// A second connection is rejected with NVMe-oF REJ private data
+	// (recfmt 0, sts 5 = INVALID_HRQSIZE).
+	rej := []byte{0, 0, 5, 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		ev, err := p.lch.GetEvent(ctx)
+		if err == nil && ev.Type != rdmacm.EventConnectRequest {
+			err = errors.New("got " + ev.String())
+		}
+		if err == nil {
+			err = ev.ID.Reject(rej)
+			ev.ID.Close()
+		}
+		done <- err
+	}()
+	ch, err := rdmacm.NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var qp *rdmacm.QP
+	id, _, err := rdmacm.Dial(ctx, ch, p.listener.LocalAddr(), rdmacm.DialOptions{
+		Param: rdmacm.ConnParam{PrivateData: req},
+		CreateQP: func(id *rdmacm.CMID) (err error) {
+			qp, err = id.CreateQP(p.cli.pd, rdmacm.QPConfig{SendCQ: p.cli.cq, RecvCQ: p.cli.cq, MaxSendWR: 4, MaxRecvWR: 4})
+			return err
+		},
+	})
+	if serr := <-done; serr != nil {
+		t.Fatalf("server: %v", serr)
+	}
+	var re *rdmacm.RejectError
+	if !errors.As(err, &re) {
+		id.Close()
+		t.Fatalf("Dial to a rejecting listener: %v, %v; want a *RejectError", id, err)
+	}
+	if re.Reason != 28 || len(re.PrivateData) < 4 || !bytes.Equal(re.PrivateData[:4], rej) {
+		t.Errorf("reject reason %d private data % x; want 28 (consumer defined), % x", re.Reason, re.PrivateData, rej)
+	}
+	t.Logf("rejected: %v", err)
+	if err := qp.PostSend([]rdmacm.SendWR{{Op: rdmacm.OpSend}}); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("the failed Dial left its QP open: PostSend: %v", err)
+	}
+}
+
+func anyNonZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRDMADisconnect: a disconnect flushes the peer's posted receives and
+// both sides see DISCONNECTED, then TIMEWAIT_EXIT.
+func TestRDMADisconnect(t *testing.T) {
+	ip := requireRDMA(t)
+	p := newPair(t, ip, pairOpts{
+		srvSetup: func(e *end) error { postRecvs(t, e, 0, 256, 8, 1); return nil },
+	})
+	if err := p.cli.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	want := func(ch *rdmacm.EventChannel, id *rdmacm.CMID, typ rdmacm.EventType) {
+		t.Helper()
+		ev, err := ch.GetEvent(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %v: %v", typ, err)
+		}
+		if ev.Type != typ || ev.ID != id {
+			t.Fatalf("got %v, want %v for %v", ev, typ, id)
+		}
+	}
+	// The passive side answers the disconnect request with its own
+	// Disconnect, which also moves its QP to the error state.
+	want(p.lch, p.srv.id, rdmacm.EventDisconnected)
+	if err := p.srv.id.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	want(p.cch, p.cli.id, rdmacm.EventDisconnected)
+	// The server's QP is in the error state: its receives are flushed.
+	for i, c := range pollN(t, p.srv.cq, 8, 30*time.Second) {
+		if c.Status != rdmacm.WCFlushErr || c.ID != uint64(i+1) {
+			t.Errorf("receive %d after disconnect: %+v (%v), want flushed", i, c, c.Status)
+		}
+	}
+	t0 := time.Now()
+	want(p.lch, p.srv.id, rdmacm.EventTimewaitExit)
+	want(p.cch, p.cli.id, rdmacm.EventTimewaitExit)
+	t.Logf("TIMEWAIT_EXIT %v after DISCONNECTED", time.Since(t0))
+	if err := p.cli.qp.PostSend([]rdmacm.SendWR{{Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}}); err == nil {
+		c := pollN(t, p.cli.cq, 1, 10*time.Second)[0]
+		if c.Status != rdmacm.WCFlushErr {
+			t.Errorf("send after disconnect: %+v, want flushed", c)
+		}
+	}
+}
+
+// TestRDMATeardownInFlight closes everything while work is outstanding and
+// goroutines are posting, polling and waiting, in an order that forces each
+// object to close its dependents first; no descriptor or RDMA object may
+// be left behind (LeakCheck).
+func TestRDMATeardownInFlight(t *testing.T) {
+	ip := requireRDMA(t)
+	p, err := dialPair(ip, pairOpts{
+		arenaSize: 8 << 20, access: rdmacm.AccessRemoteRead | rdmacm.AccessRemoteWrite,
+		sendWR: 256, recvWR: 256, cqEntries: 1024, initDepth: 16, respRes: 16,
+	})
+	if err != nil {
+		p.close()
+		t.Fatal(err)
+	}
+	postRecvs(t, &p.srv, 0, 4096, 256, 0)
+	postRecvs(t, &p.cli, 4<<20, 4096, 256, 0)
+
+	// Outstanding: sends both ways, RDMA READs and WRITEs of 64 KiB.
+	var wrs []rdmacm.SendWR
+	for i := range 96 {
+		w := rdmacm.SendWR{ID: uint64(i), Flags: rdmacm.FlagSignaled}
+		switch i % 3 {
+		case 0:
+			w.Op = rdmacm.OpSend
+			w.SetSGL(p.cli.mem.SGE(1<<20, 4096))
+		case 1:
+			w.Op, w.RemoteAddr, w.RKey = rdmacm.OpRead, p.srv.mem.Addr(2<<20), p.srv.mem.RKey()
+			w.SetSGL(p.cli.mem.SGE(2<<20, 64<<10))
+		case 2:
+			w.Op, w.RemoteAddr, w.RKey = rdmacm.OpWrite, p.srv.mem.Addr(3<<20), p.srv.mem.RKey()
+			w.SetSGL(p.cli.mem.SGE(3<<20, 64<<10))
+		}
+		wrs = append(wrs, w)
+	}
+	if err := p.cli.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]rdmacm.SendWR, 64)
+	for i := range back {
+		back[i] = rdmacm.SendWR{ID: uint64(i), Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}
+		back[i].SetSGL(p.srv.mem.SGE(4<<20, 4096))
+	}
+	if err := p.srv.qp.PostSend(back); err != nil {
+		t.Fatal(err)
+	}
+
+	// Goroutines busy with the objects while they are closed.
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	wg.Add(4)
+	go func() { // keeps posting sends until the QP is closed
+		defer wg.Done()
+		w := []rdmacm.SendWR{{Op: rdmacm.OpSend}}
+		w[0].SetSGL(p.cli.mem.SGE(1<<20, 64))
+		for {
+			err := p.cli.qp.PostSend(w)
+			if errors.Is(err, rdmacm.ErrClosed) {
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	go func() { // keeps polling the server CQ
+		defer wg.Done()
+		buf := make([]rdmacm.Completion, 32)
+		for {
+			if _, err := p.srv.cq.Poll(buf); errors.Is(err, rdmacm.ErrClosed) {
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	go func() { // sleeps on a CQ's completion channel (never armed)
+		defer wg.Done()
+		cq, err := p.srv.dev.NewCQ(16)
+		if err != nil {
+			if !errors.Is(err, rdmacm.ErrClosed) {
+				errc <- err
+			}
+			return
+		}
+		for {
+			if _, err := cq.Wait(0); err != nil {
+				if !errors.Is(err, rdmacm.ErrClosed) {
+					errc <- err
+				}
+				return
+			}
+		}
+	}()
+	go func() { // waits for CM events on a third channel
+		defer wg.Done()
+		ch, err := rdmacm.NewEventChannel()
+		if err != nil {
+			errc <- err
+			return
+		}
+		if _, err := ch.Listen(netip.AddrPortFrom(ip, 0), 4); err != nil {
+			errc <- err
+		}
+		go func() { time.Sleep(200 * time.Millisecond); ch.Close() }()
+		if _, err := ch.GetEvent(context.Background()); !errors.Is(err, rdmacm.ErrClosed) {
+			errc <- errors.New("GetEvent on a closed channel: " + errString(err))
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+
+	// Parents first: each must close what depends on it.
+	closeErr := errors.Join(
+		p.cli.dev.Close(), // client PD, CQ, arena, QP
+		p.lch.Close(),     // listener, server CM ID and QP
+		p.srv.dev.Close(), // server PD, CQs (and the waiting one), arena
+		p.cch.Close(),     // client CM ID
+	)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if closeErr != nil {
+		t.Fatalf("teardown: %v", closeErr)
+	}
+	// Everything reports closed, and closing again is a no-op.
+	if err := p.cli.qp.PostSend(wrs[:1]); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("PostSend after teardown: %v", err)
+	}
+	if _, err := p.srv.cq.Poll(make([]rdmacm.Completion, 1)); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("Poll after teardown: %v", err)
+	}
+	if _, err := p.cli.pd.NewArena(4096, 0); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("NewArena after teardown: %v", err)
+	}
+	if err := p.close(); err != nil {
+		t.Errorf("second close of everything: %v", err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// TestRDMAWait: arming and waiting on the completion channel wakes on a
+// completion, Wake interrupts a wait, a timeout ends it, and goroutines
+// waiting on many CQs do not hold OS threads.
+func TestRDMAWait(t *testing.T) {
+	ip := requireRDMA(t)
+	p := newPair(t, ip, pairOpts{
+		srvSetup: func(e *end) error { postRecvs(t, e, 0, 256, 4, 1); return nil },
+	})
+	cq := p.srv.cq
+	buf := make([]rdmacm.Completion, 4)
+	if err := cq.Arm(false); err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() {
+		ok, err := cq.Wait(30 * time.Second)
+		if err == nil && !ok {
+			err = errors.New("Wait returned without a completion event")
+		}
+		woke <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	w := []rdmacm.SendWR{{Op: rdmacm.OpSend}}
+	w[0].SetSGL(p.cli.mem.SGE(0, 32))
+	if err := p.cli.qp.PostSend(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cq.Poll(buf); n != 1 || err != nil || buf[0].Err() != nil || buf[0].ByteLen != 32 {
+		t.Fatalf("after the wakeup: Poll = %d, %v, %+v", n, err, buf[0])
+	}
+
+	// Wake interrupts a wait without a timeout.
+	go func() {
+		ok, err := cq.Wait(0)
+		if err == nil && ok {
+			err = errors.New("Wait reported a completion event after Wake")
+		}
+		woke <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cq.Wake()
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wake did not end Wait")
+	}
+	// A Wake with nobody waiting makes the next Wait return at once.
+	cq.Wake()
+	if ok, err := cq.Wait(0); ok || err != nil {
+		t.Fatalf("Wait after Wake: %v, %v", ok, err)
+	}
+	t0 := time.Now()
+	if ok, err := cq.Wait(100 * time.Millisecond); ok || err != nil || time.Since(t0) < 100*time.Millisecond {
+		t.Fatalf("Wait(100ms) = %v, %v after %v", ok, err, time.Since(t0))
+	}
+
+	// 64 goroutines waiting on 64 CQs hold no OS thread each.
+	threads0 := osThreads(t)
+	cqs := make([]*rdmacm.CQ, 64)
+	var wg sync.WaitGroup
+	for i := range cqs {
+		c, err := p.srv.dev.NewCQ(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cqs[i] = c
+		if err := c.Arm(false); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Wait(0)
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	threads := osThreads(t)
+	for _, c := range cqs {
+		c.Wake()
+	}
+	wg.Wait()
+	for _, c := range cqs {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("OS threads: %d before, %d with 64 goroutines waiting", threads0, threads)
+	if threads > threads0+8 {
+		t.Errorf("64 waiting goroutines took %d OS threads", threads-threads0)
+	}
+}
+
+func osThreads(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads: in /proc/self/status")
+	return 0
+}
+
+// TestRDMAAsyncEvent overruns a receive CQ: the device reports CQ_ERR for
+// that CQ through AsyncEvent.
+func TestRDMAAsyncEvent(t *testing.T) {
+	ip := requireRDMA(t)
+	p := newPair(t, ip, pairOpts{recvCQEntries: 1, recvWR: 128,
+		srvSetup: func(e *end) error { postRecvs(t, e, 0, 64, 128, 1); return nil },
+	})
+	n := p.srv.rcq.Entries() + 8
+	t.Logf("receive CQ has %d entries; sending %d messages", p.srv.rcq.Entries(), n)
+	wrs := make([]rdmacm.SendWR, n)
+	for i := range wrs {
+		wrs[i] = rdmacm.SendWR{ID: uint64(i), Op: rdmacm.OpSend}
+		wrs[i].SetSGL(p.cli.mem.SGE(0, 8))
+	}
+	if err := p.cli.qp.PostSend(wrs); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var evs []rdmacm.AsyncEvent
+	for {
+		ev, err := p.srv.dev.AsyncEvent(ctx)
+		if err != nil {
+			t.Fatalf("after %v: %v", evs, err)
+		}
+		evs = append(evs, ev)
+		if ev.Type == rdmacm.AsyncCQErr {
+			if ev.CQ != p.srv.rcq {
+				t.Errorf("CQ_ERR for %p, want the receive CQ %p", ev.CQ, p.srv.rcq)
+			}
+			break
+		}
+	}
+	t.Logf("async events: %v", evs)
+
+	// A cancelled context ends AsyncEvent; Close ends it with ErrClosed.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel2()
+	for {
+		ev, err := p.srv.dev.AsyncEvent(ctx2)
+		if err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("AsyncEvent with an expiring context: %v", err)
+			}
+			break
+		}
+		t.Logf("more: %v", ev)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := p.cli.dev.AsyncEvent(context.Background()); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	p.cli.dev.Close()
+	if err := <-done; !errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("AsyncEvent when the device is closed: %v", err)
+	}
+}
+
+// TestRDMAPostPollAllocs: posting and polling allocate nothing.
+func TestRDMAPostPollAllocs(t *testing.T) {
+	ip := requireRDMA(t)
+	p := newPair(t, ip, pairOpts{inline: 64, access: rdmacm.AccessRemoteWrite,
+		srvSetup: func(e *end) error { postRecvs(t, e, 0, 4096, 32, 0); return nil },
+	})
+	send := make([]rdmacm.SendWR, 2)
+	send[0] = rdmacm.SendWR{Op: rdmacm.OpWrite, RemoteAddr: p.srv.mem.Addr(512 << 10), RKey: p.srv.mem.RKey()}
+	send[0].SetSGL(p.cli.mem.SGE(0, 4096))
+	send[1] = rdmacm.SendWR{Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}
+	send[1].SetSGL(p.cli.mem.SGE(8192, 16))
+	recv := make([]rdmacm.RecvWR, 1)
+	wcs := make([]rdmacm.Completion, 8)
+	poll := func(cq *rdmacm.CQ) rdmacm.Completion {
+		for {
+			n, err := cq.Poll(wcs)
+			if err != nil {
+				panic(err)
+			}
+			if n > 1 {
+				panic(fmt.Sprintf("%d completions: %+v", n, wcs[:n]))
+			}
+			if n == 1 {
+				return wcs[0]
+			}
+			runtime.Gosched()
+		}
+	}
+	_ = p.cli.qp.PostSend(nil) // warm up
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := p.cli.qp.PostSend(send); err != nil {
+			panic(err)
+		}
+		if c := poll(p.cli.cq); c.Status != rdmacm.WCSuccess {
+			panic(c.Err())
+		}
+		c := poll(p.srv.cq)
+		if c.Status != rdmacm.WCSuccess {
+			panic(c.Err())
+		}
+		recv[0].ID = c.ID
+		recv[0].SetSGL(p.srv.mem.SGE(int(c.ID)*4096, 4096))
+		if err := p.srv.qp.PostRecv(recv); err != nil {
+			panic(err)
+		}
+		p.srv.cq.Arm(false)
+		p.srv.cq.Wake()
+		p.srv.cq.Wait(0)                // returns at once: woken
+		p.srv.cq.Wait(time.Microsecond) // sleeps in the netpoller
+	})
+	if allocs != 0 {
+		t.Errorf("post + poll + arm + wait: %v allocations per round trip, want 0", allocs)
+	}
+}
