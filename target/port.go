@@ -102,8 +102,8 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		return nil, fmt.Errorf("target: port %s:%s can move no data: set Keyed, TransportData or InCapsuleDataSize", cfg.TrAddr, cfg.TrSvcID)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.closed {
+		t.mu.Unlock()
 		return nil, ErrClosed
 	}
 	p := &Port{
@@ -119,11 +119,12 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	}
 	t.nextPortID++
 	t.ports = append(t.ports, p)
-	if cfg.Advertise {
-		defer t.discoveryChanged()
-	}
+	t.mu.Unlock()
 	t.log.Info("port added", "port_id", p.id, "trtype", cfg.TrType, "traddr", cfg.TrAddr, "trsvcid", cfg.TrSvcID,
-		"in_capsule_data_size", cfg.InCapsuleDataSize, "msdbd", cfg.MaxSGLDescriptors)
+		"in_capsule_data_size", cfg.InCapsuleDataSize, "msdbd", cfg.MaxSGLDescriptors, "advertised", cfg.Advertise)
+	if cfg.Advertise {
+		t.discoveryChanged() // never with t.mu held: it completes AERs, which calls transports
+	}
 	return p, nil
 }
 
