@@ -1,0 +1,25 @@
+#!/bin/sh
+# Runs every fuzz target of package nvmeproto for a fixed time each (go test -fuzz takes one
+# target per run). Usage: nvmeproto/fuzz.sh [fuzztime, default 30s]
+#
+# -fuzzminimizetime is capped because minimizing a new-coverage input of the 4096-byte
+# Identify structures can otherwise eat the whole budget; -parallel defaults to 1 so the
+# run does not take every core of a shared machine (set FUZZ_PARALLEL to change it).
+# A failing input is written to testdata/fuzz/<FuzzName>/ and the script exits non-zero.
+set -eu
+cd "$(dirname "$0")"
+fuzztime=${1:-30s}
+parallel=${FUZZ_PARALLEL:-1}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+for t in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' ./*_test.go | sed 's/^func //' | sort); do
+	if go test -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" -fuzzminimizetime 5s -parallel "$parallel" . >"$log" 2>&1; then
+		echo "ok   $t: $(grep 'execs:' "$log" | tail -n 1)"
+	else
+		echo "FAIL $t"
+		cat "$log"
+		status=1
+	fi
+done
+exit $status
