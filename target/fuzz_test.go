@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
@@ -92,10 +91,9 @@ func FuzzLoopCapsules(f *testing.F) {
 				continue // queue full, torn down, or a capsule too big to receive
 			}
 			submitted.Add(1)
-			select { // most complete at once; a held AER does not
-			case <-done:
-			case <-time.After(20 * time.Millisecond):
-			}
+			// With memory backends everything completes inline, before SubmitCapsule
+			// returns, except a held Asynchronous Event Request.
+			_ = done
 		}
 		if v := ss.violations(); len(v) > 0 {
 			t.Fatalf("backend request outside the namespace: %v", v)
