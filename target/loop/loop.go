@@ -367,3 +367,16 @@ func alignedAlloc(n int) []byte {
 	}
 	return b[off : off+n : off+n]
 }
+
+// Compile-time checks: Conn is a target transport queue, and has the client-facing
+// method set the package documentation promises (which the initiator mirrors).
+var (
+	_ target.TransportQueue = (*Conn)(nil)
+	_ interface {
+		Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeproto.Completion)) error
+		SubmitCapsule(capsule, data []byte, done func(nvmeproto.Completion)) error
+		Close() error
+		Done() <-chan struct{}
+		Err() error
+	} = (*Conn)(nil)
+)
