@@ -3,10 +3,13 @@ package target_test
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
 )
 
 func TestAdminStatuses(t *testing.T) {
@@ -270,5 +273,23 @@ func TestKeepAliveAnsweredUnderBacklog(t *testing.T) {
 	gate.open()
 	for _, ch := range pending {
 		expectOK(t, "backlogged write", wait(t, ch))
+	}
+}
+
+// TestNewErrors: a backend that cannot be opened fails New with an error naming the
+// subsystem and namespace, and leaves nothing open.
+func TestNewErrors(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20), conf.Namespace{NSID: 2, Backend: conf.BackendFile, Path: "/nonexistent/dir/ns.img", Size: 1 << 20})
+	_, err := target.New(cfg, target.WithLogger(testLogger(t)))
+	if err == nil || !strings.Contains(err.Error(), subNQN) || !strings.Contains(err.Error(), "namespace 2") {
+		t.Fatalf("New: %v", err)
+	}
+	if _, err := target.New(nil); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+	bad := baseConfig(memNS(1, 1<<20))
+	bad.Subsystems[0].NQN = "not an nqn"
+	if _, err := target.New(bad); err == nil {
+		t.Fatal("New accepted an invalid configuration")
 	}
 }
