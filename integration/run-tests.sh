@@ -32,7 +32,7 @@ VM=$INTEG/vm/vm.sh
 export GONVMF_VM_DIR=${GONVMF_VM_DIR:-$HOME/.cache/gonvmf-vm}
 export GONVMF_BUILD=${GONVMF_BUILD:-$SRC/build}
 
-keep_going=0 timeout=900 out= build=1 verbose=0 list=0
+keep_going=0 timeout=900 out="" build=1 verbose=0 list=0
 names=()
 while [ $# -gt 0 ]; do
 	case $1 in

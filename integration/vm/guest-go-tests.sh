@@ -40,7 +40,10 @@ while read -r name pkg; do
 		esac
 	done < <(sed -n -E 's/^--- (PASS|FAIL|SKIP): ([^ ]+) (.*)$/\1 \2 \3/p' "$OUT/$name.log")
 	if [ "$rc" != 0 ] && ! grep -q '^--- FAIL' "$OUT/$name.log"; then
-		fail "$name" "test binary exited $rc without a failed test (panic or -test.timeout?): $(tail -n 1 "$OUT/$name.log")"
+		# a panic or -test.timeout: name the test that was running
+		running=$(awk '/^=== (RUN|CONT)/ { r[$3] = 1 } /^ *--- (PASS|FAIL|SKIP):/ { delete r[$3] }
+			END { for (t in r) if (t !~ /\//) print t }' "$OUT/$name.log" | tr '\n' ' ')
+		fail "$name" "test binary exited $rc${running:+ while running $running}: $(grep -m 1 '^panic: ' "$OUT/$name.log" || tail -n 1 "$OUT/$name.log")"
 	elif [ "$reported" = 0 ]; then
 		skip "$name" "no test matched -test.run '$run'"
 	fi

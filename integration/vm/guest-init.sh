@@ -91,8 +91,7 @@ rxe_up() {
 		ip link set dummy0 mtu "$RXE_MTU" up &&
 		ip addr add "$RXE_IP/24" dev dummy0 &&
 		rdma link add "$RXE_DEV" type rxe netdev dummy0 || return 1
-	local i
-	for i in $(seq 150); do
+	for _ in $(seq 150); do
 		if grep -q ACTIVE "/sys/class/infiniband/$RXE_DEV/ports/1/state" 2> /dev/null && [ -c /dev/infiniband/rdma_cm ]; then
 			return 0
 		fi
@@ -141,7 +140,7 @@ if [ "$VM_DEADLINE" != 0 ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } &&
 	say "TIMEOUT: the script ran past the time limit and was killed at uptime $(uptime_s) s"
 	{
 		echo "--- processes at the timeout"
-		ps -eo pid,ppid,stat,wchan:32,etime,args
+		ps -N -p 2 --ppid 2 -o pid,ppid,stat,wchan:32,etime,args # no kernel threads
 		echo "--- last kernel messages"
 		dmesg | tail -40
 	} 2>&1 | tee -a "$LOG"

@@ -266,12 +266,14 @@ wait_for_nvme_ns() {
 	done
 }
 
+_nvme_ctrls_present() { compgen -G '/sys/class/nvme/nvme*' > /dev/null; }
+
 # nvme_disconnect_all: disconnect every fabrics controller of the Linux host and wait until
 # they are gone (30 s at most).
 nvme_disconnect_all() {
-	ls /sys/class/nvme/ 2> /dev/null | grep -q . || return 0
+	_nvme_ctrls_present || return 0
 	timeout -k 5 60 nvme disconnect-all > /dev/null 2>&1
-	wait_for 30 sh -c '! ls /sys/class/nvme/ 2>/dev/null | grep -q .' || {
+	wait_for 30 eval '! _nvme_ctrls_present' || {
 		echo "nvme_disconnect_all: controllers still present: $(ls /sys/class/nvme/ | tr '\n' ' ')" >&2
 		return 1
 	}

@@ -33,7 +33,7 @@ done
 
 # cache=mmap: cache=loose boots no faster and serves stale data after a host-side rewrite.
 ok=
-for i in 1 2 3 4 5 6 7 8 9 10; do
+for _ in 1 2 3 4 5 6 7 8 9 10; do
 	if mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=mmap gonvmf-root /ro 2>/dev/null; then
 		ok=1
 		break

@@ -55,7 +55,7 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # check_host <image|run>: every missing command, with its Debian package, in one message.
 check_host() {
-	local missing=() c pkg
+	local missing=() c
 	local need=(
 		"apt-get:apt" "apt-cache:apt" "dpkg-deb:dpkg" "depmod:kmod" "modprobe:kmod"
 		"cpio:cpio" "gzip:gzip" "python3:python3" "flock:util-linux"
@@ -270,7 +270,7 @@ cmd_run() {
 	local mode=$1
 	shift
 	local timeout=${GONVMF_VM_TIMEOUT:-900} mem=${GONVMF_VM_MEM:-4096} cpus=${GONVMF_VM_CPUS:-2}
-	local disk= out= quiet=0 rxe=1
+	local disk="" out="" quiet=0 rxe=1
 	[ "$mode" = shell ] && timeout=0
 	while [ $# -gt 0 ]; do
 		case $1 in
@@ -291,7 +291,7 @@ cmd_run() {
 	[[ $cpus =~ ^[0-9]+$ ]] && [ "$cpus" -ge 1 ] || usage_error "--cpus must be >= 1, got '$cpus'"
 	[ -z "$disk" ] || [[ $disk =~ ^[0-9]+[KMGT]?$ ]] || usage_error "--disk must be a size like 512M or 2G, got '$disk'"
 
-	local script= name=shell
+	local script="" name=shell
 	if [ "$mode" = run ]; then
 		[ $# -ge 1 ] || usage_error "run needs a guest script"
 		[ -f "$1" ] || usage_error "no such guest script: $1"
@@ -314,7 +314,7 @@ cmd_run() {
 	fi
 	mkdir -p "$out"
 	out=$(cd "$out" && pwd)
-	rm -rf "$out/.vm" "$out/console.log" "$out/guest.log" "$out/dmesg.txt"
+	rm -rf "$out/.vm" "$out/console.log" "$out/guest.log" "$out/dmesg.txt" "$out/results.txt"
 	mkdir -p "$out/.vm"
 
 	# Paths under the host's /tmp are hidden in the guest (fresh tmpfs) unless bound back.
@@ -322,7 +322,6 @@ cmd_run() {
 	for p in "$SRC" "$BUILD_DIR" "${script%/*}" "$PWD"; do
 		case $p in /tmp/*) tmp_paths+=("$p") ;; esac
 	done
-	case $VM_DIR in /tmp/*) die "GONVMF_VM_DIR ($VM_DIR) must not be under /tmp: the guest mounts a fresh tmpfs there" ;; esac
 
 	# The guest's run description; GONVMF_* variables of this environment go along.
 	local deadline=0 grace
@@ -370,6 +369,7 @@ cmd_run() {
 	kver=$(manifest_get KVER)
 	local console=(-chardev "stdio,id=con,signal=off,logfile=$out/console.log" -serial chardev:con -monitor none)
 	[ "$mode" = shell ] && console=(-chardev "stdio,id=con,mux=on,signal=off,logfile=$out/console.log" -serial chardev:con -mon chardev=con)
+	# shellcheck disable=SC2054 # qemu option values contain commas
 	local qemu=(
 		qemu-system-x86_64 -name gonvmf-vm
 		-accel tcg,thread=multi,tb-size=512 -cpu max -m "$mem" -smp "$cpus"
@@ -427,8 +427,12 @@ cmd_run() {
 		exit $EXIT_HARNESS
 		;;
 	*)
-		msg "$name: the guest stopped after $wall s without reporting a result (qemu status $qrc); last console lines:"
-		tail -n 15 "$out/console.log" 2> /dev/null | tr -d '\r' | sed 's/^/    /' >&2
+		msg "$name: the guest stopped after $wall s without reporting a result (qemu status $qrc); from $out/console.log:"
+		{
+			grep -a -m 5 -E 'Kernel panic|BUG:|Oops|gonvmf-vm stage1' "$out/console.log"
+			echo ...
+			tail -n 10 "$out/console.log"
+		} 2> /dev/null | tr -d '\r' | sed 's/^/    /' >&2
 		[ -s "$out/.vm/qemu.log" ] && sed 's/^/    qemu: /' "$out/.vm/qemu.log" >&2
 		exit $EXIT_HARNESS
 		;;
