@@ -1,0 +1,554 @@
+package initiator_test
+
+// These tests drive gonvmf's own target in-process through the loop transport: the
+// initiator package does not import the target, its external tests do.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/loop"
+)
+
+const (
+	subNQN  = "nqn.2024-01.io.gonvmf:initiator-test"
+	hostNQN = "nqn.2014-08.org.nvmexpress:uuid:6f1c2a3b-4d5e-4f60-8a9b-0c1d2e3f4a5b"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type env struct {
+	tgt  *target.Target
+	port *loop.Port
+}
+
+// newEnv starts a target with one subsystem of a 16 MiB memory namespace (4 KiB in-capsule
+// data) and a loop port; mut may change the configuration first.
+func newEnv(t *testing.T, mut func(*conf.Config), opts ...target.Option) *env {
+	t.Helper()
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: subNQN, AllowAnyHost: true,
+			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendMemory, Size: 16 << 20, LBASize: 512}}}},
+		Transport: conf.Transport{InCapsuleDataSize: 4096, QueueDepth: 64, MaxIOQueues: 4, KeepAliveTimeout: 120 * time.Second},
+	}
+	if mut != nil {
+		mut(cfg)
+	}
+	tgt, err := target.New(cfg, append([]target.Option{target.WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tgt.Close() })
+	p, err := loop.New(tgt, loop.Options{Advertise: true, Name: "loop-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{tgt: tgt, port: p}
+}
+
+func (e *env) options() initiator.Options {
+	return initiator.Options{
+		Transport: initiator.TransportLoop,
+		Loop: func(depth int) (initiator.LoopConn, error) {
+			c, err := e.port.Dial(depth)
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		SubNQN: subNQN, HostNQN: hostNQN, Queues: 2, QueueSize: 32, Logger: quiet,
+	}
+}
+
+func (e *env) dial(t *testing.T, mut func(*initiator.Options)) *initiator.Controller {
+	t.Helper()
+	o := e.options()
+	if mut != nil {
+		mut(&o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := initiator.Dial(ctx, o)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestLoopConnectIdentify(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, nil)
+	id := c.Identify()
+	if id.SubNQN != subNQN || id.CNTLID != c.ID() || id.CNTRLTYPE != nvmeproto.ControllerTypeIO {
+		t.Errorf("Identify: subnqn %q cntlid %d/%d type %d", id.SubNQN, id.CNTLID, c.ID(), id.CNTRLTYPE)
+	}
+	if c.IOQueues() != 2 {
+		t.Errorf("IOQueues = %d, want 2", c.IOQueues())
+	}
+	if q := c.IOQueue(1); q.ID() != 2 || q.Depth() != 32 {
+		t.Errorf("queue 1: id %d depth %d", q.ID(), q.Depth())
+	}
+	if c.InCapsuleDataSize() != 4096 {
+		t.Errorf("in-capsule data size %d, want 4096", c.InCapsuleDataSize())
+	}
+	if !c.CAP().CQR() && c.CAP().MQES() == 0 {
+		t.Errorf("CAP %v", c.CAP())
+	}
+	if c.KeepAliveTimeout() != initiator.DefaultKeepAlive {
+		t.Errorf("KATO %v", c.KeepAliveTimeout())
+	}
+	ns := c.Namespaces()
+	if len(ns) != 1 || ns[0].NSID != 1 || ns[0].BlockSize() != 512 || ns[0].Size() != 16<<20 {
+		t.Fatalf("namespaces: %+v", ns)
+	}
+	if u, ok := ns[0].UUID(); !ok || u == ([16]byte{}) {
+		t.Errorf("namespace UUID %x %v", u, ok)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if !errors.Is(c.Err(), initiator.ErrClosed) {
+		t.Errorf("Err after Close = %v", c.Err())
+	}
+	if _, err := ns[0].ReadAt(ctx(t), make([]byte, 512), 0); !errors.Is(err, initiator.ErrClosed) {
+		t.Errorf("ReadAt after Close: %v", err)
+	}
+}
+
+func TestLoopReadWrite(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, nil)
+	ns := c.Namespaces()[0]
+	cx := ctx(t)
+
+	// Copying API: sizes around the in-capsule limit and the bounce chunk size.
+	for _, n := range []int{512, 4096, 8192, 128 << 10, 300 << 10} {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(i*7 + n)
+		}
+		off := int64(n) * 3
+		if got, err := ns.WriteAt(cx, p, off, 0); err != nil || got != n {
+			t.Fatalf("WriteAt %d: %d %v", n, got, err)
+		}
+		q := make([]byte, n)
+		if got, err := ns.ReadAt(cx, q, off); err != nil || got != n {
+			t.Fatalf("ReadAt %d: %d %v", n, got, err)
+		}
+		if !bytes.Equal(p, q) {
+			t.Fatalf("ReadAt %d returned other data", n)
+		}
+	}
+	if _, err := ns.WriteAt(cx, make([]byte, 100), 0, 0); err == nil {
+		t.Error("WriteAt of a partial block succeeded")
+	}
+
+	// Zero-copy API with dedicated memory, FUA, Flush.
+	buf, err := c.AllocBuffer(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release()
+	for i := range buf.Bytes() {
+		buf.Bytes()[i] = byte(i >> 9)
+	}
+	if err := ns.Write(cx, buf, 100, initiator.FUA); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Flush(cx); err != nil {
+		t.Fatal(err)
+	}
+	rb := buf.Slice(32<<10, 4096)
+	defer rb.Release()
+	clear(rb.Bytes())
+	if err := ns.Read(cx, rb, 100+64); err != nil { // block 64 of what was written
+		t.Fatal(err)
+	}
+	if rb.Bytes()[0] != 64 || rb.Bytes()[4095] != 71 {
+		t.Fatalf("Read got %d..%d", rb.Bytes()[0], rb.Bytes()[4095])
+	}
+
+	// Write Zeroes and Deallocate read back as zeroes on the memory backend.
+	if err := ns.WriteZeroes(cx, 100, 8, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Deallocate(cx, 108, 8); err != nil {
+		t.Fatal(err)
+	}
+	z := make([]byte, 16*512)
+	if _, err := ns.ReadAt(cx, z, 100*512); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(z, make([]byte, len(z))) {
+		t.Error("Write Zeroes / Deallocate left data")
+	}
+
+	// Out of range: a StatusError with LBA Out of Range.
+	err = ns.Read(cx, rb, ns.Blocks()-2)
+	var se *initiator.StatusError
+	if !errors.As(err, &se) || se.Status.Code() != nvmeproto.StatusLBAOutOfRange.Code() {
+		t.Fatalf("read past the end: %v", err)
+	}
+	if !strings.Contains(err.Error(), "LBA Out of Range") {
+		t.Errorf("message %q", err)
+	}
+	if !errors.Is(err, &initiator.StatusError{Status: nvmeproto.StatusLBAOutOfRange}) {
+		t.Error("errors.Is by status")
+	}
+	// The controller is still fine after a command error.
+	if err := ns.Read(cx, rb, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoopAsync keeps every slot of every queue busy with writes and read-backs of
+// distinct blocks and checks the data.
+func TestLoopAsync(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, func(o *initiator.Options) { o.Queues = 3; o.QueueSize = 16 })
+	if c.IOQueues() != 3 {
+		t.Fatalf("%d queues", c.IOQueues())
+	}
+	ns := c.Namespaces()[0]
+	const bs, rounds = 4096, 20
+	mem, err := c.AllocBuffer(3 * 16 * bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Release()
+	var wg sync.WaitGroup
+	var failures atomic.Int32
+	var mu sync.Mutex
+	var firstErr error
+	for qi := 0; qi < c.IOQueues(); qi++ {
+		q := c.IOQueue(qi)
+		for s := 0; s < q.Depth(); s++ {
+			slotNo := qi*16 + s
+			b := mem.Slice(slotNo*bs, bs)
+			r := &initiator.Request{NSID: ns.NSID, Blocks: bs / 512, Buf: b}
+			round := 0
+			var next func()
+			next = func() {
+				lba := uint64(slotNo*rounds+round) * (bs / 512)
+				if r.Op == initiator.OpWrite {
+					r.Op = initiator.OpRead
+					clear(b.Bytes())
+				} else {
+					r.Op = initiator.OpWrite
+					round++
+					for i := 0; i < bs; i += 8 {
+						b.Bytes()[i] = byte(slotNo)
+						b.Bytes()[i+1] = byte(round)
+					}
+					lba = uint64(slotNo*rounds+round) * (bs / 512)
+				}
+				r.LBA = lba
+				if err := q.Submit(r); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					failures.Add(1)
+					wg.Done()
+				}
+			}
+			r.Done = func(r *initiator.Request) {
+				if r.Err != nil {
+					mu.Lock()
+					firstErr = r.Err
+					mu.Unlock()
+					failures.Add(1)
+					wg.Done()
+					return
+				}
+				if r.Op == initiator.OpRead {
+					d := b.Bytes()
+					if d[0] != byte(slotNo) || d[1] != byte(round) || d[bs-8] != byte(slotNo) {
+						mu.Lock()
+						firstErr = errors.New("read back other data")
+						mu.Unlock()
+						failures.Add(1)
+						wg.Done()
+						return
+					}
+					if round == rounds-1 {
+						wg.Done()
+						return
+					}
+				}
+				next()
+			}
+			wg.Add(1)
+			next()
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("async I/O did not finish")
+	}
+	if failures.Load() != 0 {
+		t.Fatalf("%d failures, e.g. %v", failures.Load(), firstErr)
+	}
+}
+
+func TestLoopUnknownSubsystem(t *testing.T) {
+	e := newEnv(t, nil)
+	o := e.options()
+	o.SubNQN = "nqn.2024-01.io.gonvmf:nope"
+	_, err := initiator.Dial(ctx(t), o)
+	if !errors.Is(err, initiator.ErrSubsystemNotFound) {
+		t.Fatalf("Dial: %v", err)
+	}
+	var ce *initiator.ConnectError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "has no subsystem nqn.2024-01.io.gonvmf:nope") {
+		t.Errorf("message: %v", err)
+	}
+}
+
+func TestLoopHostNotAllowed(t *testing.T) {
+	e := newEnv(t, func(c *conf.Config) {
+		c.Subsystems[0].AllowAnyHost = false
+		c.Subsystems[0].Hosts = []string{"nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555"}
+	})
+	_, err := initiator.Dial(ctx(t), e.options())
+	if !errors.Is(err, initiator.ErrHostNotAllowed) {
+		t.Fatalf("Dial: %v", err)
+	}
+	if !strings.Contains(err.Error(), hostNQN) || !strings.Contains(err.Error(), "not allowed") {
+		t.Errorf("message: %v", err)
+	}
+	// The allowed host gets in.
+	e.dial(t, func(o *initiator.Options) {
+		o.HostNQN = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555"
+	})
+}
+
+func TestLoopDiscovery(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, func(o *initiator.Options) { o.SubNQN = nvmeproto.DiscoveryNQN })
+	if !c.IsDiscovery() || c.IOQueues() != 0 || c.KeepAliveTimeout() != 0 {
+		t.Fatalf("discovery controller: %v %d %v", c.IsDiscovery(), c.IOQueues(), c.KeepAliveTimeout())
+	}
+	l, err := c.DiscoveryLog(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, en := range l.Entries {
+		if en.SubNQN == subNQN && en.TrType == nvmeproto.TrTypeIntraHost && en.TrAddr == "loop-test" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("discovery log %+v lacks %s", l, subNQN)
+	}
+}
+
+// TestLoopTargetGone closes the target under a stream of I/O: every request must come
+// back with an error, the controller must fail, and nothing may hang.
+func TestLoopTargetGone(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, nil)
+	ns := c.Namespaces()[0]
+	q := c.IOQueue(0)
+	buf, err := c.AllocBuffer(q.Depth() * 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release()
+	var completed, failed atomic.Int64
+	var outstanding sync.WaitGroup
+	for i := 0; i < q.Depth(); i++ {
+		r := &initiator.Request{Op: initiator.OpRead, NSID: ns.NSID, Blocks: 8, Buf: buf.Slice(i*4096, 4096)}
+		r.Done = func(r *initiator.Request) {
+			if r.Err != nil {
+				failed.Add(1)
+				outstanding.Done()
+				return
+			}
+			completed.Add(1)
+			r.LBA = uint64(rand.IntN(1000)) * 8
+			if err := q.Submit(r); err != nil {
+				failed.Add(1)
+				outstanding.Done()
+			}
+		}
+		outstanding.Add(1)
+		if err := q.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for completed.Load() < 1000 {
+		time.Sleep(time.Millisecond)
+	}
+	e.tgt.Close()
+	waitOrFail(t, 10*time.Second, "requests after the target closed", outstanding.Wait)
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("controller not failed")
+	}
+	if !errors.Is(c.Err(), initiator.ErrDisconnected) {
+		t.Errorf("Err = %v", c.Err())
+	}
+	if failed.Load() != int64(q.Depth()) {
+		t.Errorf("%d requests failed, want %d", failed.Load(), q.Depth())
+	}
+	if _, err := ns.ReadAt(ctx(t), make([]byte, 512), 0); err == nil {
+		t.Error("ReadAt on a failed controller succeeded")
+	}
+	waitOrFail(t, 10*time.Second, "Close", func() { c.Close() })
+}
+
+func waitOrFail(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not finish in %v", what, d)
+	}
+}
+
+// stallBackend blocks reads while stalled is set.
+type stallBackend struct {
+	backend.Backend
+	stalled atomic.Bool
+	release chan struct{}
+}
+
+func (b *stallBackend) ReadBlocks(buf []byte, slba uint64) error {
+	if b.stalled.Load() {
+		<-b.release
+	}
+	return b.Backend.ReadBlocks(buf, slba)
+}
+
+// TestLoopTimeout: a command the target never completes fails the controller with
+// ErrTimeout after CommandTimeout.
+func TestLoopTimeout(t *testing.T) {
+	var sb *stallBackend
+	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		sb = &stallBackend{Backend: b, release: make(chan struct{})}
+		return sb, nil
+	}))
+	t.Cleanup(func() { close(sb.release) })
+	c := e.dial(t, func(o *initiator.Options) { o.CommandTimeout = 300 * time.Millisecond })
+	ns := c.Namespaces()[0]
+	sb.stalled.Store(true)
+	start := time.Now()
+	_, err := ns.ReadAt(ctx(t), make([]byte, 4096), 0)
+	if !errors.Is(err, initiator.ErrTimeout) {
+		t.Fatalf("stalled read: %v", err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 8*time.Second {
+		t.Errorf("timed out after %v", d)
+	}
+	if !errors.Is(c.Err(), initiator.ErrTimeout) {
+		t.Errorf("controller error %v", c.Err())
+	}
+}
+
+// TestLoopContext: a cancelled context ends the call, not the command.
+func TestLoopContext(t *testing.T) {
+	var sb *stallBackend
+	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		sb = &stallBackend{Backend: b, release: make(chan struct{})}
+		return sb, nil
+	}))
+	c := e.dial(t, nil)
+	ns := c.Namespaces()[0]
+	sb.stalled.Store(true)
+	cx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := ns.ReadAt(cx, make([]byte, 4096), 0)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ReadAt with an expiring context: %v", err)
+	}
+	// Fill a queue: one more is refused with ErrQueueFull.
+	q := c.IOQueue(0)
+	buf, err := c.AllocBuffer(q.Depth() * 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release()
+	var wg sync.WaitGroup
+	for i := 0; i < q.Depth(); i++ {
+		wg.Add(1)
+		r := &initiator.Request{Op: initiator.OpRead, NSID: 1, Blocks: 8, Buf: buf.Slice(i*4096, 4096), Done: func(r *initiator.Request) {
+			if r.Err != nil {
+				t.Error(r.Err)
+			}
+			wg.Done()
+		}}
+		if err := q.Submit(r); err != nil {
+			t.Fatalf("submit %d: %v", i, err)
+		}
+	}
+	if err := q.Submit(&initiator.Request{Op: initiator.OpFlush, NSID: 1, Done: func(*initiator.Request) {}}); !errors.Is(err, initiator.ErrQueueFull) {
+		t.Fatalf("submit to a full queue: %v", err)
+	}
+	sb.stalled.Store(false)
+	close(sb.release)
+	waitOrFail(t, 10*time.Second, "stalled reads", wg.Wait)
+	// The abandoned command completes; the controller keeps working.
+	if _, err := ns.ReadAt(ctx(t), make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoopOptions(t *testing.T) {
+	for _, tc := range []struct {
+		o    initiator.Options
+		want string
+	}{
+		{initiator.Options{SubNQN: subNQN}, "no target address"},
+		{initiator.Options{Addr: "host.example", SubNQN: subNQN}, "not an IP address"},
+		{initiator.Options{Addr: "10.0.0.1"}, "no subsystem NQN"},
+		{initiator.Options{Addr: "10.0.0.1", SubNQN: "bogus"}, "subsystem NQN"},
+		{initiator.Options{Transport: "tcp", SubNQN: subNQN}, "unknown transport"},
+		{initiator.Options{Transport: "loop", SubNQN: subNQN}, "needs Options.Loop"},
+		{initiator.Options{Addr: "10.0.0.1", SubNQN: subNQN, QueueSize: 5000}, "queue size"},
+	} {
+		_, err := initiator.Dial(context.Background(), tc.o)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
+		}
+	}
+}

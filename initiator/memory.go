@@ -1,0 +1,159 @@
+package initiator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// region is memory the controller can read and write: on RDMA an rdmacm.Arena registered
+// with remote read and write access (commands carry base+offset and rkey in a keyed SGL),
+// on the loop transport plain memory addressed by offset (base 0).
+type region struct {
+	mem   []byte
+	base  uint64 // transport address of mem[0]
+	rkey  uint32
+	lkey  uint32
+	close func() error // releases the memory; nil for Go memory
+	once  sync.Once
+}
+
+func (r *region) release() error {
+	var err error
+	r.once.Do(func() {
+		if r.close != nil {
+			err = r.close()
+		}
+	})
+	return err
+}
+
+// goRegion returns n bytes of Go memory aligned to 4 KiB (the loop transport's memory).
+func goRegion(n int) *region {
+	const align = 4096
+	b := make([]byte, n+align)
+	off := 0
+	if a := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (align - 1)); a != 0 {
+		off = align - a
+	}
+	return &region{mem: b[off : off+n : off+n]}
+}
+
+// Buffer is a piece of memory registered with the controller's transport, the only
+// memory commands can move data to and from without a copy. Get one from the controller's
+// pool (Controller.GetBuffer: bounded sizes, recycled) or allocate dedicated memory
+// (Controller.AllocBuffer), and cut it into pieces with Slice.
+//
+// A Buffer is reference counted: every command using it holds a reference until it
+// completes, so Release (which returns pooled memory to the pool and unmaps dedicated
+// memory) takes effect only once no command can still transfer into it — also when a
+// caller gave up waiting on a command (context cancelled).
+type Buffer struct {
+	reg    *region
+	off    int
+	b      []byte
+	refs   atomic.Int32
+	pool   *BufferPool // pooled chunk: returned here at refs 0
+	idx    int32       // chunk index in pool
+	parent *Buffer     // Slice: the buffer this one shares memory with
+}
+
+// Bytes returns the buffer's memory. Do not modify it while a write command using the
+// buffer is outstanding, and do not read it before a read command completes.
+func (b *Buffer) Bytes() []byte { return b.b }
+
+// Len returns the buffer's length in bytes.
+func (b *Buffer) Len() int { return len(b.b) }
+
+// Slice returns a Buffer for bytes [off, off+n) of b, sharing its memory. The slice holds
+// a reference to b until it is released itself. It allocates the new Buffer header: cut
+// buffers once, at setup, not per I/O.
+func (b *Buffer) Slice(off, n int) *Buffer {
+	if off < 0 || n < 0 || off+n > len(b.b) {
+		panic(fmt.Sprintf("initiator: Buffer.Slice(%d, %d) of a %d-byte buffer", off, n, len(b.b)))
+	}
+	b.refs.Add(1)
+	s := &Buffer{reg: b.reg, off: b.off + off, b: b.b[off : off+n : off+n], parent: b}
+	s.refs.Store(1)
+	return s
+}
+
+// Release drops the caller's reference. Pooled memory goes back to the pool and dedicated
+// memory is freed once no command uses the buffer any more. Do not use the buffer after
+// Release.
+func (b *Buffer) Release() { b.unref() }
+
+func (b *Buffer) ref() { b.refs.Add(1) }
+
+func (b *Buffer) unref() {
+	n := b.refs.Add(-1)
+	if n > 0 {
+		return
+	}
+	if n < 0 {
+		panic("initiator: Buffer released more often than referenced")
+	}
+	switch {
+	case b.parent != nil:
+		b.parent.unref()
+	case b.pool != nil:
+		b.pool.put(b)
+	default:
+		b.reg.release()
+	}
+}
+
+// addr returns the transport address of byte i of the buffer.
+func (b *Buffer) addr(i int) uint64 { return b.reg.base + uint64(b.off+i) }
+
+// BufferPool hands out fixed-size chunks of one registered region.
+type BufferPool struct {
+	reg    *region
+	chunk  int
+	bufs   []Buffer
+	free   chan int32
+	closed chan struct{}
+}
+
+func newBufferPool(reg *region, chunk int) *BufferPool {
+	n := len(reg.mem) / chunk
+	p := &BufferPool{reg: reg, chunk: chunk, bufs: make([]Buffer, n), free: make(chan int32, n), closed: make(chan struct{})}
+	for i := range p.bufs {
+		b := &p.bufs[i]
+		b.reg, b.off, b.pool, b.idx = reg, i*chunk, p, int32(i)
+		b.b = reg.mem[i*chunk : (i+1)*chunk : (i+1)*chunk]
+		p.free <- int32(i)
+	}
+	return p
+}
+
+// ChunkSize is the largest buffer Get returns.
+func (p *BufferPool) ChunkSize() int { return p.chunk }
+
+// Get returns a buffer of n bytes (at most ChunkSize), waiting for one to be released
+// while all are in use, until ctx ends.
+func (p *BufferPool) Get(ctx context.Context, n int) (*Buffer, error) {
+	if n <= 0 || n > p.chunk {
+		return nil, fmt.Errorf("initiator: buffer of %d bytes: the pool hands out 1..%d", n, p.chunk)
+	}
+	var i int32
+	select {
+	case i = <-p.free:
+	default:
+		select {
+		case i = <-p.free:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("initiator: waiting for a pool buffer: %w", ctx.Err())
+		case <-p.closed:
+			return nil, ErrClosed
+		}
+	}
+	b := &p.bufs[i]
+	b.b = p.reg.mem[b.off : b.off+n : b.off+n]
+	b.refs.Store(1)
+	return b, nil
+}
+
+func (p *BufferPool) put(b *Buffer) { p.free <- b.idx }

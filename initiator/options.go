@@ -1,0 +1,223 @@
+package initiator
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// Transport names, as nvme-cli spells them (-t).
+const (
+	TransportRDMA = "rdma"
+	TransportLoop = "loop"
+)
+
+// Defaults applied by Dial to zero Options fields.
+const (
+	DefaultQueueSize      = 128              // I/O queue entries, the Linux host's default
+	DefaultKeepAlive      = 5 * time.Second  // KATO for I/O controllers (discovery: none)
+	DefaultCommandTimeout = 30 * time.Second // I/O commands, the Linux host's io_timeout
+	DefaultAdminTimeout   = 60 * time.Second // admin commands, the Linux host's admin_timeout
+	DefaultBufferPoolSize = 4 << 20          // bytes of registered bounce/admin buffers
+	AdminQueueSize        = 32               // admin queue entries (hsqsize 31), as the Linux host
+	MaxQueueSize          = 1024             // largest I/O queue (the Linux host's range is 16..1024)
+)
+
+// LoopConn is one queue of an in-process loop transport. target/loop's *Conn satisfies
+// it; the initiator does not import the target, so cmd/gonvmf (or a test) wires the two
+// with a LoopDialer. See the target/loop package documentation for the contract: data is
+// the host memory the command's SGL addresses by offset (or the in-capsule data for an
+// SGL of type Data Block/Offset), done is called exactly once per accepted Submit and must
+// not block, Done is closed when the target tears the queue down.
+type LoopConn interface {
+	Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeproto.Completion)) error
+	Close() error
+	Done() <-chan struct{}
+	Err() error
+}
+
+// LoopDialer opens one loop queue able to hold depth commands (the RDMA hsqsize+1).
+type LoopDialer func(depth int) (LoopConn, error)
+
+// Options configure Dial. Only SubNQN and the transport's address (Addr for RDMA, Loop
+// for the loop transport) are required.
+type Options struct {
+	// Transport is TransportRDMA (default) or TransportLoop.
+	Transport string
+	// Addr is the target's IP address (nvme-cli -a, traddr); RDMA only.
+	Addr string
+	// Port is the target's port (nvme-cli -s, trsvcid); default 4420.
+	Port int
+	// SrcAddr optionally binds the local side (nvme-cli -w, host-traddr); RDMA only.
+	SrcAddr string
+	// Loop opens loop queues; required for TransportLoop.
+	Loop LoopDialer
+
+	// SubNQN is the subsystem to connect to (nvme-cli -n); nvmeproto.DiscoveryNQN for the
+	// discovery controller.
+	SubNQN string
+	// HostNQN identifies this host (nvme-cli --hostnqn); default: the UUID form of HostID.
+	HostNQN string
+	// HostID is the 128-bit host identifier (--hostid); default: a random UUID.
+	HostID [16]byte
+
+	// Queues is the number of I/O queues to ask for (default 1); the controller may grant
+	// fewer (Set Features Number of Queues). Discovery controllers get none.
+	Queues int
+	// QueueSize is the number of entries per I/O queue (default 128, at most 1024); it is
+	// clamped to CAP.MQES+1, MAXCMD and the transport's receive queue size.
+	QueueSize int
+	// KeepAlive is the keep-alive timeout (KATO) sent in Connect; Keep Alive commands go
+	// out every KeepAlive/2. Zero means DefaultKeepAlive for I/O controllers and none for
+	// discovery controllers; negative disables keep-alive.
+	KeepAlive time.Duration
+	// CommandTimeout bounds every I/O command (default 30 s) and AdminTimeout every admin
+	// command (default 60 s). A command that times out fails the controller: every queue
+	// is disconnected and every outstanding command completes with an error, as the Linux
+	// host's error recovery does (without reconnecting).
+	CommandTimeout time.Duration
+	AdminTimeout   time.Duration
+	// NoInCapsuleData disables in-capsule data for small writes even when the controller
+	// offers it (Identify SGLS bit 20 and IOCCSZ).
+	NoInCapsuleData bool
+	// BufferPoolSize is the registered memory, in bytes, for the bounce buffers of the
+	// copying I/O API and for admin data (default 4 MiB).
+	BufferPoolSize int
+	// OnAsyncEvent, if set, is called (on its own goroutine) for every asynchronous event
+	// the controller reports.
+	OnAsyncEvent func(AsyncEvent)
+	// Logger receives connection life-cycle messages (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// withDefaults validates o and fills in the defaults.
+func (o Options) withDefaults() (Options, error) {
+	if o.Transport == "" {
+		o.Transport = TransportRDMA
+	}
+	switch o.Transport {
+	case TransportRDMA:
+		if o.Addr == "" {
+			return o, errors.New("initiator: no target address: set Options.Addr (nvme-cli -a)")
+		}
+		if _, err := netip.ParseAddr(o.Addr); err != nil {
+			return o, fmt.Errorf("initiator: target address %q is not an IP address: %w", o.Addr, err)
+		}
+		if o.SrcAddr != "" {
+			if _, err := netip.ParseAddr(o.SrcAddr); err != nil {
+				return o, fmt.Errorf("initiator: source address %q is not an IP address: %w", o.SrcAddr, err)
+			}
+		}
+	case TransportLoop:
+		if o.Loop == nil {
+			return o, errors.New("initiator: transport loop needs Options.Loop (a dialer for an in-process target)")
+		}
+	default:
+		return o, fmt.Errorf("initiator: unknown transport %q: use %q or %q", o.Transport, TransportRDMA, TransportLoop)
+	}
+	if o.Port == 0 {
+		o.Port = nvmeproto.DefaultRDMAPort
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return o, fmt.Errorf("initiator: port %d out of range 1..65535", o.Port)
+	}
+	if o.SubNQN == "" {
+		return o, errors.New("initiator: no subsystem NQN: set Options.SubNQN (nvme-cli -n)")
+	}
+	if err := nvmeproto.CheckNQN(o.SubNQN); err != nil {
+		return o, fmt.Errorf("initiator: subsystem NQN: %w", err)
+	}
+	if o.HostID == ([16]byte{}) {
+		if _, err := rand.Read(o.HostID[:]); err != nil {
+			return o, fmt.Errorf("initiator: generating a host ID: %w", err)
+		}
+		o.HostID[6] = o.HostID[6]&0x0F | 0x40 // version 4
+		o.HostID[8] = o.HostID[8]&0x3F | 0x80 // variant 10
+	}
+	if o.HostNQN == "" {
+		o.HostNQN = nvmeproto.UUIDNQNPrefix + FormatUUID(o.HostID)
+	}
+	if err := nvmeproto.CheckNQN(o.HostNQN); err != nil {
+		return o, fmt.Errorf("initiator: host NQN: %w", err)
+	}
+	if o.Queues == 0 {
+		o.Queues = 1
+	}
+	if o.Queues < 0 || o.Queues > 65535 {
+		return o, fmt.Errorf("initiator: %d I/O queues: want 1..65535", o.Queues)
+	}
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.QueueSize < 2 || o.QueueSize > MaxQueueSize {
+		return o, fmt.Errorf("initiator: queue size %d out of range 2..%d", o.QueueSize, MaxQueueSize)
+	}
+	if o.CommandTimeout == 0 {
+		o.CommandTimeout = DefaultCommandTimeout
+	}
+	if o.AdminTimeout == 0 {
+		o.AdminTimeout = DefaultAdminTimeout
+	}
+	if o.CommandTimeout < 0 || o.AdminTimeout < 0 {
+		return o, errors.New("initiator: negative command timeout")
+	}
+	if o.BufferPoolSize == 0 {
+		o.BufferPoolSize = DefaultBufferPoolSize
+	}
+	if o.BufferPoolSize < 64<<10 {
+		return o, fmt.Errorf("initiator: buffer pool of %d bytes: want at least 64 KiB", o.BufferPoolSize)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// target names the target for messages: "rdma 10.99.0.1:4420" or "loop".
+func (o *Options) target() string {
+	if o.Transport == TransportLoop {
+		return "loop"
+	}
+	return o.Transport + " " + netip.AddrPortFrom(netip.MustParseAddr(o.Addr), uint16(o.Port)).String()
+}
+
+// FormatUUID formats a 16-byte UUID in 8-4-4-4-12 hexadecimal form.
+func FormatUUID(u [16]byte) string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, 36)
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[c>>4], hex[c&15])
+	}
+	return string(b)
+}
+
+// ParseUUID parses a UUID in 8-4-4-4-12 hexadecimal form (or 32 hex digits).
+func ParseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	h := make([]byte, 0, 32)
+	for i := 0; i < len(s); i++ {
+		if s[i] != '-' {
+			h = append(h, s[i])
+		}
+	}
+	if len(h) != 32 {
+		return u, fmt.Errorf("initiator: %q is not a UUID", s)
+	}
+	for i := range u {
+		v, err := strconv.ParseUint(string(h[2*i:2*i+2]), 16, 8)
+		if err != nil {
+			return u, fmt.Errorf("initiator: %q is not a UUID", s)
+		}
+		u[i] = byte(v)
+	}
+	return u, nil
+}

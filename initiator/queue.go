@@ -1,0 +1,421 @@
+package initiator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// queueTransport is one transport connection (an RDMA queue pair, a loop Conn) carrying
+// one NVMe queue. The queue core owns slots, command IDs, timeouts and failure; the
+// transport moves capsules and runs the queue's completion goroutine.
+type queueTransport interface {
+	// post sends the command capsule of s: the SQE s.cmd and, when s.icd is set, the
+	// first s.icdLen bytes of s.buf as in-capsule data. It is called from any goroutine.
+	post(s *slot) error
+	// run is the queue's completion goroutine: it hands responses to q.response and
+	// send completions to q.event, finishes slots with q.finish, and when the queue is
+	// dead (q.dead) disconnects, drains, waits for q.quiesce and aborts what is left
+	// with q.abortAll before returning.
+	run()
+	// wake interrupts run's sleep (the queue died).
+	wake()
+	// events is the number of events that complete a command: the response, plus the
+	// send completion on RDMA.
+	events() int32
+	// close frees the transport's resources once run has returned.
+	close() error
+}
+
+const (
+	slotFree uint32 = iota
+	slotBusy
+)
+
+// Layout of a queue's control region (registered memory): the Connect data, then one
+// Dataset Management range per slot; transports append their own areas (capsules,
+// response buffers) after ctlSize(depth).
+const ctlConnectOff = 0
+
+func ctlDSMOff(i int) int         { return nvmeproto.ConnectDataSize + i*nvmeproto.DSMRangeSize }
+func ctlSize(depth int) int       { return nvmeproto.ConnectDataSize + depth*nvmeproto.DSMRangeSize }
+func alignUp(n, a int) int        { return (n + a - 1) &^ (a - 1) }
+func cidBits(depth int) uint      { return uint(bits.Len(uint(depth - 1))) }
+func monoNow(c *Controller) int64 { return c.clock.Load() }
+
+// slot is one command in flight on a queue.
+type slot struct {
+	q        *queue
+	idx      uint16
+	gen      uint16
+	state    atomic.Uint32
+	pending  atomic.Int32  // events still to come before the command is complete
+	deadline atomic.Int64  // controller clock; 0: no timeout
+	info     atomic.Uint32 // opcode | CID<<16, for the watchdog's message
+
+	cmd     nvmeproto.Command
+	req     *Request
+	buf     *Buffer // data buffer (one reference held while busy)
+	reg     *region // the memory the keyed SGL addresses (buf's region, or the control region)
+	icd     bool    // buf travels in the capsule
+	cqe     nvmeproto.Completion
+	gotResp bool
+
+	x any // transport's per-slot state
+}
+
+// queue is one NVMe submission/completion queue pair of a controller.
+type queue struct {
+	ctrl    *Controller
+	qid     uint16
+	depth   int // slots allocated (hsqsize+1)
+	idxMask uint16
+	slots   []slot
+	free    chan uint16
+	icdMax  int // in-capsule data limit in bytes (0: none)
+	timeout time.Duration
+	ctl     *region // Connect data and DSM ranges
+	connBuf *Buffer // the Connect data, in ctl
+	tr      queueTransport
+	nevents int32
+	usable  int // slots in use (≤ depth)
+
+	active atomic.Int32 // submitters between the dead check and their post
+	dead   atomic.Bool
+	deadCh chan struct{}
+	errMu  sync.Mutex
+	err    error
+	exited chan struct{} // run returned
+}
+
+func newQueue(c *Controller, qid uint16, depth int, timeout time.Duration) *queue {
+	q := &queue{
+		ctrl: c, qid: qid, depth: depth, slots: make([]slot, depth),
+		idxMask: uint16(1<<cidBits(depth) - 1), free: make(chan uint16, depth),
+		timeout: timeout, deadCh: make(chan struct{}), exited: make(chan struct{}),
+	}
+	for i := range q.slots {
+		q.slots[i].q, q.slots[i].idx = q, uint16(i)
+	}
+	return q
+}
+
+// start opens the free list to the first n slots (the usable depth after the transport
+// connection told the controller's receive queue size) and starts the completion
+// goroutine.
+func (q *queue) start(n int) {
+	if n > q.depth {
+		n = q.depth
+	}
+	q.usable = n
+	for i := 0; i < n; i++ {
+		q.free <- uint16(i)
+	}
+	q.nevents = q.tr.events()
+	go func() {
+		defer close(q.exited)
+		q.tr.run()
+	}()
+}
+
+// fail kills the queue: every outstanding command completes with err (wrapped), new
+// submissions fail. Safe from any goroutine, idempotent.
+func (q *queue) fail(err error) {
+	q.errMu.Lock()
+	first := q.err == nil
+	if first {
+		q.err = err
+	}
+	q.errMu.Unlock()
+	if !first {
+		return
+	}
+	q.dead.Store(true)
+	close(q.deadCh)
+	q.tr.wake()
+	q.ctrl.queueFailed(err)
+}
+
+// deadErr returns why the queue died.
+func (q *queue) deadErr() error {
+	q.errMu.Lock()
+	defer q.errMu.Unlock()
+	if q.err == nil {
+		return ErrClosed
+	}
+	return q.err
+}
+
+// quiesce waits until no submitter is between its dead check and its post; after the
+// queue is dead, no new command can be posted once it returns.
+func (q *queue) quiesce() {
+	for q.active.Load() != 0 {
+		runtime.Gosched()
+	}
+}
+
+// submit starts r on the queue. With wait, it waits (until ctx ends or the queue dies)
+// for a free slot; otherwise it returns ErrQueueFull when there is none. On error r.Done
+// is not called.
+func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
+	q.active.Add(1)
+	defer q.active.Add(-1)
+	if q.dead.Load() {
+		return q.deadErr()
+	}
+	var idx uint16
+	select {
+	case idx = <-q.free:
+	default:
+		if !wait {
+			return ErrQueueFull
+		}
+		select {
+		case idx = <-q.free:
+		case <-ctx.Done():
+			return fmt.Errorf("initiator: %s: waiting for a free slot on queue %d: %w", r.opName(), q.qid, ctx.Err())
+		case <-q.deadCh:
+			return q.deadErr()
+		}
+	}
+	s := &q.slots[idx]
+	if err := q.build(s, r); err != nil {
+		q.free <- idx
+		return err
+	}
+	s.req = r
+	if s.buf != nil {
+		s.buf.ref()
+	}
+	s.gotResp = false
+	s.pending.Store(q.nevents)
+	if r.noTimeout || q.timeout <= 0 {
+		s.deadline.Store(0)
+	} else {
+		s.deadline.Store(monoNow(q.ctrl) + int64(q.timeout))
+	}
+	s.info.Store(uint32(s.cmd.Opcode) | uint32(s.cmd.CID)<<16)
+	s.state.Store(slotBusy)
+	if err := q.tr.post(s); err != nil {
+		s.state.Store(slotFree)
+		s.deadline.Store(0)
+		if s.buf != nil {
+			s.buf.unref()
+		}
+		s.req, s.buf = nil, nil
+		q.free <- idx
+		err = fmt.Errorf("%w: posting %s on queue %d: %v", ErrDisconnected, r.opName(), q.qid, err)
+		q.fail(err)
+		return err
+	}
+	return nil
+}
+
+// build fills the slot's SQE for r and decides how its data travels.
+func (q *queue) build(s *slot, r *Request) error {
+	cmd := &s.cmd
+	s.buf, s.reg, s.icd = nil, nil, false
+	var dir nvmeproto.Direction
+	switch r.Op {
+	case OpRead, OpWrite:
+		if r.Buf == nil {
+			return fmt.Errorf("initiator: %s without a buffer", r.Op)
+		}
+		if r.Blocks == 0 || r.Blocks > 1<<16 {
+			return fmt.Errorf("initiator: %s of %d blocks: want 1..65536", r.Op, r.Blocks)
+		}
+		op, ctl := nvmeproto.OpRead, uint16(0)
+		dir = nvmeproto.DirCtrlToHost
+		if r.Op == OpWrite {
+			op, dir = nvmeproto.OpWrite, nvmeproto.DirHostToCtrl
+		}
+		if r.Flags&FUA != 0 {
+			ctl |= nvmeproto.RWControlFUA
+		}
+		*cmd = nvmeproto.Command{}
+		rw := nvmeproto.RWCommand{Opcode: op, NSID: r.NSID, SLBA: r.LBA, NLB: uint16(r.Blocks - 1), Control: ctl}
+		rw.ToCommand(cmd)
+		s.buf = r.Buf
+	case OpFlush:
+		*cmd = nvmeproto.Command{Opcode: nvmeproto.OpFlush, NSID: r.NSID}
+	case OpWriteZeroes:
+		if r.Blocks == 0 || r.Blocks > 1<<16 {
+			return fmt.Errorf("initiator: Write Zeroes of %d blocks: want 1..65536", r.Blocks)
+		}
+		ctl := uint16(0)
+		if r.Flags&Unmap != 0 {
+			ctl |= nvmeproto.RWControlDEAC
+		}
+		if r.Flags&FUA != 0 {
+			ctl |= nvmeproto.RWControlFUA
+		}
+		*cmd = nvmeproto.Command{}
+		rw := nvmeproto.RWCommand{Opcode: nvmeproto.OpWriteZeroes, NSID: r.NSID, SLBA: r.LBA, NLB: uint16(r.Blocks - 1), Control: ctl}
+		rw.ToCommand(cmd)
+	case OpDeallocate:
+		if r.Blocks == 0 {
+			return errors.New("initiator: Deallocate of 0 blocks")
+		}
+		*cmd = nvmeproto.Command{}
+		d := nvmeproto.DatasetManagementCommand{NSID: r.NSID, NR: 0, Attributes: nvmeproto.DSMAttrAD}
+		d.ToCommand(cmd)
+		off := ctlDSMOff(int(s.idx))
+		rg := nvmeproto.DSMRange{NLB: r.Blocks, SLBA: r.LBA}
+		rg.Marshal(q.ctl.mem[off:])
+		dir = nvmeproto.DirHostToCtrl
+		s.reg = q.ctl
+		cmd.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Address: q.ctl.base + uint64(off),
+			Length: nvmeproto.DSMRangeSize, Key: q.ctl.rkey}
+	case opCommand:
+		*cmd = r.cmd
+		dir = r.dir
+		s.buf = r.Buf
+	default:
+		return fmt.Errorf("initiator: unknown operation %v", r.Op)
+	}
+	s.gen++
+	cmd.CID = s.idx | s.gen<<cidBits(q.depth)
+	cmd.Flags = nvmeproto.PSDTSGL << 6
+	switch {
+	case r.Op == OpDeallocate:
+	case s.buf == nil:
+		cmd.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock}
+	case dir == nvmeproto.DirHostToCtrl && q.icdMax > 0 && s.buf.Len() <= q.icdMax:
+		s.icd = true
+		cmd.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeDataBlock, Subtype: nvmeproto.SGLSubtypeOffset,
+			Length: uint32(s.buf.Len())}
+	default:
+		if s.buf.Len() > nvmeproto.MaxKeyedLength {
+			return fmt.Errorf("initiator: %s of %d bytes: a keyed SGL carries at most %d", r.opName(), s.buf.Len(), nvmeproto.MaxKeyedLength)
+		}
+		s.reg = s.buf.reg
+		cmd.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Address: s.buf.addr(0),
+			Length: uint32(s.buf.Len()), Key: s.buf.reg.rkey}
+	}
+	return nil
+}
+
+// response records a response capsule; it returns the slot it belongs to, or an error
+// for a completion that matches no outstanding command (a protocol violation).
+func (q *queue) response(cqe *nvmeproto.Completion) (*slot, error) {
+	idx := cqe.CID & q.idxMask
+	if int(idx) >= len(q.slots) {
+		return nil, fmt.Errorf("initiator: queue %d: completion for unknown command ID %#x", q.qid, cqe.CID)
+	}
+	s := &q.slots[idx]
+	if s.state.Load() != slotBusy || s.cmd.CID != cqe.CID || s.gotResp {
+		return nil, fmt.Errorf("initiator: queue %d: completion for command ID %#x, which is not outstanding", q.qid, cqe.CID)
+	}
+	s.cqe = *cqe
+	s.gotResp = true
+	return s, nil
+}
+
+// event counts one of the command's completion events; true when it was the last.
+func (s *slot) event() bool { return s.pending.Add(-1) == 0 }
+
+// finish completes the slot's command: it frees the slot, then calls Done. err (a
+// transport failure) overrides the response.
+func (q *queue) finish(s *slot, err error) {
+	r := s.req
+	buf := s.buf
+	cqe := s.cqe
+	got := s.gotResp
+	s.req, s.buf, s.reg = nil, nil, nil
+	s.deadline.Store(0)
+	s.state.Store(slotFree)
+	q.free <- s.idx
+	if buf != nil {
+		buf.unref()
+	}
+	switch {
+	case err != nil:
+		r.Status, r.DW0, r.dw1, r.Err = 0, 0, 0, err
+	case !got:
+		r.Status, r.DW0, r.dw1, r.Err = 0, 0, 0, fmt.Errorf("initiator: %s on queue %d ended without a response", r.opName(), q.qid)
+	default:
+		r.Status, r.DW0, r.dw1 = cqe.Status, cqe.DW0, cqe.DW1
+		if cqe.Status.Success() {
+			r.Err = nil
+		} else {
+			r.Err = &StatusError{Op: r.opName(), QID: q.qid, CID: cqe.CID, Status: cqe.Status, DW0: cqe.DW0, ioCmd: q.qid != 0 && r.Op != opCommand}
+		}
+	}
+	r.Done(r)
+}
+
+// abortAll completes every outstanding command with the queue's error. Called by run
+// once the queue is dead, quiesced and drained.
+func (q *queue) abortAll() {
+	err := q.deadErr()
+	for i := range q.slots {
+		s := &q.slots[i]
+		if s.state.Load() == slotBusy {
+			q.finish(s, fmt.Errorf("initiator: %s on queue %d aborted: %w", s.req.opName(), q.qid, err))
+		}
+	}
+}
+
+// expired returns a description of the first command past its deadline, or "".
+func (q *queue) expired(now int64) string {
+	for i := range q.slots {
+		s := &q.slots[i]
+		if s.state.Load() != slotBusy {
+			continue
+		}
+		if d := s.deadline.Load(); d != 0 && now > d {
+			info := s.info.Load()
+			name := nvmeproto.AdminOpName(uint8(info))
+			if q.qid != 0 {
+				name = nvmeproto.IOOpName(uint8(info))
+			}
+			return fmt.Sprintf("%s (cid %#x) on queue %d after %v", name, info>>16, q.qid, q.timeout)
+		}
+	}
+	return ""
+}
+
+// exec submits r (waiting for a slot) and waits for its completion or ctx. If ctx ends
+// first the command stays outstanding (its buffers stay referenced) and exec returns.
+func (q *queue) exec(ctx context.Context, r *Request) error {
+	done := make(chan struct{})
+	r.Done = func(*Request) { close(done) }
+	if err := q.submit(ctx, r, true); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return r.Err
+	case <-ctx.Done():
+		return fmt.Errorf("initiator: %s on queue %d: %w", r.opName(), q.qid, ctx.Err())
+	}
+}
+
+// IOQueue is one I/O queue of a controller, for asynchronous I/O: Submit requests and
+// get them back in their Done function on the queue's completion goroutine. Many
+// requests may be in flight (up to Depth); requests on different queues run in parallel.
+type IOQueue struct{ q *queue }
+
+// ID returns the queue ID (1..N).
+func (q *IOQueue) ID() uint16 { return q.q.qid }
+
+// Depth returns how many commands the queue holds at once.
+func (q *IOQueue) Depth() int { return q.q.usable }
+
+// Submit starts r without blocking. It returns ErrQueueFull when Depth commands are
+// outstanding, or the controller's error once it failed; then r.Done is not called.
+// Otherwise r.Done is called exactly once.
+func (q *IOQueue) Submit(r *Request) error { return q.q.submit(nil, r, false) }
+
+// SubmitWait is Submit, but waits for a free slot until ctx ends.
+func (q *IOQueue) SubmitWait(ctx context.Context, r *Request) error { return q.q.submit(ctx, r, true) }
+
+// InCapsuleDataSize returns the largest write sent inside the command capsule (0: none).
+func (q *IOQueue) InCapsuleDataSize() int { return q.q.icdMax }

@@ -1,0 +1,80 @@
+package initiator
+
+import (
+	"fmt"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// Op is the operation of an I/O Request.
+type Op uint8
+
+// I/O operations.
+const (
+	OpRead        Op = iota + 1 // Read Blocks blocks at LBA into Buf
+	OpWrite                     // Write Buf to Blocks blocks at LBA (FUA with IOFlags FUA)
+	OpFlush                     // Flush the namespace's volatile write cache
+	OpWriteZeroes               // Write Zeroes to Blocks blocks at LBA (at most 65536)
+	OpDeallocate                // Dataset Management, deallocate Blocks blocks at LBA
+	opCommand                   // a raw command in Request.cmd (admin and Fabrics)
+)
+
+var opNames = [...]string{"", "Read", "Write", "Flush", "Write Zeroes", "Deallocate", "Command"}
+
+func (o Op) String() string {
+	if int(o) < len(opNames) && o != 0 {
+		return opNames[o]
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// IOFlags modify an I/O Request.
+type IOFlags uint8
+
+// I/O flags.
+const (
+	// FUA (force unit access): a write completes only once the data is on
+	// non-volatile media.
+	FUA IOFlags = 1 << iota
+	// Unmap asks Write Zeroes to deallocate the blocks as well (DEAC).
+	Unmap
+)
+
+// Request is one asynchronous I/O command for IOQueue.Submit. Requests are caller-owned
+// and reusable: allocate them (with their Buffers and a Done function bound once) at
+// setup and resubmit them from Done, and the I/O path allocates nothing.
+type Request struct {
+	Op     Op
+	NSID   uint32
+	LBA    uint64 // starting LBA
+	Blocks uint32 // number of logical blocks, 1..65536 (not 0's based)
+	Flags  IOFlags
+	// Buf holds the data of a Read or Write: the whole buffer is transferred, so its
+	// length must be Blocks × the namespace's LBA size.
+	Buf *Buffer
+	// Done is called once per successful Submit, when the command completed or failed,
+	// on the queue's completion goroutine. It must not block; it may Submit (also this
+	// Request again).
+	Done func(*Request)
+	// User is free for the caller (e.g. a pointer to its own per-I/O state).
+	User any
+
+	// Results, valid in Done.
+	Status nvmeproto.Status // the completion status (zero when Err is a transport error)
+	DW0    uint32           // completion dword 0
+	Err    error            // nil on success; a *StatusError, or why the command could not complete
+
+	dw1       uint32
+	cmd       nvmeproto.Command // opCommand: the SQE (CID, flags and SGL are set by the queue)
+	dir       nvmeproto.Direction
+	noTimeout bool   // held by the controller indefinitely (Asynchronous Event Request)
+	name      string // opCommand: the command's name for errors
+}
+
+// opName returns the name errors use for the request.
+func (r *Request) opName() string {
+	if r.Op == opCommand {
+		return r.name
+	}
+	return r.Op.String()
+}
