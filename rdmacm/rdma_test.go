@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -700,6 +702,11 @@ func TestRDMAAsyncEvent(t *testing.T) {
 		}
 	}
 	t.Logf("async events: %v", evs)
+	// Soft-RoCE keeps retrying the completion (and raising CQ_ERR) until
+	// the QP is gone.
+	if err := p.srv.qp.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	// A cancelled context ends AsyncEvent; Close ends it with ErrClosed.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -727,6 +734,79 @@ func TestRDMAAsyncEvent(t *testing.T) {
 	p.cli.dev.Close()
 	if err := <-done; !errors.Is(err, rdmacm.ErrClosed) {
 		t.Errorf("AsyncEvent when the device is closed: %v", err)
+	}
+}
+
+// TestRDMAPortEvents takes the RDMA netdev down and up: the device reports
+// PORT_ERR and PORT_ACTIVE, and the port and its address come back. It runs
+// only in the VM harness's guest, where the netdev is a dummy.
+func TestRDMAPortEvents(t *testing.T) {
+	ip := requireRDMA(t)
+	nd := os.Getenv("RXE_NETDEV")
+	if os.Getenv("GONVMF_GUEST") != "1" || nd == "" {
+		t.Skip("takes the RDMA netdev down: runs only in the VM harness's guest (GONVMF_GUEST=1, RXE_NETDEV)")
+	}
+	devs, err := rdmacm.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ""
+	for _, d := range devs {
+		if slices.Contains(d.Addrs(), ip) {
+			name = d.Name
+		}
+	}
+	dev, err := rdmacm.OpenDevice(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	link := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "link", "set", nd, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v: %s", nd, state, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "set", nd, "up").Run() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	want := func(typ rdmacm.AsyncEventType) {
+		t.Helper()
+		for {
+			ev, err := dev.AsyncEvent(ctx)
+			if err != nil {
+				t.Fatalf("waiting for %v: %v", typ, err)
+			}
+			t.Logf("async event %v", ev)
+			if ev.Type == typ {
+				if ev.Port != 1 {
+					t.Errorf("%v for port %d, want 1", typ, ev.Port)
+				}
+				return
+			}
+		}
+	}
+	link("down")
+	want(rdmacm.AsyncPortErr)
+	if pa, err := dev.QueryPort(1); err != nil || pa.State == rdmacm.PortActive {
+		t.Errorf("port after link down: %v %v", pa.State, err)
+	}
+	link("up")
+	want(rdmacm.AsyncPortActive)
+	// The port and its GID (the address rdma_cm binds to) come back.
+	for {
+		devs, err := rdmacm.Devices()
+		if err == nil {
+			for _, d := range devs {
+				if d.Name == name && slices.Contains(d.Addrs(), ip) {
+					return
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s did not get %v back after link up: %+v %v", name, ip, devs, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

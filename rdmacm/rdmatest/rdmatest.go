@@ -107,9 +107,18 @@ func Resources() (Counts, error) {
 		}
 		return nil, fmt.Errorf("rdma -j resource show: %w", err)
 	}
+	c, err := parseCounts(out)
+	if err != nil {
+		return nil, fmt.Errorf("rdma -j resource show: %w", err)
+	}
+	return c, nil
+}
+
+// parseCounts parses `rdma -j resource show`.
+func parseCounts(js []byte) (Counts, error) {
 	var devs []map[string]any
-	if err := json.Unmarshal(out, &devs); err != nil {
-		return nil, fmt.Errorf("rdma -j resource show: %w in %q", err, out)
+	if err := json.Unmarshal(js, &devs); err != nil {
+		return nil, fmt.Errorf("%w in %q", err, js)
 	}
 	c := Counts{}
 	for _, d := range devs {
