@@ -24,6 +24,8 @@ var (
 	// ErrConnectRefused: nothing listens at the address (or the target refused the
 	// connection at the transport level).
 	ErrConnectRefused = errors.New("initiator: connection refused")
+	// ErrUnreachable: the target's address did not answer within the connect timeout.
+	ErrUnreachable = errors.New("initiator: target unreachable")
 	// ErrNotSupported: the controller lacks something the request needs.
 	ErrNotSupported = errors.New("initiator: not supported by the controller")
 )

@@ -25,6 +25,7 @@ const (
 	DefaultCommandTimeout = 30 * time.Second // I/O commands, the Linux host's io_timeout
 	DefaultAdminTimeout   = 60 * time.Second // admin commands, the Linux host's admin_timeout
 	DefaultBufferPoolSize = 4 << 20          // bytes of registered bounce/admin buffers
+	DefaultConnectTimeout = 10 * time.Second // per queue transport connection
 	AdminQueueSize        = 32               // admin queue entries (hsqsize 31), as the Linux host
 	MaxQueueSize          = 1024             // largest I/O queue (the Linux host's range is 16..1024)
 )
@@ -77,6 +78,9 @@ type Options struct {
 	// out every KeepAlive/2. Zero means DefaultKeepAlive for I/O controllers and none for
 	// discovery controllers; negative disables keep-alive.
 	KeepAlive time.Duration
+	// ConnectTimeout bounds each queue's transport connection (address and route
+	// resolution, connection establishment); default 10 s.
+	ConnectTimeout time.Duration
 	// CommandTimeout bounds every I/O command (default 30 s) and AdminTimeout every admin
 	// command (default 60 s). A command that times out fails the controller: every queue
 	// is disconnected and every outstanding command completes with an error, as the Linux
@@ -164,7 +168,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.AdminTimeout == 0 {
 		o.AdminTimeout = DefaultAdminTimeout
 	}
-	if o.CommandTimeout < 0 || o.AdminTimeout < 0 {
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.CommandTimeout < 0 || o.AdminTimeout < 0 || o.ConnectTimeout < 0 {
 		return o, errors.New("initiator: negative command timeout")
 	}
 	if o.BufferPoolSize == 0 {

@@ -126,6 +126,8 @@ func (rq *rdmaQueue) events() int32 { return 2 }
 // openQueue resolves the route, creates the QP on the route's device and connects with the
 // nvme-rdma private data. It returns the usable depth.
 func (t *rdmaTransport) openQueue(ctx context.Context, q *queue, cntlid uint16) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.o.ConnectTimeout)
+	defer cancel()
 	rq := &rdmaQueue{q: q, t: t}
 	ok := false
 	defer func() {
@@ -195,6 +197,10 @@ func (t *rdmaTransport) openQueue(ctx context.Context, q *queue, cntlid uint16) 
 func (rq *rdmaQueue) expect(ctx context.Context, want rdmacm.EventType) (*rdmacm.Event, error) {
 	ev, err := rq.ch.GetEvent(ctx)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w: no answer from %v within the %v connect timeout (waiting for %v): is the target up and the address right?",
+				ErrUnreachable, rq.t.dst, rq.t.o.ConnectTimeout, want)
+		}
 		return nil, fmt.Errorf("waiting for %v from %v: %w", want, rq.t.dst, err)
 	}
 	if ev.Type == want {
@@ -211,7 +217,7 @@ func (rq *rdmaQueue) expect(ctx context.Context, want rdmacm.EventType) (*rdmacm
 	case rdmacm.EventRouteError:
 		return nil, fmt.Errorf("%w: no route to %v over RDMA: %v", ErrConnectRefused, rq.t.dst.Addr(), errno)
 	case rdmacm.EventUnreachable:
-		return nil, fmt.Errorf("%w: %v is unreachable: %v", ErrConnectRefused, rq.t.dst, errno)
+		return nil, fmt.Errorf("%w: %v is unreachable: %v", ErrUnreachable, rq.t.dst, errno)
 	case rdmacm.EventRejected:
 		return nil, rejectError(rq.t.dst, ev)
 	case rdmacm.EventConnectError:
