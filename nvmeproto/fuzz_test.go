@@ -7,7 +7,8 @@ import (
 
 // Fuzz targets for every decoder of network input. Each checks that the decoder never
 // panics and that whatever it accepts re-encodes to something it decodes identically.
-// Seed corpora live in testdata/fuzz/<FuzzName>/ (regenerate with
+// Run them all with integration/fuzz.sh (FUZZ_PKGS=./nvmeproto). Seed corpora live in
+// testdata/fuzz/<FuzzName>/ (regenerate with
 // GONVMF_WRITE_CORPUS=1 go test -run TestWriteSeedCorpus ./nvmeproto).
 
 // addSeeds adds seeds to f's corpus (they are also written to testdata/fuzz).
