@@ -6,7 +6,7 @@
 # only; the host turns them into the report (gen-report.py).
 #
 # Settings come from the environment (run.sh sets them; vm.sh passes GONVMF_* into the guest):
-#   GONVMF_BENCH_RUNTIME   fio time_based runtime per job, seconds (10)
+#   GONVMF_BENCH_RUNTIME   fio time_based runtime per job, seconds (8)
 #   GONVMF_BENCH_RAMP      fio ramp_time per job, seconds (2)
 #   GONVMF_BENCH_REPS      repetitions; the target order flips every repetition (3)
 #   GONVMF_BENCH_QDS       queue depths of the 4k randread sweep ("1 2 4 8 16 32 64 128")
@@ -14,7 +14,8 @@
 #                          file on the ext4 scratch disk for both)
 #   GONVMF_BENCH_TARGETS   "kernel gonvmf"
 #   GONVMF_BENCH_SCALE     queue-pair counts of the scaling test ("1 8 32"; "" skips it)
-#   GONVMF_BENCH_PERFTEST  perftest duration per bandwidth test, seconds (5; 0 skips perftest)
+#   GONVMF_BENCH_SCALE_REPS how many of the repetitions run the scaling test (1)
+#   GONVMF_BENCH_PERFTEST  perftest's measured time per bandwidth test, seconds (3; 0 skips perftest)
 #   GONVMF_BENCH_FILE_MB   size of the backing file (1024)
 #   GONVMF_BENCH_BIN       the gonvmf binary ($GONVMF_BUILD/bin/gonvmf; empty: none, see
 #                          $OUT/host/build.txt for why)
@@ -26,14 +27,15 @@
 #   runs.tsv sessions.tsv scaling.tsv gonvmf-status.txt
 . "$SRC/integration/vm/guest-lib.sh"
 
-RUNTIME=${GONVMF_BENCH_RUNTIME:-10}
+RUNTIME=${GONVMF_BENCH_RUNTIME:-8}
 RAMP=${GONVMF_BENCH_RAMP:-2}
 REPS=${GONVMF_BENCH_REPS:-3}
 QDS=${GONVMF_BENCH_QDS-1 2 4 8 16 32 64 128}
 BACKENDS=${GONVMF_BENCH_BACKENDS:-null file}
 TARGETS=${GONVMF_BENCH_TARGETS:-kernel gonvmf}
 SCALE_QPS=${GONVMF_BENCH_SCALE-1 8 32}
-PERF_DUR=${GONVMF_BENCH_PERFTEST:-5}
+SCALE_REPS=${GONVMF_BENCH_SCALE_REPS:-1}
+PERF_DUR=${GONVMF_BENCH_PERFTEST:-3}
 FILE_MB=${GONVMF_BENCH_FILE_MB:-1024}
 GONVMF=${GONVMF_BENCH_BIN-$GONVMF_BUILD/bin/gonvmf}
 GONVMF_TRANSPORT=${GONVMF_BENCH_TRANSPORT:-}
@@ -60,18 +62,27 @@ mkdir -p "$OUT"/{meta,fio,cpu,perftest,gonvmf}
 {
 	printf 'RUNTIME=%s\nRAMP=%s\nREPS=%s\nQDS="%s"\nBACKENDS="%s"\nTARGETS="%s"\n' \
 		"$RUNTIME" "$RAMP" "$REPS" "$QDS" "$BACKENDS" "$TARGETS"
+	printf 'SCALE_REPS=%s\n' "$SCALE_REPS"
 	printf 'SCALE_QPS="%s"\nPERF_DUR=%s\nFILE_MB=%s\nNULL_GB=%s\nNCPU=%s\nHZ=%s\n' \
 		"$SCALE_QPS" "$PERF_DUR" "$FILE_MB" "$NULL_GB" "$NCPU" "$HZ"
 	printf 'JOBS="%s"\nGONVMF_TRANSPORT="%s"\n' "${JOBS[*]}" "$GONVMF_TRANSPORT"
 } > "$OUT/params.env"
-printf 'rep\tbackend\ttarget\tjob\trw\tbs\tqd\tfio_rc\tjson\tcpu\n' > "$OUT/runs.tsv"
+printf 'rep\tbackend\ttarget\tjob\trw\tbs\tqd\tfio_rc\tjson\tcpu\tstart_epoch\tend_epoch\n' > "$OUT/runs.tsv"
 printf 'rep\tbackend\ttarget\torder\tstatus\tconnect_s\tio_queues\tqueue_size\tlba_bytes\tgonvmf_rss_start_kb\tgonvmf_rss_connected_kb\tgonvmf_rss_end_kb\tgonvmf_hwm_end_kb\treason\n' > "$OUT/sessions.tsv"
 printf 'rep\ttarget\tqps_requested\tcontrollers\tio_queues_per_ctrl_requested\tio_queues_granted\tconnect_total_s\tconnect_first_s\tconnect_median_s\tconnect_max_s\tdisconnect_s\tgonvmf_rss_before_kb\tgonvmf_rss_after_kb\tguest_used_delta_kb\tslab_delta_kb\tstatus\n' > "$OUT/scaling.tsv"
 
 # ---- small helpers ----
 
+# Polling loops use builtins only (no fork, no exec): under TCG every process start costs
+# tens of milliseconds of the same two vCPUs the measured connect needs.
 now() { echo "$EPOCHREALTIME"; }
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
+since() { # <epoch from now>: seconds since then, 3 decimals
+	local d=$((${EPOCHREALTIME/./} - ${1/./}))
+	printf '%d.%03d' $((d / 1000000)) $((d % 1000000 / 1000))
+}
+NAP_FIFO=$(mktemp -u /tmp/gonvmf-bench-nap.XXXXXX)
+mkfifo "$NAP_FIFO" && exec {NAP_FD}<> "$NAP_FIFO" && rm -f "$NAP_FIFO"
+nap() { read -r -t "$1" -u "$NAP_FD" _; } # sleep without starting a process
 meminfo_kb() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
 guest_used_kb() { awk '/^MemTotal:/ { t = $2 } /^MemAvailable:/ { a = $2 } END { print t - a }' /proc/meminfo; }
 rss_kb() { # <pid> [VmRSS|VmHWM]
@@ -102,19 +113,25 @@ snap() {
 	echo "$EPOCHREALTIME $up ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} ${c[8]} $fio $TICKS"
 }
 
-# cpu_window <file> <target pid or ""> <fio pid>: samples CPU at ramp+1 s and at
-# ramp+runtime-0.5 s after fio's start, i.e. inside fio's measured (post-ramp) interval even
-# when fio needs up to 1 s to start under TCG (report.py checks the window against fio's
-# own timestamps). Run in the background next to fio (fio --thread: one process).
+# cpu_window <file> <target pid or ""> <fio pid>: waits for fio's exec_prerun hook, which
+# opens $GO_FIFO for writing just before the job's I/O starts (fio's own start-up takes
+# seconds under TCG): opening a FIFO blocks until both ends are open, so the hook and this
+# reader meet there. (fio appends "> <job>.prerun.txt 2>&1" to the hook's command, so the
+# hook's output goes there, not into the FIFO: the open is the signal.) Then it samples CPU at ramp+1 s and at ramp+runtime-0.5 s after it, i.e. inside
+# fio's measured (post-ramp) interval; report.py checks the window against fio's own
+# timestamps. Runs in the background next to fio (fio --thread: one process).
 CPU_SLEEP1=$(awk -v r="$RAMP" 'BEGIN { print r + 1.0 }')
 CPU_SLEEP2=$(awk -v r="$RUNTIME" 'BEGIN { d = r - 1.5; print (d < 0.5 ? 0.5 : d) }')
+GO_FIFO=/tmp/gonvmf-bench-go
+rm -f "$GO_FIFO" && mkfifo "$GO_FIFO"
 cpu_window() {
-	local file=$1 tpid=$2 fpid=$3
-	sleep "$CPU_SLEEP1"
+	local file=$1 tpid=$2 fpid=$3 t0=$EPOCHREALTIME
+	read -r _ < "$GO_FIFO" # returns at EOF when the hook closes its end
 	{
-		echo "# fio pid: $fpid target pid: ${tpid:-none}"
+		echo "# fio pid: $fpid target pid: ${tpid:-none}; fio's prerun hook came $(since "$t0") s after fio started"
+		nap "$CPU_SLEEP1"
 		snap "$tpid" "$fpid"
-		sleep "$CPU_SLEEP2"
+		nap "$CPU_SLEEP2"
 		snap "$tpid" "$fpid"
 	} > "$file"
 }
@@ -126,19 +143,21 @@ cpu_window() {
 hostnqn() { printf 'nqn.2014-08.org.nvmexpress:uuid:6f6e766d-6662-4000-8000-%012d' "$1"; }
 hostid() { printf '6f6e766d-6662-4000-8000-%012d' "$1"; }
 
-ctrls_of() { # <nqn>: the host's controllers (nvmeN) of that subsystem
-	local c
+ctrls_of() { # <nqn>: sets CTRLS to the host's controllers (nvmeN) of that subsystem
+	local c v
+	CTRLS=()
 	for c in /sys/class/nvme/nvme*; do
-		[ -e "$c/subsysnqn" ] && [ "$(cat "$c/subsysnqn")" = "$1" ] && echo "${c##*/}"
+		read -r v 2> /dev/null < "$c/subsysnqn" && [ "$v" = "$1" ] && CTRLS+=("${c##*/}")
 	done
+	return 0
 }
-ns_dev_of() { # <nqn>: the namespace block device (/dev/nvmeXnY) of that subsystem, if present
-	local b
+ns_dev_of() { # <nqn>: sets NS_DEV to the namespace block device (/dev/nvmeXnY) of that subsystem
+	local b v
+	NS_DEV=
 	for b in /sys/block/nvme*; do
-		[ -e "$b" ] || continue
-		case ${b##*/} in nvme*c*) continue ;; esac
-		[ "$(cat "$b/device/subsysnqn" 2> /dev/null)" = "$1" ] && [ -b "/dev/${b##*/}" ] && {
-			echo "/dev/${b##*/}"
+		case ${b##*/} in nvme*c*) continue ;; esac # multipath's hidden per-controller paths
+		read -r v 2> /dev/null < "$b/device/subsysnqn" && [ "$v" = "$1" ] && [ -b "/dev/${b##*/}" ] && {
+			NS_DEV=/dev/${b##*/}
 			return 0
 		}
 	done
@@ -150,7 +169,8 @@ ns_dev_of() { # <nqn>: the namespace block device (/dev/nvmeXnY) of that subsyst
 # Sets CONN_S (seconds from the start of nvme connect), CONN_CTRL (nvmeN), NS_DEV.
 connect_timed() {
 	local nqn=$1 h=$2 q=$3 before t0
-	before=" $(ctrls_of "$nqn" | tr '\n' ' ') "
+	ctrls_of "$nqn"
+	before=" ${CTRLS[*]} "
 	CONN_S= CONN_CTRL= NS_DEV=
 	t0=$(now)
 	if ! timeout -k 5 90 nvme connect -t rdma -a "$RXE_IP" -s "$PORT" -n "$nqn" \
@@ -164,21 +184,24 @@ connect_timed() {
 # wait_ctrl_ns <nqn> <controllers before> <start time>: wait until a new controller of the
 # subsystem is live with its namespace and the namespace's block device exists.
 wait_ctrl_ns() {
-	local nqn=$1 before=$2 t0=$3 c deadline=$(($(date +%s) + 60))
+	local nqn=$1 before=$2 t0=$3 c st ns deadline=$((${EPOCHREALTIME%.*} + 60))
 	while :; do
 		if [ -z "$CONN_CTRL" ]; then
-			for c in $(ctrls_of "$nqn"); do [[ $before == *" $c "* ]] || CONN_CTRL=$c; done
+			ctrls_of "$nqn"
+			for c in "${CTRLS[@]}"; do [[ $before == *" $c "* ]] || CONN_CTRL=$c; done
 		fi
-		if [ -n "$CONN_CTRL" ] && [ "$(cat "/sys/class/nvme/$CONN_CTRL/state" 2> /dev/null)" = live ] &&
-			ls -d /sys/class/nvme/"$CONN_CTRL"/nvme*n* > /dev/null 2>&1 && NS_DEV=$(ns_dev_of "$nqn"); then
-			CONN_S=$(since "$t0")
-			return 0
+		if [ -n "$CONN_CTRL" ] && read -r st 2> /dev/null < "/sys/class/nvme/$CONN_CTRL/state" && [ "$st" = live ]; then
+			ns=(/sys/class/nvme/"$CONN_CTRL"/nvme*n*)
+			if [ -e "${ns[0]}" ] && ns_dev_of "$nqn"; then
+				CONN_S=$(since "$t0")
+				return 0
+			fi
 		fi
-		if [ "$(date +%s)" -ge $deadline ]; then
+		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
 			CONN_ERR="no live controller with a namespace of $nqn 60 s after connecting (controller '${CONN_CTRL}'); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
 			return 1
 		fi
-		sleep 0.05
+		nap 0.1
 	done
 }
 
@@ -188,7 +211,8 @@ wait_ctrl_ns() {
 # --duplicate-connect (its lookup_ctrl ignores both; fixed upstream in nvme-cli PR #1993).
 fabrics_connect() {
 	local nqn=$1 h=$2 q=$3 before t0 fd
-	before=" $(ctrls_of "$nqn" | tr '\n' ' ') "
+	ctrls_of "$nqn"
+	before=" ${CTRLS[*]} "
 	CONN_S= CONN_CTRL= NS_DEV=
 	t0=$(now)
 	if ! { exec {fd}<> /dev/nvme-fabrics &&
@@ -205,12 +229,18 @@ fabrics_connect() {
 
 # disconnect <nqn>: disconnect every controller of the subsystem and wait until they are gone.
 disconnect() {
-	[ -n "$(ctrls_of "$1")" ] || return 0
+	local deadline
+	ctrls_of "$1"
+	[ ${#CTRLS[@]} -gt 0 ] || return 0
 	timeout -k 5 60 nvme disconnect -n "$1" > /dev/null 2>&1
-	wait_for 30 sh -c "! grep -qsx '$1' /sys/class/nvme/nvme*/subsysnqn" || {
-		echo "disconnect: controllers of $1 still present: $(ctrls_of "$1" | tr '\n' ' ')" >&2
-		return 1
-	}
+	deadline=$((${EPOCHREALTIME%.*} + 30))
+	while ctrls_of "$1" && [ ${#CTRLS[@]} -gt 0 ]; do
+		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
+			echo "disconnect: controllers of $1 still present 30 s after nvme disconnect: ${CTRLS[*]}" >&2
+			return 1
+		fi
+		nap 0.1
+	done
 }
 
 # ---- targets ----
@@ -348,24 +378,28 @@ target_usable() { [ "$1" != gonvmf ] || [ -z "${GONVMF_REASON[$2]:-}" ]; }
 # ---- one target session: start, connect, every fio job, disconnect, stop ----
 
 run_job() { # <tag> <rw:bs:qd> <rep> <backend> <target>
-	local tag=$1 spec=$2 rw bs qd name json cpuf rc sp fpid wd t0
+	local tag=$1 spec=$2 rw bs qd name json cpuf rc sp fpid wd t0 t1
 	IFS=: read -r rw bs qd <<< "$spec"
 	name=$(jobname "$spec")
 	json=fio/$tag-$name.json
 	cpuf=cpu/$tag-$name.txt
 	t0=$(now)
-	# --thread: fio is one process, so its CPU time is one /proc/PID/stat
-	fio --thread --name="$name" --filename="$NS_DEV" --ioengine=libaio --direct=1 --rw="$rw" --bs="$bs" \
+	# --thread: fio is one process, so its CPU time is one /proc/PID/stat. exec_prerun tells
+	# the sampler that the job's I/O starts now (see cpu_window); fio writes the hook's
+	# output to <job>.prerun.txt in its working directory, /tmp.
+	(cd /tmp && exec fio --thread --exec_prerun=": > $GO_FIFO" --name="$name" --filename="$NS_DEV" --ioengine=libaio --direct=1 --rw="$rw" --bs="$bs" \
 		--iodepth="$qd" --numjobs=1 --time_based --runtime="$RUNTIME" --ramp_time="$RAMP" \
 		--norandommap --randrepeat=0 --lat_percentiles=1 --output-format=json \
-		--output="$OUT/$json" > "$OUT/fio/$tag-$name.log" 2>&1 &
+		--output="$OUT/$json" > "$OUT/fio/$tag-$name.log" 2>&1) &
 	fpid=$!
+	# the subshell execs fio, so $! is fio's pid; the hook's write waits for this reader
 	cpu_window "$OUT/$cpuf" "$TPID" "$fpid" &
 	sp=$!
-	{ sleep $((RUNTIME + RAMP + 120)) && kill -TERM "$fpid"; } > /dev/null 2>&1 &
+	{ nap $((RUNTIME + RAMP + 120)) || kill -TERM "$fpid"; } > /dev/null 2>&1 & # watchdog
 	wd=$!
 	wait "$fpid"
 	rc=$?
+	t1=$(now)
 	kill "$wd" 2> /dev/null
 	if [ $rc != 0 ]; then
 		kill "$sp" 2> /dev/null
@@ -374,7 +408,7 @@ run_job() { # <tag> <rw:bs:qd> <rep> <backend> <target>
 		log "  $name: done in $(since "$t0") s"
 	fi
 	wait "$sp" 2> /dev/null
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$3" "$4" "$5" "$name" "$rw" "$bs" "$qd" "$rc" "$json" "$cpuf" >> "$OUT/runs.tsv"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$3" "$4" "$5" "$name" "$rw" "$bs" "$qd" "$rc" "$json" "$cpuf" "$t0" "$t1" >> "$OUT/runs.tsv"
 	return 0
 }
 
@@ -443,7 +477,7 @@ scaling_unavailable() { # <rep> <target> <qps> <reason>
 	printf '%s\t%s\t%s\t\t\t\t\t\t\t\t\t\t\t\t\t%s\n' "$1" "$2" "$3" "unavailable: $4" >> "$OUT/scaling.tsv"
 }
 scaling_target() { # <rep> <target>
-	local rep=$1 tg=$2 n per k i t0 times used0 slab0 rss_a rss_b granted total first med max dis st
+	local rep=$1 tg=$2 n per k i t0 times used0 slab0 rss_a rss_b granted total first med max dis st c qc
 	target_usable "$tg" "$SCALE_BE" || {
 		for n in $SCALE_QPS; do
 			scaling_unavailable "$rep" "$tg" "$n" "${GONVMF_REASON[$SCALE_BE]}"
@@ -477,7 +511,11 @@ scaling_target() { # <rep> <target>
 		done
 		total=$(since "$t0")
 		granted=0
-		for c in $(ctrls_of "$NQN"); do granted=$((granted + $(cat "/sys/class/nvme/$c/queue_count") - 1)); done
+		ctrls_of "$NQN"
+		for c in "${CTRLS[@]}"; do
+			read -r qc < "/sys/class/nvme/$c/queue_count"
+			granted=$((granted + qc - 1))
+		done
 		sleep 1
 		rss_a=$(rss_kb "$TPID")
 		local used1 slab1
@@ -520,9 +558,10 @@ perftest_rep() {
 	log "== rep $1: perftest over $RXE_DEV"
 	# -D: perftest measures between a 1 s warm-up and a 1 s cool-down margin (-f 1)
 	local bw=(-D $((PERF_DUR + 2)) -f 1 --report_gbits)
-	perftest_one "$1" ib_write_bw 4096 "${bw[@]}"    # 4k reads: data goes by RDMA Write
-	perftest_one "$1" ib_write_bw 131072 "${bw[@]}"  # 128k reads
-	perftest_one "$1" ib_read_bw 131072 "${bw[@]}"   # 128k writes: data comes by RDMA Read
+	# with as many messages in flight as fio has I/Os
+	perftest_one "$1" ib_write_bw 4096 "${bw[@]}" -t 32         # 4k reads at QD32: data goes by RDMA Write
+	perftest_one "$1" ib_write_bw 131072 "${bw[@]}" -t 16       # 128k reads at QD16
+	perftest_one "$1" ib_read_bw 131072 "${bw[@]}" -t 16 -o 16  # 128k writes at QD16: data comes by RDMA Read
 	perftest_one "$1" ib_send_lat 8 -n $((PERF_DUR * 400))
 }
 
@@ -598,7 +637,7 @@ for rep in $(seq 1 "$REPS"); do
 			session "$rep" "$be" "$tg" "$n"
 		done
 	done
-	if [ -n "$SCALE_QPS" ]; then
+	if [ -n "$SCALE_QPS" ] && [ "$rep" -le "$SCALE_REPS" ]; then
 		for tg in "${order[@]}"; do scaling_target "$rep" "$tg"; done
 	fi
 done

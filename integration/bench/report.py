@@ -577,8 +577,10 @@ def render(out, d, s, plot_note):
                     "%.0f %%" % (100 * k.med / lm) if k and k.n else "–",
                     "%.0f %%" % (100 * gg.med / lm) if gg and gg.n else "–"))
         if ceil:
-            w("Share of the ceiling reached (a read moves its data with an RDMA Write from the target, a write with an RDMA Read; "
-              "a 4k read also costs two sends, so 100 % is out of reach):")
+            w("Share of the ceiling reached, perftest with as many messages in flight as fio has I/Os (a read moves its data "
+              "with an RDMA Write from the target, a write with an RDMA Read; a 4k read also costs two sends, so 100 % is out "
+              "of reach). Above 100 % perftest is no ceiling: under TCG it suffers from the emulated CPU as much as the targets "
+              "do, and from the machine's load at the moment it ran.")
             w("")
             w("| job | backend | ceiling | value | kernel | gonvmf |")
             w("|---|---|---|---:|---:|---:|")
@@ -732,11 +734,11 @@ def plot(out, d, s):
     gp.append("set multiplot layout 1,2 title '4k random read, one fio job: gonvmf vs Linux nvmet-rdma (%s, %s rep.; median, min-max bars)'" % (
         d["host"].get("git_describe", "?"), d["params"].get("REPS", "?")))
     for i, (m, title, ylab) in enumerate((("iops", "IOPS vs queue depth", "IOPS"),
-                                          ("lat_p50", "p50 latency vs queue depth", "latency p50 (us)"))):
+                                          ("lat_p50", "p50 latency vs queue depth", "latency p50 (µs)"))):
         gp.append("set title '%s'" % title)
         gp.append("set xlabel 'iodepth'")
         gp.append("set ylabel '%s'" % ylab)
-        gp.append("set yrange [0:*]" if m == "iops" else "set logscale y 10; set yrange [*:*]")
+        gp.append("set yrange [0:*]; set format y '%g'" if m == "iops" else "set logscale y 10; set yrange [*:*]; set format y '%.0f'")
         plots = []
         for j, (be, tg) in enumerate(series):
             base = 2 + j * 6 + (0 if m == "iops" else 3)

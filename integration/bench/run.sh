@@ -7,7 +7,7 @@
 #
 #   --quick            CI/development size: 3 s jobs, 1 s ramp, 1 repetition, QD sweep 1 8 32 128,
 #                      scaling 1 and 8 QPs, short perftest, 256 MiB file (~5 min)
-#   --runtime S        fio runtime per job (default 10; quick 3)
+#   --runtime S        fio runtime per job (default 8; quick 3)
 #   --ramp S           fio ramp time per job (default 2; quick 1)
 #   --reps N           repetitions, the two targets alternated (default 3; quick 1)
 #   --out DIR          results (default $GONVMF_BUILD/bench/<time>; $GONVMF_BUILD/bench/latest
@@ -16,7 +16,8 @@
 #   --backends "LIST"  null file (default both)
 #   --targets "LIST"   kernel gonvmf (default both)
 #   --scale "LIST"     queue-pair counts of the scaling test (default "1 8 32"; "" skips it)
-#   --perftest S       perftest duration per bandwidth test (default 5; 0 skips it)
+#   --scale-reps N     how many repetitions run the scaling test (default 1)
+#   --perftest S       perftest's measured time per bandwidth test (default 3; 0 skips it)
 #   --file-mb N        size of the backing file on the guest's ext4 disk (default 1024)
 #   --mem MiB          guest memory (default 4096)
 #   --no-build         use the gonvmf binary already in $GONVMF_BUILD/bin
@@ -41,13 +42,13 @@ VM=$SRC/integration/vm/vm.sh
 main() {
 	usage() {
 		echo "run.sh: $*" >&2
-		echo "usage: integration/bench/run.sh [--quick] [--runtime S] [--ramp S] [--reps N] [--out DIR] [--qds LIST] [--backends LIST] [--targets LIST] [--scale LIST] [--perftest S] [--file-mb N] [--mem MiB] [--no-build] | --report-only DIR  (see --help)" >&2
+		echo "usage: integration/bench/run.sh [--quick] [--runtime S] [--ramp S] [--reps N] [--out DIR] [--qds LIST] [--backends LIST] [--targets LIST] [--scale LIST] [--scale-reps N] [--perftest S] [--file-mb N] [--mem MiB] [--no-build] | --report-only DIR  (see --help)" >&2
 		exit 2
 	}
 	say() { echo "bench: $*"; }
 
 	quick=0 build=1 report_only= out= mem=4096
-	runtime= ramp= reps= qds= backends= targets= scale= scale_set=0 perftest= file_mb=
+	runtime= ramp= reps= qds= backends= targets= scale= scale_set=0 scale_reps=1 perftest= file_mb=
 	while [ $# -gt 0 ]; do
 		case $1 in
 		--quick) quick=1; shift ;;
@@ -59,6 +60,7 @@ main() {
 		--backends) backends=${2:?--backends needs a list}; shift 2 ;;
 		--targets) targets=${2:?--targets needs a list}; shift 2 ;;
 		--scale) [ $# -ge 2 ] || usage "--scale needs a list"; scale=$2; scale_set=1; shift 2 ;;
+		--scale-reps) scale_reps=${2:?--scale-reps needs a count}; shift 2 ;;
 		--perftest) perftest=${2:?--perftest needs seconds}; shift 2 ;;
 		--file-mb) file_mb=${2:?--file-mb needs MiB}; shift 2 ;;
 		--mem) mem=${2:?--mem needs MiB}; shift 2 ;;
@@ -83,11 +85,11 @@ main() {
 		: "${runtime:=3}" "${ramp:=1}" "${reps:=1}" "${qds:=1 8 32 128}" "${perftest:=2}" "${file_mb:=256}"
 		[ $scale_set = 1 ] || scale="1 8"
 	else
-		: "${runtime:=10}" "${ramp:=2}" "${reps:=3}" "${qds:=1 2 4 8 16 32 64 128}" "${perftest:=5}" "${file_mb:=1024}"
+		: "${runtime:=8}" "${ramp:=2}" "${reps:=3}" "${qds:=1 2 4 8 16 32 64 128}" "${perftest:=3}" "${file_mb:=1024}"
 		[ $scale_set = 1 ] || scale="1 8 32"
 	fi
 	: "${backends:=null file}" "${targets:=kernel gonvmf}"
-	for v in runtime ramp reps perftest file_mb mem; do
+	for v in runtime ramp reps scale_reps perftest file_mb mem; do
 		[[ ${!v} =~ ^[0-9]+$ ]] || usage "--${v//_/-} must be a whole number, got '${!v}'"
 	done
 	[ "$runtime" -ge 2 ] || usage "--runtime must be at least 2 s (the CPU sample window is runtime - 1.5 s)"
@@ -113,9 +115,12 @@ main() {
 	nt=$(wc -w <<< "$targets")
 	nconn=0
 	for n in $scale; do nconn=$((nconn + (n + 1) / 2)); done
-	est=$((60 + file_mb / 40 + reps * (nb * nt * (njobs * (runtime + ramp + 3) + 10) + (perftest > 0 ? 5 * (perftest + 5) : 0) + nt * (nconn * 2 + 10 * $(wc -w <<< "$scale")))))
+	# seconds, on an idle machine: boot and file, then per repetition the fio jobs (about 4 s of
+	# fio start-up each under TCG), connects, perftest (4 tests), then the scaling test
+	local srep=$((scale_reps < reps ? scale_reps : reps))
+	est=$((90 + file_mb / 40 + reps * (nb * nt * (njobs * (runtime + ramp + 4) + 20) + (perftest > 0 ? 4 * (perftest + 9) : 0)) + srep * nt * (nconn * 3 + 10 * $(wc -w <<< "$scale"))))
 	timeout=$((est * 2 + 300))
-	say "plan: $reps rep(s) x backends [$backends] x targets [$targets] x $njobs fio jobs of ${runtime}+${ramp} s; QD sweep [$qds]; scaling [$scale]; perftest ${perftest} s"
+	say "plan: $reps rep(s) x backends [$backends] x targets [$targets] x $njobs fio jobs of ${runtime}+${ramp} s; QD sweep [$qds]; scaling [$scale] x $srep; perftest ${perftest} s"
 	say "estimated guest time ~$((est / 60)) min (limit $((timeout / 60)) min); results in $out"
 
 	# ---- host facts ----
@@ -131,7 +136,7 @@ main() {
 		echo "qemu: $(qemu-system-x86_64 --version 2> /dev/null | head -n 1)"
 		echo "go: $(go version 2> /dev/null || echo none)"
 		echo "gnuplot: $(gnuplot --version 2> /dev/null || echo none)"
-		echo "command: integration/bench/run.sh $([ $quick = 1 ] && echo --quick) --runtime $runtime --ramp $ramp --reps $reps"
+		echo "command: integration/bench/run.sh $([ $quick = 1 ] && echo --quick) --runtime $runtime --ramp $ramp --reps $reps --qds '$qds' --backends '$backends' --targets '$targets' --scale '$scale' --scale-reps $scale_reps --perftest $perftest --file-mb $file_mb"
 	} > "$raw/host/machine.txt"
 
 	# ---- gonvmf ----
@@ -162,7 +167,7 @@ main() {
 	# ---- the guest ----
 	export GONVMF_BENCH_RUNTIME=$runtime GONVMF_BENCH_RAMP=$ramp GONVMF_BENCH_REPS=$reps
 	export GONVMF_BENCH_QDS=$qds GONVMF_BENCH_BACKENDS=$backends GONVMF_BENCH_TARGETS=$targets
-	export GONVMF_BENCH_SCALE=$scale GONVMF_BENCH_PERFTEST=$perftest GONVMF_BENCH_FILE_MB=$file_mb
+	export GONVMF_BENCH_SCALE=$scale GONVMF_BENCH_SCALE_REPS=$scale_reps GONVMF_BENCH_PERFTEST=$perftest GONVMF_BENCH_FILE_MB=$file_mb
 	export GONVMF_BENCH_TRANSPORT=${GONVMF_BENCH_TRANSPORT:-}
 	disk=()
 	[[ " $backends " == *" file "* ]] && disk=(--disk "$((file_mb + 512))M")
