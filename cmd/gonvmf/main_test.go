@@ -133,20 +133,6 @@ func TestCheckWarnings(t *testing.T) {
 	}
 }
 
-func TestServe(t *testing.T) {
-	code, _, errOut := gonvmf(t, "serve", "--config", "../../conf/examples/null.yaml")
-	if code != 1 || !strings.Contains(errOut, "gonvmf: the RDMA transport is not implemented yet") ||
-		!strings.Contains(errOut, `msg="configuration loaded"`) {
-		t.Errorf("serve: exit %d\n%s", code, errOut)
-	}
-	// An invalid configuration is reported as check reports it, before anything starts.
-	f := writeFile(t, "bad.yaml", badConfig)
-	code, _, errOut = gonvmf(t, "serve", "--config", f)
-	if code != 1 || !strings.Contains(errOut, f+":11: subsystems[0].namespaces[0].lba_size") || strings.Contains(errOut, "RDMA transport") {
-		t.Errorf("serve with a bad config: exit %d\n%s", code, errOut)
-	}
-}
-
 func TestUsageErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

@@ -1,21 +1,39 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/rdma"
 	"github.com/urfave/cli/v2"
 )
 
 func init() { registerCommand(serveCommand) }
 
-// errNoTransport is what serve reports until the RDMA transport exists.
-var errNoTransport = errors.New("the RDMA transport is not implemented yet")
-
 func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",
 		Usage: "run the NVMe-oF target described by a configuration file",
+		Description: `serve loads and checks the configuration (as check does), opens every namespace's
+backend, listens on every listener with the RDMA transport and serves hosts until it
+gets SIGINT or SIGTERM. Then it stops listening, disconnects the hosts, waits for their
+commands and closes the backends, and exits 0.
+
+Hosts connect with the Linux NVMe host, for example
+  nvme discover -t rdma -a 10.99.0.1 -s 4420
+  nvme connect  -t rdma -a 10.99.0.1 -s 4420 -n <subsystem NQN>
+
+It needs an RDMA device that owns the listeners' addresses (for Soft-RoCE:
+modprobe rdma_rxe; rdma link add rxe0 type rxe netdev IF) and an RLIMIT_MEMLOCK that
+covers the buffer pool (root, or ulimit -l unlimited).`,
 		Flags: []cli.Flag{configFlag()},
 		Action: func(c *cli.Context) error {
 			cfg, err := loadConfig(c, true)
@@ -28,8 +46,76 @@ func serveCommand() *cli.Command {
 			}
 			slog.Info("configuration loaded", "file", cfg.File, "listeners", len(cfg.Listeners),
 				"subsystems", len(cfg.Subsystems), "namespaces", namespaces)
-			// The target engineer replaces this with the target's start-up.
-			return cli.Exit(errNoTransport.Error(), exitFailure)
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			if err := serve(ctx, cfg, slog.Default()); err != nil {
+				return cli.Exit(err.Error(), exitFailure)
+			}
+			return nil
 		},
+	}
+}
+
+// shutdownGrace bounds the orderly shutdown; a second signal ends it at once.
+const shutdownGrace = 60 * time.Second
+
+// serve runs the target until ctx is done, then shuts it down in order.
+func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
+	t, err := target.New(cfg, target.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	tr, err := rdma.New(t, cfg.Transport, rdma.WithLogger(log))
+	if err != nil {
+		t.Close()
+		return err
+	}
+	nqns := make([]string, len(cfg.Subsystems))
+	namespaces := 0
+	for i, s := range cfg.Subsystems {
+		nqns[i] = s.NQN
+		namespaces += len(s.Namespaces)
+	}
+	for _, l := range cfg.Listeners {
+		lis, err := tr.Listen(l)
+		if err != nil {
+			tr.Close()
+			t.Close()
+			return err
+		}
+		dev := lis.Device()
+		if dev == "" {
+			dev = "any"
+		}
+		log.Info(fmt.Sprintf("serving %s on rdma %s", count(len(nqns), "subsystem"), lis.Addr()),
+			"subsystems", strings.Join(nqns, ","), "namespaces", namespaces, "device", dev,
+			"discovery", "nvme discover -t rdma -a "+lis.Addr().Addr().String()+" -s "+fmt.Sprint(lis.Addr().Port()))
+	}
+	<-ctx.Done()
+
+	log.Info("shutting down: no new connections, disconnecting hosts")
+	// A second signal, or a shutdown that takes too long, ends the process at once.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	done := make(chan error, 1)
+	go func() {
+		err := tr.Close()
+		if cerr := t.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Error("shutdown finished with errors", "err", err)
+		}
+		log.Info("stopped")
+		return nil
+	case s := <-sig:
+		return fmt.Errorf("shutdown interrupted by a second %v", s)
+	case <-time.After(shutdownGrace):
+		return fmt.Errorf("shutdown did not finish within %v", shutdownGrace)
 	}
 }

@@ -1,0 +1,768 @@
+package rdma
+
+import (
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/rdmacm"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// Request context states.
+const (
+	stFree     = iota
+	stCore     // begun: between Begin and Complete (executing, or waiting as below)
+	stWantBuf  // begun, waiting for a pool buffer
+	stRead     // begun, fetching the host's data (READs posted or waiting for credits)
+	stWantSend // completed by the core, waiting for send queue slots
+	stSend     // response posted, waiting for the SEND's completion
+)
+
+// rctx is one request context of a connection: the target.Request the core sees, the
+// receive slot its capsule arrived in, its data buffer, and where it is in the state
+// machine
+//
+//	receive → Begin → [buffer] → [RDMA READ] → Execute → Complete → [RDMA WRITE] + SEND → free
+//
+// A connection has twice as many contexts as receive slots: the receive buffer goes
+// back to the host when the core completes the command, while the context stays
+// until the response's SEND has completed (its buffer holds the data being written).
+type rctx struct {
+	req   target.Request
+	c     *conn
+	idx   int
+	state uint8
+	recv  int32 // receive slot holding the capsule, -1 when reposted
+
+	hasBuf   bool
+	bufOrder int
+	bufOff   int
+
+	// RDMA READ progress: next descriptor and offset in it, bytes placed, READs
+	// outstanding, whether all were posted and whether one failed.
+	rdDesc  int
+	rdOff   uint32
+	rdPlace int
+	rdOut   int
+	rdAll   bool
+	rdErr   bool
+
+	sqSlots int // send queue slots held by the response chain
+
+	next     *rctx // fifo link (buffer, READ and send waits)
+	nextDone *rctx // the group's completed list
+}
+
+// Connection states.
+const (
+	stateLive     = iota // serving commands
+	stateDraining        // disconnected; waiting for flushes and the core
+	stateDead            // resources released
+)
+
+// connConfig describes a connection's queues.
+type connConfig struct {
+	qid    uint16
+	depth  int // receive slots (hsqsize+1, capped)
+	icd    int // in-capsule data bytes per receive slot (0: none)
+	ird    int // RDMA READs outstanding at once
+	sqSize int // send queue work requests
+	maxMsg int // largest RDMA message
+	admin  bool
+}
+
+// sqDepth is the send queue size for a queue of depth commands: for each command a
+// response SEND and an RDMA WRITE or READ, and room for the responses of commands
+// whose receive slot was already reposted.
+func sqDepth(depth int) int { return 3 * depth }
+
+// connLayout is how a connection's registered memory is laid out: the 64-byte command
+// entries of every receive slot, then (page aligned, so in-capsule write data can go to
+// the backend without a copy) each slot's in-capsule data, then the 16-byte response
+// of every context.
+type connLayout struct {
+	icdBase, respBase, size int
+}
+
+func layoutFor(cfg *connConfig) connLayout {
+	var l connLayout
+	l.icdBase = alignUp(cfg.depth*nvmeproto.SQESize, pageSize)
+	l.respBase = l.icdBase + cfg.depth*cfg.icd
+	l.size = alignUp(l.respBase+2*cfg.depth*nvmeproto.CQESize, pageSize)
+	return l
+}
+
+func alignUp(n, a int) int { return (n + a - 1) &^ (a - 1) }
+
+// conn is one connected queue pair: a target.Queue's transport side (it implements
+// target.TransportQueue). Its mutable state belongs to its poll group's goroutine;
+// Complete and Disconnect, called by the core from any goroutine, only push to the
+// group.
+type conn struct {
+	g    *group
+	slot int
+	gen  uint32
+	cfg  connConfig
+	lay  connLayout
+	reg  region
+	ep   endpoint
+	q    *target.Queue
+	log  *slog.Logger
+	pool *pool
+
+	admin   bool
+	cqeNeed int
+
+	ctxs     []rctx
+	freeCtx  []int32
+	recvWait ring // receive completions waiting for a free context
+
+	sqUsed, rdUsed int
+	readWait       fifo
+	sendWait       fifo
+
+	sendStage []rdmacm.SendWR
+	nSend     int
+	recvWRs   []rdmacm.RecvWR // one prepared receive per slot
+	recvStage []rdmacm.RecvWR
+	nRecv     int
+	dirty     bool
+
+	recvPosted int // receives the device holds
+	sigOut     int // signaled send work requests the device holds
+
+	state         int
+	detached      bool // slot given back (guarded by the group's mu)
+	hwDrained     bool
+	coreDone      bool
+	drainDeadline time.Time
+	closeReason   atomic.Pointer[error]
+
+	closeReq   atomic.Bool
+	coreClosed atomic.Bool
+	attnQueued atomic.Bool
+	published  atomic.Bool // in its group's table: completions and events are handled
+	nextAttn   *conn
+
+	// onDead releases what the transport created for the connection (CM ID, memory);
+	// it runs on its own goroutine after the QP is destroyed.
+	onDead func(c *conn)
+}
+
+// newConn prepares a connection's contexts on registered memory reg (at least
+// layoutFor(cfg).size bytes). The caller then creates the target queue (c.q), attaches
+// c to a poll group and posts the receives with postInitialRecvs.
+func newConn(cfg connConfig, reg region, ep endpoint, p *pool, log *slog.Logger) *conn {
+	c := &conn{
+		cfg: cfg, lay: layoutFor(&cfg), reg: reg, ep: ep, log: log, pool: p,
+		admin:   cfg.admin,
+		cqeNeed: cfg.depth + cfg.sqSize,
+	}
+	n := 2 * cfg.depth
+	c.ctxs = make([]rctx, n)
+	c.freeCtx = make([]int32, 0, n)
+	for i := n - 1; i >= 0; i-- {
+		x := &c.ctxs[i]
+		x.c, x.idx, x.recv = c, i, -1
+		x.req.Context = x
+		c.freeCtx = append(c.freeCtx, int32(i))
+	}
+	c.recvWait = newRing(cfg.depth)
+	c.sendStage = make([]rdmacm.SendWR, cfg.sqSize)
+	c.recvStage = make([]rdmacm.RecvWR, cfg.depth)
+	c.recvWRs = make([]rdmacm.RecvWR, cfg.depth)
+	return c
+}
+
+// initWRs fills in the receive work requests once the connection has its slot.
+func (c *conn) initWRs() {
+	for i := range c.recvWRs {
+		w := &c.recvWRs[i]
+		w.ID = wrID(kindRecv, i, c.slot, c.gen)
+		w.NumSGE = 1
+		w.SGL[0] = c.reg.sge(i*nvmeproto.SQESize, nvmeproto.SQESize)
+		if c.cfg.icd > 0 {
+			w.NumSGE = 2
+			w.SGL[1] = c.reg.sge(c.lay.icdBase+i*c.cfg.icd, c.cfg.icd)
+		}
+	}
+}
+
+// postInitialRecvs posts every receive slot. Call it after attach, before accepting.
+func (c *conn) postInitialRecvs() error {
+	c.recvPosted = len(c.recvWRs)
+	if err := c.ep.PostRecv(c.recvWRs); err != nil {
+		c.recvPosted = 0
+		return err
+	}
+	return nil
+}
+
+func (c *conn) respBuf(i int) []byte {
+	off := c.lay.respBase + i*nvmeproto.CQESize
+	return c.reg.mem[off : off+nvmeproto.CQESize]
+}
+
+// Complete implements target.TransportQueue: the core finished a command.
+func (c *conn) Complete(r *target.Request) {
+	c.g.pushDone(r.Context.(*rctx))
+}
+
+// Disconnect implements target.TransportQueue: the core wants the connection gone.
+func (c *conn) Disconnect(reason error) {
+	c.requestClose(reason)
+}
+
+// requestClose asks the group to tear the connection down. Any goroutine.
+func (c *conn) requestClose(reason error) {
+	if reason != nil {
+		c.closeReason.CompareAndSwap(nil, &reason)
+	}
+	c.closeReq.Store(true)
+	c.g.pushAttn(c)
+}
+
+func (c *conn) reason() error {
+	if p := c.closeReason.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ---- receive → execute ----
+
+func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
+	c.recvPosted--
+	if wc.Status != rdmacm.WCSuccess {
+		if wc.Status != rdmacm.WCFlushErr {
+			c.fatal("receive failed", wc)
+		}
+		c.checkDrained()
+		return
+	}
+	if c.state != stateLive {
+		c.checkDrained()
+		return
+	}
+	if wc.ByteLen < nvmeproto.SQESize {
+		c.log.Warn("host sent a command capsule shorter than 64 bytes: disconnecting", "qid", c.cfg.qid, "bytes", wc.ByteLen)
+		c.requestCloseLocal(errShortCapsule)
+		return
+	}
+	if c.recvWait.len() > 0 || len(c.freeCtx) == 0 {
+		c.recvWait.push(int32(i), wc.ByteLen)
+		return
+	}
+	c.start(c.takeCtx(), i, int(wc.ByteLen))
+}
+
+var (
+	errShortCapsule   = errors.New("rdma: command capsule shorter than 64 bytes")
+	errQPError        = errors.New("rdma: queue pair error")
+	errHostDisconnect = errors.New("rdma: host disconnected")
+	errPostFailed     = errors.New("rdma: posting work requests failed")
+)
+
+func (c *conn) takeCtx() *rctx {
+	n := len(c.freeCtx) - 1
+	x := &c.ctxs[c.freeCtx[n]]
+	c.freeCtx = c.freeCtx[:n]
+	return x
+}
+
+// start begins the command that arrived in receive slot i (n bytes).
+func (c *conn) start(x *rctx, i, n int) {
+	x.recv = int32(i)
+	r := &x.req
+	off := i * nvmeproto.SQESize
+	r.Cmd.Unmarshal(c.reg.mem[off : off+nvmeproto.SQESize]) // 64 bytes: cannot fail
+	if n > nvmeproto.SQESize && c.cfg.icd > 0 {
+		icd := min(n-nvmeproto.SQESize, c.cfg.icd)
+		b := c.lay.icdBase + i*c.cfg.icd
+		r.ICD = c.reg.mem[b : b+icd : b+icd]
+	} else {
+		r.ICD = nil
+	}
+	x.state = stCore
+	if !c.q.Begin(r) {
+		return // completed inline with an error
+	}
+	if r.Length == 0 || r.InCapsule {
+		c.q.Execute(r)
+		return
+	}
+	k := c.pool.orderOf(int(r.Length))
+	if k < 0 { // the core checked MDTS; the pool holds MDTS-sized buffers
+		c.q.Fail(r, nvmeproto.StatusInternalError)
+		return
+	}
+	x.bufOrder = k
+	g := c.g
+	waiting := g.bufWait.head != nil
+	if c.admin {
+		waiting = g.adminBufWait.head != nil
+	}
+	if !waiting {
+		if off, ok := c.pool.alloc(k, c.admin); ok {
+			x.bufOff, x.hasBuf = off, true
+			c.haveBuf(x)
+			return
+		}
+	}
+	x.state = stWantBuf
+	g.waitBuf(x)
+}
+
+// haveBuf continues a command that got its data buffer.
+func (c *conn) haveBuf(x *rctx) {
+	r := &x.req
+	r.Data = c.pool.buf(x.bufOff, int(r.Length))
+	if r.Dir != nvmeproto.DirHostToCtrl {
+		x.state = stCore
+		c.q.Execute(r)
+		return
+	}
+	x.state = stRead
+	x.rdDesc, x.rdOff, x.rdPlace, x.rdOut, x.rdAll, x.rdErr = 0, 0, 0, 0, false, false
+	if c.readWait.head == nil && c.postReads(x) {
+		return
+	}
+	c.g.stats.readWaits.Add(1)
+	c.readWait.push(x)
+}
+
+// failNoBuffer ends a command that waited for a buffer on a connection going away.
+func (c *conn) failNoBuffer(x *rctx) {
+	x.state = stCore
+	c.q.Fail(&x.req, nvmeproto.StatusAbortSQDeletion)
+}
+
+// postReads stages RDMA READs of x's host data while READ credits and send queue slots
+// last; it reports whether all of them are staged.
+func (c *conn) postReads(x *rctx) bool {
+	r := &x.req
+	for x.rdDesc < len(r.SGL) {
+		if c.rdUsed >= c.cfg.ird || c.sqUsed >= c.cfg.sqSize {
+			return false
+		}
+		d := &r.SGL[x.rdDesc]
+		n := min(d.Length-x.rdOff, uint32(c.cfg.maxMsg))
+		w := c.stageSend()
+		w.ID = wrID(kindRead, x.idx, c.slot, c.gen)
+		w.Op = rdmacm.OpRead
+		w.Flags = rdmacm.FlagSignaled
+		w.RemoteAddr = d.Address + uint64(x.rdOff)
+		w.RKey = d.Key
+		w.NumSGE = 1
+		w.SGL[0] = c.pool.reg.sge(x.bufOff+x.rdPlace, int(n))
+		x.rdPlace += int(n)
+		x.rdOff += n
+		if x.rdOff == d.Length {
+			x.rdDesc++
+			x.rdOff = 0
+		}
+		c.rdUsed++
+		c.sqUsed++
+		c.sigOut++
+		x.rdOut++
+	}
+	x.rdAll = true
+	return true
+}
+
+func (c *conn) onRead(i int, wc *rdmacm.Completion) {
+	x := &c.ctxs[i]
+	c.rdUsed--
+	c.sqUsed--
+	c.sigOut--
+	x.rdOut--
+	if wc.Status != rdmacm.WCSuccess {
+		x.rdErr = true
+		if wc.Status != rdmacm.WCFlushErr {
+			c.fatal("RDMA READ of the host's data failed", wc)
+		}
+	}
+	if x.state == stRead && x.rdOut == 0 && (x.rdAll || c.state != stateLive) {
+		c.readDone(x)
+	}
+	if c.state == stateLive {
+		c.pumpReads()
+		c.pumpSends()
+	} else {
+		c.checkDrained()
+	}
+}
+
+// readDone executes (or fails) a command whose READs have all completed.
+func (c *conn) readDone(x *rctx) {
+	x.state = stCore
+	switch {
+	case c.state != stateLive:
+		c.q.Fail(&x.req, nvmeproto.StatusAbortSQDeletion)
+	case x.rdErr:
+		c.q.Fail(&x.req, nvmeproto.StatusDataTransferError)
+	default:
+		c.q.Execute(&x.req)
+	}
+}
+
+func (c *conn) pumpReads() {
+	for c.readWait.head != nil {
+		if !c.postReads(c.readWait.head) {
+			return
+		}
+		c.readWait.pop()
+	}
+}
+
+// ---- complete → respond ----
+
+// onComplete handles a command the core completed: the receive slot goes back to the
+// host, then the response (RDMA WRITEs of read data chained before the SEND).
+func (c *conn) onComplete(x *rctx) {
+	if x.recv >= 0 {
+		if c.state == stateLive {
+			c.stageRecv(int(x.recv))
+		}
+		x.recv = -1
+	}
+	if c.state != stateLive {
+		c.recycle(x)
+		return
+	}
+	w := c.respWRs(x)
+	if c.sendWait.head != nil || c.sqUsed+w > c.cfg.sqSize {
+		c.g.stats.sendWaits.Add(1)
+		x.state = stWantSend
+		x.sqSlots = w
+		c.sendWait.push(x)
+		return
+	}
+	c.postResponse(x, w)
+}
+
+// sendsData reports whether x's response carries data to the host.
+func sendsData(x *rctx) bool {
+	r := &x.req
+	return r.Length > 0 && !r.InCapsule && x.hasBuf && r.Dir != nvmeproto.DirHostToCtrl && r.CQE.Status.Success()
+}
+
+// respWRs counts the work requests of x's response chain.
+func (c *conn) respWRs(x *rctx) int {
+	n := 1
+	if sendsData(x) {
+		for i := range x.req.SGL {
+			l := int(x.req.SGL[i].Length)
+			n += (l + c.cfg.maxMsg - 1) / c.cfg.maxMsg
+		}
+	}
+	return n
+}
+
+func (c *conn) postResponse(x *rctx, w int) {
+	r := &x.req
+	if sendsData(x) {
+		place := 0
+		for i := range r.SGL {
+			d := &r.SGL[i]
+			for off := uint32(0); off < d.Length; {
+				n := min(d.Length-off, uint32(c.cfg.maxMsg))
+				wr := c.stageSend()
+				wr.ID = wrID(kindWrite, x.idx, c.slot, c.gen)
+				wr.Op = rdmacm.OpWrite
+				wr.Flags = 0
+				wr.RemoteAddr = d.Address + uint64(off)
+				wr.RKey = d.Key
+				wr.NumSGE = 1
+				wr.SGL[0] = c.pool.reg.sge(x.bufOff+place, int(n))
+				place += int(n)
+				off += n
+			}
+		}
+	}
+	resp := c.respBuf(x.idx)
+	r.CQE.Marshal(resp)
+	wr := c.stageSend()
+	wr.ID = wrID(kindSend, x.idx, c.slot, c.gen)
+	wr.Op = rdmacm.OpSend
+	wr.Flags = rdmacm.FlagSignaled
+	wr.RemoteAddr, wr.RKey = 0, 0
+	wr.NumSGE = 1
+	wr.SGL[0] = c.reg.sge(c.lay.respBase+x.idx*nvmeproto.CQESize, nvmeproto.CQESize)
+	c.sqUsed += w
+	c.sigOut++
+	x.sqSlots = w
+	x.state = stSend
+}
+
+func (c *conn) pumpSends() {
+	for c.sendWait.head != nil {
+		x := c.sendWait.head
+		if c.sqUsed+x.sqSlots > c.cfg.sqSize {
+			return
+		}
+		c.sendWait.pop()
+		c.postResponse(x, x.sqSlots)
+	}
+}
+
+func (c *conn) onSend(i int, wc *rdmacm.Completion) {
+	x := &c.ctxs[i]
+	c.sqUsed -= x.sqSlots
+	c.sigOut--
+	x.sqSlots = 0
+	if wc.Status != rdmacm.WCSuccess && wc.Status != rdmacm.WCFlushErr {
+		c.fatal("response SEND failed", wc)
+	}
+	c.recycle(x)
+	if c.state == stateLive {
+		c.pumpSends()
+		c.pumpReads()
+	} else {
+		c.checkDrained()
+	}
+}
+
+// recycle frees x's buffer and the context; a receive waiting for a context gets it.
+func (c *conn) recycle(x *rctx) {
+	if x.hasBuf {
+		x.hasBuf = false
+		c.pool.release(x.bufOff, x.bufOrder)
+	}
+	r := &x.req
+	r.Data, r.ICD, r.SGL = nil, nil, nil
+	x.state = stFree
+	x.sqSlots = 0
+	if c.state == stateLive && c.recvWait.len() > 0 {
+		i, n := c.recvWait.pop()
+		c.start(x, int(i), int(n))
+		return
+	}
+	c.freeCtx = append(c.freeCtx, int32(x.idx))
+}
+
+// ---- staging and posting ----
+
+func (c *conn) stageSend() *rdmacm.SendWR {
+	w := &c.sendStage[c.nSend]
+	c.nSend++
+	c.g.markDirty(c)
+	return w
+}
+
+func (c *conn) stageRecv(i int) {
+	c.recvStage[c.nRecv] = c.recvWRs[i]
+	c.nRecv++
+	c.recvPosted++
+	c.g.markDirty(c)
+}
+
+// flush posts the staged work requests (or, on a connection going away, completes them
+// as flushed without posting).
+func (c *conn) flush() {
+	nr, ns := c.nRecv, c.nSend
+	c.nRecv, c.nSend = 0, 0
+	if c.state != stateLive {
+		c.flushStaged(0, nr, 0, ns)
+		return
+	}
+	if nr > 0 {
+		if err := c.ep.PostRecv(c.recvStage[:nr]); err != nil {
+			sent := nr
+			var pe *rdmacm.PostError
+			if errors.As(err, &pe) {
+				sent = pe.Index
+			} else {
+				sent = 0
+			}
+			c.log.Error("posting receives failed: disconnecting", "qid", c.cfg.qid, "err", err)
+			c.requestCloseLocal(errPostFailed)
+			c.flushStaged(sent, nr, 0, ns)
+			return
+		}
+	}
+	if ns > 0 {
+		if err := c.ep.PostSend(c.sendStage[:ns]); err != nil {
+			sent := 0
+			var pe *rdmacm.PostError
+			if errors.As(err, &pe) {
+				sent = pe.Index
+			}
+			c.log.Error("posting sends failed: disconnecting", "qid", c.cfg.qid, "err", err)
+			c.requestCloseLocal(errPostFailed)
+			c.flushStaged(0, 0, sent, ns)
+		}
+	}
+}
+
+// flushStaged completes staged work requests [r0, r1) and [s0, s1) as flushed, for the
+// accounting of requests that never reached the device.
+func (c *conn) flushStaged(r0, r1, s0, s1 int) {
+	var wc rdmacm.Completion
+	wc.Status = rdmacm.WCFlushErr
+	for i := r0; i < r1; i++ {
+		wc.ID = c.recvStage[i].ID
+		c.g.dispatch(&wc)
+	}
+	for i := s0; i < s1; i++ {
+		w := &c.sendStage[i]
+		if w.Flags&rdmacm.FlagSignaled == 0 {
+			continue
+		}
+		wc.ID = w.ID
+		c.g.dispatch(&wc)
+	}
+}
+
+// ---- teardown ----
+
+// fatal handles an error completion: the QP is in the error state, the connection is
+// lost.
+func (c *conn) fatal(what string, wc *rdmacm.Completion) {
+	if c.state == stateLive {
+		c.log.Warn(what+": disconnecting", "qid", c.cfg.qid, "cntlid", c.q.ControllerID(),
+			"status", wc.Status.String(), "vendor_err", wc.VendorErr, "wr_id", wc.ID)
+	}
+	c.requestCloseLocal(errQPError)
+}
+
+// requestCloseLocal starts the teardown from the group's own goroutine.
+func (c *conn) requestCloseLocal(reason error) {
+	c.closeReason.CompareAndSwap(nil, &reason)
+	c.closeReq.Store(true)
+	if c.state == stateLive {
+		c.beginClose()
+	}
+}
+
+// beginClose disconnects: the QP goes to the error state and flushes what the device
+// holds, queued commands fail, and the core queue closes (waiting for the commands it
+// runs) on its own goroutine.
+func (c *conn) beginClose() {
+	if c.state != stateLive {
+		return
+	}
+	c.state = stateDraining
+	c.drainDeadline = time.Now().Add(drainTimeout)
+	c.g.draining = append(c.g.draining, c)
+	reason := c.reason()
+	c.log.Debug("closing connection", "qid", c.cfg.qid, "cntlid", c.q.ControllerID(), "reason", reason)
+	if err := c.ep.Disconnect(); err != nil {
+		c.log.Debug("rdma_disconnect", "qid", c.cfg.qid, "err", err)
+	}
+	g := c.g
+	// Commands waiting for buffers, READ credits or send slots.
+	for _, q := range [...]*fifo{&g.adminBufWait, &g.bufWait} {
+		for x := q.removeConn(c); x != nil; {
+			n := x.next
+			x.next = nil
+			c.failNoBuffer(x)
+			x = n
+		}
+	}
+	g.pool.setWant(g, g.adminBufWait.head != nil || g.bufWait.head != nil)
+	for x := c.readWait.pop(); x != nil; x = c.readWait.pop() {
+		x.rdAll = true // post no more
+		if x.state == stRead && x.rdOut == 0 {
+			c.readDone(x)
+		}
+	}
+	for x := c.sendWait.pop(); x != nil; x = c.sendWait.pop() {
+		c.recycle(x)
+	}
+	c.recvWait.reset()
+	go func() {
+		c.q.Close()
+		c.coreClosed.Store(true)
+		c.g.pushAttn(c)
+	}()
+	c.checkDrained()
+}
+
+// checkDrained notes when the device holds nothing of a closing connection any more.
+func (c *conn) checkDrained() {
+	if c.state != stateDraining || c.hwDrained || c.recvPosted > 0 || c.sigOut > 0 || c.nSend > 0 || c.nRecv > 0 {
+		return
+	}
+	c.hwDrained = true
+	c.maybeFinalize()
+}
+
+// forceDrain destroys the QP of a connection whose flushes did not all arrive, then
+// completes what the device held.
+func (c *conn) forceDrain() {
+	c.log.Warn("the device did not flush the connection's work requests in time: destroying its queue pair",
+		"qid", c.cfg.qid, "receives", c.recvPosted, "sends", c.sigOut, "timeout", drainTimeout)
+	if err := c.ep.Destroy(); err != nil {
+		c.log.Error("destroying the queue pair", "qid", c.cfg.qid, "err", err)
+	}
+	c.hwDrained = true
+	c.recvPosted, c.sigOut, c.sqUsed, c.rdUsed = 0, 0, 0, 0
+	for i := range c.ctxs {
+		x := &c.ctxs[i]
+		switch x.state {
+		case stRead:
+			if x.rdOut > 0 {
+				x.rdOut = 0
+				c.readDone(x)
+			}
+		case stSend:
+			c.recycle(x)
+		}
+	}
+	c.maybeFinalize()
+}
+
+// maybeFinalize releases the connection once the device and the core are done with it.
+func (c *conn) maybeFinalize() {
+	if c.state != stateDraining || !c.hwDrained || !c.coreDone {
+		return
+	}
+	c.state = stateDead
+	c.g.removeDraining(c)
+	// Contexts still holding buffers (responses whose SENDs were flushed) give them back.
+	for i := range c.ctxs {
+		if x := &c.ctxs[i]; x.hasBuf && x.state != stCore {
+			c.recycle(x)
+		}
+	}
+	c.g.detach(c)
+	if err := c.ep.Destroy(); err != nil {
+		c.log.Error("destroying the queue pair", "qid", c.cfg.qid, "err", err)
+	}
+	if c.onDead != nil {
+		go c.onDead(c)
+	}
+}
+
+// ring is a fixed-capacity FIFO of receive completions (slot, bytes).
+type ring struct {
+	slot []int32
+	n    []uint32
+	head int
+	cnt  int
+}
+
+func newRing(capacity int) ring {
+	return ring{slot: make([]int32, capacity), n: make([]uint32, capacity)}
+}
+
+func (r *ring) len() int { return r.cnt }
+
+func (r *ring) push(slot int32, n uint32) {
+	i := (r.head + r.cnt) % len(r.slot)
+	r.slot[i], r.n[i] = slot, n
+	r.cnt++
+}
+
+func (r *ring) pop() (int32, uint32) {
+	s, n := r.slot[r.head], r.n[r.head]
+	r.head = (r.head + 1) % len(r.slot)
+	r.cnt--
+	return s, n
+}
+
+func (r *ring) reset() { r.head, r.cnt = 0, 0 }

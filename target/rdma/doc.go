@@ -1,0 +1,82 @@
+// Package rdma is the target's NVMe over Fabrics RDMA transport: it joins the
+// transport-independent core (package target) to RDMA devices through rdmacm, so that
+// hosts — the Linux host's nvme-rdma, SPDK, gonvmf's initiator — connect with rdma_cm and
+// move commands, responses and data over reliable-connected queue pairs.
+//
+//	tr, err := rdma.New(t, cfg.Transport)          // t: *target.Target
+//	for _, l := range cfg.Listeners {
+//	        lis, err := tr.Listen(l)               // rdma_listen + target port (discovery log)
+//	}
+//	...
+//	tr.Close()                                     // stop listening, disconnect hosts, free RDMA resources
+//	t.Close()
+//
+// # Connections
+//
+// A CONNECT_REQUEST carries the host's nvme-rdma private data (32 bytes; the Linux host
+// pads it to 56): recfmt must be 0, qid at most transport.max_io_queues, an admin queue
+// at most 32 entries, a queue at least 2 entries, hrqsize non-zero, an I/O queue's cntlid
+// a valid controller ID, and the host must serve RDMA READs. Otherwise the request is
+// rejected with the nvme-rdma status naming the field (INVALID_RECFMT, INVALID_QID,
+// INVALID_HSQSIZE, ...) and a log line with every value. The queue's depth is hsqsize+1
+// capped by transport.queue_depth; the accept's private data reports it as crqsize. The
+// accept asks for RNR retry 7 (retry forever) and an initiator depth of the host's
+// responder resources capped by the device's max_qp_init_rd_atom.
+//
+// Each connection has one QP, its own registered memory for receive buffers (a 64-byte
+// command entry and, on I/O queues, a 4 KiB aligned in-capsule data area per slot, so
+// in-capsule write data reaches the backend without a copy) and response capsules, and
+// twice as many request contexts as receive slots: a receive buffer goes back to the
+// host as soon as the core completes its command, while the context stays until the
+// response's SEND completes.
+//
+// # Requests
+//
+// Each command moves through a state machine owned by its poll group:
+//
+//	receive → Begin (core: validate, describe data) → take a pool buffer
+//	        → [host-to-controller] RDMA READ(s) of the host's data → Execute (backend)
+//	        → Complete → [controller-to-host] RDMA WRITE(s) chained before the response SEND
+//	        → SEND completion: buffer and context free
+//
+// When the buffer pool, the RDMA READ credits (the negotiated initiator depth) or the
+// send queue run short, the request waits in a FIFO and continues when a completion
+// frees what it needs; a transient shortage never fails a command. Admin commands have
+// their own FIFO, served first, and part of the pool is reserved for them, so Keep Alive,
+// Identify and Get Log Page never wait behind I/O. The admin Connect's 1024 bytes are
+// fetched with an RDMA READ like any write data; in-capsule data (Data Block/Offset) is
+// used where it arrived; keyed descriptors with the Address and Invalidate subtypes are
+// served (responses never use Send with Invalidate, which Soft-RoCE does not honour: the
+// host invalidates its key itself). A transfer larger than the device's largest message
+// is split into several READs or WRITEs.
+//
+// # Buffer pool
+//
+// One mmap'd, locked arena per device (transport.buffer_pool_size), registered once and
+// handed out as power-of-two runs of 4 KiB pages (a buddy allocator): every buffer is
+// contiguous and aligned, so it is at once the RDMA READ/WRITE buffer and the backend's
+// O_DIRECT buffer — data moves host memory → RDMA READ → pool → pwrite (and back) with
+// no copy inside the target.
+//
+// # Poll groups
+//
+// transport.poll_groups goroutines per device (default one per CPU), each polling one
+// completion queue shared by the QPs spread over it, up to 64 completions per call, and
+// posting each connection's staged work requests as one chain per round (receives
+// first, then RDMA READs, WRITEs and SENDs). Completions of the core, which may come from
+// backend worker goroutines, reach the group through a lock-free list. When idle a group
+// polls for a short bounded time (DefaultSpin), then arms the completion queue and
+// sleeps on its completion channel: on a host where the RDMA device itself runs on the
+// CPUs (Soft-RoCE) busy polling would steal its cycles. transport.busy_poll makes groups
+// spin instead. The steady-state I/O path allocates nothing (TestEngineAllocations).
+//
+// # Faults
+//
+// A host that disconnects, a QP error (an error completion: a bad rkey, retries
+// exhausted because the host vanished), keep-alive expiry (the core disconnects), a
+// short capsule, or the target closing all end the connection the same way: the QP goes
+// to the error state (rdma_disconnect), commands waiting for buffers, credits or slots
+// fail, the device flushes what it holds (or, if it does not within 5 s, the QP is
+// destroyed regardless), the core queue closes once its commands have completed, and the
+// QP, CM ID and memory are released. Other connections are not affected.
+package rdma

@@ -1,0 +1,539 @@
+package rdma
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/rdmacm"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// This file is a fake RDMA fabric for unit tests: a completion queue, queue pairs that
+// execute RDMA READ/WRITE and SEND synchronously against registered memory (plain Go
+// memory with made-up addresses), and a host whose memory has an rkey. It lets the
+// engine (poll group, request state machine, buffer pool) run with the real target core
+// on a machine without RDMA.
+
+// fakeCQ is a completion queue.
+type fakeCQ struct {
+	mu     sync.Mutex
+	q      []rdmacm.Completion
+	head   int
+	armed  bool
+	notify chan struct{}
+	wake   chan struct{}
+	closed bool
+}
+
+func newFakeCQ() *fakeCQ {
+	return &fakeCQ{q: make([]rdmacm.Completion, 0, 1<<16), notify: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+}
+
+func (cq *fakeCQ) push(wc rdmacm.Completion) {
+	cq.mu.Lock()
+	cq.q = append(cq.q, wc)
+	armed := cq.armed
+	cq.armed = false
+	cq.mu.Unlock()
+	if armed {
+		select {
+		case cq.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (cq *fakeCQ) Poll(wc []rdmacm.Completion) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.closed {
+		return 0, rdmacm.ErrClosed
+	}
+	n := copy(wc, cq.q[cq.head:])
+	cq.head += n
+	if cq.head == len(cq.q) {
+		cq.q, cq.head = cq.q[:0], 0
+	}
+	return n, nil
+}
+
+func (cq *fakeCQ) Arm(bool) error {
+	cq.mu.Lock()
+	cq.armed = true
+	cq.mu.Unlock()
+	return nil
+}
+
+func (cq *fakeCQ) Wait(timeout time.Duration) (bool, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-cq.notify:
+		return true, nil
+	case <-cq.wake:
+		return false, nil
+	case <-t.C:
+		return false, nil
+	}
+}
+
+func (cq *fakeCQ) Wake() {
+	select {
+	case cq.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (cq *fakeCQ) close() {
+	cq.mu.Lock()
+	cq.closed = true
+	cq.mu.Unlock()
+	cq.Wake()
+}
+
+// fakeFabric translates local addresses of registered regions.
+type fakeFabric struct {
+	mu      sync.Mutex
+	regions []*region
+	next    uint64
+}
+
+func newFakeFabric() *fakeFabric { return &fakeFabric{next: 0x1000_0000_0000} }
+
+// newRegion returns n bytes of 4 KiB aligned memory with a fresh address range.
+func (f *fakeFabric) newRegion(n int) region {
+	b := make([]byte, n+pageSize)
+	off := 0
+	if a := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (pageSize - 1)); a != 0 {
+		off = pageSize - a
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := &region{mem: b[off : off+n : off+n], base: f.next, lkey: uint32(len(f.regions) + 1)}
+	f.next += uint64(n) + 1<<32
+	f.regions = append(f.regions, r)
+	return *r
+}
+
+// local returns the memory an SGE describes, or nil.
+func (f *fakeFabric) local(s rdmacm.SGE) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.regions {
+		if s.LKey == r.lkey && s.Addr >= r.base && s.Addr+uint64(s.Length) <= r.base+uint64(len(r.mem)) {
+			off := s.Addr - r.base
+			return r.mem[off : off+uint64(s.Length)]
+		}
+	}
+	return nil
+}
+
+// fakeEP is a connection's queue pair with the host at its other end.
+type fakeEP struct {
+	f  *fakeFabric
+	cq *fakeCQ
+
+	mu        sync.Mutex
+	recvs     []rdmacm.RecvWR // posted, in order
+	err       bool
+	dead      bool
+	reads     atomic.Int64 // RDMA READs executed
+	holdReads bool         // keep READ completions until releaseReads
+	heldReads []rdmacm.Completion
+	maxHeldRd int // most READs outstanding at once while held
+
+	// host side
+	hostMem  []byte
+	hostBase uint64
+	hostKey  uint32
+	onResp   func([]byte)
+	holdSend bool // queue SEND completions instead of delivering them
+	held     []rdmacm.Completion
+	noFlush  bool // Disconnect does not flush (a device that never completes flushed requests)
+}
+
+const fakeHostKey = 0x5151
+
+func newFakeEP(f *fakeFabric, cq *fakeCQ, hostBytes int) *fakeEP {
+	return &fakeEP{f: f, cq: cq, hostMem: make([]byte, hostBytes), hostBase: 0x7f00_0000_0000, hostKey: fakeHostKey,
+		recvs: make([]rdmacm.RecvWR, 0, 4096)}
+}
+
+func (e *fakeEP) PostRecv(wrs []rdmacm.RecvWR) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead {
+		return rdmacm.ErrClosed
+	}
+	for i := range wrs {
+		if e.err {
+			if !e.noFlush {
+				e.cq.push(rdmacm.Completion{ID: wrs[i].ID, Status: rdmacm.WCFlushErr})
+			}
+			continue
+		}
+		e.recvs = append(e.recvs, wrs[i])
+	}
+	return nil
+}
+
+func (e *fakeEP) host(addr uint64, n uint32, key uint32) []byte {
+	if key != e.hostKey || addr < e.hostBase || addr+uint64(n) > e.hostBase+uint64(len(e.hostMem)) {
+		return nil
+	}
+	off := addr - e.hostBase
+	return e.hostMem[off : off+uint64(n)]
+}
+
+// fail moves the QP to the error state after wr failed with st: later requests flush.
+func (e *fakeEP) fail(wr *rdmacm.SendWR, st rdmacm.WCStatus) {
+	e.err = true
+	e.cq.push(rdmacm.Completion{ID: wr.ID, Status: st, QPNum: 1})
+	for i := range e.recvs {
+		e.cq.push(rdmacm.Completion{ID: e.recvs[i].ID, Status: rdmacm.WCFlushErr})
+	}
+	e.recvs = e.recvs[:0]
+}
+
+func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dead {
+		return rdmacm.ErrClosed
+	}
+	for i := range wrs {
+		w := &wrs[i]
+		if e.err {
+			if !e.noFlush {
+				e.cq.push(rdmacm.Completion{ID: w.ID, Status: rdmacm.WCFlushErr})
+			}
+			continue
+		}
+		if w.NumSGE != 1 {
+			e.fail(w, rdmacm.WCLocLenErr)
+			continue
+		}
+		loc := e.f.local(w.SGL[0])
+		if loc == nil {
+			e.fail(w, rdmacm.WCLocProtErr)
+			continue
+		}
+		var op rdmacm.WCOpcode
+		switch w.Op {
+		case rdmacm.OpRead:
+			src := e.host(w.RemoteAddr, w.SGL[0].Length, w.RKey)
+			if src == nil {
+				e.fail(w, rdmacm.WCRemAccessErr)
+				continue
+			}
+			copy(loc, src)
+			e.reads.Add(1)
+			op = rdmacm.WCRead
+		case rdmacm.OpWrite:
+			dst := e.host(w.RemoteAddr, w.SGL[0].Length, w.RKey)
+			if dst == nil {
+				e.fail(w, rdmacm.WCRemAccessErr)
+				continue
+			}
+			copy(dst, loc)
+			op = rdmacm.WCWrite
+		case rdmacm.OpSend:
+			if e.onResp != nil {
+				e.onResp(loc)
+			}
+			op = rdmacm.WCSend
+		default:
+			e.fail(w, rdmacm.WCLocQPOpErr)
+			continue
+		}
+		if w.Flags&rdmacm.FlagSignaled != 0 {
+			wc := rdmacm.Completion{ID: w.ID, Opcode: op}
+			if e.holdReads && w.Op == rdmacm.OpRead {
+				e.heldReads = append(e.heldReads, wc)
+				e.maxHeldRd = max(e.maxHeldRd, len(e.heldReads))
+			} else if e.holdSend && w.Op == rdmacm.OpSend {
+				e.held = append(e.held, wc)
+			} else {
+				e.cq.push(wc)
+			}
+		}
+	}
+	return nil
+}
+
+// releaseHeld delivers the SEND completions held back.
+func (e *fakeEP) releaseHeld() {
+	e.mu.Lock()
+	h := e.held
+	e.held = nil
+	e.holdSend = false
+	e.mu.Unlock()
+	for _, wc := range h {
+		e.cq.push(wc)
+	}
+}
+
+// releaseReads delivers the oldest held READ completion; it reports whether there was one.
+func (e *fakeEP) releaseRead() bool {
+	e.mu.Lock()
+	if len(e.heldReads) == 0 {
+		e.mu.Unlock()
+		return false
+	}
+	wc := e.heldReads[0]
+	e.heldReads = e.heldReads[1:]
+	e.mu.Unlock()
+	e.cq.push(wc)
+	return true
+}
+
+func (e *fakeEP) Disconnect() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err {
+		return nil
+	}
+	e.err = true
+	if !e.noFlush {
+		for _, wc := range append(e.held, e.heldReads...) {
+			wc.Status = rdmacm.WCFlushErr
+			e.cq.push(wc)
+		}
+		e.held, e.heldReads = nil, nil
+		for i := range e.recvs {
+			e.cq.push(rdmacm.Completion{ID: e.recvs[i].ID, Status: rdmacm.WCFlushErr})
+		}
+	}
+	e.recvs = e.recvs[:0]
+	return nil
+}
+
+func (e *fakeEP) Destroy() error {
+	e.mu.Lock()
+	e.dead = true
+	e.mu.Unlock()
+	return nil
+}
+
+var errRNR = errors.New("fake: receiver not ready")
+
+// hostSend delivers a capsule into the target's next posted receive.
+func (e *fakeEP) hostSend(capsule []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err || e.dead {
+		return errors.New("fake: queue pair in error state")
+	}
+	if len(e.recvs) == 0 {
+		return errRNR
+	}
+	w := e.recvs[0]
+	e.recvs = e.recvs[1:]
+	rest := capsule
+	for i := 0; i < int(w.NumSGE) && len(rest) > 0; i++ {
+		b := e.f.local(w.SGL[i])
+		n := copy(b, rest)
+		rest = rest[n:]
+	}
+	if len(rest) > 0 {
+		e.cq.push(rdmacm.Completion{ID: w.ID, Status: rdmacm.WCLocLenErr})
+		return nil
+	}
+	e.cq.push(rdmacm.Completion{ID: w.ID, Opcode: rdmacm.WCRecv, ByteLen: uint32(len(capsule))})
+	return nil
+}
+
+// fakeLink is a hostLink over a fakeEP.
+type fakeLink struct{ ep *fakeEP }
+
+func (l fakeLink) send(capsule []byte) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := l.ep.hostSend(capsule)
+		if !errors.Is(err, errRNR) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Microsecond) // receiver not ready: retry, as RNR retry 7 does
+	}
+}
+
+func (l fakeLink) memory() ([]byte, uint64, uint32) {
+	return l.ep.hostMem, l.ep.hostBase, l.ep.hostKey
+}
+
+func (l fakeLink) close() { l.ep.Disconnect() }
+
+// ---- engine harness ----
+
+type engineOpts struct {
+	poolSize  int
+	maxIO     int
+	busyPoll  bool
+	spin      time.Duration
+	icd       int
+	ird       int
+	sqSize    int // 0: sqDepth(depth)
+	maxMsg    int
+	hostBytes int
+	nss       []conf.Namespace
+}
+
+type engine struct {
+	t    testing.TB
+	tgt  *target.Target
+	port *target.Port
+	f    *fakeFabric
+	cq   *fakeCQ
+	pool *pool
+	g    *group
+	o    engineOpts
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("GONVMF_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newEngine(t testing.TB, o engineOpts) *engine {
+	t.Helper()
+	if o.maxIO == 0 {
+		o.maxIO = 128 << 10
+	}
+	if o.poolSize == 0 {
+		o.poolSize = 4 << 20
+	}
+	if o.ird == 0 {
+		o.ird = 4
+	}
+	if o.maxMsg == 0 {
+		o.maxMsg = 8 << 20
+	}
+	if o.hostBytes == 0 {
+		o.hostBytes = 64 * o.maxIO
+	}
+	if o.nss == nil {
+		o.nss = []conf.Namespace{
+			{NSID: 1, Backend: conf.BackendMemory, Size: 128 << 20},
+			{NSID: 2, Backend: conf.BackendNull, Size: 1 << 30},
+		}
+	}
+	icd := o.icd
+	if icd == 0 {
+		icd = conf.NoInCapsuleData
+	}
+	cfg := &conf.Config{
+		Listeners:  []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: testSubNQN, AllowAnyHost: true, Namespaces: o.nss}},
+		Transport:  conf.Transport{MaxIOSize: o.maxIO, InCapsuleDataSize: icd, BufferPoolSize: conf.Size(o.poolSize)},
+	}
+	log := testLogger(t)
+	tgt, err := target.New(cfg, target.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := tgt.AddPort(target.PortConfig{TrType: target.TrTypeRDMA, AdrFam: target.AdrFamIPv4, TrAddr: "10.99.0.1",
+		TrSvcID: "4420", Advertise: true, Keyed: true, InCapsuleDataSize: -1, MaxSGLDescriptors: target.MaxSGLDescriptors})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &engine{t: t, tgt: tgt, port: port, f: newFakeFabric(), cq: newFakeCQ(), o: o}
+	e.pool, err = newPool(e.f.newRegion(o.poolSize), o.maxIO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.g = newGroup(0, e.pool, e.cq, groupConfig{busyPoll: o.busyPoll, spin: o.spin, cqeCap: 1 << 20}, log)
+	go e.g.run()
+	t.Cleanup(func() {
+		tgt.Close()
+		e.g.stop()
+		select {
+		case <-e.g.stopped:
+		case <-time.After(10 * time.Second):
+			t.Errorf("poll group did not stop")
+		}
+		e.cq.close()
+	})
+	return e
+}
+
+// fconn is a connection of the engine with its fake host queue.
+type fconn struct {
+	c    *conn
+	ep   *fakeEP
+	h    *hostQueue
+	dead chan struct{}
+}
+
+// dial connects a queue of depth entries (qid for the limits: 0 is an admin queue).
+func (e *engine) dial(qid uint16, depth int) *fconn {
+	e.t.Helper()
+	cfg := connConfig{qid: qid, depth: depth, ird: e.o.ird, sqSize: e.o.sqSize, maxMsg: e.o.maxMsg, admin: qid == 0}
+	if cfg.sqSize == 0 {
+		cfg.sqSize = sqDepth(depth)
+	}
+	if qid != 0 {
+		cfg.icd = e.port.Limits().InCapsuleDataSize
+	}
+	reg := e.f.newRegion(layoutFor(&cfg).size)
+	ep := newFakeEP(e.f, e.cq, e.o.hostBytes)
+	c := newConn(cfg, reg, ep, e.pool, testLogger(e.t))
+	if err := e.g.attach(c); err != nil {
+		e.t.Fatal(err)
+	}
+	q, err := e.port.NewQueue(c, depth)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.q = q
+	fc := &fconn{c: c, ep: ep, dead: make(chan struct{})}
+	c.onDead = func(*conn) { close(fc.dead) }
+	e.g.publish(c)
+	if err := c.postInitialRecvs(); err != nil {
+		e.t.Fatal(err)
+	}
+	fc.h = newHostQueue(e.t, depth, e.o.hostBytes/depth)
+	ep.onResp = fc.h.onResponse
+	fc.h.attach(fakeLink{ep})
+	return fc
+}
+
+// waitDead waits until the connection's resources are released.
+func (fc *fconn) waitDead(t testing.TB) {
+	t.Helper()
+	select {
+	case <-fc.dead:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("connection not released: state %d, receives %d, sends %d", fc.c.state, fc.c.recvPosted, fc.c.sigOut)
+	}
+}
+
+// adminConnect connects an admin queue and enables the controller.
+func (e *engine) adminConnect(kato uint32) (*fconn, uint16) {
+	e.t.Helper()
+	a := e.dial(0, 32)
+	c := a.h.connect(0, kato, nvmeproto.CNTLIDDynamic, testSubNQN, testHostNQN)
+	expectOK(e.t, "admin connect", c)
+	cntlid, _ := nvmeproto.ParseConnectSuccessDW0(c.DW0)
+	a.h.enable()
+	return a, cntlid
+}
+
+// ioConnect connects I/O queue qid of controller cntlid.
+func (e *engine) ioConnect(qid, cntlid uint16, depth int) *fconn {
+	e.t.Helper()
+	q := e.dial(qid, depth)
+	c := q.h.connect(qid, 0, cntlid, testSubNQN, testHostNQN)
+	expectOK(e.t, "I/O connect", c)
+	return q
+}

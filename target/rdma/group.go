@@ -1,0 +1,535 @@
+package rdma
+
+import (
+	"errors"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonvmf/gonvmf/rdmacm"
+)
+
+// endpoint is a connection's queue pair as the engine uses it (*rdmacm.QP plus its CM
+// ID in the target; a fake in unit tests).
+type endpoint interface {
+	PostSend(wrs []rdmacm.SendWR) error
+	PostRecv(wrs []rdmacm.RecvWR) error
+	// Disconnect moves the QP to the error state (rdma_disconnect), so that every
+	// outstanding work request completes, flushed, and tells the host.
+	Disconnect() error
+	// Destroy destroys the QP: the hardware touches none of its buffers afterwards.
+	Destroy() error
+}
+
+// compQueue is a poll group's completion queue (*rdmacm.CQ, or a fake).
+type compQueue interface {
+	Poll(wc []rdmacm.Completion) (int, error)
+	Arm(solicitedOnly bool) error
+	Wait(timeout time.Duration) (bool, error)
+	Wake()
+}
+
+// Work request IDs: kind in bits 0..7, context or receive slot in 8..23, the
+// connection's slot in its group's table in 24..39, and that slot's generation in
+// 40..63 (completions of a connection that is gone are recognised and dropped).
+const (
+	kindRecv  = 1
+	kindRead  = 2
+	kindWrite = 3
+	kindSend  = 4
+)
+
+func wrID(kind, idx, slot int, gen uint32) uint64 {
+	return uint64(kind) | uint64(idx)<<8 | uint64(slot)<<24 | uint64(gen&0xFFFFFF)<<40
+}
+
+// maxConnsPerGroup bounds a poll group's connection table.
+const maxConnsPerGroup = 4096
+
+// pollBatch is how many completions a poll group takes per Poll call.
+const pollBatch = 64
+
+// Drain timing: how long a closing connection waits for the device to flush its work
+// requests before its QP is destroyed regardless, and how often a group with closing
+// connections wakes up to check.
+var drainTimeout = 5 * time.Second // a variable for tests
+
+const (
+	drainCheck    = 50 * time.Millisecond
+	idleWakeEvery = time.Second
+)
+
+// groupConfig tunes a poll group.
+type groupConfig struct {
+	busyPoll bool          // never sleep on the completion channel
+	spin     time.Duration // event mode: keep polling this long after the last work before sleeping
+	cqeCap   int           // completion queue entries (the sum of its connections' needs must fit)
+}
+
+// group is a poll group: one goroutine polling one completion queue shared by many
+// connections' QPs, in batches. It owns the state of those connections (send queue and
+// RDMA READ credits, the requests' state machines, staged work requests), so none of
+// it needs a lock; other goroutines hand it work through lock-free lists (completed
+// commands, connection events) and wake it if it sleeps.
+type group struct {
+	id   int
+	log  *slog.Logger
+	pool *pool
+	cq   compQueue
+	cfg  groupConfig
+
+	wcs []rdmacm.Completion
+
+	mu      sync.Mutex // guards the slot allocator and cqeUsed
+	conns   []atomic.Pointer[conn]
+	gens    []uint32
+	free    []int32
+	nconns  atomic.Int32
+	cqeUsed int
+
+	done     atomic.Pointer[rctx] // commands the core completed (a LIFO stack)
+	attn     atomic.Pointer[conn] // connections with events (close requested, core closed)
+	sleeping atomic.Bool
+	kicked   atomic.Bool
+	wantFlag atomic.Bool // some request waits for pool buffers (read by pool.release)
+	wantBuf  bool        // the group's own copy of wantFlag
+
+	adminBufWait fifo // admin commands waiting for a buffer (served first)
+	bufWait      fifo // I/O commands waiting for a buffer
+	dirty        []*conn
+	draining     []*conn
+
+	stopping atomic.Bool
+	cqGone   bool // the completion queue was closed under the group
+	stopped  chan struct{}
+
+	stats groupStats
+}
+
+// groupStats count events of a poll group (read racily, for logs and tests).
+type groupStats struct {
+	polls, completions, sleeps, wakeups atomic.Uint64
+	bufWaits, readWaits, sendWaits      atomic.Uint64
+}
+
+func newGroup(id int, p *pool, cq compQueue, cfg groupConfig, log *slog.Logger) *group {
+	g := &group{
+		id: id, log: log.With("poll_group", id), pool: p, cq: cq, cfg: cfg,
+		wcs:     make([]rdmacm.Completion, pollBatch),
+		conns:   make([]atomic.Pointer[conn], maxConnsPerGroup),
+		gens:    make([]uint32, maxConnsPerGroup),
+		free:    make([]int32, 0, maxConnsPerGroup),
+		dirty:   make([]*conn, 0, maxConnsPerGroup),
+		stopped: make(chan struct{}),
+	}
+	for i := maxConnsPerGroup - 1; i >= 0; i-- {
+		g.free = append(g.free, int32(i))
+	}
+	p.addGroup(g)
+	return g
+}
+
+var errGroupFull = errors.New("rdma: poll group has no room for another queue pair")
+
+// attach gives c a slot in the group's table if the completion queue has room for c's
+// work requests. The group ignores c until publish.
+func (g *group) attach(c *conn) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.free) == 0 || g.cqeUsed+c.cqeNeed > g.cfg.cqeCap {
+		return errGroupFull
+	}
+	slot := g.free[len(g.free)-1]
+	g.free = g.free[:len(g.free)-1]
+	g.gens[slot] = (g.gens[slot] + 1) & 0xFFFFFF
+	g.cqeUsed += c.cqeNeed
+	c.g = g
+	c.slot = int(slot)
+	c.gen = g.gens[slot]
+	c.initWRs()
+	g.nconns.Add(1)
+	return nil
+}
+
+// publish makes c's completions and events reach it; everything the group reads of c
+// must be set before. A close requested before publish is acted on now.
+func (g *group) publish(c *conn) {
+	g.conns[c.slot].Store(c)
+	c.published.Store(true)
+	if c.closeReq.Load() {
+		g.pushAttn(c)
+	}
+}
+
+// room reports whether a connection needing cqe completion entries fits, and how many
+// connections the group has (to spread them).
+func (g *group) room(cqe int) (fits bool, conns int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.free) > 0 && g.cqeUsed+cqe <= g.cfg.cqeCap, int(g.nconns.Load())
+}
+
+// detach frees c's slot; completions still carrying it are dropped.
+func (g *group) detach(c *conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c.detached {
+		return
+	}
+	c.detached = true
+	if g.conns[c.slot].Load() == c {
+		g.conns[c.slot].Store(nil)
+	}
+	g.free = append(g.free, int32(c.slot))
+	g.cqeUsed -= c.cqeNeed
+	g.nconns.Add(-1)
+}
+
+// pushDone hands a command the core completed to the group. Any goroutine.
+func (g *group) pushDone(x *rctx) {
+	for {
+		old := g.done.Load()
+		x.nextDone = old
+		if g.done.CompareAndSwap(old, x) {
+			break
+		}
+	}
+	if g.sleeping.Load() {
+		g.cq.Wake()
+	}
+}
+
+// pushAttn queues c for the group's attention (its flags say why). Any goroutine.
+func (g *group) pushAttn(c *conn) {
+	if !c.attnQueued.CompareAndSwap(false, true) {
+		return
+	}
+	for {
+		old := g.attn.Load()
+		c.nextAttn = old
+		if g.attn.CompareAndSwap(old, c) {
+			break
+		}
+	}
+	g.cq.Wake()
+}
+
+// kick makes the group retry waiting requests (buffers were freed). Any goroutine.
+func (g *group) kick() {
+	g.kicked.Store(true)
+	if g.sleeping.Load() {
+		g.cq.Wake()
+	}
+}
+
+// stop makes run return once no connection is left (or at once with force).
+func (g *group) stop() {
+	g.stopping.Store(true)
+	g.cq.Wake()
+}
+
+// run is the poll group's goroutine.
+func (g *group) run() {
+	defer close(g.stopped)
+	var idleSince time.Time
+	for {
+		if g.iterate() {
+			idleSince = time.Time{}
+			continue
+		}
+		if g.cqGone || (g.stopping.Load() && g.nconns.Load() == 0 && g.done.Load() == nil) {
+			return
+		}
+		if g.cfg.busyPoll {
+			if len(g.draining) > 0 {
+				g.housekeeping()
+			}
+			runtime.Gosched()
+			continue
+		}
+		if g.cfg.spin > 0 {
+			now := time.Now()
+			if idleSince.IsZero() {
+				idleSince = now
+				continue
+			}
+			if now.Sub(idleSince) < g.cfg.spin {
+				continue
+			}
+		}
+		g.sleep()
+		idleSince = time.Time{}
+	}
+}
+
+// iterate does one round of work: completions, completed commands, connection events,
+// requests waiting for buffers, then posts what was staged. It reports whether there
+// was anything to do.
+func (g *group) iterate() bool {
+	work := false
+	n, err := g.cq.Poll(g.wcs)
+	if err != nil {
+		if errors.Is(err, rdmacm.ErrClosed) {
+			g.cqGone = true
+			return false
+		}
+		g.log.Error("polling the completion queue failed", "err", err)
+		time.Sleep(10 * time.Millisecond)
+	}
+	g.stats.polls.Add(1)
+	if n > 0 {
+		g.stats.completions.Add(uint64(n))
+		for i := range g.wcs[:n] {
+			g.dispatch(&g.wcs[i])
+		}
+		work = true
+	}
+	if g.done.Load() != nil {
+		g.processDone()
+		work = true
+	}
+	if g.attn.Load() != nil {
+		g.processAttn()
+		work = true
+	}
+	if g.kicked.Swap(false) || g.wantBuf {
+		if g.serveBufWait() {
+			work = true
+		}
+	}
+	g.flush()
+	if len(g.draining) > 0 && work {
+		g.housekeeping()
+	}
+	return work
+}
+
+// sleep arms the completion queue and waits for a completion, a wake-up or a timeout.
+func (g *group) sleep() {
+	g.sleeping.Store(true)
+	if g.done.Load() != nil || g.attn.Load() != nil || g.kicked.Load() || (g.stopping.Load() && g.nconns.Load() == 0) {
+		g.sleeping.Store(false)
+		return
+	}
+	if err := g.cq.Arm(false); err != nil && !g.stopping.Load() {
+		g.log.Error("arming the completion queue failed", "err", err)
+	}
+	// A completion that arrived before the arm raises no event: look once more.
+	if n, _ := g.cq.Poll(g.wcs); n > 0 {
+		g.sleeping.Store(false)
+		g.stats.completions.Add(uint64(n))
+		for i := range g.wcs[:n] {
+			g.dispatch(&g.wcs[i])
+		}
+		g.flush()
+		return
+	}
+	timeout := idleWakeEvery
+	if len(g.draining) > 0 {
+		timeout = drainCheck
+	}
+	g.stats.sleeps.Add(1)
+	if ok, _ := g.cq.Wait(timeout); ok {
+		g.stats.wakeups.Add(1)
+	}
+	g.sleeping.Store(false)
+	if len(g.draining) > 0 {
+		g.housekeeping()
+	}
+}
+
+// dispatch routes one completion to its connection.
+func (g *group) dispatch(wc *rdmacm.Completion) {
+	id := wc.ID
+	kind := int(id & 0xFF)
+	idx := int(id>>8) & 0xFFFF
+	slot := int(id>>24) & 0xFFFF
+	gen := uint32(id >> 40)
+	if slot >= len(g.conns) {
+		return
+	}
+	c := g.conns[slot].Load()
+	if c == nil || c.gen != gen || c.hwDrained {
+		return // a connection that is gone
+	}
+	switch kind {
+	case kindRecv:
+		c.onRecv(idx, wc)
+	case kindRead:
+		c.onRead(idx, wc)
+	case kindSend:
+		c.onSend(idx, wc)
+	case kindWrite:
+		// Unsignaled: only error completions arrive, before the SEND of the same
+		// chain, which accounts for the whole chain.
+		if wc.Status != rdmacm.WCSuccess && wc.Status != rdmacm.WCFlushErr {
+			c.fatal("RDMA WRITE failed", wc)
+		}
+	default:
+		g.log.Error("completion with an unknown work request id", "wr_id", id, "status", wc.Status.String())
+	}
+}
+
+// processDone takes the commands the core completed, oldest first.
+func (g *group) processDone() {
+	h := g.done.Swap(nil)
+	var rev *rctx
+	for h != nil {
+		n := h.nextDone
+		h.nextDone = rev
+		rev = h
+		h = n
+	}
+	for x := rev; x != nil; {
+		n := x.nextDone
+		x.nextDone = nil
+		x.c.onComplete(x)
+		x = n
+	}
+}
+
+// processAttn handles connection events: close requests and finished core queues.
+func (g *group) processAttn() {
+	h := g.attn.Swap(nil)
+	for c := h; c != nil; {
+		n := c.nextAttn
+		c.nextAttn = nil
+		c.attnQueued.Store(false)
+		if !c.published.Load() {
+			c = n
+			continue // publish pushes it again
+		}
+		if c.closeReq.Load() && c.state == stateLive {
+			c.beginClose()
+		}
+		if c.coreClosed.Load() && !c.coreDone {
+			c.coreDone = true
+			c.maybeFinalize()
+		}
+		c = n
+	}
+}
+
+// serveBufWait gives freed buffers to waiting requests, admin ones first, in arrival
+// order. It reports whether any request got one.
+func (g *group) serveBufWait() bool {
+	progress := false
+	for _, q := range [...]*fifo{&g.adminBufWait, &g.bufWait} {
+		for q.head != nil {
+			x := q.head
+			if x.c.state != stateLive {
+				q.pop()
+				x.c.failNoBuffer(x)
+				continue
+			}
+			off, ok := g.pool.alloc(x.bufOrder, x.c.admin)
+			if !ok {
+				break
+			}
+			q.pop()
+			x.bufOff, x.hasBuf = off, true
+			x.c.haveBuf(x)
+			progress = true
+		}
+		if q.head != nil {
+			break // admin commands waiting: I/O waits behind them
+		}
+	}
+	g.pool.setWant(g, g.adminBufWait.head != nil || g.bufWait.head != nil)
+	return progress
+}
+
+// waitBuf queues x until the pool has a buffer for it.
+func (g *group) waitBuf(x *rctx) {
+	g.stats.bufWaits.Add(1)
+	if x.c.admin {
+		g.adminBufWait.push(x)
+	} else {
+		g.bufWait.push(x)
+	}
+	g.pool.setWant(g, true)
+}
+
+// markDirty notes that c has staged work requests to post at the end of the round.
+func (g *group) markDirty(c *conn) {
+	if !c.dirty {
+		c.dirty = true
+		g.dirty = append(g.dirty, c)
+	}
+}
+
+// flush posts every connection's staged work requests: receives first (so that the
+// host's next command finds a buffer), then the send chain, one call each.
+func (g *group) flush() {
+	for i := 0; i < len(g.dirty); i++ { // flushing may dirty more connections
+		c := g.dirty[i]
+		c.dirty = false
+		c.flush()
+	}
+	clear(g.dirty)
+	g.dirty = g.dirty[:0]
+}
+
+// housekeeping forces the drain of connections whose device did not flush their work
+// requests in time.
+func (g *group) housekeeping() {
+	now := time.Now()
+	for i := 0; i < len(g.draining); i++ {
+		c := g.draining[i]
+		if !c.hwDrained && now.After(c.drainDeadline) {
+			c.forceDrain()
+		}
+	}
+}
+
+func (g *group) removeDraining(c *conn) {
+	for i, d := range g.draining {
+		if d == c {
+			g.draining = append(g.draining[:i], g.draining[i+1:]...)
+			return
+		}
+	}
+}
+
+// fifo is an intrusive queue of request contexts (linked through rctx.next).
+type fifo struct{ head, tail *rctx }
+
+func (q *fifo) push(x *rctx) {
+	x.next = nil
+	if q.tail == nil {
+		q.head = x
+	} else {
+		q.tail.next = x
+	}
+	q.tail = x
+}
+
+func (q *fifo) pop() *rctx {
+	x := q.head
+	if x != nil {
+		q.head = x.next
+		if q.head == nil {
+			q.tail = nil
+		}
+		x.next = nil
+	}
+	return x
+}
+
+// removeConn takes every context of c out of the queue and returns them as a list
+// (linked through next).
+func (q *fifo) removeConn(c *conn) *rctx {
+	var keep fifo
+	var out fifo
+	for x := q.pop(); x != nil; x = q.pop() {
+		if x.c == c {
+			out.push(x)
+		} else {
+			keep.push(x)
+		}
+	}
+	*q = keep
+	return out.head
+}

@@ -1,0 +1,680 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/rdmacm"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// Option configures a Transport.
+type Option func(*options)
+
+type options struct {
+	log   *slog.Logger
+	spin  time.Duration
+	msdbd int
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithSpin sets how long an idle poll group keeps polling before it sleeps on its
+// completion channel (event mode; default DefaultSpin). Busy polling is the
+// configuration's transport.busy_poll.
+func WithSpin(d time.Duration) Option { return func(o *options) { o.spin = d } }
+
+// WithMaxSGLDescriptors sets MSDBD, the keyed descriptors one command may carry in an
+// in-capsule list (default target.MaxSGLDescriptors).
+func WithMaxSGLDescriptors(n int) Option { return func(o *options) { o.msdbd = n } }
+
+// DefaultSpin is how long an idle poll group polls before sleeping. Short: on Soft-RoCE
+// the device itself runs on the CPUs a spinning poller would take.
+const DefaultSpin = 20 * time.Microsecond
+
+// listenBacklog is the rdma_listen backlog of every listener.
+const listenBacklog = 128
+
+// Errors of the transport.
+var (
+	// ErrClosed: the transport was closed.
+	ErrClosed = errors.New("rdma: transport closed")
+	// ErrAddressInUse: another process (or the kernel target) listens on the address.
+	ErrAddressInUse = errors.New("address already in use")
+	// ErrNotRDMAAddress: the address belongs to no RDMA device.
+	ErrNotRDMAAddress = errors.New("address is not on an RDMA device")
+)
+
+// Transport is the target's RDMA transport: it listens with rdma_cm, accepts queue pairs
+// for a target.Target, and moves commands, data and responses for them.
+type Transport struct {
+	t    *target.Target
+	cfg  conf.Transport
+	opts options
+	log  *slog.Logger
+	ch   *rdmacm.EventChannel
+
+	cmCtx    context.Context
+	cmCancel context.CancelFunc
+	cmDone   chan struct{}
+
+	mu        sync.Mutex
+	devices   map[string]*device
+	listeners map[*rdmacm.CMID]*Listener
+	conns     map[*rdmacm.CMID]*conn
+	live      sync.WaitGroup // connections not yet released
+	closed    bool
+}
+
+// Listener is one address the transport accepts connections on.
+type Listener struct {
+	addr netip.AddrPort
+	id   *rdmacm.CMID
+	port *target.Port
+	dev  string
+}
+
+// Addr returns the address the listener is bound to (the port filled in when it was 0).
+func (l *Listener) Addr() netip.AddrPort { return l.addr }
+
+// Device names the RDMA device the listener is bound to ("" for a wildcard address).
+func (l *Listener) Device() string { return l.dev }
+
+// Port returns the target port the listener serves (its discovery log entry).
+func (l *Listener) Port() *target.Port { return l.port }
+
+// New starts an RDMA transport for t with the transport settings cfg (resolved, as in
+// conf.Config.Transport). It opens the rdma_cm event channel and checks that the buffer
+// pool can be locked; Listen adds listeners.
+func New(t *target.Target, cfg conf.Transport, opts ...Option) (*Transport, error) {
+	o := options{log: slog.Default(), spin: DefaultSpin, msdbd: target.MaxSGLDescriptors}
+	for _, f := range opts {
+		f(&o)
+	}
+	c := conf.Config{Transport: cfg}
+	_ = c.Resolve() // fills transport defaults; the other (empty) sections' errors don't matter
+	cfg = c.Transport
+	if err := rdmacm.CheckMemlock(uint64(cfg.BufferPoolSize)); err != nil {
+		return nil, fmt.Errorf("rdma: the %s buffer pool cannot be locked in memory: %w", cfg.BufferPoolSize.Human(), err)
+	}
+	ch, err := rdmacm.NewEventChannel()
+	if err != nil {
+		return nil, noDeviceError(err)
+	}
+	tr := &Transport{
+		t: t, cfg: cfg, opts: o, log: o.log.With("component", "rdma"), ch: ch,
+		cmDone:    make(chan struct{}),
+		devices:   make(map[string]*device),
+		listeners: make(map[*rdmacm.CMID]*Listener),
+		conns:     make(map[*rdmacm.CMID]*conn),
+	}
+	tr.cmCtx, tr.cmCancel = context.WithCancel(context.Background())
+	go tr.cmLoop()
+	return tr, nil
+}
+
+// noDeviceError explains a missing RDMA device.
+func noDeviceError(err error) error {
+	if errors.Is(err, rdmacm.ErrNoDevice) {
+		return fmt.Errorf("rdma transport: %w", err) // the error says how to get a device
+	}
+	if errors.Is(err, rdmacm.ErrNotSupported) {
+		return fmt.Errorf("rdma: %w", err)
+	}
+	return fmt.Errorf("rdma: opening the rdma_cm event channel: %w", err)
+}
+
+// Listen starts accepting connections on a configured listener and registers it with
+// the target as a port (listed in the discovery log).
+func (tr *Transport) Listen(l conf.Listener) (*Listener, error) {
+	if l.Transport != "" && l.Transport != conf.DefaultTransport {
+		return nil, fmt.Errorf("rdma: listener transport %q is not rdma", l.Transport)
+	}
+	ip, err := netip.ParseAddr(l.Address)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: listener address %q: %w", l.Address, err)
+	}
+	port := l.Port
+	if port == 0 {
+		port = conf.DefaultPort
+	}
+	ap := netip.AddrPortFrom(ip, port)
+	tr.mu.Lock()
+	closed := tr.closed
+	tr.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	id, err := tr.ch.Listen(ap, listenBacklog)
+	if err != nil {
+		return nil, tr.listenError(ap, err)
+	}
+	lis := &Listener{addr: id.LocalAddr(), id: id, dev: id.DeviceName()}
+	if !lis.addr.IsValid() || lis.addr.Port() == 0 {
+		lis.addr = ap
+	}
+	if lis.dev != "" {
+		// Set the device up now, so that a buffer pool that cannot be locked is an
+		// error at start-up rather than a rejected host later.
+		if _, err := tr.device(lis.dev); err != nil {
+			id.Close()
+			return nil, fmt.Errorf("rdma: listener %v on %s: %w", ap, lis.dev, err)
+		}
+	}
+	adrfam := uint8(target.AdrFamIPv4)
+	if ip.Is6() && !ip.Is4In6() {
+		adrfam = target.AdrFamIPv6
+	}
+	tp, err := tr.t.AddPort(target.PortConfig{
+		TrType: target.TrTypeRDMA, AdrFam: adrfam,
+		TrAddr: ip.WithZone("").String(), TrSvcID: strconv.Itoa(int(lis.addr.Port())),
+		Advertise: true, Keyed: true, InCapsuleDataSize: -1, MaxSGLDescriptors: tr.opts.msdbd,
+		RDMAQPType: 1, RDMAProviderType: 1, RDMACMS: 1,
+	})
+	if err != nil {
+		id.Close()
+		return nil, fmt.Errorf("rdma: listener %v: %w", ap, err)
+	}
+	lis.port = tp
+	tr.mu.Lock()
+	if tr.closed {
+		tr.mu.Unlock()
+		id.Close()
+		tp.Close()
+		return nil, ErrClosed
+	}
+	tr.listeners[id] = lis
+	tr.mu.Unlock()
+	tr.log.Debug("listening", "addr", lis.addr, "device", lis.dev, "port_id", tp.ID())
+	return lis, nil
+}
+
+// listenError explains a failed bind or listen.
+func (tr *Transport) listenError(ap netip.AddrPort, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("rdma: listener %v: %w: another gonvmf or the kernel target (nvmet-rdma) listens there; stop it or choose another port: %v",
+			ap, ErrAddressInUse, err)
+	case errors.Is(err, syscall.ENODEV), errors.Is(err, syscall.EADDRNOTAVAIL), errors.Is(err, syscall.ENETUNREACH):
+		return fmt.Errorf("rdma: listener %v: %w (%s); give an address of one of those, or add an RDMA link on the interface "+
+			"that has it: `rdma link add rxe0 type rxe netdev IF`: %v", ap, ErrNotRDMAAddress, describeDevices(), err)
+	}
+	return fmt.Errorf("rdma: listener %v: %w", ap, err)
+}
+
+// describeDevices lists the RDMA devices and their addresses, for error messages.
+func describeDevices() string {
+	devs, err := rdmacm.Devices()
+	if err != nil || len(devs) == 0 {
+		return "this machine has no RDMA device"
+	}
+	var parts []string
+	for _, d := range devs {
+		var as []string
+		for _, a := range d.Addrs() {
+			as = append(as, a.String())
+		}
+		if len(as) == 0 {
+			parts = append(parts, d.Name+" (no address)")
+		} else {
+			parts = append(parts, d.Name+" ("+strings.Join(as, ", ")+")")
+		}
+	}
+	return "RDMA devices: " + strings.Join(parts, "; ")
+}
+
+// Close stops listening, disconnects every host, waits (bounded) for their queues to be
+// torn down and releases every RDMA resource. The target itself stays open.
+func (tr *Transport) Close() error {
+	tr.mu.Lock()
+	if tr.closed {
+		tr.mu.Unlock()
+		return nil
+	}
+	tr.closed = true
+	var lis []*Listener
+	for _, l := range tr.listeners {
+		lis = append(lis, l)
+	}
+	var conns []*conn
+	for _, c := range tr.conns {
+		conns = append(conns, c)
+	}
+	tr.mu.Unlock()
+	for _, l := range lis {
+		l.id.Close()
+		l.port.Close() // disconnects the port's queues
+	}
+	for _, c := range conns {
+		c.requestClose(target.ErrClosed)
+	}
+	done := make(chan struct{})
+	go func() { tr.live.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		tr.log.Error("connections still open 30 s after the transport started closing; releasing the devices anyway")
+	}
+	tr.mu.Lock()
+	devs := make([]*device, 0, len(tr.devices))
+	for _, d := range tr.devices {
+		devs = append(devs, d)
+	}
+	tr.mu.Unlock()
+	var errs []error
+	for _, d := range devs {
+		errs = append(errs, d.close())
+	}
+	tr.cmCancel()
+	errs = append(errs, tr.ch.Close())
+	<-tr.cmDone
+	return errors.Join(errs...)
+}
+
+// Stats are counters of the transport, for logs and tests.
+type Stats struct {
+	Connections     int // queue pairs connected now
+	PoolFreeBytes   int // free bytes in the buffer pools
+	PoolTotalBytes  int
+	PoolLowestBytes int // the least free since start
+	BufferWaits     uint64
+	ReadWaits       uint64
+	SendWaits       uint64
+	Completions     uint64
+	Sleeps          uint64
+}
+
+// Stats returns the transport's counters summed over devices and poll groups.
+func (tr *Transport) Stats() Stats {
+	var s Stats
+	tr.mu.Lock()
+	s.Connections = len(tr.conns)
+	devs := make([]*device, 0, len(tr.devices))
+	for _, d := range tr.devices {
+		devs = append(devs, d)
+	}
+	tr.mu.Unlock()
+	for _, d := range devs {
+		free, total, low := d.pool.stats()
+		s.PoolFreeBytes += free * pageSize
+		s.PoolTotalBytes += total * pageSize
+		s.PoolLowestBytes += low * pageSize
+		for _, g := range d.groups {
+			s.BufferWaits += g.stats.bufWaits.Load()
+			s.ReadWaits += g.stats.readWaits.Load()
+			s.SendWaits += g.stats.sendWaits.Load()
+			s.Completions += g.stats.completions.Load()
+			s.Sleeps += g.stats.sleeps.Load()
+		}
+	}
+	return s
+}
+
+// ---- devices ----
+
+// device is the per-RDMA-device state: protection domain, buffer pool and poll groups.
+type device struct {
+	name   string
+	dev    *rdmacm.Device
+	pd     *rdmacm.PD
+	attr   rdmacm.DeviceAttr
+	maxMsg int
+	arena  *rdmacm.Arena
+	pool   *pool
+	groups []*group
+	cqs    []*rdmacm.CQ
+
+	mu   sync.Mutex
+	next int
+}
+
+// maxCQE bounds each poll group's completion queue.
+const maxCQE = 32768
+
+// device returns the state of the named device, setting it up on first use.
+func (tr *Transport) device(name string) (*device, error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if d := tr.devices[name]; d != nil {
+		return d, nil
+	}
+	if tr.closed {
+		return nil, ErrClosed
+	}
+	d, err := tr.openDevice(name)
+	if err != nil {
+		return nil, err
+	}
+	tr.devices[name] = d
+	return d, nil
+}
+
+func (tr *Transport) openDevice(name string) (d *device, err error) {
+	d = &device{name: name}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	if d.dev, err = rdmacm.OpenDevice(name); err != nil {
+		return nil, err
+	}
+	if d.attr, err = d.dev.Query(); err != nil {
+		return nil, err
+	}
+	d.maxMsg = 1 << 30
+	if pa, err := d.dev.QueryPort(1); err == nil && pa.MaxMsgSize > 0 {
+		d.maxMsg = int(min(pa.MaxMsgSize, 1<<30))
+	}
+	if d.pd, err = d.dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if d.arena, err = d.pd.NewArena(int(tr.cfg.BufferPoolSize), 0); err != nil {
+		return nil, fmt.Errorf("buffer pool of %s: %w", tr.cfg.BufferPoolSize.Human(), err)
+	}
+	reg := region{mem: d.arena.Bytes(), base: d.arena.Addr(0), lkey: d.arena.LKey()}
+	if d.pool, err = newPool(reg, tr.cfg.MaxIOSize); err != nil {
+		return nil, err
+	}
+	n := tr.cfg.NumPollGroups()
+	cqe := maxCQE
+	if d.attr.MaxCQE > 0 {
+		cqe = min(cqe, d.attr.MaxCQE)
+	}
+	for i := range n {
+		cq, err := d.dev.NewCQ(cqe)
+		if err != nil {
+			return nil, fmt.Errorf("completion queue of poll group %d: %w", i, err)
+		}
+		d.cqs = append(d.cqs, cq)
+		g := newGroup(i, d.pool, cq, groupConfig{busyPoll: tr.cfg.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
+			tr.log.With("device", name))
+		d.groups = append(d.groups, g)
+		go g.run()
+	}
+	tr.log.Info("RDMA device ready", "device", name, "buffer_pool", tr.cfg.BufferPoolSize.Human(),
+		"poll_groups", n, "busy_poll", tr.cfg.BusyPoll, "cq_entries", cqe,
+		"max_qp_wr", d.attr.MaxQPWR, "max_qp_init_rd_atom", d.attr.MaxQPInitRdAtom, "max_msg", d.maxMsg)
+	return d, nil
+}
+
+// pickGroup returns the poll group with the fewest connections that has room.
+func (d *device) pickGroup(cqe int) *group {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var best *group
+	bestN := 0
+	for i := range d.groups {
+		g := d.groups[(d.next+i)%len(d.groups)]
+		fits, n := g.room(cqe)
+		if fits && (best == nil || n < bestN) {
+			best, bestN = g, n
+		}
+	}
+	d.next++
+	return best
+}
+
+// close stops the poll groups and releases the device's resources.
+func (d *device) close() error {
+	for _, g := range d.groups {
+		g.stop()
+	}
+	for _, g := range d.groups {
+		select {
+		case <-g.stopped:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	var errs []error
+	for _, cq := range d.cqs {
+		errs = append(errs, cq.Close())
+	}
+	if d.arena != nil {
+		errs = append(errs, d.arena.Close())
+	}
+	if d.pd != nil {
+		errs = append(errs, d.pd.Close())
+	}
+	if d.dev != nil {
+		errs = append(errs, d.dev.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ---- connection manager ----
+
+func (tr *Transport) cmLoop() {
+	defer close(tr.cmDone)
+	for {
+		ev, err := tr.ch.GetEvent(tr.cmCtx)
+		if err != nil {
+			if errors.Is(err, rdmacm.ErrClosed) || tr.cmCtx.Err() != nil {
+				return
+			}
+			tr.log.Error("reading rdma_cm events", "err", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		tr.handleEvent(ev)
+	}
+}
+
+func (tr *Transport) handleEvent(ev *rdmacm.Event) {
+	if ev.Type == rdmacm.EventConnectRequest {
+		tr.onConnectRequest(ev)
+		return
+	}
+	tr.mu.Lock()
+	c := tr.conns[ev.ID]
+	lis := tr.listeners[ev.ID]
+	tr.mu.Unlock()
+	switch {
+	case c != nil:
+		switch ev.Type {
+		case rdmacm.EventEstablished:
+			c.log.Debug("queue pair established", "qid", c.cfg.qid)
+		case rdmacm.EventDisconnected:
+			c.requestClose(errHostDisconnect)
+		case rdmacm.EventRejected, rdmacm.EventConnectError, rdmacm.EventUnreachable:
+			c.log.Warn("connection failed after accept", "event", ev.Type.String(), "status", ev.Status)
+			c.requestClose(fmt.Errorf("rdma: %v (status %d)", ev.Type, ev.Status))
+		case rdmacm.EventDeviceRemoval:
+			c.requestClose(errors.New("rdma: device removed"))
+		case rdmacm.EventTimewaitExit, rdmacm.EventAddrChange:
+		default:
+			c.log.Debug("rdma_cm event", "event", ev.Type.String(), "status", ev.Status)
+		}
+	case lis != nil:
+		if ev.Type == rdmacm.EventDeviceRemoval {
+			tr.log.Error("the listener's RDMA device was removed: no more connections on it", "addr", lis.addr, "device", lis.dev)
+		} else {
+			tr.log.Debug("rdma_cm listener event", "addr", lis.addr, "event", ev.Type.String(), "status", ev.Status)
+		}
+	default:
+		tr.log.Debug("rdma_cm event for an unknown id", "event", ev.Type.String(), "status", ev.Status)
+	}
+}
+
+// qpEndpoint is a connection's real queue pair.
+type qpEndpoint struct {
+	id *rdmacm.CMID
+	qp *rdmacm.QP
+}
+
+func (e *qpEndpoint) PostSend(wrs []rdmacm.SendWR) error { return e.qp.PostSend(wrs) }
+func (e *qpEndpoint) PostRecv(wrs []rdmacm.RecvWR) error { return e.qp.PostRecv(wrs) }
+func (e *qpEndpoint) Disconnect() error                  { return e.id.Disconnect() }
+func (e *qpEndpoint) Destroy() error                     { return e.qp.Close() }
+
+// onConnectRequest checks a host's connection request and accepts or rejects it.
+func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
+	id := ev.ID
+	remote := id.RemoteAddr()
+	tr.mu.Lock()
+	lis := tr.listeners[ev.Listener]
+	closed := tr.closed
+	tr.mu.Unlock()
+	if lis == nil || closed {
+		tr.rejectConn(id, remote, reject(nvmeproto.RDMARejectNoResources, "the listener is closing"), nil)
+		return
+	}
+	lim := lis.port.Limits()
+	dev, err := tr.device(id.DeviceName())
+	if err != nil {
+		tr.log.Error("cannot set up the RDMA device for a connection", "device", id.DeviceName(), "err", err)
+		tr.rejectConn(id, remote, reject(nvmeproto.RDMARejectNoResources, "device %s: %v", id.DeviceName(), err), nil)
+		return
+	}
+	p, rej := checkConnReq(ev.Param.PrivateData, int(ev.Param.InitiatorDepth), connLimits{
+		maxIOQueues: lim.MaxIOQueues, adminDepth: lim.AdminQueueDepth, maxDepth: lim.MaxQueueDepth,
+		deviceMaxIRD: dev.attr.MaxQPInitRdAtom, deviceMaxWR: dev.attr.MaxQPWR,
+	})
+	if rej != nil {
+		tr.rejectConn(id, remote, rej, ev)
+		return
+	}
+	cfg := connConfig{
+		qid: p.req.QID, depth: p.depth, ird: p.ird, sqSize: sqDepth(p.depth),
+		maxMsg: dev.maxMsg, admin: p.req.QID == 0,
+	}
+	if dev.attr.MaxQPWR > 0 {
+		cfg.sqSize = min(cfg.sqSize, dev.attr.MaxQPWR)
+	}
+	if !cfg.admin {
+		cfg.icd = lim.InCapsuleDataSize
+	}
+	log := tr.log.With("remote", remote.String(), "qid", p.req.QID)
+	if err := tr.accept(ev, lis, dev, p, cfg, log); err != nil {
+		var rj *rejectError
+		if !errors.As(err, &rj) {
+			rj = reject(nvmeproto.RDMARejectNoResources, "%v", err)
+		}
+		tr.rejectConn(id, remote, rj, ev)
+	}
+}
+
+// accept creates the connection's queue pair and memory and accepts it. On error
+// everything it created is released (the caller rejects and destroys the ID).
+func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p connParams, cfg connConfig, log *slog.Logger) (err error) {
+	id := ev.ID
+	lay := layoutFor(&cfg)
+	g := dev.pickGroup(cfg.depth + cfg.sqSize)
+	if g == nil {
+		return reject(nvmeproto.RDMARejectNoResources, "every poll group's completion queue is full (%d groups)", len(dev.groups))
+	}
+	arena, err := dev.pd.NewArena(lay.size, 0)
+	if err != nil {
+		return fmt.Errorf("queue memory of %d bytes: %w", lay.size, err)
+	}
+	ep := &qpEndpoint{id: id}
+	c := newConn(cfg, region{mem: arena.Bytes(), base: arena.Addr(0), lkey: arena.LKey()}, ep, dev.pool, log)
+	if err := g.attach(c); err != nil {
+		arena.Close()
+		return reject(nvmeproto.RDMARejectNoResources, "%v", err)
+	}
+	recvSGE := 1
+	if cfg.icd > 0 {
+		recvSGE = 2
+	}
+	qp, err := id.CreateQP(dev.pd, rdmacm.QPConfig{
+		SendCQ: dev.cqs[g.id], RecvCQ: dev.cqs[g.id],
+		MaxSendWR: cfg.sqSize, MaxRecvWR: cfg.depth, MaxSendSGE: 1, MaxRecvSGE: recvSGE,
+		MaxInlineData: nvmeproto.CQESize,
+	})
+	if err != nil {
+		g.detach(c)
+		arena.Close()
+		return err
+	}
+	ep.qp = qp
+	q, err := lis.port.NewQueue(c, cfg.depth)
+	if err != nil {
+		qp.Close()
+		g.detach(c)
+		arena.Close()
+		return err
+	}
+	c.q = q
+	c.onDead = func(c *conn) { tr.connDead(c, id, arena) }
+	tr.mu.Lock()
+	if tr.closed {
+		tr.mu.Unlock()
+		q.Close()
+		qp.Close()
+		g.detach(c)
+		arena.Close()
+		return ErrClosed
+	}
+	tr.conns[id] = c
+	tr.live.Add(1)
+	tr.mu.Unlock()
+	g.publish(c)
+	if err := c.postInitialRecvs(); err != nil {
+		log.Error("posting the initial receives failed", "err", err)
+		id.Reject(rejectData(nvmeproto.RDMARejectNoResources))
+		c.requestClose(err)
+		return nil // torn down like any connection
+	}
+	err = id.Accept(&rdmacm.ConnParam{
+		PrivateData:        acceptData(cfg.depth),
+		InitiatorDepth:     uint8(min(cfg.ird, 255)),
+		ResponderResources: 0,
+		FlowControl:        1,
+		RNRRetryCount:      7,
+	})
+	if err != nil {
+		log.Warn("rdma_accept failed", "err", err)
+		c.requestClose(err)
+		return nil
+	}
+	log.Debug("queue pair accepted", "depth", cfg.depth, "send_wr", cfg.sqSize, "in_capsule", cfg.icd,
+		"initiator_depth", cfg.ird, "host_responder_resources", p.hostIRD,
+		"hrqsize", p.req.HRQSize, "hsqsize", p.req.HSQSize, "poll_group", g.id, "device", dev.name)
+	return nil
+}
+
+// connDead releases what accept created once the connection is torn down.
+func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, arena *rdmacm.Arena) {
+	if err := id.Close(); err != nil {
+		c.log.Debug("rdma_destroy_id", "err", err)
+	}
+	if err := arena.Close(); err != nil {
+		c.log.Error("releasing queue memory", "err", err)
+	}
+	tr.mu.Lock()
+	if tr.conns[id] == c {
+		delete(tr.conns, id)
+	}
+	tr.mu.Unlock()
+	c.log.Debug("connection released", "reason", c.reason())
+	tr.live.Done()
+}
+
+// rejectConn rejects a connection request with the nvme-rdma status and destroys its ID.
+func (tr *Transport) rejectConn(id *rdmacm.CMID, remote netip.AddrPort, rj *rejectError, ev *rdmacm.Event) {
+	attrs := []any{"remote", remote.String(), "status", uint16(rj.status), "status_name", rj.status.String(), "reason", rj.msg}
+	if ev != nil {
+		var r nvmeproto.RDMAConnReq
+		if r.Unmarshal(ev.Param.PrivateData) == nil {
+			attrs = append(attrs, "recfmt", r.RecFmt, "qid", r.QID, "hrqsize", r.HRQSize, "hsqsize", r.HSQSize, "cntlid", r.CNTLID)
+		}
+		attrs = append(attrs, "private_data_len", len(ev.Param.PrivateData), "host_responder_resources", ev.Param.InitiatorDepth)
+	}
+	tr.log.Warn("connection request rejected", attrs...)
+	if err := id.Reject(rejectData(rj.status)); err != nil {
+		tr.log.Debug("rdma_reject", "err", err)
+	}
+	id.Close()
+}
