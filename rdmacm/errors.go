@@ -74,7 +74,7 @@ func (e *PostError) Unwrap() error { return e.Errno }
 // connection; it carries the reject's private data (for NVMe-oF: recfmt and
 // sts, 4 bytes, possibly padded by the transport).
 type RejectError struct {
-	Reason      int    // CM reject reason; 28 (IB_CM_REJ_CONSUMER_DEFINED) for rdma_reject
+	Reason      int    // CM reject reason; RejectConsumerDefined for rdma_reject
 	PrivateData []byte // the reject's private data
 }
 

@@ -346,7 +346,7 @@ func TestRDMAConnectReject(t *testing.T) {
 		id.Close()
 		t.Fatalf("Dial to a rejecting listener: %v, %v; want a *RejectError", id, err)
 	}
-	if re.Reason != 28 || len(re.PrivateData) < 4 || !bytes.Equal(re.PrivateData[:4], rej) {
+	if re.Reason != rdmacm.RejectConsumerDefined || len(re.PrivateData) < 4 || !bytes.Equal(re.PrivateData[:4], rej) {
 		t.Errorf("reject reason %d private data % x; want 28 (consumer defined), % x", re.Reason, re.PrivateData, rej)
 	}
 	t.Logf("rejected: %v", err)

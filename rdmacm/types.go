@@ -286,12 +286,13 @@ type ConnParam struct {
 	// with zeros by the transport.
 	PrivateData []byte
 	// ResponderResources: RDMA READs the peer may have outstanding at us
-	// (our max_dest_rd_atomic). In a CONNECT_REQUEST event: what the peer
-	// can serve, i.e. the most we may use as InitiatorDepth.
+	// (our max_dest_rd_atomic). In a CONNECT_REQUEST event it is the
+	// peer's initiator depth: what we should grant as ResponderResources.
 	ResponderResources uint8
 	// InitiatorDepth: RDMA READs we may have outstanding (our
-	// max_rd_atomic). In a CONNECT_REQUEST event: the peer's initiator
-	// depth, i.e. the most we should grant as ResponderResources.
+	// max_rd_atomic). In a CONNECT_REQUEST event it is the peer's
+	// responder resources: the most we may use as InitiatorDepth (an
+	// NVMe-oF target accepts with min(this, Device max_qp_init_rd_atom)).
 	InitiatorDepth uint8
 	FlowControl    uint8
 	RetryCount     uint8 // transport retries (connect only; 7 is the usual choice)
@@ -300,12 +301,17 @@ type ConnParam struct {
 	QPNum          uint32
 }
 
+// RejectConsumerDefined is the CM reject reason (Event.Status of
+// EventRejected, RejectError.Reason) when the peer's application rejected
+// the connection with rdma_reject (IB_CM_REJ_CONSUMER_DEFINED).
+const RejectConsumerDefined = 28
+
 // Event is one connection manager event.
 type Event struct {
 	Type EventType
 	// Status: 0 on success; for *_ERROR and UNREACHABLE a negative errno;
-	// for REJECTED the CM reject reason (28: rejected by the peer's
-	// application).
+	// for REJECTED the CM reject reason (RejectConsumerDefined: rejected by
+	// the peer's application).
 	Status int
 	// ID is the CM ID the event is for. For CONNECT_REQUEST it is a new ID
 	// for the incoming connection: the receiver owns it and must Accept or

@@ -8,17 +8,20 @@
 # TESTBIN: the rdmacm test binary (go test -c ./rdmacm); default $GONVMF_BUILD/tests/rdmacm.test.
 # Runs inside the VM (integration/vm/vm.sh run, which brings up rxe0 and exports RXE_IP and
 # RXE_DEV). Outside the harness it sets up rxe0 on a dummy netdev itself (needs root and the
-# rdma_rxe module). Environment: DUR or GONVMF_PERF_DUR (seconds per measurement, default 5), SIZES (bytes,
-# default "4096 65536"), OPS (default "send write read"), OUT (where perftest-compare.tsv goes,
-# default the current directory).
+# rdma_rxe module). Environment: DUR or GONVMF_PERF_DUR (seconds per measurement, default 5),
+# REPS or GONVMF_PERF_REPS (rounds, default 3; the summary gives the median ratio of each
+# op/size), SIZES (bytes, default "4096 65536"), OPS (default "send write read"), OUT (where
+# perftest-compare.tsv goes, default the current directory).
 #
 # Both sides use the same queue depths (128 outstanding sends, 512 posted receives, reads up to
 # the device's initiator depth) and busy-poll; perftest's figure is "BW average" (its "BW peak"
-# reads 0 under TCG). The ratio is rdmacm / perftest: 1.0 means no overhead.
+# reads 0 under TCG). The ratio is rdmacm / perftest of the message rates (= of the bandwidths,
+# the sizes being equal): 1.0 means no overhead.
 set -uo pipefail
 
 BIN=${1:-${GONVMF_BUILD:-}/tests/rdmacm.test}
 DUR=${DUR:-${GONVMF_PERF_DUR:-5}}
+REPS=${REPS:-${GONVMF_PERF_REPS:-3}}
 SIZES=${SIZES:-4096 65536}
 OPS=${OPS:-send write read}
 OUTDIR=${OUT:-.}
@@ -68,26 +71,44 @@ gobench() {
 		{ echo "$out" | tail -5 >&2; return 1; }
 }
 
-printf 'op\tsize\tperftest_Gbps\trdmacm_Gbps\tratio_bw\tperftest_Mpps\trdmacm_Mpps\n' > "$TSV"
+printf 'round\top\tsize\tperftest_Gbps\trdmacm_Gbps\tratio\tperftest_Mpps\trdmacm_Mpps\n' > "$TSV"
 failed=0
-for op in $OPS; do
-	for sz in $SIZES; do
-		if ! p=$(perftest "$op" "$sz"); then
-			echo "perftest-compare: ib_${op}_bw -s $sz failed" >&2
-			failed=1
-			continue
-		fi
-		if ! g=$(gobench "$op" "$sz"); then
-			echo "perftest-compare: BenchmarkRDMA${op^}/$((sz / 1024))KiB failed" >&2
-			failed=1
-			continue
-		fi
-		read -r pg pm <<< "$p"
-		read -r gg gm <<< "$g"
-		ratio=$(awk -v a="$gg" -v b="$pg" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
-		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$op" "$sz" "$pg" "$gg" "$ratio" "$pm" "$gm" | tee -a "$TSV"
+for round in $(seq "$REPS"); do
+	for op in $OPS; do
+		for sz in $SIZES; do
+			if ! p=$(perftest "$op" "$sz"); then
+				echo "perftest-compare: ib_${op}_bw -s $sz failed" >&2
+				failed=1
+				continue
+			fi
+			if ! g=$(gobench "$op" "$sz"); then
+				echo "perftest-compare: BenchmarkRDMA${op^}/$((sz / 1024))KiB failed" >&2
+				failed=1
+				continue
+			fi
+			read -r pg pm <<< "$p"
+			read -r gg gm <<< "$g"
+			# perftest prints Gb/s with two decimals only: take the ratio of the
+			# message rates (same message size, so the same as of bandwidths).
+			ratio=$(awk -v a="$gm" -v b="$pm" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$op" "$sz" "$pg" "$gg" "$ratio" "$pm" "$gm" | tee -a "$TSV"
+		done
 	done
 done
 echo
 column -t -s $'\t' "$TSV"
+echo
+# Median over the rounds, per op and size.
+echo "op size perftest_Gbps(median) rdmacm_Gbps(median) ratio(median of rounds) rounds"
+for op in $OPS; do
+	for sz in $SIZES; do
+		awk -F'\t' -v op="$op" -v sz="$sz" '
+			function median(a, n,   i, j, t) {
+				for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+				return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+			}
+			$2 == op && $3 == sz { n++; p[n] = $4; g[n] = $5; r[n] = $6 }
+			END { if (n) printf "%s %s %.4f %.4f %.2f %d\n", op, sz, median(p, n), median(g, n), median(r, n), n }' "$TSV"
+	done
+done | tee "$OUTDIR/perftest-compare-summary.txt"
 exit $failed
