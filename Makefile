@@ -4,9 +4,14 @@ FUZZTIME ?= 30s
 BUILD    ?= $(CURDIR)/build
 export GONVMF_BUILD := $(BUILD)
 
-.PHONY: all build check vet unit fuzz vm-test test demo bench clean
+.PHONY: all setup build check vet unit fuzz vm-test test demo bench clean
 
 all: build
+
+# Debian packages for the VM harness, the Linux host tools and the rdma-core headers;
+# installed only when something is missing (integration/vm/setup-host.sh is idempotent).
+setup:
+	@integration/vm/vm.sh check >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ] || integration/vm/setup-host.sh
 
 build:
 	$(GO) build -o $(BUILD)/bin/gonvmf ./cmd/gonvmf
@@ -27,19 +32,19 @@ fuzz:
 	integration/fuzz.sh $(FUZZTIME)
 
 # Tests inside the Soft-RoCE qemu guest (builds the guest image on first use).
-vm-test:
+vm-test: setup
 	integration/run-tests.sh
 
 # All tests: static checks, unit tests, fuzzing, then the VM suites.
-test: check unit fuzz vm-test
+test: setup check unit fuzz vm-test
 
 # The main job: boot the guest, serve a file-backed namespace with gonvmf, connect the Linux
 # host over Soft-RoCE, run a short fio and print the result.
-demo:
+demo: setup
 	integration/demo.sh
 
 # gonvmf against the Linux kernel target in the same guest: report + plot.
-bench:
+bench: setup
 	integration/bench/run.sh
 
 clean:
