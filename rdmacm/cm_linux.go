@@ -240,10 +240,10 @@ func (id *CMID) do(f func() C.int, op, format string, args ...any) error {
 	if !id.acquire() {
 		return ErrClosed
 	}
-	defer id.release()
 	id.opMu.Lock()
 	rc := f()
 	id.opMu.Unlock()
+	id.release() // before formatting the error: String takes the lock
 	if rc != 0 {
 		return newError(op, errnoOf(rc), format, args...)
 	}
@@ -336,6 +336,7 @@ func (id *CMID) Disconnect() error {
 // Migrate moves the ID's future events to another channel (e.g. from a
 // listener's channel to a per-connection one).
 func (id *CMID) Migrate(to *EventChannel) error {
+	desc := id.String() // before taking the lock String takes
 	if !id.acquire() {
 		return ErrClosed
 	}
@@ -347,7 +348,7 @@ func (id *CMID) Migrate(to *EventChannel) error {
 	id.opMu.Lock()
 	defer id.opMu.Unlock()
 	if rc := C.gonvmf_migrate_id(id.id, to.ch); rc != 0 {
-		return newError("rdma_migrate_id", errnoOf(rc), "%v", id)
+		return newError("rdma_migrate_id", errnoOf(rc), "%s", desc)
 	}
 	id.ch.removeKid(id)
 	id.ch = to

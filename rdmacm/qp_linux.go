@@ -37,8 +37,10 @@ type QP struct {
 // CONNECT_REQUEST's ID, or an ID whose route is resolved. Create the QP and
 // post receives before Accept or Connect.
 func (id *CMID) CreateQP(pd *PD, cfg QPConfig) (*QP, error) {
+	// Describe the ID now: String takes the ID's lock, which is held below.
+	desc := id.String()
 	if pd == nil || cfg.SendCQ == nil || cfg.RecvCQ == nil {
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: PD, SendCQ and RecvCQ are required", id)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: PD, SendCQ and RecvCQ are required", desc)
 	}
 	if cfg.MaxSendSGE == 0 {
 		cfg.MaxSendSGE = 1
@@ -48,18 +50,18 @@ func (id *CMID) CreateQP(pd *PD, cfg QPConfig) (*QP, error) {
 	}
 	switch {
 	case cfg.MaxSendWR <= 0 || cfg.MaxRecvWR < 0:
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: MaxSendWR %d / MaxRecvWR %d: need MaxSendWR > 0, MaxRecvWR >= 0",
-			id, cfg.MaxSendWR, cfg.MaxRecvWR)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: MaxSendWR %d / MaxRecvWR %d: need MaxSendWR > 0, MaxRecvWR >= 0",
+			desc, cfg.MaxSendWR, cfg.MaxRecvWR)
 	case cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > MaxSGE:
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: MaxSendSGE %d: at most %d", id, cfg.MaxSendSGE, MaxSGE)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: MaxSendSGE %d: at most %d", desc, cfg.MaxSendSGE, MaxSGE)
 	case cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > MaxRecvSGE:
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: MaxRecvSGE %d: at most %d", id, cfg.MaxRecvSGE, MaxRecvSGE)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: MaxRecvSGE %d: at most %d", desc, cfg.MaxRecvSGE, MaxRecvSGE)
 	case cfg.MaxInlineData < 0:
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: MaxInlineData %d is negative", id, cfg.MaxInlineData)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: MaxInlineData %d is negative", desc, cfg.MaxInlineData)
 	}
 	if cfg.SendCQ.dev.ctx != pd.dev.ctx || cfg.RecvCQ.dev.ctx != pd.dev.ctx {
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: PD (%s) and CQs (%s, %s) are on different devices",
-			id, pd.dev.name, cfg.SendCQ.dev.name, cfg.RecvCQ.dev.name)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: PD (%s) and CQs (%s, %s) are on different devices",
+			desc, pd.dev.name, cfg.SendCQ.dev.name, cfg.RecvCQ.dev.name)
 	}
 
 	// Hold every object the QP depends on, in a fixed order (ID, PD, CQs
@@ -88,12 +90,12 @@ func (id *CMID) CreateQP(pd *PD, cfg QPConfig) (*QP, error) {
 	id.opMu.Lock()
 	defer id.opMu.Unlock()
 	if id.qp != nil {
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: the ID already has QP %d", id, id.qp.num)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: the ID already has QP %d", desc, id.qp.num)
 	}
 	if dev := C.GoString(C.gonvmf_id_device_name(id.id)); dev == "" {
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: the ID is not bound to a device yet (resolve the route first)", id)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: the ID is not bound to a device yet (resolve the route first)", desc)
 	} else if id.id.verbs != pd.dev.ctx {
-		return nil, fmt.Errorf("rdmacm: CreateQP on %v: the ID is on device %s but the PD is on %s", id, dev, pd.dev.name)
+		return nil, fmt.Errorf("rdmacm: CreateQP on %s: the ID is on device %s but the PD is on %s", desc, dev, pd.dev.name)
 	}
 	caps := C.struct_ibv_qp_cap{
 		max_send_wr:     C.uint32_t(cfg.MaxSendWR),
@@ -109,8 +111,8 @@ func (id *CMID) CreateQP(pd *PD, cfg QPConfig) (*QP, error) {
 	var num C.uint32_t
 	if rc := C.gonvmf_create_qp(id.id, pd.pd, cfg.SendCQ.cq, cfg.RecvCQ.cq, &caps, sigAll, &num); rc != 0 {
 		return nil, newError("rdma_create_qp", errnoOf(rc),
-			"%v, send_wr %d, recv_wr %d, send_sge %d, recv_sge %d, inline %d (device limits: see Device.Query)",
-			id, cfg.MaxSendWR, cfg.MaxRecvWR, cfg.MaxSendSGE, cfg.MaxRecvSGE, cfg.MaxInlineData)
+			"%s, send_wr %d, recv_wr %d, send_sge %d, recv_sge %d, inline %d (device limits: see Device.Query)",
+			desc, cfg.MaxSendWR, cfg.MaxRecvWR, cfg.MaxSendSGE, cfg.MaxRecvSGE, cfg.MaxInlineData)
 	}
 	qp := &QP{
 		id: id, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ,

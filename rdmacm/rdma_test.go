@@ -364,13 +364,23 @@ func anyNonZero(b []byte) bool {
 	return false
 }
 
-// TestRDMADisconnect: a disconnect flushes the peer's posted receives and
-// both sides see DISCONNECTED, then TIMEWAIT_EXIT.
+// TestRDMADisconnect: after the server's connection migrates to its own
+// event channel, a disconnect flushes the server's posted receives and both
+// sides see DISCONNECTED, then TIMEWAIT_EXIT (the server on its new channel).
 func TestRDMADisconnect(t *testing.T) {
 	ip := requireRDMA(t)
 	p := newPair(t, ip, pairOpts{
 		srvSetup: func(e *end) error { postRecvs(t, e, 0, 256, 8, 1); return nil },
 	})
+	// The server's connection moves from the listener's channel to its own.
+	sch, err := rdmacm.NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Close()
+	if err := p.srv.id.Migrate(sch); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.cli.id.Disconnect(); err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +398,7 @@ func TestRDMADisconnect(t *testing.T) {
 	}
 	// The passive side answers the disconnect request with its own
 	// Disconnect, which also moves its QP to the error state.
-	want(p.lch, p.srv.id, rdmacm.EventDisconnected)
+	want(sch, p.srv.id, rdmacm.EventDisconnected)
 	if err := p.srv.id.Disconnect(); err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +410,7 @@ func TestRDMADisconnect(t *testing.T) {
 		}
 	}
 	t0 := time.Now()
-	want(p.lch, p.srv.id, rdmacm.EventTimewaitExit)
+	want(sch, p.srv.id, rdmacm.EventTimewaitExit)
 	want(p.cch, p.cli.id, rdmacm.EventTimewaitExit)
 	t.Logf("TIMEWAIT_EXIT %v after DISCONNECTED", time.Since(t0))
 	if err := p.cli.qp.PostSend([]rdmacm.SendWR{{Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}}); err == nil {
