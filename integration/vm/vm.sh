@@ -375,7 +375,7 @@ cmd_run() {
 		-accel tcg,thread=multi,tb-size=512 -cpu max -m "$mem" -smp "$cpus"
 		-display none -no-reboot -nic none "${console[@]}"
 		-kernel "$IMAGE/vmlinux" -initrd "$IMAGE/initramfs.cpio.gz"
-		-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMAGE/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh"
+		-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMAGE/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh ${GONVMF_VM_APPEND:-}"
 		-virtfs local,path=/,mount_tag=gonvmf-root,security_model=none,readonly=on,multidevs=remap
 		-virtfs "local,path=$out,mount_tag=gonvmf-out,security_model=none,multidevs=remap"
 		"${drive[@]}"
