@@ -28,7 +28,6 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
 VM_DIR=${GONVMF_VM_DIR:-$HOME/.cache/gonvmf-vm}
 BUILD_DIR=${GONVMF_BUILD:-$SRC/build}
-IMAGE=$VM_DIR/image
 RXE_IP=10.99.0.1
 # Modules stage 1 needs before the root filesystem exists (their dependencies come along).
 INITRAMFS_MODULES="virtio_pci virtio_blk 9pnet_virtio 9p overlay"
@@ -88,11 +87,15 @@ check_host() {
 
 # ---- the cached image ----
 #
-# $VM_DIR/image/ holds manifest (what was built from what), kernel/ (the unpacked Debian
-# kernel package with depmod output), vmlinux (the uncompressed kernel: qemu boots it through
-# its PVH entry, 2-3 s faster than the bzImage under TCG) and initramfs.cpio.gz.
-# A rebuild goes to image.new and replaces image/ by rename. $VM_DIR/lock: running guests
-# hold it shared, a rebuild holds it exclusive.
+# $VM_DIR/images/<package>_<version>/ holds manifest (what was built from what), kernel/ (the
+# unpacked Debian kernel package with depmod output), vmlinux (the uncompressed kernel: qemu
+# boots it through its PVH entry, 2-3 s faster than the bzImage under TCG) and
+# initramfs-<inputs hash>.cpio.gz. $VM_DIR/current points at the one in use. Images and
+# initramfs files are never changed in place: a rebuild adds new ones and moves the link, so it
+# never waits for running guests (qemu reads the kernel and initramfs at start-up; a guest
+# reads its modules from its image directory all along). Locks: running guests hold
+# $VM_DIR/lock shared; builders hold $VM_DIR/build.lock; old images are deleted only when
+# `vm.sh image` or `vm.sh clean` gets both exclusively (no guest running, no build).
 
 # resolve_kernel: sets KPKG/KPKG_VERSION to the kernel package to use: $GONVMF_VM_KPKG, or
 # the package linux-image-amd64 depends on (the lab's pin). Empty if apt cannot tell.
@@ -128,36 +131,45 @@ resolve_kernel_apt() {
 	return 0
 }
 
-initramfs_inputs() {
-	cat "$HERE/init-stage1.sh" /bin/busybox | sha256sum | awk -v m="$INITRAMFS_MODULES" '{ print $1 "-" m }' | tr ' ' ,
+# initramfs_name: the initramfs file name for the current stage 1, busybox and module list.
+initramfs_name() {
+	echo "initramfs-$({
+		cat "$HERE/init-stage1.sh" /bin/busybox
+		echo "$INITRAMFS_MODULES"
+	} | sha256sum | cut -c1-16).cpio.gz"
 }
 
-manifest_get() { sed -n "s/^$1=//p" "$IMAGE/manifest" 2> /dev/null; }
+current_image() { readlink -e "$VM_DIR/current" 2> /dev/null || true; }
+manifest_get() { sed -n "s/^$2=//p" "$1/manifest" 2> /dev/null; }
 
-# image_state: prints "ok", "initramfs" (only the initramfs is stale) or "kernel".
+# image_state <image dir>: prints "ok", "initramfs" (only the initramfs is missing) or "kernel".
 image_state() {
-	[ -f "$IMAGE/manifest" ] && [ -f "$IMAGE/vmlinux" ] && [ -f "$IMAGE/initramfs.cpio.gz" ] || {
+	local img=$1
+	[ -n "$img" ] && [ -f "$img/manifest" ] && [ -f "$img/vmlinux" ] || {
 		echo kernel
 		return
 	}
 	resolve_kernel
 	if [ -z "$KPKG_VERSION" ]; then
-		msg "cannot resolve the kernel package from apt (no package lists? run integration/vm/setup-host.sh); using the cached $(manifest_get KPKG) $(manifest_get KPKG_VERSION)"
-	elif [ "$KPKG" != "$(manifest_get KPKG)" ] || [ "$KPKG_VERSION" != "$(manifest_get KPKG_VERSION)" ]; then
-		msg "kernel package changed: cached $(manifest_get KPKG) $(manifest_get KPKG_VERSION), now $KPKG $KPKG_VERSION"
+		msg "cannot resolve the kernel package from apt (no package lists? run integration/vm/setup-host.sh); using the cached $(manifest_get "$img" KPKG) $(manifest_get "$img" KPKG_VERSION)"
+	elif [ "$KPKG" != "$(manifest_get "$img" KPKG)" ] || [ "$KPKG_VERSION" != "$(manifest_get "$img" KPKG_VERSION)" ]; then
+		msg "kernel package changed: cached $(manifest_get "$img" KPKG) $(manifest_get "$img" KPKG_VERSION), now $KPKG $KPKG_VERSION"
 		echo kernel
 		return
 	fi
-	if [ "$(initramfs_inputs)" != "$(manifest_get INITRAMFS_INPUTS)" ]; then
+	[ -f "$img/$(initramfs_name)" ] || {
 		echo initramfs
 		return
-	fi
+	}
 	echo ok
 }
 
-# build_initramfs <image dir> <kver>: busybox-static, the stage-1 modules and init.
+# build_initramfs <image dir>: busybox-static, the stage-1 modules and init.
 build_initramfs() {
-	local img=$1 kver=$2 ir=$1/initramfs.d m ko
+	local img=$1 kver name ir m ko
+	kver=$(manifest_get "$img" KVER)
+	name=$(initramfs_name)
+	ir=$img/initramfs.d
 	rm -rf "$ir"
 	mkdir -p "$ir"/{bin,dev,proc,sys,ro,rw,newroot,lib/modules}
 	cp /bin/busybox "$ir/bin/busybox"
@@ -174,38 +186,40 @@ build_initramfs() {
 	}
 	cp "$HERE/init-stage1.sh" "$ir/init" && chmod 755 "$ir/init"
 	echo "$kver" > "$ir/KVER"
-	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$img/initramfs.cpio.gz.tmp" &&
-		mv "$img/initramfs.cpio.gz.tmp" "$img/initramfs.cpio.gz" && rm -rf "$ir"
+	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$img/$name.tmp" &&
+		mv "$img/$name.tmp" "$img/$name" && rm -rf "$ir"
 }
 
 # build_image: download the pinned kernel package, unpack it, depmod, extract vmlinux, check
-# the modules the harness needs, build the initramfs, then swap it into place.
+# the modules the harness needs, build the initramfs, then point $VM_DIR/current at it.
 build_image() {
 	resolve_kernel
 	[ -n "$KPKG" ] && [ -n "$KPKG_VERSION" ] ||
 		die "cannot resolve the kernel package (apt-cache depends linux-image-amd64 gave '${KPKG}'): run integration/vm/setup-host.sh (it runs apt-get update)"
-	local new=$VM_DIR/image.new t0 deb kver m
+	local img=$VM_DIR/images/${KPKG}_$KPKG_VERSION t0 deb kver m
+	local new=$img.new
 	t0=$(now)
-	msg "building the guest image from $KPKG $KPKG_VERSION in $VM_DIR"
-	rm -rf "$new"
-	mkdir -p "$new/dl"
-	# An exact name=version: a glob would make apt download every kernel (1.7 GB).
-	local sandbox=()
-	[ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root)
-	(cd "$new/dl" && apt-get download -q=2 "${sandbox[@]}" "$KPKG=$KPKG_VERSION") ||
-		die "apt-get download $KPKG=$KPKG_VERSION failed (stale package lists? run integration/vm/setup-host.sh)"
-	deb=$(ls "$new"/dl/*.deb)
-	dpkg-deb -x "$deb" "$new/kernel" || die "dpkg-deb -x $deb failed"
-	rm -rf "$new/dl"
-	kver=$(cd "$new/kernel/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//' | head -1)
-	[ -n "$kver" ] || die "$KPKG has no /boot/vmlinuz-*"
-	depmod -b "$new/kernel" "$kver" || die "depmod for $kver failed"
-	for m in $GUEST_MODULES; do
-		modprobe -d "$new/kernel" -S "$kver" --show-depends "$m" > /dev/null 2>&1 ||
-			die "kernel $kver has no module $m, which the harness needs (pin another kernel with GONVMF_VM_KPKG=linux-image-...)"
-	done
-	# The Debian bzImage carries an XZ payload; boot the uncompressed ELF if it can be had.
-	python3 - "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux" << 'PY' || cp "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux"
+	if [ ! -f "$img/manifest" ]; then # an older image may be back in use: keep it
+		msg "building the guest image from $KPKG $KPKG_VERSION in $VM_DIR"
+		rm -rf "$new"
+		mkdir -p "$new/dl"
+		# An exact name=version: a glob would make apt download every kernel (1.7 GB).
+		local sandbox=()
+		[ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root)
+		(cd "$new/dl" && apt-get download -q=2 "${sandbox[@]}" "$KPKG=$KPKG_VERSION") ||
+			die "apt-get download $KPKG=$KPKG_VERSION failed (stale package lists? run integration/vm/setup-host.sh)"
+		deb=$(ls "$new"/dl/*.deb)
+		dpkg-deb -x "$deb" "$new/kernel" || die "dpkg-deb -x $deb failed"
+		rm -rf "$new/dl"
+		kver=$(cd "$new/kernel/boot" && ls vmlinuz-* | sed 's/^vmlinuz-//' | head -1)
+		[ -n "$kver" ] || die "$KPKG has no /boot/vmlinuz-*"
+		depmod -b "$new/kernel" "$kver" || die "depmod for $kver failed"
+		for m in $GUEST_MODULES; do
+			modprobe -d "$new/kernel" -S "$kver" --show-depends "$m" > /dev/null 2>&1 ||
+				die "kernel $kver has no module $m, which the harness needs (pin another kernel with GONVMF_VM_KPKG=linux-image-...)"
+		done
+		# The Debian bzImage carries an XZ payload; boot the uncompressed ELF if it can be had.
+		python3 - "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux" << 'PY' || cp "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux"
 import lzma, sys
 data = open(sys.argv[1], 'rb').read()
 i = data.find(b'\xfd7zXZ\x00')
@@ -216,43 +230,60 @@ if elf[:4] != b'\x7fELF':
     sys.exit("the XZ payload is not an ELF kernel; booting the bzImage instead")
 open(sys.argv[2], 'wb').write(elf)
 PY
-	build_initramfs "$new" "$kver" || die "building the initramfs failed"
-	cat > "$new/manifest" << EOF
+		cat > "$new/manifest" << EOF
 KPKG=$KPKG
 KPKG_VERSION=$KPKG_VERSION
 KVER=$kver
-INITRAMFS_INPUTS=$(initramfs_inputs)
 BUILT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 EOF
-	rm -rf "$VM_DIR/image.old"
-	[ -d "$IMAGE" ] && mv "$IMAGE" "$VM_DIR/image.old"
-	mv "$new" "$IMAGE"
-	rm -rf "$VM_DIR/image.old"
-	msg "image ready in $(elapsed "$t0") s: kernel $kver ($(du -sh "$VM_DIR/image" | cut -f1) in $IMAGE)"
+		rm -rf "$img"
+		mv "$new" "$img"
+	fi
+	[ -f "$img/$(initramfs_name)" ] || build_initramfs "$img" || die "building the initramfs failed"
+	ln -sfn "images/${img##*/}" "$VM_DIR/current.tmp" && mv -T "$VM_DIR/current.tmp" "$VM_DIR/current"
+	msg "image ready in $(elapsed "$t0") s: kernel $(manifest_get "$img" KVER) ($(du -sh "$img" | cut -f1) in $img)"
 }
 
-# ensure_image: leaves fd 9 holding $VM_DIR/lock shared, with a current image behind it.
+# ensure_image: sets IMG (the image directory) and INITRD, building what is missing.
 ensure_image() {
-	mkdir -p "$VM_DIR"
-	exec 9> "$VM_DIR/lock"
-	flock -s -w 900 9 || die "timed out waiting for $VM_DIR/lock"
+	mkdir -p "$VM_DIR/images"
 	local state
-	state=$(image_state)
-	[ "$state" = ok ] && return 0
-	if ! flock -x -n 9; then
-		msg "waiting for the guests using $VM_DIR to finish, to rebuild the image"
-		flock -x -w 3600 9 || die "timed out waiting for $VM_DIR/lock"
+	state=$(image_state "$(current_image)")
+	if [ "$state" != ok ]; then
+		exec 8> "$VM_DIR/build.lock"
+		flock -x -w 1800 8 || die "timed out waiting for another build of the image ($VM_DIR/build.lock)"
+		state=$(image_state "$(current_image)") # someone else may have built it meanwhile
+		case $state in
+		kernel) build_image ;;
+		initramfs)
+			msg "building a new initramfs (stage 1 or busybox changed)"
+			build_initramfs "$(current_image)" || die "building the initramfs failed"
+			;;
+		esac
+		exec 8>&-
 	fi
-	state=$(image_state) # someone else may have rebuilt it meanwhile
-	case $state in
-	kernel) build_image ;;
-	initramfs)
-		msg "rebuilding the initramfs (stage 1 or busybox changed)"
-		build_initramfs "$IMAGE" "$(manifest_get KVER)" || die "building the initramfs failed"
-		sed -i "s/^INITRAMFS_INPUTS=.*/INITRAMFS_INPUTS=$(initramfs_inputs)/" "$IMAGE/manifest"
-		;;
-	esac
-	flock -s 9
+	IMG=$(current_image)
+	INITRD=$IMG/$(initramfs_name)
+	[ -f "$IMG/vmlinux" ] && [ -f "$INITRD" ] || die "the image in $IMG is incomplete; run: integration/vm/vm.sh clean --all"
+}
+
+# gc_images: delete images and initramfs files that are not current, if no guest is running
+# and no build is under way; otherwise leave them for the next time.
+gc_images() {
+	local cur d f
+	exec 7> "$VM_DIR/lock" 8> "$VM_DIR/build.lock"
+	if flock -x -n 7 && flock -x -n 8; then
+		cur=$(current_image)
+		for d in "$VM_DIR"/images/*; do
+			[ -e "$d" ] && [ "$d" != "$cur" ] && rm -rf "$d"
+		done
+		for f in "$cur"/initramfs-*.cpio.gz; do
+			[ -e "$f" ] && [ "$f" != "$cur/$(initramfs_name)" ] && rm -f "$f"
+		done
+		# the layout before images/
+		[ -d "$VM_DIR/image" ] && rm -rf "$VM_DIR/image" "$VM_DIR/image.new" "$VM_DIR/image.old"
+	fi
+	exec 7>&- 8>&-
 }
 
 cmd_image() {
@@ -261,7 +292,8 @@ cmd_image() {
 	local t0
 	t0=$(now)
 	ensure_image
-	msg "image: $(manifest_get KPKG) $(manifest_get KPKG_VERSION) (kernel $(manifest_get KVER), built $(manifest_get BUILT)); checked in $(elapsed "$t0") s"
+	gc_images
+	msg "image: $(manifest_get "$IMG" KPKG) $(manifest_get "$IMG" KPKG_VERSION) (kernel $(manifest_get "$IMG" KVER), built $(manifest_get "$IMG" BUILT)); checked in $(elapsed "$t0") s"
 }
 
 # ---- running a guest ----
@@ -305,6 +337,9 @@ cmd_run() {
 	case "$VM_DIR$SRC" in *[[:space:]]*) die "GONVMF_VM_DIR ($VM_DIR) and the repo path ($SRC) must not contain spaces (they go on the guest kernel command line)" ;; esac
 
 	check_host run
+	# Held (shared) by qemu for the guest's lifetime: keeps gc_images off this image.
+	exec 9> "$VM_DIR/lock"
+	flock -s -w 120 9 || die "timed out waiting for $VM_DIR/lock (vm.sh clean running?)"
 	ensure_image
 
 	if [ -z "$out" ]; then
@@ -366,7 +401,7 @@ cmd_run() {
 	fi
 
 	local kver
-	kver=$(manifest_get KVER)
+	kver=$(manifest_get "$IMG" KVER)
 	local console=(-chardev "stdio,id=con,signal=off,logfile=$out/console.log" -serial chardev:con -monitor none)
 	[ "$mode" = shell ] && console=(-chardev "stdio,id=con,mux=on,signal=off,logfile=$out/console.log" -serial chardev:con -mon chardev=con)
 	# shellcheck disable=SC2054 # qemu option values contain commas
@@ -374,8 +409,8 @@ cmd_run() {
 		qemu-system-x86_64 -name gonvmf-vm
 		-accel tcg,thread=multi,tb-size=512 -cpu max -m "$mem" -smp "$cpus"
 		-display none -no-reboot -nic none "${console[@]}"
-		-kernel "$IMAGE/vmlinux" -initrd "$IMAGE/initramfs.cpio.gz"
-		-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMAGE/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh ${GONVMF_VM_APPEND:-}"
+		-kernel "$IMG/vmlinux" -initrd "$INITRD"
+		-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMG/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh ${GONVMF_VM_APPEND:-}"
 		-virtfs local,path=/,mount_tag=gonvmf-root,security_model=none,readonly=on,multidevs=remap
 		-virtfs "local,path=$out,mount_tag=gonvmf-out,security_model=none,multidevs=remap"
 		"${drive[@]}"
@@ -442,12 +477,11 @@ cmd_run() {
 cmd_clean() {
 	mkdir -p "$VM_DIR"
 	exec 9> "$VM_DIR/lock"
+	flock -x -w 60 9 || die "guests are running with $VM_DIR; try again when they finish"
 	case ${1:-} in
 	"") rm -rf "$VM_DIR/out" "$VM_DIR/disks" ;;
-	--all)
-		flock -x -w 60 9 || die "guests are using $VM_DIR; try again when they finish"
-		rm -rf "$VM_DIR/out" "$VM_DIR/disks" "$VM_DIR/image" "$VM_DIR/image.new" "$VM_DIR/image.old"
-		;;
+	--all) rm -rf "$VM_DIR/out" "$VM_DIR/disks" "$VM_DIR/images" "$VM_DIR/current" "$VM_DIR/kernel-pin" \
+		"$VM_DIR/image" "$VM_DIR/image.new" "$VM_DIR/image.old" ;;
 	*) usage_error "clean takes only --all" ;;
 	esac
 }
