@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,7 +167,7 @@ func (c *Controller) openQueue(ctx context.Context, qid uint16, depth int, cntli
 	usable, err := c.tr.openQueue(ctx, q, cntlid)
 	if err != nil {
 		ce := &ConnectError{Target: c.opts.target(), QID: qid, SubNQN: c.opts.SubNQN, HostNQN: c.opts.HostNQN,
-			Reason: err.Error(), Err: err}
+			Reason: strings.TrimPrefix(err.Error(), "initiator: "), Err: err}
 		return nil, ce
 	}
 	q.connBuf = &Buffer{reg: q.ctl, off: ctlConnectOff, b: q.ctl.mem[ctlConnectOff : ctlConnectOff+nvmeproto.ConnectDataSize]}

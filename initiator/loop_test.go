@@ -38,7 +38,7 @@ type env struct {
 
 // newEnv starts a target with one subsystem of a 16 MiB memory namespace (4 KiB in-capsule
 // data) and a loop port; mut may change the configuration first.
-func newEnv(t *testing.T, mut func(*conf.Config), opts ...target.Option) *env {
+func newEnv(t testing.TB, mut func(*conf.Config), opts ...target.Option) *env {
 	t.Helper()
 	cfg := &conf.Config{
 		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
@@ -75,7 +75,7 @@ func (e *env) options() initiator.Options {
 	}
 }
 
-func (e *env) dial(t *testing.T, mut func(*initiator.Options)) *initiator.Controller {
+func (e *env) dial(t testing.TB, mut func(*initiator.Options)) *initiator.Controller {
 	t.Helper()
 	o := e.options()
 	if mut != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/urfave/cli/v2"
@@ -46,117 +45,48 @@ generation counter is stable) and prints it as nvme-cli does, or as JSON.`,
 	}
 }
 
-// Names as nvme-cli (libnvme) prints them.
-func trtypeStr(t nvmeproto.TransportType) string {
-	switch t {
-	case nvmeproto.TrTypeRDMA:
-		return "rdma"
-	case nvmeproto.TrTypeFC:
-		return "fc"
-	case nvmeproto.TrTypeTCP:
-		return "tcp"
-	case nvmeproto.TrTypeIntraHost:
-		return "loop"
+// Names as nvme-cli prints them: libnvme looks every field up in a table indexed by the
+// raw value and prints "unrecognized" for anything else (TREQ 6, "not required" with SQ
+// flow control disable, included), so scripts that parse nvme discover can parse this.
+func lookup(table map[uint8]string, v uint8) string {
+	if s, ok := table[v]; ok {
+		return s
 	}
 	return "unrecognized"
 }
 
-func adrfamStr(a nvmeproto.AddressFamily) string {
-	switch a {
-	case nvmeproto.AdrFamPCI:
-		return "pci"
-	case nvmeproto.AdrFamIPv4:
-		return "ipv4"
-	case nvmeproto.AdrFamIPv6:
-		return "ipv6"
-	case nvmeproto.AdrFamIB:
-		return "infiniband"
-	case nvmeproto.AdrFamFC:
-		return "fibre-channel"
-	case nvmeproto.AdrFamIntraHost:
-		return "loop"
-	}
-	return "unrecognized"
-}
+var (
+	trtypeNames = map[uint8]string{uint8(nvmeproto.TrTypeRDMA): "rdma", uint8(nvmeproto.TrTypeFC): "fc",
+		uint8(nvmeproto.TrTypeTCP): "tcp", uint8(nvmeproto.TrTypeIntraHost): "loop"}
+	adrfamNames = map[uint8]string{uint8(nvmeproto.AdrFamPCI): "pci", uint8(nvmeproto.AdrFamIPv4): "ipv4",
+		uint8(nvmeproto.AdrFamIPv6): "ipv6", uint8(nvmeproto.AdrFamIB): "infiniband", uint8(nvmeproto.AdrFamFC): "fibre-channel",
+		uint8(nvmeproto.AdrFamIntraHost): "loop"}
+	subtypeNames = map[uint8]string{uint8(nvmeproto.SubTypeReferral): "discovery subsystem referral",
+		uint8(nvmeproto.SubTypeNVMe): "nvme subsystem", uint8(nvmeproto.SubTypeCurrentDiscovery): "current discovery subsystem"}
+	treqNames = map[uint8]string{nvmeproto.TReqSecureChannelNotSpecified: "not specified",
+		nvmeproto.TReqSecureChannelRequired: "required", nvmeproto.TReqSecureChannelNotRequired: "not required",
+		nvmeproto.TReqDisableSQFlow: "not specified, sq flow control disable supported"}
+	eflagsNames = map[uint8]string{0: "none", nvmeproto.EFlagEPCSD: "explicit discovery connections",
+		nvmeproto.EFlagDupRetInfo:                        "duplicate discovery information",
+		nvmeproto.EFlagEPCSD | nvmeproto.EFlagDupRetInfo: "explicit discovery connections, duplicate discovery information"}
+	prtypeNames = map[uint8]string{nvmeproto.RDMAPrTypeNone: "not specified", nvmeproto.RDMAPrTypeIB: "infiniband",
+		nvmeproto.RDMAPrTypeRoCE: "roce", nvmeproto.RDMAPrTypeRoCEv2: "roce-v2", nvmeproto.RDMAPrTypeIWARP: "iwarp"}
+	qptypeNames = map[uint8]string{nvmeproto.RDMAQPTypeConnected: "connected", nvmeproto.RDMAQPTypeDatagram: "datagram"}
+	cmsNames    = map[uint8]string{nvmeproto.RDMACMSRDMACM: "rdma-cm"}
+)
 
-func subtypeStr(s nvmeproto.SubsystemType) string {
-	switch s {
-	case nvmeproto.SubTypeReferral:
-		return "discovery subsystem referral"
-	case nvmeproto.SubTypeNVMe:
-		return "nvme subsystem"
-	case nvmeproto.SubTypeCurrentDiscovery:
-		return "current discovery subsystem"
-	}
-	return "unrecognized"
-}
-
-func treqStr(t uint8) string {
-	var s string
-	switch t & nvmeproto.TReqSecureChannelMask {
-	case nvmeproto.TReqSecureChannelNotSpecified:
-		s = "not specified"
-	case nvmeproto.TReqSecureChannelRequired:
-		s = "required"
-	case nvmeproto.TReqSecureChannelNotRequired:
-		s = "not required"
-	default:
-		s = "unrecognized"
-	}
-	if t&nvmeproto.TReqDisableSQFlow != 0 {
-		s += ", sq flow control disable supported"
-	}
-	return s
-}
-
+func trtypeStr(t nvmeproto.TransportType) string  { return lookup(trtypeNames, uint8(t)) }
+func adrfamStr(a nvmeproto.AddressFamily) string  { return lookup(adrfamNames, uint8(a)) }
+func subtypeStr(s nvmeproto.SubsystemType) string { return lookup(subtypeNames, uint8(s)) }
+func treqStr(t uint8) string                      { return lookup(treqNames, t) }
+func prtypeStr(p uint8) string                    { return lookup(prtypeNames, p) }
+func qptypeStr(q uint8) string                    { return lookup(qptypeNames, q) }
+func cmsStr(c uint8) string                       { return lookup(cmsNames, c) }
 func eflagsStr(f uint16) string {
-	var parts []string
-	if f&nvmeproto.EFlagDupRetInfo != 0 {
-		parts = append(parts, "duplicate returned information")
+	if f > 0xFF {
+		return "unrecognized"
 	}
-	if f&nvmeproto.EFlagEPCSD != 0 {
-		parts = append(parts, "explicit discovery connections")
-	}
-	if f&nvmeproto.EFlagNCC != 0 {
-		parts = append(parts, "no cdc connectivity")
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-func prtypeStr(p uint8) string {
-	switch p {
-	case nvmeproto.RDMAPrTypeNone:
-		return "not specified"
-	case nvmeproto.RDMAPrTypeIB:
-		return "infiniband"
-	case nvmeproto.RDMAPrTypeRoCE:
-		return "roce"
-	case nvmeproto.RDMAPrTypeRoCEv2:
-		return "roce-v2"
-	case nvmeproto.RDMAPrTypeIWARP:
-		return "iwarp"
-	}
-	return "unrecognized"
-}
-
-func qptypeStr(q uint8) string {
-	switch q {
-	case nvmeproto.RDMAQPTypeConnected:
-		return "connected"
-	case nvmeproto.RDMAQPTypeDatagram:
-		return "datagram"
-	}
-	return "unrecognized"
-}
-
-func cmsStr(c uint8) string {
-	if c == nvmeproto.RDMACMSRDMACM {
-		return "rdma-cm"
-	}
-	return "unrecognized"
+	return lookup(eflagsNames, uint8(f))
 }
 
 // printDiscovery prints the log as nvme-cli's `nvme discover` does.

@@ -260,6 +260,22 @@ func TestPerfControllerGone(t *testing.T) {
 	t.Logf("stopped after %v: %v", time.Since(start), err)
 }
 
+func TestDiscoveryNames(t *testing.T) {
+	// libnvme's tables: anything outside them is "unrecognized".
+	for v, want := range map[uint8]string{0: "not specified", 1: "required", 2: "not required",
+		4: "not specified, sq flow control disable supported", 6: "unrecognized", 3: "unrecognized"} {
+		if got := treqStr(v); got != want {
+			t.Errorf("treq %d: %q, want %q", v, got, want)
+		}
+	}
+	for v, want := range map[uint16]string{0: "none", 1: "duplicate discovery information", 2: "explicit discovery connections",
+		3: "explicit discovery connections, duplicate discovery information", 4: "unrecognized", 0x100: "unrecognized"} {
+		if got := eflagsStr(v); got != want {
+			t.Errorf("eflags %d: %q, want %q", v, got, want)
+		}
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	for s, want := range map[string]int64{"4096": 4096, "4k": 4096, "4K": 4096, "4KiB": 4096, "4kb": 4096, "1m": 1 << 20, "2G": 2 << 30, "0": 0} {
 		if got, err := parseSize(s); err != nil || got != want {
