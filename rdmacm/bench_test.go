@@ -2,7 +2,9 @@ package rdmacm_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,8 +22,16 @@ import (
 const (
 	benchTxDepth = 128 // outstanding send-queue requests
 	benchRxDepth = 512 // posted receives
-	benchBatch   = 16  // requests per post; the last one is signaled
 )
+
+// benchBatch is the number of requests per post (the last one is
+// signaled); GONVMF_BENCH_BATCH overrides it for experiments.
+var benchBatch = func() int {
+	if n, err := strconv.Atoi(os.Getenv("GONVMF_BENCH_BATCH")); err == nil && n >= 1 && n <= benchTxDepth {
+		return n
+	}
+	return 16
+}()
 
 var benchSizes = []struct {
 	name string

@@ -17,6 +17,9 @@
 # the device's initiator depth) and busy-poll; perftest's figure is "BW average" (its "BW peak"
 # reads 0 under TCG). The ratio is rdmacm / perftest of the message rates (= of the bandwidths,
 # the sizes being equal): 1.0 means no overhead.
+
+# One { } block, parsed before it runs: editing this file cannot disturb a running copy.
+{
 set -uo pipefail
 
 BIN=${1:-${GONVMF_BUILD:-}/tests/rdmacm.test}
@@ -58,7 +61,8 @@ perftest() {
 		out=$(timeout $((DUR + 60)) $tool -d "$DEV" -F --report_gbits -R -s "$2" -D "$DUR" "$RXE_IP" 2>&1)
 		kill $srv 2> /dev/null
 		wait $srv
-		echo "$out" | awk -v s="$2" '$1 == s && NF >= 5 { print $4, $5; found = 1 } END { if (!found) exit 1 }' && return 0
+		# (a 0 rate happens under TCG now and then: count it as a failed try)
+		echo "$out" | awk -v s="$2" '$1 == s && NF >= 5 && $5 > 0 { print $4, $5; found = 1 } END { if (!found) exit 1 }' && return 0
 		echo "perftest-compare: $tool -s $2, try $try: $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
 	done
 	return 1
@@ -121,3 +125,4 @@ for op in $OPS; do
 	done
 done | tee "$OUTDIR/perftest-compare-summary.txt"
 exit $failed
+}
