@@ -24,13 +24,16 @@ import (
 // The usual loop of the goroutine that owns a CQ:
 //
 //	for {
-//		n, _ := cq.Poll(wcs)           // handle wcs[:n] ...
-//		if n > 0 { continue }
-//		cq.Arm(false)                  // then poll once more: a completion
-//		if n, _ = cq.Poll(wcs); n > 0 { // may have arrived before the arm
-//			continue
+//		n, _ := cq.Poll(wcs)
+//		if n == 0 {
+//			cq.Arm(false)          // then poll once more: a completion
+//			n, _ = cq.Poll(wcs)    // may have come in before the arm
+//			if n == 0 {
+//				cq.Wait(timeout) // sleep; cq.Wake() ends it early
+//				continue
+//			}
 //		}
-//		cq.Wait(timeout)               // sleep; Wake() interrupts
+//		handle(wcs[:n])
 //	}
 type CQ struct {
 	node
