@@ -421,7 +421,8 @@ cmd_run() {
 	t0=$(now)
 	[ "$mode" = run ] && msg "booting for $name (timeout ${timeout} s, ${mem} MiB, $cpus vCPUs); results in $out"
 	if [ "$mode" = shell ]; then
-		timeout -k 10 "$timeout" "${qemu[@]}" 2> "$out/.vm/qemu.log" || qrc=$?
+		# --foreground: qemu must stay in the terminal's process group to use it
+		timeout --foreground -k 10 "$timeout" "${qemu[@]}" 2> "$out/.vm/qemu.log" || qrc=$?
 	else
 		# The console goes to our stdout as it happens (and always to console.log).
 		if [ "$quiet" = 1 ]; then exec 8> /dev/null; else exec 8>&1; fi
