@@ -115,6 +115,13 @@ type rdmaQueue struct {
 	wcs             []rdmacm.Completion
 	postedSends     atomic.Int32
 	postedRecvs     int // completion goroutine only
+
+	// While the completion goroutine runs Done functions (batching), commands they (or
+	// anyone) submit are collected in pending and posted as one chain afterwards: one
+	// doorbell for a whole batch of resubmissions (on Soft-RoCE every post is a syscall).
+	sendMu   sync.Mutex
+	batching bool
+	pending  []rdmacm.SendWR
 }
 
 type rdmaSlot struct {
@@ -288,6 +295,7 @@ func (rq *rdmaQueue) setup() error {
 	}
 	rq.postedRecvs = depth
 	rq.batch = make([]rdmacm.RecvWR, 0, depth)
+	rq.pending = make([]rdmacm.SendWR, 0, depth)
 	rq.ready = make([]*slot, 0, depth)
 	rq.wcs = make([]rdmacm.Completion, 64)
 	return nil
@@ -301,12 +309,43 @@ func (rq *rdmaQueue) post(s *slot) error {
 		wr.SGL[1] = rdmacm.SGE{Addr: s.buf.addr(0), Length: uint32(s.buf.Len()), LKey: s.buf.reg.lkey}
 		wr.NumSGE = 2
 	}
+	rq.sendMu.Lock()
+	if rq.batching {
+		rq.pending = append(rq.pending, *wr)
+		rq.sendMu.Unlock()
+		return nil
+	}
+	rq.sendMu.Unlock()
 	rq.postedSends.Add(1)
 	if err := rq.qp.PostSend(s.x.(*rdmaSlot).wr[:]); err != nil {
 		rq.postedSends.Add(-1)
 		return err
 	}
 	return nil
+}
+
+// flush posts the sends collected while batching as one chain. Only the completion
+// goroutine sets batching, so pending is not touched by anyone else once it is cleared.
+func (rq *rdmaQueue) flush() {
+	rq.sendMu.Lock()
+	rq.batching = false
+	chain := rq.pending
+	rq.sendMu.Unlock()
+	if len(chain) == 0 {
+		return
+	}
+	rq.postedSends.Add(int32(len(chain)))
+	if err := rq.qp.PostSend(chain); err != nil {
+		posted := 0
+		var pe *rdmacm.PostError
+		if errors.As(err, &pe) {
+			posted = pe.Index
+		}
+		rq.postedSends.Add(int32(posted - len(chain)))
+		// The commands not posted stay busy until the failed queue aborts them.
+		rq.q.fail(fmt.Errorf("%w: queue %d: posting %d commands: %v", ErrDisconnected, rq.q.qid, len(chain)-posted, err))
+	}
+	rq.pending = chain[:0]
 }
 
 func (rq *rdmaQueue) wake() {
@@ -383,8 +422,14 @@ func (rq *rdmaQueue) handle(wcs []rdmacm.Completion) {
 			rq.postedRecvs += len(batch)
 		}
 	}
-	for _, s := range ready {
-		q.finish(s, nil)
+	if len(ready) > 0 {
+		rq.sendMu.Lock()
+		rq.batching = true
+		rq.sendMu.Unlock()
+		for _, s := range ready {
+			q.finish(s, nil)
+		}
+		rq.flush()
 	}
 	rq.ready, rq.batch = ready[:0], batch[:0]
 }
@@ -409,7 +454,7 @@ func (rq *rdmaQueue) run() {
 			rq.handle(rq.wcs[:n])
 			continue
 		}
-		if _, err := rq.cq.Wait(time.Second); err != nil {
+		if _, err := rq.cq.Wait(0); err != nil { // Wake (teardown) interrupts it
 			q.fail(fmt.Errorf("initiator: queue %d: waiting for completions: %w", q.qid, err))
 			break
 		}

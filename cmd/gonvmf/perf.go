@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +60,8 @@ the run with an error (exit 1); perf never waits forever.`,
 			&cli.Uint64Flag{Name: "seed", Usage: "random `SEED` (default: from the clock)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
 			&cli.BoolFlag{Name: "progress", Value: true, Usage: "print a live progress line on standard error"},
-			&cli.DurationFlag{Name: "io-timeout", Value: initiator.DefaultCommandTimeout, Usage: "fail the controller when a command takes longer than `DURATION`"}),
+			&cli.DurationFlag{Name: "io-timeout", Value: initiator.DefaultCommandTimeout, Usage: "fail the controller when a command takes longer than `DURATION`"},
+			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the measured run to `FILE`"}),
 		Action: runPerf,
 	}
 }
@@ -82,6 +84,7 @@ type perfConfig struct {
 	seed       uint64
 	json       bool
 	progress   bool
+	cpuprofile string
 }
 
 func (pc *perfConfig) hasRead() bool  { return pc.readPct > 0 }
@@ -185,6 +188,9 @@ func runPerf(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
+	if f := c.String("cpuprofile"); f != "" {
+		pc.cpuprofile = f
+	}
 	res, err := perfRun(c.Context, s.ctrl, pc, o, c.App.ErrWriter)
 	if res != nil {
 		if pc.json {
@@ -549,6 +555,17 @@ func perfRun(ctx context.Context, ctrl *initiator.Controller, pc *perfConfig, o 
 		if !pc.json {
 			fmt.Fprintf(progress, "perf: verify: prefilled %s in %.1fs\n", humanize.IBytes(uint64(res.Size)), res.Verify.PrefillS)
 		}
+	}
+	if pc.cpuprofile != "" {
+		f, err := os.Create(pc.cpuprofile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var ru0, ru1 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
