@@ -79,7 +79,12 @@ type RejectError struct {
 }
 
 func (e *RejectError) Error() string {
-	return fmt.Sprintf("rdmacm: connection rejected (reason %d, private data % x)", e.Reason, e.PrivateData)
+	pd := e.PrivateData
+	for len(pd) > 0 && pd[len(pd)-1] == 0 {
+		pd = pd[:len(pd)-1] // the transport pads it
+	}
+	return fmt.Sprintf("rdmacm: connection rejected (reason %d, private data % x, %d bytes with padding)",
+		e.Reason, pd, len(e.PrivateData))
 }
 
 // WCError describes a completion with an error status; see [Completion.Err].

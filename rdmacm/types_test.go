@@ -71,8 +71,8 @@ func TestErrors(t *testing.T) {
 	if (&Completion{}).Err() != nil {
 		t.Error("a successful completion has an error")
 	}
-	re := &RejectError{Reason: 28, PrivateData: []byte{0, 0, 5, 0}}
-	if !strings.Contains(re.Error(), "00 00 05 00") {
+	re := &RejectError{Reason: 28, PrivateData: []byte{0, 0, 5, 0, 0, 0}}
+	if !strings.Contains(re.Error(), "private data 00 00 05,") {
 		t.Errorf("RejectError: %v", re)
 	}
 }
