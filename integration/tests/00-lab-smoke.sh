@@ -2,7 +2,7 @@
 # 00-lab-smoke: proves the harness. Soft-RoCE is up (PORT_ACTIVE, rping between two processes
 # over $RXE_IP) and the Linux kernel target over rdma serves the Linux host: null_blk namespace,
 # nvme discover, nvme connect, a 3 s fio randread 4k, disconnect, teardown.
-# vm: --timeout 300
+# vm: --timeout 600
 . "$SRC/integration/vm/guest-lib.sh"
 
 check rxe-port-active sh -c 'ibv_devinfo -d "$RXE_DEV" | grep PORT_ACTIVE'
