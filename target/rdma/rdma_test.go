@@ -590,3 +590,43 @@ func TestRDMACloseWithHostsConnected(t *testing.T) {
 		t.Errorf("closing with a host connected took %v", d)
 	}
 }
+
+// BenchmarkRDMARead4kQD1 measures the round trip of one 4 KiB read (null namespace) from
+// the in-Go host, one command at a time, with event-driven and busy-polling groups.
+func BenchmarkRDMARead4kQD1(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		tc   conf.Transport
+	}{
+		{"event", conf.Transport{}},
+		{"busy", conf.Transport{BusyPoll: true}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			e := newRDMAEnv(b, mode.tc)
+			_, cntlid := e.adminConnect(0)
+			io := e.ioConnect(1, cntlid, 32)
+			cmd := rw(nvmeproto.OpRead, 2, 0, 8)
+			for b.Loop() {
+				c, _ := io.exec(cmd, nil, 4096)
+				if !c.Status.Success() {
+					b.Fatal(c.Status)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRDMAWrite4kQD1 is the same for writes (host data fetched by RDMA READ).
+func BenchmarkRDMAWrite4kQD1(b *testing.B) {
+	e := newRDMAEnv(b, conf.Transport{})
+	_, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 32)
+	cmd := rw(nvmeproto.OpWrite, 2, 0, 8)
+	data := make([]byte, 4096)
+	for b.Loop() {
+		c, _ := io.exec(cmd, data, 4096)
+		if !c.Status.Success() {
+			b.Fatal(c.Status)
+		}
+	}
+}

@@ -1,0 +1,218 @@
+#!/bin/bash
+# 20-linux-host-e2e: `gonvmf serve` with file, null and memory namespaces serves the Linux
+# host over Soft-RoCE: nvme discover (only the subsystems the host may use), nvme connect with
+# the default queue count and with -i 1, nvme list / id-ctrl / id-ns / smart-log / get-feature,
+# fio with verify=crc32c (write, then verify) at 4k, 64k and 1M blocks from QD1 to QD32 on the
+# file namespace, nvme disconnect, reconnect and verify again, restart gonvmf and verify that
+# the data persisted, short fio runs on the null and memory namespaces, and a host NQN the
+# subsystem does not allow is refused.
+# vm: --timeout 1500 --disk 2G
+. "$SRC/integration/vm/guest-lib.sh"
+
+GONVMF=${GONVMF_BUILD:?}/bin/gonvmf
+NQN=nqn.2024-01.io.gonvmf:e2e
+NQN_OTHER=nqn.2024-01.io.gonvmf:e2e-restricted
+HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:5d1c0a2e-7b3f-4c11-9d2a-0e6f1b2c3d4e
+STRANGER=nqn.2014-08.org.nvmexpress:uuid:0badc0de-1111-4222-8333-944455556666
+PORT=4420
+CFG=$SCRATCH/gonvmf-e2e.yaml
+IMG=$SCRATCH/gonvmf-e2e.img
+
+[ -x "$GONVMF" ] || {
+	fail gonvmf-binary "no executable $GONVMF (integration/run-tests.sh builds it)"
+	finish
+}
+[ -n "${SCRATCH:-}" ] || {
+	fail scratch "no scratch disk (run with --disk)"
+	finish
+}
+
+cat > "$CFG" << EOF
+listeners:
+  - address: $RXE_IP
+    port: $PORT
+subsystems:
+  - nqn: $NQN
+    hosts: [$HOSTNQN]
+    namespaces:
+      - {nsid: 1, backend: file, path: $IMG, size: 1GiB}
+      - {nsid: 2, backend: null, size: 2GiB}
+      - {nsid: 3, backend: memory, size: 128MiB}
+  - nqn: $NQN_OTHER
+    hosts: [$STRANGER]
+    namespaces:
+      - {nsid: 1, backend: null, size: 1GiB}
+EOF
+cp "$CFG" "$OUT/gonvmf-e2e.yaml"
+check gonvmf-check "$GONVMF" check -q --config "$CFG"
+
+GONVMF_PID=
+SERVE_N=0
+# gonvmf_start: serve in the background (log in $OUT/gonvmf-N.log); wait until it listens.
+gonvmf_start() {
+	SERVE_N=$((SERVE_N + 1))
+	SERVE_LOG=$OUT/gonvmf-$SERVE_N.log
+	"$GONVMF" serve --config "$CFG" > "$SERVE_LOG" 2>&1 &
+	GONVMF_PID=$!
+	wait_for 60 grep -q "serving 2 subsystems on rdma $RXE_IP:$PORT" "$SERVE_LOG" || {
+		echo "gonvmf did not start listening: $(tail -n 3 "$SERVE_LOG")" >&2
+		return 1
+	}
+	sleep 1 # TCG: give the server a head start
+}
+# gonvmf_stop: SIGTERM; the exit status must be 0 within 60 s.
+gonvmf_stop() {
+	[ -n "$GONVMF_PID" ] || return 0
+	local pid=$GONVMF_PID rc
+	GONVMF_PID=
+	kill -TERM "$pid" 2> /dev/null
+	for _ in $(seq 600); do
+		kill -0 "$pid" 2> /dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2> /dev/null; then
+		echo "gonvmf (pid $pid) still running 60 s after SIGTERM" >&2
+		kill -KILL "$pid"
+		return 1
+	fi
+	wait "$pid"
+	rc=$?
+	[ $rc = 0 ] || echo "gonvmf exited $rc after SIGTERM: $(tail -n 2 "$SERVE_LOG")" >&2
+	[ $rc = 0 ] && grep -q 'msg=stopped' "$SERVE_LOG"
+}
+on_exit gonvmf_stop
+on_exit nvme_disconnect_all
+
+# ctrl_of <nqn>: the controller device (/dev/nvmeX) of the subsystem (the first one).
+ctrl_of() {
+	local c
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2> /dev/null)" = "$1" ] && echo "/dev/${c##*/}" && return 0
+	done
+	return 1
+}
+
+# fio verify jobs on the file namespace: each job writes its own region with crc32c
+# headers, then reads it back and checks it. With VERIFY_ONLY=1 nothing is written: the
+# same regions are read and checked against what an earlier run wrote.
+fio_verify() { # <name> <dev> [--verify_only=1]
+	local name=$1 dev=$2
+	shift 2
+	timeout -k 10 900 fio --output-format=json --output="$OUT/fio-$name.json" \
+		--filename="$dev" --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 \
+		--verify_state_save=0 --randrepeat=1 --group_reporting=0 "$@" \
+		--name=4k-qd1 --rw=randwrite --bs=4k --iodepth=1 --offset=0 --size=8M \
+		--name=4k-qd32 --stonewall --rw=randwrite --bs=4k --iodepth=32 --offset=16M --size=32M \
+		--name=64k-qd16 --stonewall --rw=randwrite --bs=64k --iodepth=16 --offset=64M --size=48M \
+		--name=1m-qd8 --stonewall --rw=write --bs=1M --iodepth=8 --offset=128M --size=64M \
+		--name=1m-qd32 --stonewall --rw=write --bs=1M --iodepth=32 --offset=192M --size=64M \
+		> "$OUT/fio-$name.log" 2>&1 || {
+		echo "fio $name failed: $(grep -E 'verify|error|bad' "$OUT/fio-$name.log" | head -n 3 | tr '\n' ' ')" >&2
+		return 1
+	}
+	python3 - "$OUT/fio-$name.json" << 'PY'
+import json, sys
+jobs = json.load(open(sys.argv[1]))["jobs"]
+bad = [j["jobname"] for j in jobs if j["error"] != 0]
+if bad:
+    sys.exit("jobs with errors: %s" % bad)
+for j in jobs:
+    w, r = j["write"], j["read"]
+    print("%-9s write %6.1f MiB %7.0f IOPS   verify-read %6.1f MiB %7.0f IOPS" % (
+        j["jobname"], w["io_bytes"] / 1048576, w["iops"], r["io_bytes"] / 1048576, r["iops"]))
+    if r["io_bytes"] == 0:
+        sys.exit("%s read nothing back: nothing was verified" % j["jobname"])
+PY
+}
+
+# ---- start, discover ----
+log "gonvmf serve: file ($IMG), null and memory namespaces on $RXE_IP:$PORT"
+check gonvmf-start gonvmf_start || finish
+timeout -k 5 60 modprobe nvme-rdma
+
+if timeout -k 5 90 nvme discover -t rdma -a "$RXE_IP" -s $PORT --hostnqn=$HOSTNQN > "$OUT/discover.txt" 2>&1 &&
+	grep -q "subnqn: *$NQN\$" "$OUT/discover.txt" && ! grep -q "subnqn: *$NQN_OTHER\$" "$OUT/discover.txt" &&
+	grep -q "trtype: *rdma" "$OUT/discover.txt"; then
+	pass nvme-discover "lists $NQN, not $NQN_OTHER"
+else
+	fail nvme-discover "$(tail -n 5 "$OUT/discover.txt" | tr '\n' ' ')"
+fi
+
+# ---- connect with the default queue count ----
+log "nvme connect (default queues)"
+mapfile -t NS < <(nvme_connect "$NQN" $PORT --hostnqn=$HOSTNQN)
+if [ ${#NS[@]} = 3 ]; then
+	pass nvme-connect "${NS[*]}"
+else
+	fail nvme-connect "expected 3 namespaces, got '${NS[*]}'"
+	finish
+fi
+CTRL=$(ctrl_of "$NQN")
+CTRLNAME=${CTRL#/dev/}
+echo "controller $CTRL; queues: $(cat /sys/class/nvme/$CTRLNAME/queue_count 2> /dev/null || echo '?') (incl. admin)"
+check nvme-list sh -c "nvme list > '$OUT/nvme-list.txt' 2>&1 && grep -c '${NS[0]}' '$OUT/nvme-list.txt' && cat '$OUT/nvme-list.txt'"
+if nvme id-ctrl "$CTRL" > "$OUT/id-ctrl.txt" 2>&1 && grep -q "^subnqn *: $NQN" "$OUT/id-ctrl.txt" &&
+	grep -q "^mn *: gonvmf" "$OUT/id-ctrl.txt"; then
+	pass nvme-id-ctrl "$(grep -E '^(mn|sn|fr|mdts|sgls|ioccsz|kas) ' "$OUT/id-ctrl.txt" | tr -s ' ' | tr '\n' ';')"
+else
+	fail nvme-id-ctrl "$(tail -n 3 "$OUT/id-ctrl.txt" | tr '\n' ' ')"
+fi
+if nvme id-ns "${NS[0]}" > "$OUT/id-ns.txt" 2>&1 && grep -q "^nsze *: 0x200000" "$OUT/id-ns.txt"; then
+	pass nvme-id-ns "nsze 0x200000 (1 GiB of 512-byte blocks)"
+else
+	fail nvme-id-ns "$(grep -E '^(nsze|ncap|lbaf)' "$OUT/id-ns.txt" | head -n 3 | tr '\n' ' ')"
+fi
+check nvme-smart-log nvme smart-log "$CTRL"
+check nvme-get-feature-queues nvme get-feature "$CTRL" --feature-id=7 -H
+check nvme-get-feature-kato nvme get-feature "$CTRL" --feature-id=0xf
+
+# ---- fio verify on the file namespace ----
+log "fio write + verify (crc32c) on ${NS[0]}"
+check fio-verify fio_verify write "${NS[0]}"
+log "fio on the null (${NS[1]}) and memory (${NS[2]}) namespaces"
+check fio-null timeout -k 10 300 fio --name=null-rr --filename="${NS[1]}" --ioengine=libaio --direct=1 \
+	--rw=randread --bs=4k --iodepth=32 --time_based --runtime=3 --output="$OUT/fio-null.txt"
+check fio-memory-verify timeout -k 10 300 fio --name=mem --filename="${NS[2]}" --ioengine=libaio --direct=1 \
+	--rw=randwrite --bs=16k --iodepth=16 --size=32M --verify=crc32c --verify_fatal=1 --output="$OUT/fio-memory.txt"
+
+check nvme-disconnect nvme_disconnect_all
+
+# ---- reconnect with one I/O queue, verify again ----
+log "nvme connect -i 1, verify what was written"
+mapfile -t NS < <(nvme_connect "$NQN" $PORT --hostnqn=$HOSTNQN -i 1)
+if [ ${#NS[@]} = 3 ]; then
+	CTRLNAME=$(basename "$(ctrl_of "$NQN")")
+	pass nvme-connect-1-queue "queue_count $(cat /sys/class/nvme/$CTRLNAME/queue_count 2> /dev/null || echo '?')"
+	check fio-verify-after-reconnect fio_verify reconnect "${NS[0]}" --verify_only=1
+else
+	fail nvme-connect-1-queue "expected 3 namespaces, got '${NS[*]}'"
+fi
+check nvme-disconnect-2 nvme_disconnect_all
+
+# ---- restart gonvmf: the data persisted ----
+log "restart gonvmf, verify again"
+check gonvmf-sigterm gonvmf_stop
+check gonvmf-restart gonvmf_start || finish
+mapfile -t NS < <(nvme_connect "$NQN" $PORT --hostnqn=$HOSTNQN)
+if [ ${#NS[@]} = 3 ]; then
+	pass nvme-connect-after-restart "${NS[*]}"
+	check fio-verify-after-restart fio_verify restart "${NS[0]}" --verify_only=1
+else
+	fail nvme-connect-after-restart "expected 3 namespaces, got '${NS[*]}'"
+fi
+check nvme-disconnect-3 nvme_disconnect_all
+
+# ---- a host the subsystem does not allow ----
+log "connect as a host that is not allowed"
+if timeout -k 5 60 nvme connect -t rdma -a "$RXE_IP" -s $PORT -n "$NQN" --hostnqn=$STRANGER > "$OUT/refused.txt" 2>&1; then
+	fail host-refused "nvme connect as $STRANGER succeeded"
+	nvme_disconnect_all
+elif grep -rqsx "$NQN" /sys/class/nvme/nvme*/subsysnqn; then
+	fail host-refused "a controller of $NQN exists after the refused connect"
+else
+	pass host-refused "$(tail -n 1 "$OUT/refused.txt")"
+fi
+
+check gonvmf-sigterm-final gonvmf_stop
+grep -E 'level=(WARN|ERROR)' "$OUT"/gonvmf-*.log | head -n 20
+finish
