@@ -397,13 +397,13 @@ cmd_run() {
 		truncate -s "$disk" "$img" &&
 			mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$img" ||
 			die "cannot create the $disk scratch disk $img"
-		drive=(-drive "file=$img,if=virtio,format=raw")
+		drive=(-drive "file=${img//,/,,},if=virtio,format=raw")
 	fi
 
-	local kver
+	local kver qout=${out//,/,,} # qemu option values escape a comma by doubling it
 	kver=$(manifest_get "$IMG" KVER)
-	local console=(-chardev "stdio,id=con,signal=off,logfile=$out/console.log" -serial chardev:con -monitor none)
-	[ "$mode" = shell ] && console=(-chardev "stdio,id=con,mux=on,signal=off,logfile=$out/console.log" -serial chardev:con -mon chardev=con)
+	local console=(-chardev "stdio,id=con,signal=off,logfile=$qout/console.log" -serial chardev:con -monitor none)
+	[ "$mode" = shell ] && console=(-chardev "stdio,id=con,mux=on,signal=off,logfile=$qout/console.log" -serial chardev:con -mon chardev=con)
 	# shellcheck disable=SC2054 # qemu option values contain commas
 	local qemu=(
 		qemu-system-x86_64 -name gonvmf-vm
@@ -412,7 +412,7 @@ cmd_run() {
 		-kernel "$IMG/vmlinux" -initrd "$INITRD"
 		-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMG/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh ${GONVMF_VM_APPEND:-}"
 		-virtfs local,path=/,mount_tag=gonvmf-root,security_model=none,readonly=on,multidevs=remap
-		-virtfs "local,path=$out,mount_tag=gonvmf-out,security_model=none,multidevs=remap"
+		-virtfs "local,path=$qout,mount_tag=gonvmf-out,security_model=none,multidevs=remap"
 		"${drive[@]}"
 	)
 	printf '%q ' "${qemu[@]}" > "$out/.vm/qemu-cmdline"
