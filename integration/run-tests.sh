@@ -29,7 +29,7 @@ set -uo pipefail
 INTEG=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$INTEG/.." && pwd)
 VM=$INTEG/vm/vm.sh
-export GONVMF_VM_DIR=${GONVMF_VM_DIR:-$HOME/.cache/gonvmf-vm}
+export GONVMF_VM_DIR=${GONVMF_VM_DIR:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/gonvmf-vm}
 export GONVMF_BUILD=${GONVMF_BUILD:-$SRC/build}
 
 keep_going=0 timeout=900 out="" build=1 verbose=0 list=0

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # guest-lib.sh: helpers for guest scripts run by vm.sh (source it: . "$SRC/integration/vm/guest-lib.sh").
 #
 # When a script starts, vm.sh has already brought up Soft-RoCE: $RXE_DEV (rxe0) on dummy0 with

@@ -26,7 +26,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
-VM_DIR=${GONVMF_VM_DIR:-$HOME/.cache/gonvmf-vm}
+VM_DIR=${GONVMF_VM_DIR:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/gonvmf-vm}
 BUILD_DIR=${GONVMF_BUILD:-$SRC/build}
 RXE_IP=10.99.0.1
 # Modules stage 1 needs before the root filesystem exists (their dependencies come along).
