@@ -549,7 +549,9 @@ func perfRun(ctx context.Context, ctrl *initiator.Controller, pc *perfConfig, o 
 	if pc.verify && pc.hasRead() {
 		start := time.Now()
 		if err := r.phase(ctx, phaseFill, nil); err != nil {
-			return res, fmt.Errorf("prefill for verify: %w", err)
+			err = fmt.Errorf("prefill for verify: %w", err)
+			res.Error = err.Error()
+			return res, err
 		}
 		res.Verify = &verifyResult{PrefillS: time.Since(start).Seconds()}
 		if !pc.json {
