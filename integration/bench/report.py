@@ -134,7 +134,7 @@ def load(raw):
         run = {k: r[k] for k in ("rep", "backend", "target", "job", "rw", "bs")}
         run["qd"] = int(r["qd"])
         run["json"] = r["json"]
-        run.update(parse_fio(os.path.join(raw, r["json"]), r["fio_rc"]))
+        run.update(parse_fio(os.path.join(raw, r["json"]), r["fio_rc"], r["job"]))
         if run.get("error"):
             d["errors"].append("%s rep %s %s %s: %s" % (r["target"], r["rep"], r["backend"], r["job"], run["error"]))
         else:
@@ -146,14 +146,32 @@ def load(raw):
     return d
 
 
-def parse_fio(path, rc):
-    if rc != "0":
-        return {"error": "fio exited %s" % rc}
-    try:
-        top = json.load(open(path))
-        j = top["jobs"][0]
-    except (OSError, ValueError, KeyError, IndexError) as e:
-        return {"error": "unreadable fio JSON %s: %s" % (os.path.basename(path), e)}
+_FIO_CACHE = {}
+
+
+def read_fio_json(path):
+    """A session's fio JSON output (cached): {"jobs": {name: job}} or {"error": why}."""
+    if path not in _FIO_CACHE:
+        try:
+            text = open(path).read()
+            # fio writes "<job> : Saving output of prerun in ..." lines into --output before the JSON
+            i = 0 if text.startswith("{") else text.find("\n{") + 1
+            if i < 0 or (i == 0 and not text.startswith("{")):
+                raise ValueError("no JSON object in the output")
+            top = json.loads(text[i:])
+            _FIO_CACHE[path] = {"jobs": {j["jobname"]: j for j in top["jobs"]}}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            _FIO_CACHE[path] = {"error": "unreadable fio JSON %s: %s" % (os.path.basename(path), e)}
+    return _FIO_CACHE[path]
+
+
+def parse_fio(path, rc, name):
+    """One job's results from its session's fio JSON. A job that completed counts even when
+    fio's exit status says another job of the session failed."""
+    out = read_fio_json(path)
+    j = out.get("jobs", {}).get(name)
+    if j is None:
+        return {"error": "fio exited %s" % rc if rc != "0" else out.get("error", "job %s not in %s" % (name, os.path.basename(path)))}
     if j.get("error"):
         return {"error": "fio job error %s" % j["error"]}
     s = j["read"] if j["read"]["io_bytes"] > 0 else j["write"]
@@ -168,45 +186,49 @@ def parse_fio(path, rc):
         "lat_p50": us("50.000000"),
         "lat_p99": us("99.000000"),
         "lat_p999": us("99.900000"),
-        "ts_end": top.get("timestamp_ms", 0) / 1000.0 or None,
-        "runtime_s": j.get("job_runtime", 0) / 1000.0 or None,
     }
 
 
 def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
-    """CPU in the sample window: busy time of the whole guest minus fio's own (user+sys),
-    per I/O; for gonvmf also its process time per I/O. Empty when the window is not inside
-    fio's measured interval (then the numbers would mix in ramp or idle time)."""
+    """CPU in the sample window: the whole guest's busy share minus fio's own (user+sys)
+    share, turned into CPU time per I/O with fio's IOPS; for gonvmf also its process's share.
+    Shares are of the window's total jiffies, so no wall clock enters (under TCG the guest's
+    clocks can jump when the machine is loaded). Empty when the window is not inside fio's
+    measured interval (then the numbers would mix in ramp or idle time)."""
     try:
-        rows = [l.split() for l in open(path) if l.strip() and not l.startswith("#")]
+        lines = open(path).read().splitlines()
     except OSError:
         return {"cpu_note": "no CPU sample"}
-    if len(rows) < 2 or len(rows[0]) < 12 or len(rows[1]) < 12:
+    head = dict(zip(*[iter(lines[0].lstrip("# ").split())] * 2)) if lines and lines[0].startswith("#") else {}
+    rows = [list(map(float, l.split()[:12])) for l in lines if l.strip() and not l.startswith("#") and len(l.split()) >= 12]
+    if "go" not in head:
         return {"cpu_note": "incomplete CPU sample"}
-    a, b = [list(map(float, r[:12])) for r in rows[:2]]
     # fields: epoch uptime user nice system idle iowait irq softirq steal fio target
-    dt = b[1] - a[1]
-    iops = fio["iops"]
-    if dt <= 0 or not iops:
-        return {"cpu_note": "empty CPU window"}
-    end, run = fio.get("ts_end"), fio.get("runtime_s")
-    if end and run and (a[0] < end - run - 0.3 or b[0] > end + 0.1):
-        return {"cpu_note": "CPU window %.1f–%.1f s outside fio's measured interval %.1f–%.1f s" % (
-            a[0] - (end - run), b[0] - (end - run), 0, run)}
+    # fio measures from go + ramp to go + ramp + runtime (go: its prerun hook, the job's start);
+    # use the first and the last sample inside that, with a margin for fio's own start
+    go, ramp, run = float(head["go"]), float(head.get("ramp", 0)), float(head.get("runtime", 0))
+    inside = [r for r in rows if go + ramp + 0.3 <= r[0] <= go + ramp + run - 0.1]
+    if len(inside) < 2 or inside[-1][0] - inside[0][0] < min(1.0, run / 3):
+        return {"cpu_note": "no CPU samples spanning fio's measured interval (%d of %d inside)" % (len(inside), len(rows))}
+    a, b = inside[0], inside[-1]
     delta = [y - x for x, y in zip(a, b)]
+    total = sum(delta[2:10])
     busy = delta[2] + delta[3] + delta[4] + delta[7] + delta[8] + delta[9]
-    fio_t = delta[10]
-    ios = iops * dt
+    iops = fio["iops"]
+    if total <= 0 or not iops:
+        return {"cpu_note": "empty CPU window"}
+    share = lambda ticks: ticks / total  # of all vCPUs
+    per_io = lambda ticks: share(ticks) * ncpu / iops * 1e6  # µs of CPU per I/O
     out = {
-        "cpu_window_s": dt,
-        "guest_busy_pct": 100.0 * busy / (hz * dt * ncpu),
-        "softirq_pct": 100.0 * delta[8] / (hz * dt * ncpu),
-        "fio_cpu_pct": 100.0 * fio_t / (hz * dt * ncpu),
-        "cpu_us_io": max(busy - fio_t, 0.0) / hz / ios * 1e6,
+        "cpu_window_s": total / hz / ncpu,
+        "guest_busy_pct": 100.0 * share(busy),
+        "softirq_pct": 100.0 * share(delta[8]),
+        "fio_cpu_pct": 100.0 * share(delta[10]),
+        "cpu_us_io": per_io(max(busy - delta[10], 0.0)),
     }
     if is_gonvmf:
-        out["proc_us_io"] = delta[11] / hz / ios * 1e6
-        out["proc_pct"] = 100.0 * delta[11] / (hz * dt * ncpu)
+        out["proc_us_io"] = per_io(delta[11])
+        out["proc_pct"] = 100.0 * share(delta[11])
     return out
 
 
@@ -422,7 +444,7 @@ def render(out, d, s, plot_note):
         w("**Failed runs** (left out of the medians): " + "; ".join(d["errors"]))
         w("")
     if d["cpu_notes"]:
-        w("**CPU samples left out** (the window missed fio's measured interval, e.g. because the guest stalled): " + "; ".join(d["cpu_notes"]))
+        w("**CPU samples left out** (no two samples inside fio's measured interval, e.g. because the guest stalled): " + "; ".join(d["cpu_notes"]))
         w("")
     status = d.get("vm_status") or ""
     if status and status != "exit 0":
@@ -512,12 +534,13 @@ def render(out, d, s, plot_note):
     # ---- CPU
     w("## Target CPU per I/O")
     w("")
-    w("Measured over a window inside each fio job's measured interval (from ramp + 1 s to ramp + runtime − 0.5 s "
-      "after fio starts), from the guest's `/proc/stat`:")
+    w("Measured between the first and the last of the samples (every 0.5 s, by a SCHED_FIFO sampler woken by fio's "
+      "`exec_prerun` hook when the job's I/O starts) that fall inside the job's measured interval (after the ramp); "
+      "jobs without two such samples are left out and listed at the top. From the guest's `/proc/stat`:")
     w("")
-    w("- **all but fio** (both targets, the ratio above): busy jiffies of the whole guest (user, nice, system, irq, "
-      "softirq, steal) minus fio's own utime+stime (`/proc/PID/stat` of the fio processes), divided by the I/Os in the "
-      "window. The kernel target runs in kernel threads and softirq context and has no process of its own, so this is the "
+    w("- **all but fio** (both targets, the ratio above): the share of the window's jiffies the whole guest was busy "
+      "(user, nice, system, irq, softirq, steal) minus fio's own share (utime+stime from `/proc/PID/stat` of the fio "
+      "process), times the vCPUs, divided by fio's IOPS. The kernel target runs in kernel threads and softirq context and has no process of its own, so this is the "
       "one method that applies to both. It also contains the Linux host's completion path (nvme-rdma, blk-mq softirq), "
       "Soft-RoCE's packet processing for both ends (rxe tasklets) and background noise; those are the same for both "
       "targets, so the difference between the targets is the target's own cost, and the ratio understates it.")

@@ -20,7 +20,7 @@ type run struct {
 	iops, mibps      float64
 	p50, p99         float64 // µs
 	busy, fio, proc  int     // CPU ticks in the sample window (busy = user+system+softirq)
-	windowOff        float64 // seconds the CPU window starts after fio's measured interval begins
+	windowOff        float64 // seconds the CPU window starts after fio's measured interval begins, less 1
 	noCPU, fioFailed bool
 }
 
@@ -70,21 +70,27 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 	f.write("scaling.tsv", "rep\ttarget\tqps_requested\tcontrollers\tio_queues_per_ctrl_requested\tio_queues_granted\tconnect_total_s\tconnect_first_s\tconnect_median_s\tconnect_max_s\tdisconnect_s\tgonvmf_rss_before_kb\tgonvmf_rss_after_kb\tguest_used_delta_kb\tslab_delta_kb\tstatus\n"+scaling)
 	f.write("perftest/r1-ib_write_bw-4096.txt", " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 4096       7500             0.00               0.131072   		   0.004000\n")
 	f.write("perftest/r1-ib_send_lat-8.txt", " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n 8       800          inf            inf          inf      	       inf         	-nan   		inf     		inf\n")
+	// One fio JSON per session (rep, backend, target) holding its jobs, as guest-bench.sh writes.
 	var idx bytes.Buffer
 	idx.WriteString("rep\tbackend\ttarget\tjob\trw\tbs\tqd\tfio_rc\tjson\tcpu\n")
+	sessionJobs := map[string][]any{}
+	sessionRC := map[string]int{}
+	var order []string
 	for _, r := range f.runs {
-		base := fmt.Sprintf("r%d-%s-%s-%s", r.rep, r.backend, r.target, r.job)
+		session := fmt.Sprintf("r%d-%s-%s", r.rep, r.backend, r.target)
+		if _, ok := sessionRC[session]; !ok {
+			order = append(order, session)
+			sessionRC[session] = 0
+		}
 		var rw, bs string
 		var qd int
 		parts := strings.Split(r.job, "-")
 		rw, bs = parts[0], parts[1]
 		fmt.Sscanf(parts[2], "qd%d", &qd)
-		rc := 0
 		if r.fioFailed {
-			rc = 1
+			sessionRC[session] = 1
 		}
-		fmt.Fprintf(&idx, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\tfio/%s.json\tcpu/%s.txt\n", r.rep, r.backend, r.target, r.job, rw, bs, qd, rc, base, base)
-		end := 1000.0 * float64(r.rep)
+		fmt.Fprintf(&idx, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%%RC:%s%%\tfio/%s.json\tcpu/%s-%s.txt\n", r.rep, r.backend, r.target, r.job, rw, bs, qd, session, session, session, r.job)
 		dir := map[string]any{
 			"io_bytes": int64(r.mibps * 1048576 * runtime), "iops": r.iops, "bw_bytes": r.mibps * 1048576,
 			"lat_ns":  map[string]any{"mean": r.p50 * 1000, "percentile": map[string]float64{"50.000000": r.p50 * 1000, "99.000000": r.p99 * 1000, "99.900000": r.p99 * 1000}},
@@ -95,19 +101,31 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 		if strings.Contains(rw, "write") {
 			job["read"], job["write"] = empty, dir
 		}
-		js, _ := json.Marshal(map[string]any{"timestamp_ms": end * 1000, "jobs": []any{job}})
 		if !r.fioFailed {
-			f.write("fio/"+base+".json", string(js))
+			sessionJobs[session] = append(sessionJobs[session], job)
 		}
 		if !r.noCPU {
-			e0 := end - runtime + r.windowOff
+			// the job's I/O starts at go; fio measures from go+ramp to go+ramp+runtime
+			goAt := 1000.0 * float64(r.rep)
+			e0 := goAt + 2 + 1 + r.windowOff
 			// epoch uptime user nice system idle iowait irq softirq steal fio target
 			idle := int(windowLen*hz*2) - r.busy
-			f.write("cpu/"+base+".txt", fmt.Sprintf("# fio pid: 1 target pid: 2\n%.3f 100.0 1000 0 1000 5000 0 0 100 0 300 400\n%.3f %.3f %d 0 %d %d 0 0 %d 0 %d %d\n",
-				e0, e0+windowLen, 100+windowLen, 1000+r.busy/2, 1000+r.busy-r.busy/2-r.busy/5, 5000+idle, 100+r.busy/5, 300+r.fio, 400+r.proc))
+			f.write("cpu/"+session+"-"+r.job+".txt", fmt.Sprintf("# go %.6f ramp 2 runtime %g fio_pid 1 target_pid 2 after_s 5.0\n%.3f 100.0 1000 0 1000 5000 0 0 100 0 300 400\n%.3f %.3f %d 0 %d %d 0 0 %d 0 %d %d\n",
+				goAt, runtime, e0, e0+windowLen, 100+windowLen, 1000+r.busy/2, 1000+r.busy-r.busy/2-r.busy/5, 5000+idle, 100+r.busy/5, 300+r.fio, 400+r.proc))
 		}
 	}
-	f.write("runs.tsv", idx.String())
+	for _, session := range order {
+		if jobs := sessionJobs[session]; len(jobs) > 0 {
+			js, _ := json.Marshal(map[string]any{"jobs": jobs})
+			// fio puts its prerun notices before the JSON
+			f.write("fio/"+session+".json", "x : Saving output of prerun in x.prerun.txt\n"+string(js))
+		}
+	}
+	tsv := idx.String()
+	for session, rc := range sessionRC {
+		tsv = strings.ReplaceAll(tsv, "%RC:"+session+"%", fmt.Sprint(rc))
+	}
+	f.write("runs.tsv", tsv)
 }
 
 // report runs report.py on the fixture and returns report.md and summary.json.
@@ -252,12 +270,12 @@ func TestReportGonvmfUnavailable(t *testing.T) {
 // a failed fio run is left out of the medians and listed.
 func TestReportBadSamples(t *testing.T) {
 	f := newFixture(t)
-	f.add(run{rep: 1, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 100, mibps: 1, p50: 1, p99: 2, busy: 10, fio: 5, windowOff: 3})
-	f.add(run{rep: 2, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 110, mibps: 1, p50: 1, p99: 2, busy: 10, fio: 5, windowOff: 1})
+	f.add(run{rep: 1, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 100, mibps: 1, p50: 1, p99: 2, busy: 10, fio: 5, windowOff: 2})
+	f.add(run{rep: 2, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 110, mibps: 1, p50: 1, p99: 2, busy: 10, fio: 5, windowOff: 0.3})
 	f.add(run{rep: 3, backend: "null", target: "kernel", job: "randread-4k-qd1", fioFailed: true, noCPU: true})
 	f.finish("available", "1\tnull\tkernel\t1\tok\t1.0\t2\t128\t512\t\t\t\t\t\n", "")
 	md, sum := f.report()
-	if !strings.Contains(md, "**CPU samples left out**") || !strings.Contains(md, "kernel rep 1 null randread-4k-qd1: CPU window") {
+	if !strings.Contains(md, "**CPU samples left out**") || !strings.Contains(md, "kernel rep 1 null randread-4k-qd1: no CPU samples spanning fio's measured interval (1 of 2 inside)") {
 		t.Errorf("report.md does not list the CPU window that missed fio's interval")
 	}
 	if !strings.Contains(md, "**Failed runs**") || !strings.Contains(md, "kernel rep 3 null randread-4k-qd1: fio exited 1") {

@@ -6,7 +6,7 @@
 #   integration/bench/run.sh [--quick] [--runtime S] [--reps N] [--out DIR] [options]
 #
 #   --quick            CI/development size: 3 s jobs, 1 s ramp, 1 repetition, QD sweep 1 8 32 128,
-#                      scaling 1 and 8 QPs, short perftest, 256 MiB file (~5 min)
+#                      scaling 1 and 8 QPs, short perftest, 256 MiB file (~10 min on a busy machine)
 #   --runtime S        fio runtime per job (default 8; quick 3)
 #   --ramp S           fio ramp time per job (default 2; quick 1)
 #   --reps N           repetitions, the two targets alternated (default 3; quick 1)
@@ -82,7 +82,7 @@ main() {
 	fi
 
 	if [ $quick = 1 ]; then
-		: "${runtime:=3}" "${ramp:=1}" "${reps:=1}" "${qds:=1 8 32 128}" "${perftest:=2}" "${file_mb:=256}"
+		: "${runtime:=3}" "${ramp:=1}" "${reps:=1}" "${qds:=1 8 32 128}" "${perftest:=3}" "${file_mb:=256}"
 		[ $scale_set = 1 ] || scale="1 8"
 	else
 		: "${runtime:=8}" "${ramp:=2}" "${reps:=3}" "${qds:=1 2 4 8 16 32 64 128}" "${perftest:=3}" "${file_mb:=1024}"
