@@ -533,8 +533,11 @@ func (c *Controller) fail(err error) {
 	if !errors.Is(err, ErrClosed) {
 		c.log.Error("controller failed", "err", err)
 	}
-	for _, q := range c.queues() {
-		q.fail(err)
+	// I/O queues first: tearing the admin queue down makes the target drop the I/O
+	// queues, and their commands should report this error, not that consequence.
+	qs := c.queues()
+	for i := len(qs) - 1; i >= 0; i-- {
+		qs[i].fail(err)
 	}
 }
 

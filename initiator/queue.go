@@ -355,6 +355,9 @@ func (q *queue) finish(s *slot, err error) {
 // once the queue is dead, quiesced and drained.
 func (q *queue) abortAll() {
 	err := q.deadErr()
+	if cerr := q.ctrl.Err(); cerr != nil && !errors.Is(cerr, ErrClosed) {
+		err = cerr // the root cause: another queue's failure may have torn this one down
+	}
 	for i := range q.slots {
 		s := &q.slots[i]
 		if s.state.Load() == slotBusy {
