@@ -552,3 +552,62 @@ func TestLoopOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopKeepAlive: with a 1 s KATO the target would drop a silent host after at most
+// 1.5 s; Keep Alive every 500 ms keeps the controller.
+func TestLoopKeepAlive(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, func(o *initiator.Options) { o.KeepAlive = time.Second })
+	if c.KeepAliveTimeout() != time.Second {
+		t.Fatalf("KATO %v", c.KeepAliveTimeout())
+	}
+	select {
+	case <-c.Done():
+		t.Fatalf("controller failed: %v", c.Err())
+	case <-time.After(3 * time.Second):
+	}
+	if _, err := c.Namespaces()[0].ReadAt(ctx(t), make([]byte, 512), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLoopAsyncEvent: a namespace added on the target reaches the host as a Namespace
+// Attribute Changed notice; the controller rescans and reports it.
+func TestLoopAsyncEvent(t *testing.T) {
+	e := newEnv(t, nil)
+	events := make(chan initiator.AsyncEvent, 4)
+	c := e.dial(t, func(o *initiator.Options) { o.OnAsyncEvent = func(ev initiator.AsyncEvent) { events <- ev } })
+	if err := e.tgt.AddNamespace(subNQN, conf.Namespace{NSID: 7, Backend: conf.BackendMemory, Size: 1 << 20, LBASize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev.Event.Type() != nvmeproto.AETypeNotice || ev.Event.LogPage() != nvmeproto.LIDChangedNSList {
+			t.Errorf("event %v", ev.Event)
+		}
+		if len(ev.Changed) != 1 || ev.Changed[0] != 7 {
+			t.Errorf("changed namespaces %v", ev.Changed)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no asynchronous event")
+	}
+	ns, err := c.Namespace(7)
+	if err != nil {
+		t.Fatalf("after the notice: %v (namespaces %v)", err, c.Namespaces())
+	}
+	if ns.BlockSize() != 4096 || ns.Size() != 1<<20 {
+		t.Errorf("namespace 7: %d blocks of %d", ns.Blocks(), ns.BlockSize())
+	}
+	// The AER was resubmitted: a second change is reported too.
+	if err := e.tgt.RemoveNamespace(subNQN, 7); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-events:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second asynchronous event")
+	}
+	if _, err := c.Namespace(7); err == nil {
+		t.Error("namespace 7 still listed after its removal")
+	}
+}
