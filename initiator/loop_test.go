@@ -611,3 +611,52 @@ func TestLoopAsyncEvent(t *testing.T) {
 		t.Error("namespace 7 still listed after its removal")
 	}
 }
+
+// sglSpy counts the data pointers of the write commands that pass through a loop Conn.
+type sglSpy struct {
+	initiator.LoopConn
+	inCapsule, keyed *atomic.Int64
+}
+
+func (s sglSpy) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeproto.Completion)) error {
+	if cmd.Opcode == nvmeproto.OpWrite {
+		switch cmd.SGL.ID() {
+		case nvmeproto.SGLIDDataOffset:
+			s.inCapsule.Add(1)
+		case nvmeproto.SGLIDKeyedAddress:
+			s.keyed.Add(1)
+		}
+	}
+	return s.LoopConn.Submit(cmd, data, done)
+}
+
+// TestLoopInCapsuleData: writes up to the controller's in-capsule size travel in the
+// capsule (SGL 0x01), larger ones and all of them with NoInCapsuleData use a keyed SGL.
+func TestLoopInCapsuleData(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, noICD := range []bool{false, true} {
+		var icd, keyed atomic.Int64
+		c := e.dial(t, func(o *initiator.Options) {
+			dial := o.Loop
+			o.Loop = func(depth int) (initiator.LoopConn, error) {
+				conn, err := dial(depth)
+				return sglSpy{conn, &icd, &keyed}, err
+			}
+			o.NoInCapsuleData = noICD
+		})
+		ns := c.Namespaces()[0]
+		for _, n := range []int{512, 4096, 8192} {
+			if _, err := ns.WriteAt(ctx(t), make([]byte, n), 0, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantICD, wantKeyed := int64(2), int64(1)
+		if noICD {
+			wantICD, wantKeyed = 0, 3
+		}
+		if icd.Load() != wantICD || keyed.Load() != wantKeyed {
+			t.Errorf("NoInCapsuleData %v: %d in-capsule and %d keyed writes, want %d and %d", noICD, icd.Load(), keyed.Load(), wantICD, wantKeyed)
+		}
+		c.Close()
+	}
+}
