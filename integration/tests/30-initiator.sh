@@ -9,12 +9,12 @@
 #   - a target that disappears under perf (subsystem unlinked / gonvmf killed): perf exits 1
 #     within 60 s;
 #   - the initiator's TestRDMA* tests against gonvmf (GONVMF_INITIATOR_TARGET).
-# GONVMF_PERF_SECONDS (default 8) sets each measurement's length.
+# GONVMF_PERF_SECONDS (default 5) sets each measurement's length.
 # vm: --timeout 1500 --disk 2G
 . "$SRC/integration/vm/guest-lib.sh"
 
 G=$GONVMF_BUILD/bin/gonvmf
-SECS=${GONVMF_PERF_SECONDS:-8}
+SECS=${GONVMF_PERF_SECONDS:-5}
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:3a6e1f52-9b0c-4d7e-8f21-5c4b3a2d1e0f
 KFILE=nqn.2024-01.io.gonvmf:k-file
 KNULL=nqn.2024-01.io.gonvmf:k-null
