@@ -103,14 +103,19 @@ pid_ticks() {
 
 # snap <target pid> <fio pid>: one CPU sample line:
 #   epoch uptime user nice system idle iowait irq softirq steal fio_ticks target_ticks
+# /proc/stat and /proc/uptime are read back to back: report.py takes busy time as the window's
+# wall time times the vCPUs minus idle and iowait, which the kernel keeps exactly (NO_HZ);
+# the busy fields are tick samples, and under TCG on a loaded machine most ticks are lost.
+# Process times (utime+stime in /proc/PID/stat) are exact too (scaled to the runtime).
 snap() {
 	local up c fio
-	read -r up _ < /proc/uptime
 	read -r -a c < /proc/stat
+	read -r up _ < /proc/uptime
+	local now=$EPOCHREALTIME
 	pid_ticks "$2"
 	fio=$TICKS
 	pid_ticks ${1:+"$1"}
-	echo "$EPOCHREALTIME $up ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} ${c[8]} $fio $TICKS"
+	echo "$now $up ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} ${c[8]} $fio $TICKS"
 }
 
 # cpu_windows <target pid or ""> <fio pid> <file...>: CPU samples for each fio job, in job
@@ -573,11 +578,13 @@ perftest_one() { # <rep> <test> <size> <args...>
 	shift 3
 	base=$OUT/perftest/r$rep-$t-$sz
 	for _ in 1 2; do
-		timeout 120 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" > "$base.server.txt" 2>&1 &
+		timeout 90 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" > "$base.server.txt" 2>&1 &
 		sp=$!
 		sleep 2 # under TCG the server needs a head start
-		timeout 120 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" "$RXE_IP" > "$base.txt" 2>&1 ||
+		if ! timeout 90 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" "$RXE_IP" > "$base.txt" 2>&1; then
 			log "perftest $t -s $sz: client exited $?: $(tail -n 1 "$base.txt")"
+			kill "$sp" 2> /dev/null # a server without its client would wait for the timeout
+		fi
 		wait "$sp" 2> /dev/null
 		# perftest's latency tests calibrate the CPU clock, which can fail under TCG ("inf")
 		grep -A1 '#bytes' "$base.txt" | tail -n 1 | grep -q -w -e inf -e nan || break

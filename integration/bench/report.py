@@ -190,11 +190,11 @@ def parse_fio(path, rc, name):
 
 
 def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
-    """CPU in the sample window: the whole guest's busy share minus fio's own (user+sys)
-    share, turned into CPU time per I/O with fio's IOPS; for gonvmf also its process's share.
-    Shares are of the window's total jiffies, so no wall clock enters (under TCG the guest's
-    clocks can jump when the machine is loaded). Empty when the window is not inside fio's
-    measured interval (then the numbers would mix in ramp or idle time)."""
+    """CPU in the sample window: the whole guest's busy time (wall time x vCPUs minus idle and
+    iowait, which the kernel keeps exactly; its busy fields are tick samples that TCG loses
+    under load) minus fio's own (utime+stime, exact), per I/O; for gonvmf also its process's
+    time per I/O. Empty when no two samples fall inside fio's measured interval (then the
+    numbers would mix in ramp or idle time)."""
     try:
         lines = open(path).read().splitlines()
     except OSError:
@@ -212,23 +212,23 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
         return {"cpu_note": "no CPU samples spanning fio's measured interval (%d of %d inside)" % (len(inside), len(rows))}
     a, b = inside[0], inside[-1]
     delta = [y - x for x, y in zip(a, b)]
-    total = sum(delta[2:10])
-    busy = delta[2] + delta[3] + delta[4] + delta[7] + delta[8] + delta[9]
     iops = fio["iops"]
-    if total <= 0 or not iops:
+    dt = delta[1]  # uptime: /proc/uptime, read right after /proc/stat
+    if dt <= 0 or not iops:
         return {"cpu_note": "empty CPU window"}
-    share = lambda ticks: ticks / total  # of all vCPUs
-    per_io = lambda ticks: share(ticks) * ncpu / iops * 1e6  # µs of CPU per I/O
+    capacity = dt * hz * ncpu  # ticks the vCPUs had in the window
+    idle = delta[5] + delta[6]  # exact under NO_HZ, unlike the tick-sampled busy fields
+    busy = min(max(capacity - idle, 0.0), capacity)
+    fio_t, tgt = delta[10], delta[11]
     out = {
-        "cpu_window_s": total / hz / ncpu,
-        "guest_busy_pct": 100.0 * share(busy),
-        "softirq_pct": 100.0 * share(delta[8]),
-        "fio_cpu_pct": 100.0 * share(delta[10]),
-        "cpu_us_io": per_io(max(busy - delta[10], 0.0)),
+        "cpu_window_s": dt,
+        "guest_busy_pct": 100.0 * busy / capacity,
+        "fio_cpu_pct": 100.0 * fio_t / capacity,
+        "cpu_us_io": max(busy - fio_t, 0.0) / hz / (iops * dt) * 1e6,
     }
     if is_gonvmf:
-        out["proc_us_io"] = per_io(delta[11])
-        out["proc_pct"] = 100.0 * share(delta[11])
+        out["proc_us_io"] = tgt / hz / (iops * dt) * 1e6
+        out["proc_pct"] = 100.0 * tgt / capacity
     return out
 
 
@@ -538,9 +538,10 @@ def render(out, d, s, plot_note):
       "`exec_prerun` hook when the job's I/O starts) that fall inside the job's measured interval (after the ramp); "
       "jobs without two such samples are left out and listed at the top. From the guest's `/proc/stat`:")
     w("")
-    w("- **all but fio** (both targets, the ratio above): the share of the window's jiffies the whole guest was busy "
-      "(user, nice, system, irq, softirq, steal) minus fio's own share (utime+stime from `/proc/PID/stat` of the fio "
-      "process), times the vCPUs, divided by fio's IOPS. The kernel target runs in kernel threads and softirq context and has no process of its own, so this is the "
+    w("- **all but fio** (both targets, the ratio above): the guest's busy CPU time in the window (wall time × vCPUs "
+      "minus the idle and iowait time of `/proc/stat`, which the kernel keeps exactly; its user/system/softirq fields are "
+      "tick samples, and TCG on a loaded machine loses most ticks) minus fio's own utime+stime (`/proc/PID/stat`, exact), "
+      "divided by the I/Os in the window. The kernel target runs in kernel threads and softirq context and has no process of its own, so this is the "
       "one method that applies to both. It also contains the Linux host's completion path (nvme-rdma, blk-mq softirq), "
       "Soft-RoCE's packet processing for both ends (rxe tasklets) and background noise; those are the same for both "
       "targets, so the difference between the targets is the target's own cost, and the ratio understates it.")
@@ -549,12 +550,12 @@ def render(out, d, s, plot_note):
     w("- fio's submission path (the host's nvme-rdma driver and rxe's send side, run in fio's system calls) is fio's time "
       "and is not counted for either target. A busy-polling target burns CPU whether or not I/O arrives; that is counted.")
     w("")
-    w("| backend | job | guest busy % (kernel / gonvmf) | fio % (kernel / gonvmf) | softirq % (kernel / gonvmf) | gonvmf process % |")
-    w("|---|---|---:|---:|---:|---:|")
+    w("| backend | job | guest busy % (kernel / gonvmf) | fio % (kernel / gonvmf) | gonvmf process % |")
+    w("|---|---|---:|---:|---:|")
     for be in backends:
         for job in MAIN_JOBS:
             parts = []
-            for m in ("guest_busy_pct", "fio_cpu_pct", "softirq_pct"):
+            for m in ("guest_busy_pct", "fio_cpu_pct"):
                 kv = Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "kernel"])
                 gv = Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "gonvmf"])
                 parts.append("%s / %s" % (num(kv.med, 1), num(gv.med, 1)))
