@@ -50,7 +50,9 @@ type rctx struct {
 	rdAll   bool
 	rdErr   bool
 
-	sqSlots int // send queue slots held by the response chain
+	sqSlots  int    // send queue slots held by the response chain
+	seq      uint64 // the response's position among the connection's responses
+	unsigned bool   // the response SEND was posted unsignaled (see conn.unsig)
 
 	next     *rctx // fifo link (buffer, READ and send waits)
 	nextDone *rctx // the group's completed list
@@ -134,6 +136,14 @@ type conn struct {
 	recvPosted int // receives the device holds
 	sigOut     int // signaled send work requests the device holds
 
+	// Selective signaling: most response SENDs are posted unsignaled, so that the
+	// group is not woken for their completions; a later signaled SEND's completion
+	// (completions of a send queue come in order) retires them all. unsig lists them in
+	// posting order.
+	unsig      ring
+	unsigBytes int    // pool bytes the unsignaled responses hold
+	respSeq    uint64 // responses posted
+
 	state         int
 	detached      bool // slot given back (guarded by the group's mu)
 	hwDrained     bool
@@ -171,6 +181,7 @@ func newConn(cfg connConfig, reg region, ep endpoint, p *pool, log *slog.Logger)
 		c.freeCtx = append(c.freeCtx, int32(i))
 	}
 	c.recvWait = newRing(cfg.depth)
+	c.unsig = newRing(n)
 	c.sendStage = make([]rdmacm.SendWR, cfg.sqSize)
 	c.recvStage = make([]rdmacm.RecvWR, cfg.depth)
 	c.recvWRs = make([]rdmacm.RecvWR, cfg.depth)
@@ -253,6 +264,7 @@ func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
 		return
 	}
 	if c.recvWait.len() > 0 || len(c.freeCtx) == 0 {
+		c.g.stats.ctxWaits.Add(1)
 		c.recvWait.push(int32(i), wc.ByteLen)
 		return
 	}
@@ -433,6 +445,12 @@ func (c *conn) onComplete(x *rctx) {
 		c.recycle(x)
 		return
 	}
+	if x.hasBuf && x.req.Dir == nvmeproto.DirHostToCtrl {
+		// The backend is done with the host's data: the buffer is free before the
+		// response goes out.
+		x.hasBuf = false
+		c.pool.release(x.bufOff, x.bufOrder)
+	}
 	w := c.respWRs(x)
 	if c.sendWait.head != nil || c.sqUsed+w > c.cfg.sqSize {
 		c.g.stats.sendWaits.Add(1)
@@ -488,14 +506,83 @@ func (c *conn) postResponse(x *rctx, w int) {
 	wr := c.stageSend()
 	wr.ID = wrID(kindSend, x.idx, c.slot, c.gen)
 	wr.Op = rdmacm.OpSend
-	wr.Flags = rdmacm.FlagSignaled
 	wr.RemoteAddr, wr.RKey = 0, 0
 	wr.NumSGE = 1
 	wr.SGL[0] = c.reg.sge(c.lay.respBase+x.idx*nvmeproto.CQESize, nvmeproto.CQESize)
 	c.sqUsed += w
-	c.sigOut++
 	x.sqSlots = w
 	x.state = stSend
+	c.respSeq++
+	x.seq = c.respSeq
+	held := 0
+	if x.hasBuf {
+		held = pageSize << x.bufOrder
+	}
+	if c.signalResponse(held) {
+		wr.Flags = rdmacm.FlagSignaled
+		x.unsigned = false
+		c.sigOut++
+		return
+	}
+	wr.Flags = 0
+	x.unsigned = true
+	c.unsig.push(int32(x.idx), 0)
+	c.unsigBytes += held
+}
+
+// Selective signaling limits.
+const (
+	unsigMax      = 16        // unsignaled responses in a row
+	unsigMaxBytes = 256 << 10 // pool bytes unsignaled responses may hold per connection
+	unsigMaxBuf   = 16 << 10  // larger read responses are always signaled
+)
+
+// signalResponse decides whether the next response SEND (whose chain holds held bytes of
+// pool memory) is signaled: always on admin queues, when unsignaled responses would
+// pile up (count, pool bytes, send queue or context room), and when the pool runs
+// short, so that what they hold is not kept from others.
+func (c *conn) signalResponse(held int) bool {
+	if c.admin || c.unsig.len()+1 >= unsigMax || held > unsigMaxBuf || c.unsigBytes+held > unsigMaxBytes ||
+		2*c.sqUsed > c.cfg.sqSize || 4*len(c.freeCtx) < len(c.ctxs) {
+		return true
+	}
+	if held > 0 {
+		if c.pool.wanting.Load() > 0 {
+			return true
+		}
+		free, total := c.pool.freePages()
+		if 4*free < total {
+			return true
+		}
+	}
+	return false
+}
+
+// retireUnsigned completes the unsignaled responses posted before seq (through seq
+// with through).
+func (c *conn) retireUnsigned(seq uint64, through bool) {
+	for c.unsig.len() > 0 {
+		i, _ := c.unsig.peek()
+		x := &c.ctxs[i]
+		if x.seq > seq || (x.seq == seq && !through) {
+			return
+		}
+		c.unsig.pop()
+		c.retireResponse(x)
+	}
+}
+
+// retireResponse frees what a completed response held.
+func (c *conn) retireResponse(x *rctx) {
+	c.sqUsed -= x.sqSlots
+	x.sqSlots = 0
+	if x.unsigned {
+		x.unsigned = false
+		if x.hasBuf {
+			c.unsigBytes -= pageSize << x.bufOrder
+		}
+	}
+	c.recycle(x)
 }
 
 func (c *conn) pumpSends() {
@@ -511,13 +598,20 @@ func (c *conn) pumpSends() {
 
 func (c *conn) onSend(i int, wc *rdmacm.Completion) {
 	x := &c.ctxs[i]
-	c.sqUsed -= x.sqSlots
-	c.sigOut--
-	x.sqSlots = 0
+	if x.state != stSend {
+		return // an unsignaled response already retired by a later completion
+	}
 	if wc.Status != rdmacm.WCSuccess && wc.Status != rdmacm.WCFlushErr {
 		c.fatal("response SEND failed", wc)
 	}
-	c.recycle(x)
+	// Completions of the send queue come in order: every unsignaled response posted
+	// before this one is complete too (an unsignaled SEND completes here only as a
+	// flushed error, and then through itself).
+	c.retireUnsigned(x.seq, x.unsigned)
+	if x.state == stSend { // signaled
+		c.sigOut--
+		c.retireResponse(x)
+	}
 	if c.state == stateLive {
 		c.pumpSends()
 		c.pumpReads()
@@ -710,9 +804,12 @@ func (c *conn) forceDrain() {
 				c.readDone(x)
 			}
 		case stSend:
+			x.unsigned = false
 			c.recycle(x)
 		}
 	}
+	c.unsig.reset()
+	c.unsigBytes = 0
 	c.maybeFinalize()
 }
 
@@ -723,15 +820,23 @@ func (c *conn) maybeFinalize() {
 	}
 	c.state = stateDead
 	c.g.removeDraining(c)
-	// Contexts still holding buffers (responses whose SENDs were flushed) give them back.
+	c.g.detach(c)
+	// Destroy the QP before giving back buffers: unsignaled responses that completed
+	// silently are known only to be done now.
+	if err := c.ep.Destroy(); err != nil {
+		c.log.Error("destroying the queue pair", "qid", c.cfg.qid, "err", err)
+	}
+	for c.unsig.len() > 0 {
+		i, _ := c.unsig.pop()
+		x := &c.ctxs[i]
+		x.unsigned = false
+		c.recycle(x)
+	}
+	c.unsigBytes = 0
 	for i := range c.ctxs {
 		if x := &c.ctxs[i]; x.hasBuf && x.state != stCore {
 			c.recycle(x)
 		}
-	}
-	c.g.detach(c)
-	if err := c.ep.Destroy(); err != nil {
-		c.log.Error("destroying the queue pair", "qid", c.cfg.qid, "err", err)
 	}
 	if c.onDead != nil {
 		go c.onDead(c)
@@ -764,5 +869,7 @@ func (r *ring) pop() (int32, uint32) {
 	r.cnt--
 	return s, n
 }
+
+func (r *ring) peek() (int32, uint32) { return r.slot[r.head], r.n[r.head] }
 
 func (r *ring) reset() { r.head, r.cnt = 0, 0 }

@@ -77,10 +77,7 @@ func TestEngineAdminAndIO(t *testing.T) {
 			}
 			c, _ = io.h.exec(rw(nvmeproto.OpRead, 1, 0, 1), nil, 512)
 			expectOK(t, "read after errors", c)
-			free, total, _ := e.pool.stats()
-			if free != total {
-				t.Errorf("pool: %d of %d pages free after all commands completed", free, total)
-			}
+			e.closeAll(io, a)
 		})
 	}
 }
@@ -89,11 +86,13 @@ func TestEngineAdminAndIO(t *testing.T) {
 // byte.
 func TestEngineConcurrentIO(t *testing.T) {
 	e := newEngine(t, engineOpts{icd: 8192, poolSize: 1 << 20})
-	_, cntlid := e.adminConnect(0)
+	a, cntlid := e.adminConnect(0)
 	const queues, depth, perQueue = 3, 16, 60
 	var wg sync.WaitGroup
+	conns := []*fconn{a}
 	for q := 1; q <= queues; q++ {
 		io := e.ioConnect(uint16(q), cntlid, depth)
+		conns = append(conns, io)
 		for w := 0; w < depth-1; w++ {
 			wg.Add(1)
 			go func() {
@@ -118,16 +117,14 @@ func TestEngineConcurrentIO(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if free, total, _ := e.pool.stats(); free != total {
-		t.Errorf("pool: %d of %d pages free", free, total)
-	}
+	e.closeAll(conns...)
 }
 
 // TestEnginePoolShortage: a pool with room for one largest transfer; many of them at
 // once wait their turn and all succeed.
 func TestEnginePoolShortage(t *testing.T) {
 	e := newEngine(t, engineOpts{poolSize: 128 << 10, maxIO: 128 << 10})
-	_, cntlid := e.adminConnect(0)
+	a, cntlid := e.adminConnect(0)
 	io := e.ioConnect(1, cntlid, 16)
 	// Buffers stay taken until the response's SEND completes: hold those completions
 	// for a while so that the writes pile up behind the single buffer.
@@ -175,9 +172,7 @@ func TestEnginePoolShortage(t *testing.T) {
 	if waits := e.g.stats.bufWaits.Load(); waits == 0 {
 		t.Errorf("no command waited for a buffer: the test did not exercise the shortage")
 	}
-	if free, total, _ := e.pool.stats(); free != total {
-		t.Errorf("pool: %d of %d pages free", free, total)
-	}
+	e.closeAll(io, a)
 }
 
 // TestEngineReadCredits: RDMA READs beyond the negotiated initiator depth wait.
@@ -297,13 +292,10 @@ func TestEngineDisconnectFreesResources(t *testing.T) {
 	if len(got) != 4096 {
 		t.Fatalf("short read")
 	}
-	_ = other
 	if n := e.g.nconns.Load(); n != 2 {
 		t.Errorf("%d connections in the poll group, want the other host's 2", n)
 	}
-	if free, total, _ := e.pool.stats(); free != total {
-		t.Errorf("pool: %d of %d pages free after the host left", free, total)
-	}
+	e.closeAll(otherIO, other)
 }
 
 // TestEngineKeepAliveExpiry: a host that vanishes silently is detected by keep-alive and
@@ -424,13 +416,15 @@ func TestEngineBackpressureOnContexts(t *testing.T) {
 	io.ep.mu.Lock()
 	io.ep.holdSend = true
 	io.ep.mu.Unlock()
+	// Every context ends up waiting for a SEND completion; then the completions come.
+	go func() { time.Sleep(300 * time.Millisecond); io.ep.releaseHeld() }()
 	for i := 0; i < 12; i++ { // more than the contexts, one at a time
 		// Flushes: one send queue slot per response, so contexts run out first.
 		c, _ := io.h.exec(nvmeproto.Command{Opcode: nvmeproto.OpFlush, NSID: 2}, nil, 0)
 		expectOK(t, fmt.Sprintf("flush %d", i), c)
-		if i == 7 { // every context now waits for its SEND completion
-			go func() { time.Sleep(100 * time.Millisecond); io.ep.releaseHeld() }()
-		}
+	}
+	if e.g.stats.ctxWaits.Load() == 0 {
+		t.Errorf("no command waited for a context")
 	}
 }
 

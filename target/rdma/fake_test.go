@@ -518,6 +518,22 @@ func (fc *fconn) waitDead(t testing.TB) {
 	}
 }
 
+// closeAll disconnects the connections, waits until they are released and checks that
+// every pool buffer came back.
+func (e *engine) closeAll(fcs ...*fconn) {
+	e.t.Helper()
+	for _, fc := range fcs {
+		fc.ep.Disconnect()
+		fc.c.requestClose(errHostDisconnect)
+	}
+	for _, fc := range fcs {
+		fc.waitDead(e.t)
+	}
+	if free, total, _ := e.pool.stats(); free != total {
+		e.t.Errorf("pool: %d of %d pages free after the connections closed", free, total)
+	}
+}
+
 // adminConnect connects an admin queue and enables the controller.
 func (e *engine) adminConnect(kato uint32) (*fconn, uint16) {
 	e.t.Helper()

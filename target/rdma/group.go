@@ -112,6 +112,7 @@ type group struct {
 type groupStats struct {
 	polls, completions, sleeps, wakeups atomic.Uint64
 	bufWaits, readWaits, sendWaits      atomic.Uint64
+	ctxWaits                            atomic.Uint64
 }
 
 func newGroup(id int, p *pool, cq compQueue, cfg groupConfig, log *slog.Logger) *group {

@@ -223,7 +223,8 @@ func (l *rdmaLink) release() {
 // ---- target side ----
 
 type rdmaEnv struct {
-	t    testing.TB
+	t     testing.TB
+	links []*rdmaLink
 	tgt  *target.Target
 	tr   *Transport
 	lis  *Listener
@@ -294,6 +295,7 @@ func (e *rdmaEnv) dial(qid uint16, depth, icd int) *hostQ {
 	l.lost = h.lost
 	h.attach(l)
 	e.t.Cleanup(l.close)
+	e.links = append(e.links, l)
 	return &hostQ{h, l}
 }
 
@@ -330,8 +332,14 @@ func (e *rdmaEnv) waitConns(n int, within time.Duration) {
 	}
 }
 
+// expectPoolFree disconnects every host, waits for the transport to release their
+// connections and checks that the whole buffer pool is free.
 func (e *rdmaEnv) expectPoolFree() {
 	e.t.Helper()
+	for _, l := range e.links {
+		l.close()
+	}
+	e.waitConns(0, 15*time.Second)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		s := e.tr.Stats()
@@ -536,7 +544,6 @@ func TestRDMAHostGone(t *testing.T) {
 	c, _ := otherIO.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
 	expectOK(t, "the other host's read", c)
 	_ = other
-	e.expectPoolFree()
 	if base != nil {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
@@ -551,6 +558,7 @@ func TestRDMAHostGone(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	e.expectPoolFree()
 }
 
 // TestRDMACloseWithHostsConnected: closing the transport disconnects hosts and releases
