@@ -225,10 +225,10 @@ func (l *rdmaLink) release() {
 type rdmaEnv struct {
 	t     testing.TB
 	links []*rdmaLink
-	tgt  *target.Target
-	tr   *Transport
-	lis  *Listener
-	addr netip.AddrPort
+	tgt   *target.Target
+	tr    *Transport
+	lis   *Listener
+	addr  netip.AddrPort
 }
 
 func newRDMAEnv(t testing.TB, tcfg conf.Transport, nss ...conf.Namespace) *rdmaEnv {
