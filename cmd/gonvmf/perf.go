@@ -19,7 +19,6 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 )
 
 func init() { registerCommand(perfCommand) }
@@ -706,9 +705,7 @@ type progressPrinter struct {
 func newProgress(r *perfState, w io.Writer) *progressPrinter {
 	p := &progressPrinter{r: r, w: w, start: time.Now(), last: time.Now()}
 	if f, ok := w.(*os.File); ok {
-		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
-			p.tty = true
-		}
+		p.tty = isTerminal(f)
 	}
 	return p
 }

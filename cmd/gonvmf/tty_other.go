@@ -1,0 +1,8 @@
+//go:build !linux
+
+package main
+
+import "os"
+
+// isTerminal reports false off Linux: perf prints one progress line per second.
+func isTerminal(f *os.File) bool { return false }
