@@ -225,6 +225,7 @@ type perfState struct {
 	base     uint64 // first LBA of the range
 	workers  []*worker
 	stop     atomic.Bool
+	failed   atomic.Bool // firstErr is set
 	issued   atomic.Uint64
 	errMu    sync.Mutex
 	firstErr error
@@ -239,6 +240,7 @@ func (r *perfState) fail(err error) {
 		r.firstErr = err
 	}
 	r.errMu.Unlock()
+	r.failed.Store(true)
 	r.stop.Store(true)
 }
 
@@ -432,7 +434,7 @@ func (w *worker) onDone(req *initiator.Request) {
 			}
 		}
 	}
-	if w.r.err() == nil && w.issue(io) {
+	if !w.r.failed.Load() && w.issue(io) {
 		return
 	}
 	if w.inflight == 0 {
