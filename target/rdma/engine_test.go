@@ -469,3 +469,58 @@ func TestEngineAllocations(t *testing.T) {
 		t.Errorf("%.2f allocations per write+read pair; want 0", allocs)
 	}
 }
+
+// TestEngineAdminNotBehindIO: with the pool taken by I/O and more I/O waiting for it,
+// admin commands (Identify needs a buffer, Keep Alive none) still complete at once.
+func TestEngineAdminNotBehindIO(t *testing.T) {
+	e := newEngine(t, engineOpts{poolSize: 256 << 10, maxIO: 128 << 10})
+	a, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 16)
+	io.ep.mu.Lock()
+	io.ep.holdSend = true // read buffers stay taken until their SEND completes
+	io.ep.mu.Unlock()
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _ := io.h.exec(rw(nvmeproto.OpRead, 2, uint64(i*256), 256), nil, 128<<10)
+			expectOK(t, "read", c)
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.g.stats.bufWaits.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if e.g.stats.bufWaits.Load() == 0 {
+		t.Fatalf("the I/O did not exhaust the pool")
+	}
+	start := time.Now()
+	a.h.identify(1, 0)
+	c, _ := a.h.exec(nvmeproto.Command{Opcode: nvmeproto.OpKeepAlive}, nil, 0)
+	expectOK(t, "keep alive", c)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("admin commands took %v behind the I/O", d)
+	}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				io.ep.mu.Lock()
+				h := io.ep.held
+				io.ep.held = nil
+				io.ep.mu.Unlock()
+				for _, wc := range h {
+					io.ep.cq.push(wc)
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	io.ep.releaseHeld()
+	e.closeAll(io, a)
+}
