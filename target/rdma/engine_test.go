@@ -126,11 +126,6 @@ func TestEnginePoolShortage(t *testing.T) {
 	e := newEngine(t, engineOpts{poolSize: 128 << 10, maxIO: 128 << 10})
 	a, cntlid := e.adminConnect(0)
 	io := e.ioConnect(1, cntlid, 16)
-	// Buffers stay taken until the response's SEND completes: hold those completions
-	// for a while so that the writes pile up behind the single buffer.
-	io.ep.mu.Lock()
-	io.ep.holdSend = true
-	io.ep.mu.Unlock()
 	const n = 10
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -142,8 +137,16 @@ func TestEnginePoolShortage(t *testing.T) {
 			expectOK(t, "write", c)
 		}()
 	}
+	wg.Wait()
+	// A read's buffer stays taken until its response's SEND completes: hold those
+	// completions for a while so that the reads pile up behind the single buffer.
+	io.ep.mu.Lock()
+	io.ep.holdSend = true
+	io.ep.mu.Unlock()
 	stop := make(chan struct{})
+	released := make(chan struct{})
 	go func() {
+		defer close(released)
 		for {
 			select {
 			case <-stop:
@@ -160,15 +163,20 @@ func TestEnginePoolShortage(t *testing.T) {
 			}
 		}
 	}()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, got := io.h.exec(rw(nvmeproto.OpRead, 1, uint64(i*256), 256), nil, 128<<10)
+			expectOK(t, "read", c)
+			if !bytes.Equal(got, pattern(128<<10, byte(i))) {
+				t.Errorf("block %d: data differs", i)
+			}
+		}()
+	}
 	wg.Wait()
 	close(stop)
-	for i := 0; i < n; i++ {
-		c, got := io.h.exec(rw(nvmeproto.OpRead, 1, uint64(i*256), 256), nil, 128<<10)
-		expectOK(t, "read", c)
-		if !bytes.Equal(got, pattern(128<<10, byte(i))) {
-			t.Errorf("write %d: data differs", i)
-		}
-	}
+	<-released
 	if waits := e.g.stats.bufWaits.Load(); waits == 0 {
 		t.Errorf("no command waited for a buffer: the test did not exercise the shortage")
 	}

@@ -498,10 +498,10 @@ func (e *engine) dial(qid uint16, depth int) *fconn {
 	c.q = q
 	fc := &fconn{c: c, ep: ep, dead: make(chan struct{})}
 	c.onDead = func(*conn) { close(fc.dead) }
-	e.g.publish(c)
 	if err := c.postInitialRecvs(); err != nil {
 		e.t.Fatal(err)
 	}
+	e.g.publish(c)
 	fc.h = newHostQueue(e.t, depth, e.o.hostBytes/depth)
 	ep.onResp = fc.h.onResponse
 	fc.h.attach(fakeLink{ep})

@@ -608,25 +608,27 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	}
 	c.q = q
 	c.onDead = func(c *conn) { tr.connDead(c, id, arena) }
-	tr.mu.Lock()
-	if tr.closed {
-		tr.mu.Unlock()
+	undo := func() {
 		q.Close()
 		qp.Close()
 		g.detach(c)
 		arena.Close()
+	}
+	// Receives go up before the accept: the host may send as soon as it is established.
+	if err := c.postInitialRecvs(); err != nil {
+		undo()
+		return fmt.Errorf("posting %d receives: %w", cfg.depth, err)
+	}
+	tr.mu.Lock()
+	if tr.closed {
+		tr.mu.Unlock()
+		undo()
 		return ErrClosed
 	}
 	tr.conns[id] = c
 	tr.live.Add(1)
 	tr.mu.Unlock()
 	g.publish(c)
-	if err := c.postInitialRecvs(); err != nil {
-		log.Error("posting the initial receives failed", "err", err)
-		id.Reject(rejectData(nvmeproto.RDMARejectNoResources))
-		c.requestClose(err)
-		return nil // torn down like any connection
-	}
 	err = id.Accept(&rdmacm.ConnParam{
 		PrivateData:        acceptData(cfg.depth),
 		InitiatorDepth:     uint8(min(cfg.ird, 255)),
@@ -636,8 +638,9 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	})
 	if err != nil {
 		log.Warn("rdma_accept failed", "err", err)
+		id.Reject(rejectData(nvmeproto.RDMARejectNoResources))
 		c.requestClose(err)
-		return nil
+		return nil // torn down like any connection
 	}
 	log.Debug("queue pair accepted", "depth", cfg.depth, "send_wr", cfg.sqSize, "in_capsule", cfg.icd,
 		"initiator_depth", cfg.ird, "host_responder_resources", p.hostIRD,
