@@ -33,7 +33,7 @@ fuzz:
 
 # Tests inside the Soft-RoCE qemu guest (builds the guest image on first use).
 vm-test: setup
-	integration/run-tests.sh
+	integration/run-tests.sh --keep-going
 
 # All tests: static checks, unit tests, fuzzing, then the VM suites.
 test: setup check unit fuzz vm-test

@@ -7,7 +7,7 @@ import (
 )
 
 // Reference §1, CM private data.
-func TestRDMAConnReqGolden(t *testing.T) {
+func TestCMPrivateDataReqGolden(t *testing.T) {
 	type x = RDMAConnReq
 	runFieldCases(t, RDMAConnReqSize, (*x).Marshal, (*x).Unmarshal, []fieldCase[x]{
 		{"recfmt@0", 0, 2, func(v *x) uint64 { return uint64(v.RecFmt) }, func(v *x, n uint64) { v.RecFmt = uint16(n) }},
@@ -35,7 +35,7 @@ func TestRDMAConnReqGolden(t *testing.T) {
 	}
 }
 
-func TestRDMAConnRepGolden(t *testing.T) {
+func TestCMPrivateDataRepGolden(t *testing.T) {
 	type x = RDMAConnRep
 	runFieldCases(t, RDMAConnRepSize, (*x).Marshal, (*x).Unmarshal, []fieldCase[x]{
 		{"recfmt@0", 0, 2, func(v *x) uint64 { return uint64(v.RecFmt) }, func(v *x, n uint64) { v.RecFmt = uint16(n) }},
@@ -47,7 +47,7 @@ func TestRDMAConnRepGolden(t *testing.T) {
 	}
 }
 
-func TestRDMAConnRejGolden(t *testing.T) {
+func TestCMPrivateDataRejGolden(t *testing.T) {
 	type x = RDMAConnRej
 	runFieldCases(t, RDMAConnRejSize, (*x).Marshal, (*x).Unmarshal, []fieldCase[x]{
 		{"recfmt@0", 0, 2, func(v *x) uint64 { return uint64(v.RecFmt) }, func(v *x, n uint64) { v.RecFmt = uint16(n) }},
