@@ -62,7 +62,7 @@ func benchOp(b *testing.B, op rdmacm.Opcode, size int) {
 		arenaSize: (benchRxDepth + 2) * size,
 		access:    rdmacm.AccessRemoteRead | rdmacm.AccessRemoteWrite,
 		sendWR:    benchTxDepth, recvWR: benchRxDepth, cqEntries: benchTxDepth + benchRxDepth,
-		initDepth: 128, respRes: 128,
+		initDepth: rdmacm.MaxDepth, respRes: rdmacm.MaxDepth, // the device's maximum
 	}
 	if op == rdmacm.OpSend {
 		o.srvSetup = func(e *end) error { postRecvs(b, e, 0, size, benchRxDepth, 0); return nil }

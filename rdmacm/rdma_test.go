@@ -125,9 +125,18 @@ func TestRDMASendRecv(t *testing.T) {
 	sizes := []int{1, 16, 64, 100, 4096, 65536, 1000}
 	p := newPair(t, ip, pairOpts{
 		arenaSize: 2 * len(sizes) * slot, inline: 64,
+		initDepth: rdmacm.MaxDepth, respRes: rdmacm.MaxDepth,
 		srvSetup: func(e *end) error { postRecvs(t, e, 0, slot, len(sizes), 100); return nil },
 		cliSetup: func(e *end) error { postRecvs(t, e, 0, slot, 2, 200); return nil },
 	})
+	// MaxDepth asked for the device's maximum RDMA READ depths.
+	if a, err := p.cli.dev.Query(); err != nil {
+		t.Fatal(err)
+	} else if p.req.Param.InitiatorDepth != uint8(a.MaxQPRdAtom) || // librdmacm keeps the low byte
+		p.req.Param.ResponderResources != uint8(a.MaxQPInitRdAtom) {
+		t.Errorf("dialled with MaxDepth: the request offers responder resources %d, initiator depth %d; device maxima %d, %d",
+			p.req.Param.InitiatorDepth, p.req.Param.ResponderResources, a.MaxQPRdAtom, a.MaxQPInitRdAtom)
+	}
 	if c := p.cli.qp.Caps(); c.MaxInlineData < 64 || c.MaxSendWR < 64 || c.MaxRecvWR < 64 || c.MaxSendSGE < 4 {
 		t.Errorf("client QP caps %+v, asked for 64/64 WRs, 4 SGEs, 64 inline", c)
 	}

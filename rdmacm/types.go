@@ -278,8 +278,15 @@ func (t EventType) String() string {
 	return fmt.Sprintf("EventType(%d)", int(t))
 }
 
+// MaxDepth in ConnParam.InitiatorDepth or ResponderResources asks for the
+// device's maximum (librdmacm's RDMA_MAX_INIT_DEPTH/RDMA_MAX_RESP_RES); in
+// Accept, InitiatorDepth MaxDepth means min(what the peer offered, device
+// maximum).
+const MaxDepth = 255
+
 // ConnParam are the connection parameters of rdma_connect/rdma_accept, and
-// what the peer sent, in events.
+// what the peer sent, in events. An NVMe-oF host must offer
+// ResponderResources > 0: the target reads the host's data with RDMA READ.
 type ConnParam struct {
 	// PrivateData: at most 56 bytes in a connect request over RoCE/IB, 196
 	// in an accept, 148 in a reject. Received private data may be padded

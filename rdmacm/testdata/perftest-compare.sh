@@ -15,8 +15,10 @@
 #
 # Both sides use the same queue depths (128 outstanding sends, 512 posted receives, reads up to
 # the device's initiator depth) and busy-poll; perftest's figure is "BW average" (its "BW peak"
-# reads 0 under TCG). The ratio is rdmacm / perftest of the message rates (= of the bandwidths,
-# the sizes being equal): 1.0 means no overhead.
+# reads 0 under TCG). Two ratios rdmacm / perftest: of the message rates the tools report (= of
+# the bandwidths, the sizes being equal), and of the packet rates the device's sent_pkts
+# counter shows while each runs (over the sampling intervals with traffic), which does not
+# depend on either tool's clock arithmetic. 1.0 means no overhead.
 
 # One { } block, parsed before it runs: editing this file cannot disturb a running copy.
 {
@@ -50,38 +52,77 @@ fi
 DEV=${RXE_DEV:-rxe0}
 echo "perftest-compare: device $DEV, address $RXE_IP, $DUR s per measurement, active_mtu $(ibv_devinfo -d "$DEV" | awk '/active_mtu/{print $2}')"
 
-# perftest <op> <size>: prints "Gb/s Mpps" (BW average, message rate) of the client. Tries
-# twice: under TCG on a busy host the server may not be listening yet after the head start.
+# The device's own packet counter gives a rate independent of either tool's arithmetic
+# (perftest derives its figures from TSC cycles, which TCG does not keep steady).
+CNT=/sys/class/infiniband/$DEV/ports/1/hw_counters/sent_pkts
+[ -r "$CNT" ] || die "no packet counter $CNT"
+SAMPLES=/tmp/perftest-compare.samples
+# sample_start / sample_stop: sample the counter about every 0.25 s while a tool runs (with
+# bash builtins only: forking is slow under TCG); sample_stop prints the packet rate over the
+# intervals with traffic, leaving out the first and the last (ramp up and down).
+FIFO=/tmp/perftest-compare.fifo
+sample_start() {
+	[ -p "$FIFO" ] || mkfifo "$FIFO"
+	(
+		exec 9<> "$FIFO" # never written: read -t on it is a sleep without a fork
+		while :; do
+			read -r v < "$CNT"
+			echo "$EPOCHREALTIME $v"
+			read -r -t 0.25 -u 9 || :
+		done
+	) > "$SAMPLES" &
+	SAMPLER=$!
+}
+sample_stop() {
+	kill "$SAMPLER" 2> /dev/null
+	wait "$SAMPLER" 2> /dev/null
+	awk 'NR > 1 && $2 > c && $1 > t { n++; dc[n] = $2 - c; dt[n] = $1 - t } { t = $1; c = $2 }
+		END {
+			a = 1; b = n
+			if (n >= 3) { a = 2; b = n - 1 }
+			for (i = a; i <= b; i++) { sc += dc[i]; st += dt[i] }
+			if (st > 0) printf "%.1f\n", sc / st; else print 0
+		}' "$SAMPLES"
+}
+
+# perftest <op> <size>: prints "Gb/s Mpps pkts/s": perftest's BW average and message rate, and
+# the device's packet rate meanwhile. Tries twice: under TCG on a busy host the server may not
+# be listening yet after the head start.
 perftest() {
-	local tool=ib_$1_bw out try srv
+	local tool=ib_$1_bw out try srv pps
 	for try in 1 2; do
 		timeout $((DUR + 60)) $tool -d "$DEV" -F --report_gbits -R -s "$2" -D "$DUR" > /tmp/perftest-server.log 2>&1 &
 		srv=$!
 		sleep $((HEADSTART * try)) # TCG: the server needs a head start
+		sample_start
 		out=$(timeout $((DUR + 60)) $tool -d "$DEV" -F --report_gbits -R -s "$2" -D "$DUR" "$RXE_IP" 2>&1)
+		pps=$(sample_stop)
 		kill $srv 2> /dev/null
 		wait $srv
 		# (a 0 rate happens under TCG now and then: count it as a failed try)
-		echo "$out" | awk -v s="$2" '$1 == s && NF >= 5 && $5 > 0 { print $4, $5; found = 1 } END { if (!found) exit 1 }' && return 0
-		echo "perftest-compare: $tool -s $2, try $try: $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
+		echo "$out" | awk -v s="$2" -v pps="$pps" '$1 == s && NF >= 5 && $5 > 0 && pps > 0 { print $4, $5, pps; found = 1 }
+			END { if (!found) exit 1 }' && return 0
+		echo "perftest-compare: $tool -s $2, try $try (packet rate $pps/s): $(echo "$out" | tail -3 | tr '\n' ' ')" >&2
 	done
 	return 1
 }
 
-# gobench <op> <size>: prints "Gb/s Mpps" of BenchmarkRDMA<Op>/<size>.
+# gobench <op> <size>: prints "Gb/s Mpps pkts/s" of BenchmarkRDMA<Op>/<size>.
 gobench() {
-	local name sub out
+	local name sub out pps
 	name=BenchmarkRDMA${1^}
 	sub=$(($2 / 1024))KiB
+	sample_start
 	out=$(cd "$(dirname "$0")/.." 2> /dev/null; "$BIN" -test.run '^$' -test.bench "^$name\$/^$sub\$" \
 		-test.benchtime "${DUR}s" -test.timeout 10m 2>&1)
-	echo "$out" | awk '/^Benchmark.*MB\/s/ {
+	pps=$(sample_stop)
+	echo "$out" | awk -v pps="$pps" '/^Benchmark.*MB\/s/ && pps > 0 {
 		for (i = 1; i < NF; i++) { if ($(i+1) == "MB/s") mb = $i; if ($(i+1) == "msgs/s") m = $i }
-		printf "%.4f %.6f\n", mb * 8 / 1000, m / 1e6; found = 1 } END { if (!found) exit 1 }' ||
+		printf "%.4f %.6f %s\n", mb * 8 / 1000, m / 1e6, pps; found = 1 } END { if (!found) exit 1 }' ||
 		{ echo "$out" | tail -5 >&2; return 1; }
 }
 
-printf 'round\top\tsize\tperftest_Gbps\trdmacm_Gbps\tratio\tperftest_Mpps\trdmacm_Mpps\n' > "$TSV"
+printf 'round\top\tsize\tperftest_Gbps\trdmacm_Gbps\tratio\tperftest_Mpps\trdmacm_Mpps\tperftest_pps\trdmacm_pps\tratio_pps\n' > "$TSV"
 failed=0
 for round in $(seq "$REPS"); do
 	for op in $OPS; do
@@ -98,12 +139,14 @@ for round in $(seq "$REPS"); do
 				p= g=
 				continue
 			fi
-			read -r pg pm <<< "$p"
-			read -r gg gm <<< "$g"
-			# perftest prints Gb/s with two decimals only: take the ratio of the
+			read -r pg pm pp <<< "$p"
+			read -r gg gm gp <<< "$g"
+			# perftest prints Gb/s with two decimals only: the tools' ratio is of the
 			# message rates (same message size, so the same as of bandwidths).
 			ratio=$(awk -v a="$gm" -v b="$pm" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
-			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$op" "$sz" "$pg" "$gg" "$ratio" "$pm" "$gm" | tee -a "$TSV"
+			rpps=$(awk -v a="$gp" -v b="$pp" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "nan" }')
+			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$op" "$sz" "$pg" "$gg" "$ratio" "$pm" "$gm" \
+				"$pp" "$gp" "$rpps" | tee -a "$TSV"
 			p= g=
 		done
 	done
@@ -112,7 +155,7 @@ echo
 column -t -s $'\t' "$TSV"
 echo
 # Median over the rounds, per op and size.
-echo "op size perftest_Gbps(median) rdmacm_Gbps(median) ratio(median of rounds) rounds"
+echo "medians: op size perftest_Gbps rdmacm_Gbps ratio(tools) perftest_pps rdmacm_pps ratio(packets) rounds"
 for op in $OPS; do
 	for sz in $SIZES; do
 		awk -F'\t' -v op="$op" -v sz="$sz" '
@@ -120,8 +163,9 @@ for op in $OPS; do
 				for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 				return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 			}
-			$2 == op && $3 == sz { n++; p[n] = $4; g[n] = $5; r[n] = $6 }
-			END { if (n) printf "%s %s %.4f %.4f %.2f %d\n", op, sz, median(p, n), median(g, n), median(r, n), n }' "$TSV"
+			$2 == op && $3 == sz { n++; p[n] = $4; g[n] = $5; r[n] = $6; pp[n] = $9; gp[n] = $10; rp[n] = $11 }
+			END { if (n) printf "%s %s %.4f %.4f %.2f %.0f %.0f %.2f %d\n", op, sz, median(p, n), median(g, n), median(r, n),
+				median(pp, n), median(gp, n), median(rp, n), n }' "$TSV"
 	done
 done | tee "$OUTDIR/perftest-compare-summary.txt"
 exit $failed
