@@ -1,0 +1,174 @@
+package rdmacm_test
+
+import (
+	"bufio"
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/rdmacm"
+)
+
+// TestRDMADeviceRemoval deletes an RDMA device under a connection: every CM
+// ID on it gets DEVICE_REMOVAL, and closing everything afterwards works (the
+// asynchronous DEVICE_FATAL comes only from drivers that can disassociate
+// user contexts, which Soft-RoCE cannot: it is logged if it comes). A second Soft-RoCE
+// device (rxe1 on dummy1) carries the connection, in a child process:
+// Soft-RoCE cannot detach a process from a removed device
+// (no disassociate_ucontext), so the removal completes only when every
+// process that has the device open exits, and librdmacm keeps its devices
+// open for the life of the process. The parent never opens rxe1. Runs only
+// in the VM harness's guest.
+func TestRDMADeviceRemoval(t *testing.T) {
+	if os.Getenv("RDMACM_REMOVAL_CHILD") == "1" {
+		removalChild(t, netip.MustParseAddr(os.Getenv("RDMACM_REMOVAL_IP")))
+		return
+	}
+	requireRDMA(t)
+	if os.Getenv("GONVMF_GUEST") != "1" || os.Getuid() != 0 {
+		t.Skip("adds and deletes an RDMA device: runs only in the VM harness's guest (GONVMF_GUEST=1, root)")
+	}
+	const dev, nd, ip = "rxe1", "gonvmfrm0", "10.99.201.1"
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		exec.Command("rdma", "link", "delete", dev).Run()
+		exec.Command("ip", "link", "del", nd).Run()
+	})
+	run("ip", "link", "add", nd, "type", "dummy")
+	run("ip", "link", "set", nd, "mtu", "9000", "up")
+	run("ip", "addr", "add", ip+"/24", "dev", nd)
+	run("rdma", "link", "add", dev, "type", "rxe", "netdev", nd)
+	for i := 0; ; i++ {
+		b, _ := os.ReadFile("/sys/class/infiniband/" + dev + "/ports/1/state")
+		if strings.Contains(string(b), "ACTIVE") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%s did not become active: %q", dev, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	child := exec.Command(os.Args[0], "-test.run", "^TestRDMADeviceRemoval$", "-test.v", "-test.count=1", "-test.timeout=5m")
+	child.Env = append(os.Environ(), "RDMACM_REMOVAL_CHILD=1", "RDMACM_REMOVAL_IP="+ip)
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = child.Stdout
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	var out strings.Builder
+	ready := make(chan bool, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "REMOVAL-CHILD-READY") {
+				ready <- true
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			<-done
+			t.Fatalf("the child ended before connecting:\n%s", out.String())
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the child did not connect:\n%s", out.String())
+	}
+	del := exec.Command("rdma", "link", "delete", dev)
+	delOut := &strings.Builder{}
+	del.Stdout, del.Stderr = delOut, delOut
+	if err := del.Start(); err != nil {
+		t.Fatal(err)
+	}
+	delDone := make(chan error, 1)
+	go func() { delDone <- del.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		child.Process.Kill()
+		<-done
+		t.Errorf("the child did not finish after the removal")
+	}
+	child.Wait()
+	t.Logf("child:\n%s", out.String())
+	if !strings.Contains(out.String(), "--- PASS: TestRDMADeviceRemoval") {
+		t.Errorf("the child failed")
+	}
+	select {
+	case err := <-delDone:
+		if err != nil {
+			t.Errorf("rdma link delete %s: %v: %s", dev, err, delOut)
+		}
+	case <-time.After(time.Minute):
+		t.Errorf("rdma link delete %s did not finish after the child exited", dev)
+	}
+}
+
+func removalChild(t *testing.T, ip netip.Addr) {
+	p := newPair(t, ip, pairOpts{})
+	if p.srv.dev.Name() != "rxe1" {
+		t.Fatalf("connected over %s, want rxe1", p.srv.dev.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	actx, acancel := context.WithCancel(ctx)
+	asyncDone := make(chan struct{})
+	go func() {
+		defer close(asyncDone)
+		for {
+			ev, err := p.srv.dev.AsyncEvent(actx)
+			if err != nil {
+				return
+			}
+			t.Logf("async event %v", ev)
+		}
+	}()
+	os.Stdout.WriteString("REMOVAL-CHILD-READY\n")
+	removed := map[*rdmacm.CMID]bool{}
+	for _, c := range []struct {
+		ch  *rdmacm.EventChannel
+		ids []*rdmacm.CMID
+	}{{p.cch, []*rdmacm.CMID{p.cli.id}}, {p.lch, []*rdmacm.CMID{p.listener, p.srv.id}}} {
+		for n := 0; n < len(c.ids); {
+			ev, err := c.ch.GetEvent(ctx)
+			if err != nil {
+				t.Fatalf("waiting for DEVICE_REMOVAL: %v (so far %v)", err, removed)
+			}
+			t.Logf("event %v", ev)
+			if ev.Type == rdmacm.EventDeviceRemoval {
+				removed[ev.ID] = true
+				n++
+			}
+		}
+	}
+	for _, id := range []*rdmacm.CMID{p.listener, p.srv.id, p.cli.id} {
+		if !removed[id] {
+			t.Errorf("no DEVICE_REMOVAL for %v", id)
+		}
+	}
+	time.Sleep(time.Second) // let async events, if any, show in the log
+	acancel()
+	<-asyncDone
+	// Close everything on the dead device (errors are expected and fine).
+	if err := p.close(); err != nil {
+		t.Logf("closing on a removed device: %v", err)
+	}
+}
