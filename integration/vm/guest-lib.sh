@@ -100,7 +100,7 @@ require() {
 cpu_snapshot() { awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat; }
 cpu_busy_pct() {
 	awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
-		t = y[2] - x[2]; printf "%.1f\n", t > 0 ? 100 * (y[1] - x[1]) / t : 0 }'
+		t = y[2] - x[2]; printf("%.1f\n", (t > 0) ? 100 * (y[1] - x[1]) / t : 0) }'
 }
 
 # bg_start <name> <command...>: start a background process with output in $OUT/<name>.log;
