@@ -101,7 +101,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	done := make(chan error, 1)
 	st := tr.Stats()
 	log.Info("transport statistics", "connections", st.Connections, "completions", st.Completions,
-		"poll_group_sleeps", st.Sleeps, "buffer_waits", st.BufferWaits, "read_credit_waits", st.ReadWaits,
+		"polls", st.Polls, "sleeps", st.Sleeps, "event_wakeups", st.Wakeups, "buffer_waits", st.BufferWaits, "read_credit_waits", st.ReadWaits,
 		"send_queue_waits", st.SendWaits, "pool_bytes", st.PoolTotalBytes, "pool_lowest_free_bytes", st.PoolLowestBytes)
 	go func() {
 		err := tr.Close()

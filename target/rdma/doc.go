@@ -65,7 +65,7 @@
 // posting each connection's staged work requests as one chain per round (receives
 // first, then RDMA READs, WRITEs and SENDs). Completions of the core, which may come from
 // backend worker goroutines, reach the group through a lock-free list. When idle a group
-// polls for a short bounded time (DefaultSpin), then arms the completion queue and
+// polls a few more times (DefaultSpin), then arms the completion queue and
 // sleeps on its completion channel: on a host where the RDMA device itself runs on the
 // CPUs (Soft-RoCE) busy polling would steal its cycles. transport.busy_poll makes groups
 // spin instead. The steady-state I/O path allocates nothing (TestEngineAllocations).

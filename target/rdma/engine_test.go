@@ -22,7 +22,7 @@ func TestEngineAdminAndIO(t *testing.T) {
 		o    engineOpts
 	}{
 		{"event", engineOpts{icd: 8192}},
-		{"spin", engineOpts{icd: 8192, spin: 50 * time.Microsecond}},
+		{"spin", engineOpts{icd: 8192, spin: 64}},
 		{"busy", engineOpts{icd: 8192, busyPoll: true}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {

@@ -378,7 +378,7 @@ type engineOpts struct {
 	poolSize  int
 	maxIO     int
 	busyPoll  bool
-	spin      time.Duration
+	spin      int
 	icd       int
 	ird       int
 	sqSize    int // 0: sqDepth(depth)

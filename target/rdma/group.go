@@ -63,9 +63,9 @@ const (
 
 // groupConfig tunes a poll group.
 type groupConfig struct {
-	busyPoll bool          // never sleep on the completion channel
-	spin     time.Duration // event mode: keep polling this long after the last work before sleeping
-	cqeCap   int           // completion queue entries (the sum of its connections' needs must fit)
+	busyPoll bool // never sleep on the completion channel
+	spin     int  // event mode: empty polls after the last work before sleeping
+	cqeCap   int  // completion queue entries (the sum of its connections' needs must fit)
 }
 
 // group is a poll group: one goroutine polling one completion queue shared by many
@@ -234,10 +234,10 @@ func (g *group) stop() {
 // run is the poll group's goroutine.
 func (g *group) run() {
 	defer close(g.stopped)
-	var idleSince time.Time
+	idle := 0
 	for {
 		if g.iterate() {
-			idleSince = time.Time{}
+			idle = 0
 			continue
 		}
 		if g.cqGone || (g.stopping.Load() && g.nconns.Load() == 0 && g.done.Load() == nil) {
@@ -250,18 +250,14 @@ func (g *group) run() {
 			runtime.Gosched()
 			continue
 		}
-		if g.cfg.spin > 0 {
-			now := time.Now()
-			if idleSince.IsZero() {
-				idleSince = now
-				continue
-			}
-			if now.Sub(idleSince) < g.cfg.spin {
-				continue
-			}
+		// A short spin counted in polls, not time: reading the clock is a system call
+		// where the vDSO has no usable clock source (emulated guests).
+		if idle < g.cfg.spin {
+			idle++
+			continue
 		}
 		g.sleep()
-		idleSince = time.Time{}
+		idle = 0
 	}
 }
 

@@ -23,25 +23,26 @@ type Option func(*options)
 
 type options struct {
 	log   *slog.Logger
-	spin  time.Duration
+	spin  int
 	msdbd int
 }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithSpin sets how long an idle poll group keeps polling before it sleeps on its
+// WithSpin sets how many empty polls an idle poll group makes before it sleeps on its
 // completion channel (event mode; default DefaultSpin). Busy polling is the
 // configuration's transport.busy_poll.
-func WithSpin(d time.Duration) Option { return func(o *options) { o.spin = d } }
+func WithSpin(polls int) Option { return func(o *options) { o.spin = polls } }
 
 // WithMaxSGLDescriptors sets MSDBD, the keyed descriptors one command may carry in an
 // in-capsule list (default target.MaxSGLDescriptors).
 func WithMaxSGLDescriptors(n int) Option { return func(o *options) { o.msdbd = n } }
 
-// DefaultSpin is how long an idle poll group polls before sleeping. Short: on Soft-RoCE
-// the device itself runs on the CPUs a spinning poller would take.
-const DefaultSpin = 20 * time.Microsecond
+// DefaultSpin is how many empty polls an idle poll group makes before sleeping (a few
+// microseconds on hardware). Short: on Soft-RoCE the device itself runs on the CPUs a
+// spinning poller would take.
+const DefaultSpin = 16
 
 // listenBacklog is the rdma_listen backlog of every listener.
 const listenBacklog = 128
@@ -292,7 +293,9 @@ type Stats struct {
 	ReadWaits       uint64
 	SendWaits       uint64
 	Completions     uint64
-	Sleeps          uint64
+	Polls           uint64 // Poll calls of the poll groups
+	Sleeps          uint64 // times a poll group slept on its completion channel
+	Wakeups         uint64 // sleeps ended by a completion event (the rest: a wake-up or a timeout)
 }
 
 // Stats returns the transport's counters summed over devices and poll groups.
@@ -316,6 +319,8 @@ func (tr *Transport) Stats() Stats {
 			s.SendWaits += g.stats.sendWaits.Load()
 			s.Completions += g.stats.completions.Load()
 			s.Sleeps += g.stats.sleeps.Load()
+			s.Polls += g.stats.polls.Load()
+			s.Wakeups += g.stats.wakeups.Load()
 		}
 	}
 	return s
