@@ -60,7 +60,8 @@
 // # Soft-RoCE (rdma_rxe)
 //
 // rxe needs a netdev with a unicast address (not lo); it claims but does not
-// honour Send-with-Invalidate; it never raises IBV_EVENT_QP_LAST_WQE_REACHED.
-// See /work/shared/ref/nvmeof-rdma.md §9 and the package README notes in the
-// tests.
+// honour Send-with-Invalidate; it never raises IBV_EVENT_QP_LAST_WQE_REACHED;
+// a CQ overrun raises CQ_ERR repeatedly until the QP is destroyed; device
+// removal waits until every process with the device open exits. README.md in
+// this directory has the details, the rules for users and the test commands.
 package rdmacm

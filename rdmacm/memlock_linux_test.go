@@ -26,7 +26,11 @@ func TestRDMAMemlock(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a child as another user")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestRDMAMemlock$", "-test.v", "-test.count=1")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run", "^TestRDMAMemlock$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), "RDMACM_MEMLOCK_CHILD=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	cmd.Dir = os.TempDir()

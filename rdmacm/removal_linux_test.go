@@ -58,7 +58,11 @@ func TestRDMADeviceRemoval(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	child := exec.Command(os.Args[0], "-test.run", "^TestRDMADeviceRemoval$", "-test.v", "-test.count=1", "-test.timeout=5m")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(self, "-test.run", "^TestRDMADeviceRemoval$", "-test.v", "-test.count=1", "-test.timeout=5m")
 	child.Env = append(os.Environ(), "RDMACM_REMOVAL_CHILD=1", "RDMACM_REMOVAL_IP="+ip)
 	stdout, err := child.StdoutPipe()
 	if err != nil {

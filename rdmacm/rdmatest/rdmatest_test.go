@@ -16,8 +16,12 @@ func TestRequire(t *testing.T) {
 		return
 	}
 	_, err := find()
+	self, xerr := os.Executable()
+	if xerr != nil {
+		t.Fatal(xerr)
+	}
 	for _, require := range []string{"", "1"} {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestRequire$", "-test.v")
+		cmd := exec.Command(self, "-test.run", "^TestRequire$", "-test.v")
 		cmd.Env = append(os.Environ(), "RDMATEST_CHILD=1", EnvRequire+"="+require)
 		out, _ := cmd.CombinedOutput()
 		want := "--- PASS"
