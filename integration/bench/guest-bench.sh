@@ -574,21 +574,30 @@ scaling_target() { # <rep> <target>
 
 # ---- perftest: the link's ceiling ----
 perftest_one() { # <rep> <test> <size> <args...>
-	local rep=$1 t=$2 sz=$3 base sp
+	local rep=$1 t=$2 sz=$3 base sp rc i
 	shift 3
 	base=$OUT/perftest/r$rep-$t-$sz
 	for _ in 1 2; do
 		timeout 90 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" > "$base.server.txt" 2>&1 &
 		sp=$!
-		sleep 2 # under TCG the server needs a head start
-		if ! timeout 90 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" "$RXE_IP" > "$base.txt" 2>&1; then
-			log "perftest $t -s $sz: client exited $?: $(tail -n 1 "$base.txt")"
+		# under TCG the server takes seconds to listen; a client that comes too early is
+		# rejected (RDMA_CM_EVENT_REJECTED, no listener)
+		for i in $(seq 60); do
+			rdma resource show cm_id 2> /dev/null | grep -w LISTEN | grep -q -e "comm $t" -e ":18515 " && break
+			nap 0.3
+		done
+		nap 0.5
+		timeout 90 "$t" -d "$RXE_DEV" -F -R -s "$sz" "$@" "$RXE_IP" > "$base.txt" 2>&1
+		rc=$?
+		if [ $rc != 0 ]; then
+			log "perftest $t -s $sz: client exited $rc: $(grep -v '^\s*$' "$base.txt" | tail -n 1)"
 			kill "$sp" 2> /dev/null # a server without its client would wait for the timeout
 		fi
 		wait "$sp" 2> /dev/null
-		# perftest's latency tests calibrate the CPU clock, which can fail under TCG ("inf")
-		grep -A1 '#bytes' "$base.txt" | tail -n 1 | grep -q -w -e inf -e nan || break
-		log "  $t $sz: no clock calibration (inf); trying once more"
+		# a result row, and not "inf": perftest's latency tests calibrate the CPU clock, which
+		# can fail under TCG
+		grep -A1 '#bytes' "$base.txt" | tail -n 1 | grep '[0-9]' | grep -q -v -w -e inf -e nan && break
+		log "  $t $sz: no result; trying once more"
 	done
 	log "  $t $sz: $(grep -A1 '#bytes' "$base.txt" | tail -n 1 | xargs)"
 }
