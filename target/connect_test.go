@@ -245,7 +245,7 @@ func TestLinuxDiscoverSequence(t *testing.T) {
 	}
 	if ent.TrType != nvmeproto.TrTypeRDMA || ent.AdrFam != nvmeproto.AdrFamIPv4 || ent.SubType != nvmeproto.SubTypeNVMe ||
 		ent.SubNQN != subNQN || ent.TrAddr != "10.99.0.1" || ent.TrSvcID != "4420" || ent.PortID != rdma.ID() ||
-		ent.CNTLID != nvmeproto.CNTLIDDynamic || ent.ASQSZ != 32 {
+		ent.CNTLID != nvmeproto.CNTLIDDynamic || ent.ASQSZ != 32 || ent.TReq != nvmeproto.TReqDisableSQFlow {
 		t.Errorf("discovery entry %+v", ent)
 	}
 	if ts := ent.RDMA(); ts.QPType != nvmeproto.RDMAQPTypeConnected || ts.CMS != nvmeproto.RDMACMSRDMACM || ts.PrType != nvmeproto.RDMAPrTypeNone {

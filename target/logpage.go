@@ -119,7 +119,9 @@ func (c *controller) discoveryLog(portLocal bool) []byte {
 				TrType:  nvmeproto.TransportType(p.cfg.TrType),
 				AdrFam:  nvmeproto.AddressFamily(p.cfg.AdrFam),
 				SubType: nvmeproto.SubTypeNVMe,
-				TReq:    nvmeproto.TReqSecureChannelNotRequired | nvmeproto.TReqDisableSQFlow,
+				// "Not specified" with SQ flow control disable, as the Linux target
+				// reports: nvme-cli prints anything else with SQFLOW as "unrecognized".
+				TReq:    nvmeproto.TReqDisableSQFlow,
 				PortID:  p.id,
 				CNTLID:  nvmeproto.CNTLIDDynamic,
 				ASQSZ:   AdminQueueDepth,
