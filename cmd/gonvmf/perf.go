@@ -204,7 +204,12 @@ func runPerf(c *cli.Context) error {
 		return cli.Exit("perf: "+err.Error(), exitFailure)
 	}
 	if res.Verify != nil && res.Verify.Mismatches > 0 {
-		return cli.Exit(fmt.Sprintf("perf: verify failed: %d blocks did not read back as written", res.Verify.Mismatches), exitFailure)
+		msg := fmt.Sprintf("perf: verify failed: %d blocks did not read back as written", res.Verify.Mismatches)
+		if res.Verify.Unstamped == res.Verify.Mismatches {
+			// Nothing perf wrote came back: the usual cause is a namespace that drops writes.
+			msg += " (none carried a perf stamp: does the namespace discard writes, like a null backend? pick another with --nsid)"
+		}
+		return cli.Exit(msg, exitFailure)
 	}
 	return nil
 }
@@ -270,6 +275,7 @@ type worker struct {
 	live       [2]liveStats
 	checked    uint64
 	mismatches uint64
+	unstamped  uint64 // mismatches that carried no perf stamp at all
 	firstBad   []mismatch
 }
 
@@ -450,6 +456,9 @@ func (w *worker) check(req *initiator.Request, gen uint64) {
 		w.checked++
 		if m := checkBlock(b[off:off+r.lbaSize], lba, gen, r.pc.seed); m != nil {
 			w.mismatches++
+			if !m.Magic {
+				w.unstamped++
+			}
 			if len(w.firstBad) < 10 {
 				w.firstBad = append(w.firstBad, *m)
 			}
@@ -603,6 +612,7 @@ func perfRun(ctx context.Context, ctrl *initiator.Controller, pc *perfConfig, o 
 		for _, w := range r.workers {
 			res.Verify.Checked += w.checked
 			res.Verify.Mismatches += w.mismatches
+			res.Verify.Unstamped += w.unstamped
 			for i := range w.firstBad {
 				if len(res.Verify.First) < 10 {
 					res.Verify.First = append(res.Verify.First, w.firstBad[i].String())

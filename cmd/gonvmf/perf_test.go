@@ -97,6 +97,16 @@ func TestPerfText(t *testing.T) {
 
 func TestPerfErrors(t *testing.T) {
 	cfg := writeFile(t, "loop.yaml", loopConfig)
+	nullCfg := writeFile(t, "null.yaml", `listeners:
+  - address: 10.99.0.1
+subsystems:
+  - nqn: nqn.2024-01.io.gonvmf:null
+    allow_any_host: true
+    namespaces:
+      - nsid: 1
+        backend: null
+        size: 1GiB
+`)
 	for _, c := range []struct {
 		args []string
 		code int
@@ -109,6 +119,8 @@ func TestPerfErrors(t *testing.T) {
 		{[]string{"perf", "-t", "loop", "-c", cfg, "-n", "nqn.2024-01.io.gonvmf:locked"}, 1, "not allowed"},
 		{[]string{"perf", "-t", "rdma", "-n", "nqn.2024-01.io.gonvmf:perf"}, 2, "-a/--traddr"},
 		{[]string{"perf", "-t", "loop"}, 2, "--config"},
+		// A null namespace drops what perf writes: the failure says so.
+		{[]string{"perf", "-t", "loop", "-c", nullCfg, "--size", "1m", "-w", "write", "-q", "4", "--verify"}, 1, "discard writes"},
 		{[]string{"identify", "-t", "loop", "-c", cfg, "--nsid", "9"}, 1, "no active namespace 9"},
 	} {
 		code, out, errOut := gonvmf(t, append([]string{"--log-level", "error"}, c.args...)...)

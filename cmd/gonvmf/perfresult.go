@@ -54,6 +54,7 @@ type verifyResult struct {
 	ReadBack   bool     `json:"read_back"`
 	Checked    uint64   `json:"blocks_checked"`
 	Mismatches uint64   `json:"mismatches"`
+	Unstamped  uint64   `json:"unstamped"` // mismatches without a perf stamp (never written, or dropped)
 	First      []string `json:"first_mismatches,omitempty"`
 }
 
