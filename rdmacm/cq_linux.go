@@ -13,6 +13,8 @@ import "C"
 
 import (
 	"fmt"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -46,6 +48,12 @@ type CQ struct {
 	pfd    *pollFD
 	waitRC C.int
 	waitFn func(uintptr) bool
+
+	// WaitThread's wake-up: an eventfd written by Wake once a thread waiter
+	// has used the CQ (threadWait), and the flag Close raises before waking it.
+	wakeFD     int
+	threadWait atomic.Bool
+	closing    atomic.Bool
 }
 
 // NewCQ creates a completion queue with at least entries entries and a
@@ -81,6 +89,15 @@ func (d *Device) NewCQ(entries int) (*CQ, error) {
 		return nil, err
 	}
 	cq.pfd = pfd
+	efd, _, errno2 := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errno2 != 0 {
+		pfd.close()
+		C.ibv_destroy_cq(cq.cq)
+		cqs.remove(cq.handle)
+		C.ibv_destroy_comp_channel(ch)
+		return nil, fmt.Errorf("rdmacm: eventfd for the completion queue of %s: %w", d.name, errno2)
+	}
+	cq.wakeFD = int(efd)
 	cq.entries = int(cq.cq.cqe)
 	cq.waitFn = func(uintptr) bool {
 		cq.waitRC = C.gonvmf_get_cq_event(cq.ch)
@@ -156,13 +173,68 @@ func (cq *CQ) Wait(timeout time.Duration) (notified bool, err error) {
 	return true, nil
 }
 
-// Wake makes a sleeping Wait return (notified false), or the next Wait if
-// none is sleeping. Safe from any goroutine; use it to hand the CQ's
-// goroutine new work.
+// WaitThread is Wait for a goroutine that owns the CQ and has nothing else
+// to do: it blocks its OS thread in poll(2) on the completion channel and a
+// wake-up eventfd, in one cgo call, instead of parking in the Go netpoller.
+// A completion event then wakes that thread directly, without a runtime
+// timer per sleep, a netpoller hand-off or a second thread being started to
+// run the goroutine, which is what makes an idle-to-busy transition cheap
+// where system calls and context switches are expensive (an emulated guest,
+// Soft-RoCE). The price is an OS thread per sleeping CQ. After the first
+// WaitThread, Wake writes the eventfd and no longer interrupts Wait. Call it
+// from one goroutine at a time. It does not allocate.
+func (cq *CQ) WaitThread(timeout time.Duration) (notified bool, err error) {
+	if cq.closing.Load() || !cq.acquire() {
+		return false, ErrClosed
+	}
+	if !cq.threadWait.Load() {
+		cq.threadWait.Store(true)
+	}
+	// A Wake that did not see threadWait yet interrupted the netpoller instead.
+	if cq.pfd.wake.Swap(false) {
+		cq.release()
+		return false, nil
+	}
+	if cq.closing.Load() { // Close wakes after raising closing: look once more
+		cq.release()
+		return false, ErrClosed
+	}
+	ms := -1
+	if timeout > 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	rc := C.gonvmf_wait_cq(cq.ch, C.int(cq.wakeFD), C.int(ms))
+	cq.release()
+	if rc < 0 {
+		return false, newError("poll on completion channel", negErrno(rc), "%s", cq.dev.name)
+	}
+	return rc&1 != 0, nil
+}
+
+// Wake makes a sleeping Wait or WaitThread return (notified false), or the
+// next one if none is sleeping. Safe from any goroutine; use it to hand the
+// CQ's goroutine new work.
 func (cq *CQ) Wake() {
+	if cq.threadWait.Load() {
+		if cq.acquire() { // the eventfd lives until Close
+			cq.signalWake()
+			cq.release()
+		}
+		return
+	}
 	if cq.pfd != nil {
 		cq.pfd.interrupt()
 	}
+}
+
+// WakeFD returns the eventfd that ends WaitThread when signalled: the CQ's owner may
+// have the kernel signal it (an asynchronous I/O context's completions) so that one
+// WaitThread sleeps on both. It stays open until Close; do not close it.
+func (cq *CQ) WakeFD() int { return cq.wakeFD }
+
+func (cq *CQ) signalWake() {
+	one := uint64(1)
+	syscall.Syscall(syscall.SYS_WRITE, uintptr(cq.wakeFD), uintptr(unsafe.Pointer(&one)), 8)
 }
 
 // Close destroys the QPs using the CQ, then the CQ and its channel. A
@@ -170,6 +242,11 @@ func (cq *CQ) Wake() {
 func (cq *CQ) Close() error {
 	if cq == nil {
 		return nil
+	}
+	// A thread blocked in WaitThread holds the CQ: make it (and any that is
+	// about to block) return before Close waits for it.
+	if !cq.closing.Swap(true) {
+		cq.signalWake()
 	}
 	return cq.closeOnce(func() error {
 		cq.dev.removeKid(cq)
@@ -182,6 +259,7 @@ func (cq *CQ) Close() error {
 		if rc := C.ibv_destroy_comp_channel(cq.ch); rc != 0 && err == nil {
 			err = newError("ibv_destroy_comp_channel", errnoOf(rc), "%s", cq.dev.name)
 		}
+		syscall.Close(cq.wakeFD)
 		return err
 	})
 }

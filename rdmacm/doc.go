@@ -49,7 +49,10 @@
 // CQ and sleeps in [CQ.Wait]. Waiting on the completion channel, the CM event
 // channel and the async event fd uses the Go runtime's netpoller on
 // non-blocking descriptors, so a waiting goroutine does not occupy an OS
-// thread. No cgo call made by this package blocks.
+// thread. The one cgo call of this package that blocks is [CQ.WaitThread]: for
+// a goroutine that owns a CQ and nothing else, it sleeps in poll(2) on the
+// completion channel and a wake-up eventfd ([CQ.WakeFD]), so that a completion
+// wakes that thread directly, without the netpoller's timers and hand-offs.
 //
 // Close may be called from any goroutine: it wakes goroutines waiting on the
 // object, waits for posts and polls in progress to return, and makes later

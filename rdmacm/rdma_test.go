@@ -672,6 +672,100 @@ func TestRDMAWait(t *testing.T) {
 	}
 }
 
+// TestRDMAWaitThread: WaitThread wakes on a completion event, on Wake (also
+// one that came first), on its timeout, and returns ErrClosed when the CQ is
+// closed under it.
+func TestRDMAWaitThread(t *testing.T) {
+	ip := requireRDMA(t)
+	p := newPair(t, ip, pairOpts{
+		srvSetup: func(e *end) error { postRecvs(t, e, 0, 256, 4, 1); return nil },
+	})
+	cq := p.srv.cq
+	buf := make([]rdmacm.Completion, 4)
+	if err := cq.Arm(false); err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() {
+		ok, err := cq.WaitThread(30 * time.Second)
+		if err == nil && !ok {
+			err = errors.New("WaitThread returned without a completion event")
+		}
+		woke <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	w := []rdmacm.SendWR{{Op: rdmacm.OpSend}}
+	w[0].SetSGL(p.cli.mem.SGE(0, 32))
+	if err := p.cli.qp.PostSend(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cq.Poll(buf); n != 1 || err != nil || buf[0].Err() != nil || buf[0].ByteLen != 32 {
+		t.Fatalf("after the wakeup: Poll = %d, %v, %+v", n, err, buf[0])
+	}
+
+	// Wake interrupts a wait without a timeout.
+	go func() {
+		ok, err := cq.WaitThread(0)
+		if err == nil && ok {
+			err = errors.New("WaitThread reported a completion event after Wake")
+		}
+		woke <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cq.Wake()
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wake did not end WaitThread")
+	}
+	// A Wake with nobody waiting makes the next WaitThread return at once.
+	cq.Wake()
+	if ok, err := cq.WaitThread(0); ok || err != nil {
+		t.Fatalf("WaitThread after Wake: %v, %v", ok, err)
+	}
+	t0 := time.Now()
+	if ok, err := cq.WaitThread(100 * time.Millisecond); ok || err != nil || time.Since(t0) < 100*time.Millisecond {
+		t.Fatalf("WaitThread(100ms) = %v, %v after %v", ok, err, time.Since(t0))
+	}
+
+	// Close ends a WaitThread without a timeout; later ones fail.
+	c, err := p.srv.dev.NewCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Arm(false); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := c.WaitThread(0)
+		woke <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-woke:
+		if err != nil && !errors.Is(err, rdmacm.ErrClosed) {
+			t.Fatalf("WaitThread during Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end WaitThread")
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitThread(0); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Fatalf("WaitThread after Close = %v, want ErrClosed", err)
+	}
+	c.Wake() // no effect, no panic
+}
+
 func osThreads(t *testing.T) int {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {

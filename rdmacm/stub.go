@@ -73,7 +73,15 @@ func (cq *CQ) Poll(wc []Completion) (int, error)                     { return 0,
 func (cq *CQ) Arm(solicitedOnly bool) error                          { return ErrNotSupported }
 func (cq *CQ) Wait(timeout time.Duration) (notified bool, err error) { return false, ErrNotSupported }
 func (cq *CQ) Wake()                                                 {}
-func (cq *CQ) Close() error                                          { return nil }
+
+// WakeFD returns -1 (unavailable in this build).
+func (cq *CQ) WakeFD() int { return -1 }
+
+// WaitThread blocks the calling thread until a completion event (unavailable in this build).
+func (cq *CQ) WaitThread(timeout time.Duration) (notified bool, err error) {
+	return false, ErrNotSupported
+}
+func (cq *CQ) Close() error { return nil }
 
 // QP is a reliable-connected queue pair (unavailable in this build).
 type QP struct{}

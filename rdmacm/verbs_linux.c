@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <endian.h>
@@ -145,6 +147,35 @@ int gonvmf_get_cq_event(struct ibv_comp_channel *ch)
 	}
 	ibv_ack_cq_events(cq, 1);
 	return 1;
+}
+
+int gonvmf_wait_cq(struct ibv_comp_channel *ch, int wake_fd, int timeout_ms)
+{
+	struct pollfd p[2];
+	int rc, r = 0;
+
+	p[0].fd = ch->fd;
+	p[0].events = POLLIN;
+	p[0].revents = 0;
+	p[1].fd = wake_fd;
+	p[1].events = POLLIN;
+	p[1].revents = 0;
+	rc = poll(p, 2, timeout_ms);
+	if (rc < 0)
+		return errno == EINTR ? 0 : -errno_or(EIO);
+	if (p[1].revents & POLLIN) {
+		uint64_t v;
+		if (read(wake_fd, &v, sizeof(v)) == sizeof(v) || errno == EAGAIN)
+			r |= 2;
+	}
+	if (p[0].revents & (POLLIN | POLLERR | POLLHUP)) {
+		rc = gonvmf_get_cq_event(ch);
+		if (rc < 0)
+			return rc;
+		if (rc > 0)
+			r |= 1;
+	}
+	return r;
 }
 
 struct ibv_cq *gonvmf_create_cq(struct ibv_context *ctx, int cqe, uintptr_t handle,
