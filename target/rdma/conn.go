@@ -78,8 +78,12 @@ type connConfig struct {
 
 // sqDepth is the send queue size for a queue of depth commands: for each command a
 // response SEND and an RDMA WRITE or READ, and room for the responses of commands
-// whose receive slot was already reposted.
-func sqDepth(depth int) int { return 3 * depth }
+// whose receive slot was already reposted. And at least twice the longest response
+// chain of one command on a device whose messages hold a whole transfer (an RDMA WRITE
+// per descriptor of a full in-capsule list, then the SEND): unsignaled responses may
+// hold up to half of the send queue with no completion coming to free it, so only a
+// chain that fits in the other half is sure to be posted (see chainFits).
+func sqDepth(depth int) int { return max(3*depth, 2*(target.MaxSGLDescriptors+1)) }
 
 // connLayout is how a connection's registered memory is laid out: the 64-byte command
 // entries of every receive slot, then (page aligned, so in-capsule write data can go to
@@ -311,6 +315,10 @@ func (c *conn) start(x *rctx, i, n int) {
 		c.q.Fail(r, nvmeproto.StatusInternalError)
 		return
 	}
+	if !c.chainFits(r) {
+		c.q.Fail(r, nvmeproto.StatusInternalError)
+		return
+	}
 	x.bufOrder = k
 	g := c.g
 	waiting := g.bufWait.head != nil
@@ -326,6 +334,30 @@ func (c *conn) start(x *rctx, i, n int) {
 	}
 	x.state = stWantBuf
 	g.waitBuf(x)
+}
+
+// chainFits reports whether the response of controller-to-host command r (its RDMA
+// WRITEs and the SEND, posted as one chain) is sure to find room in the send queue.
+// Unsignaled responses hold at most half of it (signalResponse) and may stay until the
+// next signaled completion, which need not come: a chain longer than the other half
+// could wait for send queue slots forever, and every response queued behind it too.
+// Such a command (more descriptors or messages than sqDepth allows for, on a device with
+// small messages or a send queue capped by the device) fails at once instead.
+func (c *conn) chainFits(r *target.Request) bool {
+	if r.Dir == nvmeproto.DirHostToCtrl {
+		return true // RDMA READs are posted as send queue slots free up
+	}
+	n := 1
+	for i := range r.SGL {
+		n += (int(r.SGL[i].Length) + c.cfg.maxMsg - 1) / c.cfg.maxMsg
+	}
+	if n <= c.cfg.sqSize-c.cfg.sqSize/2 {
+		return true
+	}
+	c.log.Warn("a command's response needs more work requests than the send queue is sure to have free: failing it",
+		"qid", c.cfg.qid, "cid", r.Cmd.CID, "descriptors", len(r.SGL), "length", r.Length,
+		"work_requests", n, "send_queue", c.cfg.sqSize, "max_msg", c.cfg.maxMsg)
+	return false
 }
 
 // haveBuf continues a command that got its data buffer.
