@@ -385,6 +385,9 @@ type engineOpts struct {
 	maxMsg    int
 	hostBytes int
 	nss       []conf.Namespace
+
+	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
+	wrapEP     func(*fakeEP) endpoint // wraps each connection's queue pair (checks of the work requests)
 }
 
 type engine struct {
@@ -438,7 +441,7 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 		Transport:  conf.Transport{MaxIOSize: o.maxIO, InCapsuleDataSize: icd, BufferPoolSize: conf.Size(o.poolSize)},
 	}
 	log := testLogger(t)
-	tgt, err := target.New(cfg, target.WithLogger(log))
+	tgt, err := target.New(cfg, append([]target.Option{target.WithLogger(log)}, o.targetOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +490,11 @@ func (e *engine) dial(qid uint16, depth int) *fconn {
 	}
 	reg := e.f.newRegion(layoutFor(&cfg).size)
 	ep := newFakeEP(e.f, e.cq, e.o.hostBytes)
-	c := newConn(cfg, reg, ep, e.pool, testLogger(e.t))
+	var qp endpoint = ep
+	if e.o.wrapEP != nil {
+		qp = e.o.wrapEP(ep)
+	}
+	c := newConn(cfg, reg, qp, e.pool, testLogger(e.t))
 	if err := e.g.attach(c); err != nil {
 		e.t.Fatal(err)
 	}
