@@ -586,6 +586,13 @@ func (c *conn) signalResponse(held int) bool {
 		if 4*free < total {
 			return true
 		}
+		// Nothing may come to retire an unsignaled response (the host can go idle):
+		// what the pool keeps outside its reserve must still hold a largest buffer, or
+		// a command waiting for one would wait forever (a small pool: 4 KiB held this
+		// way starves a transfer of the pool's size).
+		if free-c.pool.reserve < 1<<c.pool.maxOrder {
+			return true
+		}
 	}
 	return false
 }

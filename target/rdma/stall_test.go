@@ -75,3 +75,28 @@ func TestEngineLongResponseChain(t *testing.T) {
 	c, _ = io.h.exec(rw(nvmeproto.OpRead, 1, 0, 8), nil, 4096)
 	expectOK(t, "read after the refused one", c)
 }
+
+// TestEngineUnsignaledResponseStarvesNoBuffer: a read response sent unsignaled keeps its
+// pool buffer until a later completion, which need not come. On a pool of two largest
+// transfers (one of them the admin reserve) a 4 KiB read followed by a transfer of the
+// pool's largest size left the second waiting for a buffer forever. Found by
+// FuzzEngineCapsules (seed pool-small-4k-then-32k).
+func TestEngineUnsignaledResponseStarvesNoBuffer(t *testing.T) {
+	e := newEngine(t, engineOpts{poolSize: 64 << 10, maxIO: 32 << 10})
+	_, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 16)
+	c, _ := io.h.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
+	expectOK(t, "4 KiB read", c)
+	cmd := io.h.begin()
+	r := rw(nvmeproto.OpRead, 2, 0, 64)
+	r.SGL = cmd.keyedAt(0, 32<<10)
+	if err := cmd.submit(&r, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, ok := cmd.wait(5e9)
+	if !ok {
+		t.Fatalf("32 KiB read after a 4 KiB one: no response (waits for a buffer an unsignaled response holds)")
+	}
+	expectOK(t, "32 KiB read", c)
+	cmd.release()
+}
