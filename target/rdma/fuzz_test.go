@@ -47,9 +47,11 @@ import (
 //   - a fresh keyed write and read work afterwards if the I/O queue is still up;
 //   - when the connections close the buffer pool is whole again and no goroutine is left.
 //
-// Input: a byte choosing the I/O queue's depth (2 + b%15 entries; the send queue, sized
-// from it, limits the response chains that fit), then a sequence of records, each a
-// control byte, a length byte and the capsule's bytes (see fuzzRecord).
+// Input: a byte b choosing the I/O queue's depth (2 + (b&15)%15 entries; the send
+// queue, sized from it, limits the response chains that fit) and the buffer pool's size
+// (2 + (b>>4)%7 largest transfers: small pools make commands wait for buffers), then a
+// sequence of records, each a control byte, a length byte and the capsule's bytes (see
+// fuzzRecord).
 func FuzzEngineCapsules(f *testing.F) {
 	// The seeds are the checked-in corpus, testdata/fuzz/FuzzEngineCapsules/seed-*,
 	// built by engineCapsuleSeeds (see TestEngineCapsuleSeedCorpus).
@@ -77,7 +79,6 @@ const (
 	fzHostBytes  = 256 << 10 // host memory commands may point into
 	fzICD        = 4096      // in-capsule data per I/O receive slot
 	fzMaxIO      = 32 << 10  // MDTS
-	fzPoolBytes  = 256 << 10 // buffer pool: 8 largest transfers (shortages happen)
 	fzMaxMsg     = 8 << 10   // largest RDMA message: 32 KiB transfers take 4 READs/WRITEs
 	fzNSBytes    = 256 << 10 // NSID 1: memory, 512-byte blocks, checked
 	fzLBA        = 512
@@ -348,9 +349,15 @@ func runEngineCapsules(t *testing.T, in []byte) {
 		fz.ns = &fzNS{Backend: b}
 		return fz.ns, nil
 	}
+	depth, poolBytes := 16, 8*fzMaxIO
+	if len(in) > 0 {
+		depth = 2 + int(in[0]&15)%15
+		poolBytes = (2 + int(in[0]>>4)%7) * fzMaxIO
+		in = in[1:]
+	}
 	var eps []*fzEP
 	e := newEngine(t, engineOpts{
-		icd: fzICD, maxIO: fzMaxIO, poolSize: fzPoolBytes, maxMsg: fzMaxMsg, hostBytes: fzHostBytes, ird: 4,
+		icd: fzICD, maxIO: fzMaxIO, poolSize: poolBytes, maxMsg: fzMaxMsg, hostBytes: fzHostBytes, ird: 4,
 		nss: []conf.Namespace{
 			{NSID: 1, Backend: conf.BackendMemory, Size: fzNSBytes},
 			{NSID: 2, Backend: conf.BackendNull, Size: 1 << 20},
@@ -362,11 +369,6 @@ func runEngineCapsules(t *testing.T, in []byte) {
 			return w
 		},
 	})
-	depth := 16
-	if len(in) > 0 {
-		depth = 2 + int(in[0])%15
-		in = in[1:]
-	}
 	a, cntlid := e.adminConnect(0)
 	io := e.ioConnect(1, cntlid, depth)
 	if len(eps) != 2 || fz.ns == nil {
@@ -812,8 +814,9 @@ type fuzzSeed struct {
 
 func engineCapsuleSeeds() []fuzzSeed {
 	const good = fzFixKey | fzRebase | fzWait
-	cat := func(recs ...[]byte) []byte { return append([]byte{14}, bytes.Join(recs, nil)...) } // depth 16
-	depth := func(d int, seed []byte) []byte { seed[0] = byte(d - 2); return seed }
+	cat := func(recs ...[]byte) []byte { return append([]byte{6<<4 | 14}, bytes.Join(recs, nil)...) } // depth 16, pool 256 KiB
+	depth := func(d int, seed []byte) []byte { seed[0] = seed[0]&0xF0 | byte(d-2); return seed }
+	pool := func(mdts int, seed []byte) []byte { seed[0] = seed[0]&0x0F | byte(mdts-2)<<4; return seed }
 	withSGL := func(c nvmeproto.Command, d nvmeproto.SGLDescriptor) nvmeproto.Command { c.SGL = d; return c }
 	inCapsule := func(off, n int) nvmeproto.SGLDescriptor {
 		return nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeDataBlock, Subtype: nvmeproto.SGLSubtypeOffset, Address: uint64(off), Length: uint32(n)}
@@ -919,6 +922,10 @@ func engineCapsuleSeeds() []fuzzSeed {
 		{"odd-length", cat(raw(fzLenOdd|good, 7, append(sqe(wr), 1, 2, 3, 4, 5, 6, 7)))},
 		{"garbage", cat(raw(fzLenICD|fzWait, 16, garbage))},
 		{"garbage-admin", cat(raw(fzLenICD|fzWait|fzAdmin, 0, garbage))},
+		// 4 KiB held by an unsignaled response; the pool outside its reserve is then
+		// one page short of a 32 KiB transfer.
+		{"pool-small-4k-then-32k", pool(2, cat(fuzzRecord(good, withSGL(rw(nvmeproto.OpRead, 2, 0, 8), keyedOff(0, 4096)), nil),
+			fuzzRecord(good, withSGL(rw(nvmeproto.OpRead, 2, 0, 64), keyedOff(32<<10, 32<<10)), nil)))},
 		{"admin-short-cascade", cat(raw(fzLenShort|fzWait|fzAdmin, 23, sqe(admin(nvmeproto.OpKeepAlive, 0, 0, 0))[:23]),
 			fuzzRecord(good, wr, nil))},
 		// 16 descriptors: a response chain of 16 WRITEs and the SEND, on the smallest queue.
