@@ -66,9 +66,12 @@
 // first, then RDMA READs, WRITEs and SENDs). Completions of the core, which may come from
 // backend worker goroutines, reach the group through a lock-free list. When idle a group
 // polls a few more times (DefaultSpin), then arms the completion queue and
-// sleeps on its completion channel: on a host where the RDMA device itself runs on the
-// CPUs (Soft-RoCE) busy polling would steal its cycles. transport.busy_poll makes groups
-// spin instead. The steady-state I/O path allocates nothing (TestEngineAllocations).
+// sleeps on its completion channel with its OS thread blocked in poll(2)
+// (rdmacm.CQ.WaitThread), so that a completion wakes the group's own thread and nothing
+// else: on a host where the RDMA device itself runs on the CPUs (Soft-RoCE) busy polling
+// would steal its cycles, and waking through the Go netpoller costs timers and thread
+// hand-offs. transport.busy_poll makes groups spin instead. The steady-state I/O path
+// allocates nothing (TestEngineAllocations).
 //
 // # Faults
 //

@@ -530,3 +530,17 @@ func (q *fifo) removeConn(c *conn) *rctx {
 	*q = keep
 	return out.head
 }
+
+// threadCQ is the completion queue of a poll group in the target: an idle group sleeps
+// with its OS thread blocked in poll(2) (rdmacm.CQ.WaitThread) rather than in the Go
+// netpoller, so a command arriving at an idle group wakes the group's own thread and
+// nothing else: no runtime timer per sleep, no netpoller hand-off to another thread.
+type threadCQ struct{ *rdmacm.CQ }
+
+func (c threadCQ) Wait(timeout time.Duration) (bool, error) {
+	// A blocking cgo call keeps the goroutine's P: a goroutine the round made runnable
+	// (a backend worker, the core's) would wait in that P's queue until sysmon takes the
+	// P away, up to 10 ms later. Let it run first.
+	runtime.Gosched()
+	return c.CQ.WaitThread(timeout)
+}

@@ -403,7 +403,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 			return nil, fmt.Errorf("completion queue of poll group %d: %w", i, err)
 		}
 		d.cqs = append(d.cqs, cq)
-		g := newGroup(i, d.pool, cq, groupConfig{busyPoll: tr.cfg.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
+		g := newGroup(i, d.pool, threadCQ{cq}, groupConfig{busyPoll: tr.cfg.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
 			tr.log.With("device", name))
 		d.groups = append(d.groups, g)
 		go g.run()
