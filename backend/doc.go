@@ -11,7 +11,10 @@
 // The file and block backends use synchronous pread/pwrite on descriptors opened with
 // O_DIRECT, so an Executor runs them on a bounded pool of worker goroutines to keep many
 // commands in flight. The null and memory backends never block, and the Executor runs
-// their requests inline in the submitting goroutine.
+// their requests inline in the submitting goroutine. A caller with its own event loop can
+// instead hand reads and writes of O_DIRECT files and block devices to a Ring (Linux
+// native asynchronous I/O) with Executor.SubmitRing, and reap their completions itself:
+// no worker goroutine, no hand-off between threads.
 //
 // Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned or an errno from the kernel;
 // Status turns any of them into the NVMe completion status the target reports.

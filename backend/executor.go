@@ -121,6 +121,28 @@ func (e *Executor) Submit(r *Request) {
 	e.mu.RUnlock()
 }
 
+// SubmitRing is Submit through the asynchronous I/O ring g when the request can run
+// there (a read or write, on a file or block backend opened with O_DIRECT, with room in
+// the ring); Done is then called by g.Reap on g's owner goroutine. Otherwise, and when g
+// is nil, it is Submit. Close waits for ring requests as for any other.
+func (e *Executor) SubmitRing(g *Ring, r *Request) {
+	if g == nil || e.inline {
+		e.Submit(r)
+		return
+	}
+	e.mu.RLock()
+	if !e.closed {
+		e.active.Add(1)
+		if g.submit(e, r) {
+			e.mu.RUnlock()
+			return
+		}
+		e.active.Done()
+	}
+	e.mu.RUnlock()
+	e.Submit(r)
+}
+
 // Close waits for every submitted request to complete and stops the workers. It does not
 // close the Backend. Close is idempotent.
 func (e *Executor) Close() {

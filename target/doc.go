@@ -70,7 +70,10 @@
 //   - Execute: transport, any goroutine, once the data is in req.Data. Admin and Fabrics
 //     commands run inline in Execute; I/O commands are handed to the namespace's
 //     backend.Executor and complete on a worker goroutine (or inline for the null and
-//     memory backends). Asynchronous Event Requests are held until an event.
+//     memory backends). A transport with its own event loop may give a queue a
+//     backend.Ring (Queue.SetRing): reads and writes of O_DIRECT files and block devices
+//     then run as asynchronous I/O and complete when the transport reaps the ring.
+//     Asynchronous Event Requests are held until an event.
 //   - Fail: transport, instead of Execute, when it cannot move the data.
 //   - TransportQueue.Complete: core, exactly once per Begin, from any goroutine —
 //     inline from Begin/Execute/Fail, from a backend worker, from the goroutine that

@@ -126,6 +126,7 @@ func (q *Queue) execIO(r *Request, c *controller) {
 	br.Err, br.Buf, br.Ranges, br.FUA, br.NLB = nil, nil, nil, false, 0
 	br.SLBA = uint64(cmd.CDW11)<<32 | uint64(cmd.CDW10)
 	r.compare, r.bounced = false, false
+	async := q.ring != nil // the data is the transport's buffer, not Go memory
 	switch cmd.Opcode {
 	case nvmeproto.OpRead:
 		br.Op = backend.OpRead
@@ -134,6 +135,7 @@ func (q *Queue) execIO(r *Request, c *controller) {
 		if !isAligned(br.Buf) {
 			br.Buf = r.alignedBuf(int(r.Length))
 			r.bounced = true
+			async = false
 		}
 	case nvmeproto.OpWrite:
 		br.Op = backend.OpWrite
@@ -144,12 +146,14 @@ func (q *Queue) execIO(r *Request, c *controller) {
 			b := r.alignedBuf(int(r.Length))
 			copy(b, br.Buf)
 			br.Buf = b
+			async = false
 		}
 	case nvmeproto.OpCompare:
 		br.Op = backend.OpRead
 		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
 		br.Buf = r.alignedBuf(int(r.Length))
 		r.compare = true
+		async = false
 	case nvmeproto.OpFlush:
 		br.Op = backend.OpFlush
 	case nvmeproto.OpWriteZeroes:
@@ -179,6 +183,10 @@ func (q *Queue) execIO(r *Request, c *controller) {
 		}
 		br.Op = backend.OpDeallocate
 		br.Ranges = r.ranges
+	}
+	if async {
+		ns.exec.SubmitRing(q.ring, br)
+		return
 	}
 	ns.exec.Submit(br)
 }

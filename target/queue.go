@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -63,6 +64,8 @@ type Queue struct {
 
 	limiter rateLimiter
 	shard   uint8 // which namespace counter shard this queue's I/O counts in
+
+	ring *backend.Ring // asynchronous I/O for Execute's reads and writes (SetRing)
 }
 
 var queueSeq atomic.Uint32
@@ -98,6 +101,13 @@ func (p *Port) NewQueue(tq TransportQueue, depth int) (*Queue, error) {
 	p.mu.Unlock()
 	return q, nil
 }
+
+// SetRing makes the queue's reads and writes go through the asynchronous I/O ring g
+// (backend.Executor.SubmitRing) where the backend allows, instead of the namespace's
+// worker goroutines. The transport must then call Execute only on the goroutine that
+// owns g, and reap g there (the commands complete from g.Reap). Call it before the
+// queue's first command.
+func (q *Queue) SetRing(g *backend.Ring) { q.ring = g }
 
 // QID returns the queue ID the host connected with, or -1 before a successful Connect.
 func (q *Queue) QID() int {
@@ -166,7 +176,8 @@ func (q *Queue) Begin(r *Request) bool {
 // Execute runs a command Begin accepted, once its data (if host-to-controller) is in
 // req.Data. Admin and Fabrics commands run inline; I/O commands are handed to the
 // namespace's backend executor and complete from a worker (or inline for memory
-// backends). Either way TransportQueue.Complete is called exactly once.
+// backends, or from the transport's asynchronous I/O ring: see SetRing). Either way
+// TransportQueue.Complete is called exactly once.
 func (q *Queue) Execute(r *Request) {
 	if r.Length > 0 && uint64(len(r.Data)) < uint64(r.Length) {
 		q.log.Error("transport gave a data buffer shorter than the transfer", "len", len(r.Data), "length", r.Length)

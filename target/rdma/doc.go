@@ -73,6 +73,13 @@
 // hand-offs. transport.busy_poll makes groups spin instead. The steady-state I/O path
 // allocates nothing (TestEngineAllocations).
 //
+// Reads and writes of file and block namespaces opened with O_DIRECT run as Linux
+// asynchronous I/O from the poll group itself (backend.Ring, one per group): the group
+// submits them with io_submit, the kernel signals the group's wake-up eventfd when they
+// complete, and the group reaps them in its loop, as the kernel's target does with its
+// file and block backends. No goroutine hand-off is on that path; other commands (and
+// reads and writes when a group's ring is full) run on the namespace's worker goroutines.
+//
 // # Faults
 //
 // A host that disconnects, a QP error (an error completion: a bad rkey, retries

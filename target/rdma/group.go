@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/rdmacm"
 )
 
@@ -79,6 +80,10 @@ type group struct {
 	pool *pool
 	cq   compQueue
 	cfg  groupConfig
+	// ring, when set, runs the reads and writes of the group's queues on file and block
+	// backends as asynchronous I/O; the kernel signals the completion queue's wake-up
+	// eventfd when they complete, and the group reaps them (nil: worker goroutines).
+	ring *backend.Ring
 
 	wcs []rdmacm.Completion
 
@@ -283,6 +288,10 @@ func (g *group) iterate() bool {
 		}
 		work = true
 	}
+	if g.ring != nil && g.ring.Ready() {
+		g.ring.Reap() // completes commands: they land on g.done
+		work = true
+	}
 	if g.done.Load() != nil {
 		g.processDone()
 		work = true
@@ -306,7 +315,8 @@ func (g *group) iterate() bool {
 // sleep arms the completion queue and waits for a completion, a wake-up or a timeout.
 func (g *group) sleep() {
 	g.sleeping.Store(true)
-	if g.done.Load() != nil || g.attn.Load() != nil || g.kicked.Load() || (g.stopping.Load() && g.nconns.Load() == 0) {
+	if g.done.Load() != nil || g.attn.Load() != nil || g.kicked.Load() || (g.stopping.Load() && g.nconns.Load() == 0) ||
+		(g.ring != nil && g.ring.Ready()) {
 		g.sleeping.Store(false)
 		return
 	}

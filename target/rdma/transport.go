@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/rdmacm"
@@ -25,6 +26,7 @@ type options struct {
 	log   *slog.Logger
 	spin  int
 	msdbd int
+	ring  bool
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -34,6 +36,11 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // completion channel (event mode; default DefaultSpin). Busy polling is the
 // configuration's transport.busy_poll.
 func WithSpin(polls int) Option { return func(o *options) { o.spin = polls } }
+
+// WithAsyncIO sets whether each poll group runs the reads and writes of file and block
+// namespaces opened with O_DIRECT as Linux asynchronous I/O itself (backend.Ring; the
+// default), or hands them to the namespace's worker goroutines.
+func WithAsyncIO(on bool) Option { return func(o *options) { o.ring = on } }
 
 // WithMaxSGLDescriptors sets MSDBD, the keyed descriptors one command may carry in an
 // in-capsule list (default target.MaxSGLDescriptors).
@@ -99,7 +106,7 @@ func (l *Listener) Port() *target.Port { return l.port }
 // conf.Config.Transport). It opens the rdma_cm event channel and checks that the buffer
 // pool can be locked; Listen adds listeners.
 func New(t *target.Target, cfg conf.Transport, opts ...Option) (*Transport, error) {
-	o := options{log: slog.Default(), spin: DefaultSpin, msdbd: target.MaxSGLDescriptors}
+	o := options{log: slog.Default(), spin: DefaultSpin, msdbd: target.MaxSGLDescriptors, ring: true}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -405,6 +412,15 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		d.cqs = append(d.cqs, cq)
 		g := newGroup(i, d.pool, threadCQ{cq}, groupConfig{busyPoll: tr.cfg.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
 			tr.log.With("device", name))
+		if tr.opts.ring {
+			rg, err := backend.NewRing(ringDepth, cq.WakeFD())
+			if err != nil {
+				tr.log.Warn("no asynchronous I/O for the poll group: file and block namespaces use worker goroutines",
+					"device", name, "poll_group", i, "err", err)
+			} else {
+				g.ring = rg
+			}
+		}
 		d.groups = append(d.groups, g)
 		go g.run()
 	}
@@ -413,6 +429,10 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		"max_qp_wr", d.attr.MaxQPWR, "max_qp_init_rd_atom", d.attr.MaxQPInitRdAtom, "max_msg", d.maxMsg)
 	return d, nil
 }
+
+// ringDepth is how many reads and writes a poll group keeps in flight as asynchronous
+// I/O; beyond that they go to the namespace's worker goroutines.
+const ringDepth = 256
 
 // pickGroup returns the poll group with the fewest connections that has room.
 func (d *device) pickGroup(cqe int) *group {
@@ -436,13 +456,17 @@ func (d *device) close() error {
 	for _, g := range d.groups {
 		g.stop()
 	}
+	var errs []error
 	for _, g := range d.groups {
 		select {
 		case <-g.stopped:
+			if g.ring != nil {
+				errs = append(errs, g.ring.Close())
+			}
 		case <-time.After(5 * time.Second):
+			// Still running: its ring (if any) stays open rather than be pulled from under it.
 		}
 	}
-	var errs []error
 	for _, cq := range d.cqs {
 		errs = append(errs, cq.Close())
 	}
@@ -612,6 +636,7 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 		return err
 	}
 	c.q = q
+	q.SetRing(g.ring)
 	c.onDead = func(c *conn) { tr.connDead(c, id, arena) }
 	undo := func() {
 		q.Close()

@@ -1,0 +1,181 @@
+package backend
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ncw/directio"
+	"golang.org/x/sys/unix"
+)
+
+// ringHarness drives a Ring the way a transport's poll loop does: submit, wait on the
+// eventfd, reap.
+type ringHarness struct {
+	t    *testing.T
+	g    *Ring
+	efd  int
+	done atomic.Int32
+}
+
+func newRingHarness(t *testing.T, depth int) *ringHarness {
+	t.Helper()
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewRing(depth, efd)
+	if err != nil {
+		unix.Close(efd)
+		t.Fatal(err)
+	}
+	h := &ringHarness{t: t, g: g, efd: efd}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+		unix.Close(efd)
+	})
+	return h
+}
+
+// wait reaps until n requests have completed through Done.
+func (h *ringHarness) wait(n int32) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.done.Load() < n {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("%d of %d requests completed; %d in the ring", h.done.Load(), n, h.g.InFlight())
+		}
+		if h.g.Ready() {
+			h.g.Reap()
+			continue
+		}
+		p := []unix.PollFd{{Fd: int32(h.efd), Events: unix.POLLIN}}
+		unix.Poll(p, 100)
+		var b [8]byte
+		unix.Read(h.efd, b[:])
+	}
+}
+
+func TestRingReadWrite(t *testing.T) {
+	b := openTestFile(t, Spec{Path: filepath.Join(t.TempDir(), "ns.img"), Size: 4 << 20, LBASize: 512})
+	if !b.direct {
+		t.Skip("the test directory's filesystem has no O_DIRECT: the ring would not be used")
+	}
+	e := NewExecutor(b, 2, 0)
+	defer e.Close()
+	h := newRingHarness(t, 8)
+
+	const n = 16 // more than the ring holds: the rest go to the workers
+	bufs := make([][]byte, n)
+	reqs := make([]Request, n)
+	for i := range reqs {
+		bufs[i] = directio.AlignedBlock(8192)
+		for j := range bufs[i] {
+			bufs[i][j] = byte(i*7 + j)
+		}
+		reqs[i] = Request{Op: OpWrite, SLBA: uint64(i) * 16, Buf: bufs[i], FUA: i%2 == 0,
+			Done: func(r *Request) {
+				if r.Err != nil {
+					t.Errorf("write %d: %v", i, r.Err)
+				}
+				h.done.Add(1)
+			}}
+		e.SubmitRing(h.g, &reqs[i])
+	}
+	if h.g.InFlight() == 0 {
+		t.Fatal("no request went to the ring")
+	}
+	h.wait(n)
+	if h.g.InFlight() != 0 {
+		t.Fatalf("%d requests left in the ring", h.g.InFlight())
+	}
+
+	h.done.Store(0)
+	for i := range reqs {
+		rb := directio.AlignedBlock(8192)
+		reqs[i] = Request{Op: OpRead, SLBA: uint64(i) * 16, NLB: 16, Buf: rb,
+			Done: func(r *Request) {
+				if r.Err != nil {
+					t.Errorf("read %d: %v", i, r.Err)
+				} else if !bytes.Equal(r.Buf, bufs[i]) {
+					t.Errorf("read %d: data differs from what was written", i)
+				}
+				h.done.Add(1)
+			}}
+		e.SubmitRing(h.g, &reqs[i])
+	}
+	h.wait(n)
+
+	// Requests the ring does not take run on the executor and report the same errors.
+	h.done.Store(0)
+	var errs [3]error
+	bad := []Request{
+		{Op: OpRead, SLBA: b.NumBlocks(), Buf: directio.AlignedBlock(4096)}, // out of range
+		{Op: OpRead, SLBA: 0, Buf: directio.AlignedBlock(8192)[1:4097]},     // unaligned
+		{Op: OpRead, SLBA: 0, NLB: 3, Buf: directio.AlignedBlock(4096)},     // NLB mismatch
+	}
+	for i := range bad {
+		bad[i].Done = func(r *Request) { errs[i] = r.Err; h.done.Add(1) }
+		e.SubmitRing(h.g, &bad[i])
+	}
+	h.wait(int32(len(bad)))
+	if !errors.Is(errs[0], ErrLBAOutOfRange) || !errors.Is(errs[1], ErrUnaligned) || !errors.Is(errs[2], ErrUnaligned) {
+		t.Fatalf("errors: %v", errs)
+	}
+}
+
+// TestRingExecutorClose: Close of the executor waits for the ring's requests, and later
+// submissions fail with ErrClosed.
+func TestRingExecutorClose(t *testing.T) {
+	b := openTestFile(t, Spec{Path: filepath.Join(t.TempDir(), "ns.img"), Size: 1 << 20})
+	if !b.direct {
+		t.Skip("no O_DIRECT in the test directory")
+	}
+	e := NewExecutor(b, 1, 0)
+	h := newRingHarness(t, 4)
+	r := Request{Op: OpRead, Buf: directio.AlignedBlock(4096), Done: func(*Request) { h.done.Add(1) }}
+	e.SubmitRing(h.g, &r)
+	closed := make(chan struct{})
+	go func() { e.Close(); close(closed) }()
+	h.wait(1)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the ring's request completed")
+	}
+	var err error
+	r2 := Request{Op: OpRead, Buf: directio.AlignedBlock(4096), Done: func(r *Request) { err = r.Err }}
+	e.SubmitRing(h.g, &r2)
+	if !errors.Is(err, ErrClosed) || h.g.InFlight() != 0 {
+		t.Fatalf("after Close: %v, %d in the ring", err, h.g.InFlight())
+	}
+}
+
+// TestRingAllocations: a read through the ring allocates nothing.
+func TestRingAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	b := openTestFile(t, Spec{Path: filepath.Join(t.TempDir(), "ns.img"), Size: 1 << 20})
+	if !b.direct {
+		t.Skip("no O_DIRECT in the test directory")
+	}
+	e := NewExecutor(b, 1, 0)
+	defer e.Close()
+	h := newRingHarness(t, 4)
+	r := Request{Op: OpRead, Buf: directio.AlignedBlock(4096), Done: func(*Request) { h.done.Add(1) }}
+	n := int32(0)
+	allocs := testing.AllocsPerRun(50, func() {
+		n++
+		e.SubmitRing(h.g, &r)
+		h.wait(n)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per read", allocs)
+	}
+}
