@@ -574,10 +574,11 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// TestRDMAWait: arming and waiting on the completion channel wakes on a
-// completion, Wake interrupts a wait, a timeout ends it, and goroutines
-// waiting on many CQs do not hold OS threads.
-func TestRDMAWait(t *testing.T) {
+// checkWait: with wait one of the CQ's ways to sleep (Wait, WaitThread), arming and
+// waiting wakes on a completion event, Wake interrupts a wait (also one that came
+// first), and a timeout ends it. It returns the pair, for the caller's own checks.
+func checkWait(t *testing.T, name string, wait func(*rdmacm.CQ, time.Duration) (bool, error)) *pair {
+	t.Helper()
 	ip := requireRDMA(t)
 	p := newPair(t, ip, pairOpts{
 		srvSetup: func(e *end) error { postRecvs(t, e, 0, 256, 4, 1); return nil },
@@ -589,9 +590,9 @@ func TestRDMAWait(t *testing.T) {
 	}
 	woke := make(chan error, 1)
 	go func() {
-		ok, err := cq.Wait(30 * time.Second)
+		ok, err := wait(cq, 30*time.Second)
 		if err == nil && !ok {
-			err = errors.New("Wait returned without a completion event")
+			err = fmt.Errorf("%s returned without a completion event", name)
 		}
 		woke <- err
 	}()
@@ -610,9 +611,9 @@ func TestRDMAWait(t *testing.T) {
 
 	// Wake interrupts a wait without a timeout.
 	go func() {
-		ok, err := cq.Wait(0)
+		ok, err := wait(cq, 0)
 		if err == nil && ok {
-			err = errors.New("Wait reported a completion event after Wake")
+			err = fmt.Errorf("%s reported a completion event after Wake", name)
 		}
 		woke <- err
 	}()
@@ -624,17 +625,24 @@ func TestRDMAWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Wake did not end Wait")
+		t.Fatalf("Wake did not end %s", name)
 	}
-	// A Wake with nobody waiting makes the next Wait return at once.
+	// A Wake with nobody waiting makes the next wait return at once.
 	cq.Wake()
-	if ok, err := cq.Wait(0); ok || err != nil {
-		t.Fatalf("Wait after Wake: %v, %v", ok, err)
+	if ok, err := wait(cq, 0); ok || err != nil {
+		t.Fatalf("%s after Wake: %v, %v", name, ok, err)
 	}
 	t0 := time.Now()
-	if ok, err := cq.Wait(100 * time.Millisecond); ok || err != nil || time.Since(t0) < 100*time.Millisecond {
-		t.Fatalf("Wait(100ms) = %v, %v after %v", ok, err, time.Since(t0))
+	if ok, err := wait(cq, 100*time.Millisecond); ok || err != nil || time.Since(t0) < 100*time.Millisecond {
+		t.Fatalf("%s(100ms) = %v, %v after %v", name, ok, err, time.Since(t0))
 	}
+	return p
+}
+
+// TestRDMAWait: checkWait for Wait (the netpoller), and goroutines waiting on many
+// CQs do not hold OS threads.
+func TestRDMAWait(t *testing.T) {
+	p := checkWait(t, "Wait", (*rdmacm.CQ).Wait)
 
 	// 64 goroutines waiting on 64 CQs hold no OS thread each.
 	threads0 := osThreads(t)
@@ -672,67 +680,11 @@ func TestRDMAWait(t *testing.T) {
 	}
 }
 
-// TestRDMAWaitThread: WaitThread wakes on a completion event, on Wake (also
-// one that came first), on its timeout, and returns ErrClosed when the CQ is
-// closed under it.
+// TestRDMAWaitThread: checkWait for WaitThread (poll(2) on the caller's thread), and
+// it returns ErrClosed when the CQ is closed under it.
 func TestRDMAWaitThread(t *testing.T) {
-	ip := requireRDMA(t)
-	p := newPair(t, ip, pairOpts{
-		srvSetup: func(e *end) error { postRecvs(t, e, 0, 256, 4, 1); return nil },
-	})
-	cq := p.srv.cq
-	buf := make([]rdmacm.Completion, 4)
-	if err := cq.Arm(false); err != nil {
-		t.Fatal(err)
-	}
+	p := checkWait(t, "WaitThread", (*rdmacm.CQ).WaitThread)
 	woke := make(chan error, 1)
-	go func() {
-		ok, err := cq.WaitThread(30 * time.Second)
-		if err == nil && !ok {
-			err = errors.New("WaitThread returned without a completion event")
-		}
-		woke <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	w := []rdmacm.SendWR{{Op: rdmacm.OpSend}}
-	w[0].SetSGL(p.cli.mem.SGE(0, 32))
-	if err := p.cli.qp.PostSend(w); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-woke; err != nil {
-		t.Fatal(err)
-	}
-	if n, err := cq.Poll(buf); n != 1 || err != nil || buf[0].Err() != nil || buf[0].ByteLen != 32 {
-		t.Fatalf("after the wakeup: Poll = %d, %v, %+v", n, err, buf[0])
-	}
-
-	// Wake interrupts a wait without a timeout.
-	go func() {
-		ok, err := cq.WaitThread(0)
-		if err == nil && ok {
-			err = errors.New("WaitThread reported a completion event after Wake")
-		}
-		woke <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	cq.Wake()
-	select {
-	case err := <-woke:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wake did not end WaitThread")
-	}
-	// A Wake with nobody waiting makes the next WaitThread return at once.
-	cq.Wake()
-	if ok, err := cq.WaitThread(0); ok || err != nil {
-		t.Fatalf("WaitThread after Wake: %v, %v", ok, err)
-	}
-	t0 := time.Now()
-	if ok, err := cq.WaitThread(100 * time.Millisecond); ok || err != nil || time.Since(t0) < 100*time.Millisecond {
-		t.Fatalf("WaitThread(100ms) = %v, %v after %v", ok, err, time.Since(t0))
-	}
 
 	// Close ends a WaitThread without a timeout; later ones fail.
 	c, err := p.srv.dev.NewCQ(4)
