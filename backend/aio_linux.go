@@ -37,6 +37,7 @@ type ringSlot struct {
 	r    *Request
 	e    *Executor
 	s    *fdStore
+	fd   int // the store's descriptor for r: the O_DSYNC one for FUA writes
 	off  int64
 	done int // bytes already transferred (short transfers are finished synchronously)
 }
@@ -156,8 +157,8 @@ func (g *Ring) submit(e *Executor, r *Request) bool {
 	}
 	i := g.free[len(g.free)-1]
 	sl := &g.slots[i]
-	*sl = ringSlot{r: r, e: e, s: fs, off: int64(r.SLBA << fs.lbaShift)}
-	if !g.start(i, fd) {
+	*sl = ringSlot{r: r, e: e, s: fs, fd: fd, off: int64(r.SLBA << fs.lbaShift)}
+	if !g.start(i) {
 		*sl = ringSlot{}
 		return false
 	}
@@ -166,11 +167,11 @@ func (g *Ring) submit(e *Executor, r *Request) bool {
 	return true
 }
 
-// start submits slot i's remaining transfer on fd.
-func (g *Ring) start(i int32, fd int) bool {
+// start submits slot i's remaining transfer.
+func (g *Ring) start(i int32) bool {
 	sl := &g.slots[i]
 	cb := &g.iocbs[i]
-	*cb = iocb{data: uint64(i), fildes: uint32(fd), offset: sl.off + int64(sl.done)}
+	*cb = iocb{data: uint64(i), fildes: uint32(sl.fd), offset: sl.off + int64(sl.done)}
 	cb.opcode = iocbCmdPread
 	if sl.r.Op == OpWrite {
 		cb.opcode = iocbCmdPwrite
@@ -234,11 +235,7 @@ func (g *Ring) finish(i int32, res int64) bool {
 	default:
 		sl.done += int(res)
 		if sl.done < len(r.Buf) {
-			fd := sl.s.fd
-			if r.Op == OpWrite && r.FUA {
-				fd = sl.s.syncFD
-			}
-			if g.start(i, fd) {
+			if g.start(i) {
 				return false
 			}
 			// Could not resubmit: finish the rest synchronously (rare: a short transfer).
@@ -246,7 +243,7 @@ func (g *Ring) finish(i int32, res int64) bool {
 			if r.Op == OpRead {
 				err = sl.s.readFull(r.Buf[sl.done:], off)
 			} else {
-				err = sl.s.writeFull(fd, r.Buf[sl.done:], off)
+				err = sl.s.writeFull(sl.fd, r.Buf[sl.done:], off)
 			}
 		}
 	}
