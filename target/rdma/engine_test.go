@@ -153,13 +153,7 @@ func TestEnginePoolShortage(t *testing.T) {
 				io.ep.releaseHeld()
 				return
 			case <-time.After(20 * time.Millisecond):
-				io.ep.mu.Lock()
-				h := io.ep.held
-				io.ep.held = nil
-				io.ep.mu.Unlock()
-				for _, wc := range h {
-					io.ep.cq.push(wc)
-				}
+				io.ep.deliverHeld(false)
 			}
 		}
 	}()
@@ -517,13 +511,7 @@ func TestEngineAdminNotBehindIO(t *testing.T) {
 			case <-stop:
 				return
 			case <-time.After(10 * time.Millisecond):
-				io.ep.mu.Lock()
-				h := io.ep.held
-				io.ep.held = nil
-				io.ep.mu.Unlock()
-				for _, wc := range h {
-					io.ep.cq.push(wc)
-				}
+				io.ep.deliverHeld(false)
 			}
 		}
 	}()

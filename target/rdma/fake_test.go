@@ -270,12 +270,17 @@ func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 	return nil
 }
 
-// releaseHeld delivers the SEND completions held back.
-func (e *fakeEP) releaseHeld() {
+// releaseHeld delivers the SEND completions held back and stops holding them.
+func (e *fakeEP) releaseHeld() { e.deliverHeld(true) }
+
+// deliverHeld delivers the held SEND completions, and with stopHolding holds no more.
+func (e *fakeEP) deliverHeld(stopHolding bool) {
 	e.mu.Lock()
 	h := e.held
 	e.held = nil
-	e.holdSend = false
+	if stopHolding {
+		e.holdSend = false
+	}
 	e.mu.Unlock()
 	for _, wc := range h {
 		e.cq.push(wc)
