@@ -90,6 +90,9 @@ func NewRing(depth, notify int) (*Ring, error) {
 	}
 	g := &Ring{notify: notify}
 	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, uintptr(depth), uintptr(unsafe.Pointer(&g.ctx)), 0); e != 0 {
+		if e == unix.EAGAIN {
+			return nil, fmt.Errorf("backend: io_setup(%d): %w: the system's AIO events are used up; raise fs.aio-max-nr (sysctl -w fs.aio-max-nr=1048576)", depth, e)
+		}
 		return nil, fmt.Errorf("backend: io_setup(%d): %w", depth, e)
 	}
 	// The context ID is the address of the kernel's ring, mapped into the process: read
