@@ -3,7 +3,10 @@ package backend
 import (
 	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,5 +180,26 @@ func TestRingAllocations(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per read", allocs)
+	}
+}
+
+// TestRingAIOLimit: a ring larger than the system's fs.aio-max-nr fails with
+// EAGAIN and an error that says which sysctl to raise.
+func TestRingAIOLimit(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/aio-max-nr")
+	if err != nil {
+		t.Skipf("no fs.aio-max-nr to exceed: %v", err)
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("fs.aio-max-nr %q: %v", b, err)
+	}
+	g, err := NewRing(limit+1, -1)
+	if err == nil {
+		g.Close()
+		t.Skipf("io_setup(%d) succeeded with fs.aio-max-nr %d (the limit is not enforced here)", limit+1, limit)
+	}
+	if !errors.Is(err, unix.EAGAIN) || !strings.Contains(err.Error(), "raise fs.aio-max-nr") {
+		t.Errorf("NewRing(%d) beyond fs.aio-max-nr: %v; want EAGAIN and how to raise the limit", limit+1, err)
 	}
 }
