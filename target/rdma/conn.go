@@ -582,7 +582,7 @@ func (c *conn) signalResponse(held int) bool {
 		if c.pool.wanting.Load() > 0 {
 			return true
 		}
-		free, total := c.pool.freePages()
+		free, total, _ := c.pool.stats()
 		if 4*free < total {
 			return true
 		}

@@ -199,14 +199,6 @@ func (p *pool) release(off, k int) {
 // buf returns the slice of the buffer at off holding n bytes.
 func (p *pool) buf(off, n int) []byte { return p.reg.mem[off : off+n : off+n] }
 
-// freePages returns the free and total pages (a racy read: a hint for policies).
-func (p *pool) freePages() (free, total int) {
-	p.mu.Lock()
-	free = p.free
-	p.mu.Unlock()
-	return free, p.npages
-}
-
 // stats returns the free pages, the total and the low-water mark.
 func (p *pool) stats() (free, total, minFree int) {
 	p.mu.Lock()
