@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,8 @@ int gonvmf_get_cq_event(struct ibv_comp_channel *ch)
 int gonvmf_wait_cq(struct ibv_comp_channel *ch, int wake_fd, int timeout_ms)
 {
 	struct pollfd p[2];
-	int rc, r = 0;
+	struct timespec deadline, now;
+	int rc, r = 0, deadline_set = 0;
 
 	p[0].fd = ch->fd;
 	p[0].events = POLLIN;
@@ -160,9 +162,28 @@ int gonvmf_wait_cq(struct ibv_comp_channel *ch, int wake_fd, int timeout_ms)
 	p[1].fd = wake_fd;
 	p[1].events = POLLIN;
 	p[1].revents = 0;
-	rc = poll(p, 2, timeout_ms);
-	if (rc < 0)
-		return errno == EINTR ? 0 : -errno_or(EIO);
+	for (;;) {
+		rc = poll(p, 2, timeout_ms);
+		if (rc >= 0)
+			break;
+		if (errno != EINTR)
+			return -errno_or(EIO);
+		/* A signal is no reason to return early: wait out the rest of the timeout. */
+		if (timeout_ms > 0) {
+			if (!deadline_set) {
+				clock_gettime(CLOCK_MONOTONIC, &deadline);
+				deadline.tv_sec += timeout_ms / 1000;
+				deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+				deadline_set = 1;
+			}
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			long long left = (long long)(deadline.tv_sec - now.tv_sec) * 1000 +
+					 (deadline.tv_nsec - now.tv_nsec) / 1000000;
+			if (left <= 0)
+				return 0;
+			timeout_ms = (int)left;
+		}
+	}
 	if (p[1].revents & POLLIN) {
 		uint64_t v;
 		if (read(wake_fd, &v, sizeof(v)) == sizeof(v) || errno == EAGAIN)

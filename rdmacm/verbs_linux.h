@@ -49,8 +49,8 @@ int gonvmf_get_cq_event(struct ibv_comp_channel *ch);
 /* gonvmf_wait_cq blocks the calling thread in poll(2) on the completion
  * channel and the eventfd wake_fd for at most timeout_ms (-1: none). It
  * returns a bit set: 1 a completion event was consumed and acknowledged,
- * 2 wake_fd was signalled (and is cleared); 0 on timeout or EINTR; a
- * negative errno on failure. */
+ * 2 wake_fd was signalled (and is cleared); 0 on timeout (a signal does
+ * not end the wait early); a negative errno on failure. */
 int gonvmf_wait_cq(struct ibv_comp_channel *ch, int wake_fd, int timeout_ms);
 
 struct ibv_cq *gonvmf_create_cq(struct ibv_context *ctx, int cqe, uintptr_t handle,
