@@ -665,13 +665,12 @@ func (r *perfState) phase(ctx context.Context, phase int, pr *progressPrinter) e
 			if pr != nil {
 				pr.finish()
 			}
-			if err := r.err(); err != nil {
-				return err
-			}
+			// A failed controller is the root cause: the command that noticed it first
+			// (its error in r.err) only reports a consequence, "aborted: connection lost".
 			if err := r.ctrl.Err(); err != nil {
 				return fmt.Errorf("controller failed: %w", err)
 			}
-			return nil
+			return r.err()
 		case <-tick:
 			pr.print()
 		case <-interrupted:

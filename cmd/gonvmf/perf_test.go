@@ -263,6 +263,10 @@ func TestPerfControllerGone(t *testing.T) {
 	if err == nil || !errors.Is(err, initiator.ErrDisconnected) {
 		t.Fatalf("perfRun: %v", err)
 	}
+	// The root cause, not the command that noticed it first.
+	if !strings.HasPrefix(err.Error(), "controller failed: ") {
+		t.Errorf("perfRun: %v; want the controller's failure", err)
+	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("stopped %v after start", d)
 	}
