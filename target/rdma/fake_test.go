@@ -32,6 +32,7 @@ type fakeCQ struct {
 	notify chan struct{}
 	wake   chan struct{}
 	closed bool
+	timer  *time.Timer // Wait's
 }
 
 func newFakeCQ() *fakeCQ {
@@ -73,15 +74,21 @@ func (cq *fakeCQ) Arm(bool) error {
 	return nil
 }
 
+// Wait is called by the poll group's goroutine only; its timer is reused, so that
+// sleeping allocates nothing (as with a real CQ).
 func (cq *fakeCQ) Wait(timeout time.Duration) (bool, error) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
+	if cq.timer == nil {
+		cq.timer = time.NewTimer(timeout)
+	} else {
+		cq.timer.Reset(timeout)
+	}
+	defer cq.timer.Stop()
 	select {
 	case <-cq.notify:
 		return true, nil
 	case <-cq.wake:
 		return false, nil
-	case <-t.C:
+	case <-cq.timer.C:
 		return false, nil
 	}
 }
