@@ -3,6 +3,7 @@ package conf
 import (
 	"fmt"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -102,8 +103,11 @@ type Transport struct {
 	// more are clamped. 16..1024, default 128.
 	QueueDepth int `yaml:"queue_depth"`
 	// InCapsuleDataSize is the write data a command capsule may carry inline (IOCCSZ =
-	// (64 + InCapsuleDataSize)/16). 0 (off) or a multiple of 4 KiB up to 64 KiB and at
-	// most MaxIOSize. Default 8 KiB.
+	// (64 + InCapsuleDataSize)/16): 0 (none) or a multiple of 4 KiB up to 64 KiB and at
+	// most MaxIOSize. Unlike the other fields, its zero value is not "the default" but
+	// none: a Config built in Go that wants in-capsule data sets it (usually to
+	// DefaultInCapsuleDataSize). A file that leaves it out gets DefaultInCapsuleDataSize
+	// (8 KiB).
 	InCapsuleDataSize int `yaml:"in_capsule_data_size"`
 	// MaxIOSize is the largest data transfer of one command (MDTS = log2(MaxIOSize/4 KiB)).
 	// A power of two from 4 KiB to 8 MiB. Default 128 KiB.
@@ -186,11 +190,37 @@ func Parse(data []byte, filename string) (*Config, error) {
 }
 
 // Resolve fills in defaults and derived identifiers and validates c: what Parse does after
-// decoding, for a Config built in code. Zero values mean "default" there. It is idempotent.
+// decoding, for a Config built in code. A zero value means what its field's documentation
+// says — the default for every field but Transport.InCapsuleDataSize (none) and
+// Transport.PollGroups (one per CPU, left as 0). It is idempotent: resolving a resolved
+// Config changes nothing.
 func (c *Config) Resolve() error {
 	errs, warns := c.resolve()
 	c.Warnings = warns
 	return joinSorted(errs)
+}
+
+// Clone returns a deep copy of c that shares nothing with it. The copy keeps File but not
+// the positions of the YAML c was read from: it is meant to be changed (a subsystem or
+// namespace added or removed) and resolved again, and positions would then point at the
+// wrong items, so errors about it name fields, not lines.
+func (c *Config) Clone() *Config {
+	n := &Config{
+		Listeners:  slices.Clone(c.Listeners),
+		Subsystems: slices.Clone(c.Subsystems),
+		Transport:  c.Transport,
+		File:       c.File,
+	}
+	for i := range n.Subsystems {
+		s := &n.Subsystems[i]
+		s.Hosts = slices.Clone(s.Hosts)
+		s.Namespaces = slices.Clone(s.Namespaces)
+	}
+	for _, w := range c.Warnings {
+		cw := *w
+		n.Warnings = append(n.Warnings, &cw)
+	}
+	return n
 }
 
 // NumPollGroups is PollGroups with 0 resolved to one per CPU of this machine.

@@ -154,6 +154,40 @@ func TestEmptySubsystemWarns(t *testing.T) {
 	}
 }
 
+// TestClone: a clone is equal to its original and shares no memory with it; it resolves
+// again to the same configuration; errors about it name fields without the original
+// file's lines.
+func TestClone(t *testing.T) {
+	c := mustParse(t, strings.Replace(minimal, "allow_any_host: true", "hosts: [nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555]", 1))
+	n := c.Clone()
+	if !reflect.DeepEqual(exported(c), exported(n)) || n.File != c.File {
+		t.Fatalf("clone differs:\n%s\n%s", c, n)
+	}
+	n.Listeners[0].Port = 9
+	n.Subsystems[0].Hosts[0] = "x"
+	n.Subsystems[0].Namespaces[0].NSID = 77
+	n.Subsystems = append(n.Subsystems, Subsystem{})
+	if c.Listeners[0].Port == 9 || c.Subsystems[0].Hosts[0] == "x" || c.Subsystems[0].Namespaces[0].NSID == 77 || len(c.Subsystems) != 1 {
+		t.Errorf("changing the clone changed the original: %s", c)
+	}
+	m := c.Clone()
+	if err := m.Resolve(); err != nil || !reflect.DeepEqual(exported(c), exported(m)) {
+		t.Errorf("the clone resolves to something else (%v):\n%s", err, m)
+	}
+	m.Subsystems[0].Namespaces[0].LBASize = 1000
+	if err := m.Resolve(); err == nil || !strings.HasPrefix(err.Error(), "test.yaml: subsystems[0].namespaces[0].lba_size: 1000") {
+		t.Errorf("error about a clone: %v", err)
+	}
+}
+
+func TestInCapsuleDataDefault(t *testing.T) {
+	for _, text := range []string{minimal, minimal + "transport:\n  in_capsule_data_size:\n", minimal + "transport:\n  queue_depth: 64\n"} {
+		if c := mustParse(t, text); c.Transport.InCapsuleDataSize != DefaultInCapsuleDataSize {
+			t.Errorf("%q: in-capsule data size %d, want the default", text, c.Transport.InCapsuleDataSize)
+		}
+	}
+}
+
 func TestInCapsuleDataOff(t *testing.T) {
 	c := mustParse(t, minimal+"transport:\n  in_capsule_data_size: 0\n")
 	if c.Transport.InCapsuleDataSize != 0 {
@@ -280,7 +314,6 @@ func TestResolveInCode(t *testing.T) {
 			NQN: "nqn.2024-01.com.example:code", AllowAnyHost: true,
 			Namespaces: []Namespace{{NSID: 1, Backend: BackendMemory, Size: 4 * MiB}},
 		}},
-		Transport: Transport{InCapsuleDataSize: NoInCapsuleData},
 	}
 	if err := c.Resolve(); err != nil {
 		t.Fatal(err)
@@ -296,6 +329,15 @@ func TestResolveInCode(t *testing.T) {
 	}
 	if !reflect.DeepEqual(before, exported(c)) {
 		t.Errorf("Resolve is not idempotent")
+	}
+
+	c.Transport.InCapsuleDataSize = DefaultInCapsuleDataSize
+	if err := c.Resolve(); err != nil || c.Transport.InCapsuleDataSize != DefaultInCapsuleDataSize {
+		t.Errorf("in-capsule data set in code: %v, %d", err, c.Transport.InCapsuleDataSize)
+	}
+	c.Transport.InCapsuleDataSize = -1
+	if err := c.Resolve(); err == nil || !strings.Contains(err.Error(), "transport.in_capsule_data_size: -1 is not a supported in-capsule data size") {
+		t.Errorf("negative in-capsule data size: %v", err)
 	}
 
 	bad := &Config{Subsystems: []Subsystem{{NQN: "nqn.2024-01.com.example:code", AllowAnyHost: true,

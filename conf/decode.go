@@ -24,11 +24,16 @@ type source struct {
 	pos  map[string]position // every field and list item written in the file
 	null map[string]bool     // fields written without a value ("size:"): they take the default
 	bad  map[string]bool     // fields whose value could not be decoded
-	set  map[string]bool     // fields a previous Resolve settled (keeps Resolve idempotent)
 }
 
 func newSource() *source {
-	return &source{pos: map[string]position{}, null: map[string]bool{}, bad: map[string]bool{}, set: map[string]bool{}}
+	return &source{pos: map[string]position{}, null: map[string]bool{}, bad: map[string]bool{}}
+}
+
+// written reports whether the file gave p a value.
+func (s *source) written(p string) bool {
+	_, ok := s.pos[p]
+	return ok && !s.null[p]
 }
 
 type decoder struct {
@@ -104,6 +109,11 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 			d.transport(v, p, &c.Transport)
 		}
 	})
+	// The one default a file gets that a Config built in Go does not: there a zero
+	// InCapsuleDataSize means none, in a file that is written in_capsule_data_size: 0.
+	if p := "transport.in_capsule_data_size"; !d.src.written(p) && !d.src.bad[p] {
+		c.Transport.InCapsuleDataSize = DefaultInCapsuleDataSize
+	}
 	return c, d.errs
 }
 

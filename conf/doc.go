@@ -15,6 +15,11 @@
 // and devices exist and fit, and that memory namespaces fit in RAM. (*Config).String
 // prints the resolved configuration as YAML that parses back to the same Config.
 //
+// A Config built in Go is completed the same way by (*Config).Resolve. There every field's
+// zero value means one thing, documented on the field: the default, except for
+// Transport.InCapsuleDataSize (0: no in-capsule data; a file that leaves the key out gets
+// 8 KiB) and Transport.PollGroups (0: one per CPU).
+//
 // conf/README.md is the configuration reference; conf/examples holds complete files.
 //
 // # Defaults and why

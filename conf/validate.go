@@ -11,10 +11,6 @@ import (
 	"time"
 )
 
-// NoInCapsuleData turns in-capsule data off in a Config built in code, where a zero
-// InCapsuleDataSize means "the default". (In YAML write in_capsule_data_size: 0.)
-const NoInCapsuleData = -1
-
 var numCPU = runtime.NumCPU
 
 // Range texts shared by decoding (values too large for their Go type) and validation.
@@ -86,11 +82,8 @@ func (v *validator) position(p string) (int, int) {
 	}
 }
 
-// explicit reports whether the file (or an earlier Resolve) gave p a value.
-func (v *validator) explicit(p string) bool {
-	_, written := v.src.pos[p]
-	return written && !v.src.null[p] || v.src.set[p]
-}
+// explicit reports whether the file gave p a value.
+func (v *validator) explicit(p string) bool { return v.src.written(p) }
 
 // skip reports whether p's value, or that of an enclosing field or item, failed to decode
 // (and was reported then).
@@ -140,13 +133,8 @@ func (v *validator) transport() {
 	if t.QueueDepth == 0 && !v.explicit(tp+"queue_depth") {
 		t.QueueDepth = DefaultQueueDepth
 	}
-	if t.InCapsuleDataSize == 0 && !v.explicit(tp+"in_capsule_data_size") {
-		t.InCapsuleDataSize = DefaultInCapsuleDataSize
-	}
-	if t.InCapsuleDataSize == NoInCapsuleData {
-		t.InCapsuleDataSize = 0
-	}
-	v.src.set[tp+"in_capsule_data_size"] = true
+	// in_capsule_data_size has no default here: 0 means none (decode gives a file that
+	// leaves it out DefaultInCapsuleDataSize).
 	if t.MaxIOSize == 0 && !v.explicit(tp+"max_io_size") {
 		t.MaxIOSize = DefaultMaxIOSize
 	}

@@ -391,7 +391,7 @@ type engineOpts struct {
 	maxIO     int
 	busyPoll  bool
 	spin      int
-	icd       int
+	icd       int // in-capsule data size (0: none)
 	ird       int
 	sqSize    int // 0: sqDepth(depth)
 	maxMsg    int
@@ -443,14 +443,10 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 			{NSID: 2, Backend: conf.BackendNull, Size: 1 << 30},
 		}
 	}
-	icd := o.icd
-	if icd == 0 {
-		icd = conf.NoInCapsuleData
-	}
 	cfg := &conf.Config{
 		Listeners:  []conf.Listener{{Address: "10.99.0.1"}},
 		Subsystems: []conf.Subsystem{{NQN: testSubNQN, AllowAnyHost: true, Namespaces: o.nss}},
-		Transport:  conf.Transport{MaxIOSize: o.maxIO, InCapsuleDataSize: icd, BufferPoolSize: conf.Size(o.poolSize)},
+		Transport:  conf.Transport{MaxIOSize: o.maxIO, InCapsuleDataSize: o.icd, BufferPoolSize: conf.Size(o.poolSize)},
 	}
 	log := testLogger(t)
 	tgt, err := target.New(cfg, append([]target.Option{target.WithLogger(log)}, o.targetOpts...)...)

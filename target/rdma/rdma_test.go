@@ -246,6 +246,9 @@ func newRDMAEnv(t testing.TB, tcfg conf.Transport, nss ...conf.Namespace) *rdmaE
 	if tcfg.PollGroups == 0 {
 		tcfg.PollGroups = 2
 	}
+	if tcfg.InCapsuleDataSize == 0 {
+		tcfg.InCapsuleDataSize = conf.DefaultInCapsuleDataSize
+	}
 	port := uint16(4700 + testPortSeq.Add(1)%500 + uint32(time.Now().Unix()%50)*10)
 	cfg := &conf.Config{
 		Listeners:  []conf.Listener{{Address: ip.String(), Port: port}},
@@ -569,7 +572,7 @@ func TestRDMACloseWithHostsConnected(t *testing.T) {
 	cfg := &conf.Config{
 		Listeners:  []conf.Listener{{Address: ip.String(), Port: uint16(5300 + testPortSeq.Add(1))}},
 		Subsystems: []conf.Subsystem{{NQN: testSubNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendNull, Size: 1 << 30}}}},
-		Transport:  conf.Transport{BufferPoolSize: 8 << 20, PollGroups: 2},
+		Transport:  conf.Transport{BufferPoolSize: 8 << 20, PollGroups: 2, InCapsuleDataSize: conf.DefaultInCapsuleDataSize},
 	}
 	tgt, err := target.New(cfg, target.WithLogger(testLogger(t)))
 	if err != nil {
