@@ -18,7 +18,9 @@
 // A Config built in Go is completed the same way by (*Config).Resolve. There every field's
 // zero value means one thing, documented on the field: the default, except for
 // Transport.InCapsuleDataSize (0: no in-capsule data; a file that leaves the key out gets
-// 8 KiB) and Transport.PollGroups (0: one per CPU).
+// 8 KiB) and Transport.PollGroups (0: one per CPU). A resolved Config is what the rest of
+// gonvmf is built from: target.New resolves a private Clone of the Config it is given, and
+// nothing below it fills in a default again.
 //
 // conf/README.md is the configuration reference; conf/examples holds complete files.
 //

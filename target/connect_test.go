@@ -199,7 +199,7 @@ func TestLinuxDiscoverSequence(t *testing.T) {
 	})
 	e := newEnv(t, cfg)
 	rdma, err := e.tgt.AddPort(target.PortConfig{TrType: target.TrTypeRDMA, AdrFam: target.AdrFamIPv4,
-		TrAddr: "10.99.0.1", TrSvcID: "4420", Advertise: true, Keyed: true, InCapsuleDataSize: -1})
+		TrAddr: "10.99.0.1", TrSvcID: "4420", Advertise: true, Keyed: true, InCapsuleDataSize: e.tgt.TransportConfig().InCapsuleDataSize})
 	if err != nil {
 		t.Fatal(err)
 	}

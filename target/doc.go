@@ -11,13 +11,18 @@
 //
 // # Building a target
 //
-//	t, err := target.New(cfg)             // *conf.Config; opens every namespace's backend
+//	t, err := target.New(cfg)             // *conf.Config, resolved into a private copy; opens every namespace's backend
 //	port, err := t.AddPort(target.PortConfig{TrType: target.TrTypeRDMA, AdrFam: target.AdrFamIPv4,
 //	        TrAddr: "10.99.0.1", TrSvcID: "4420", Advertise: true, Keyed: true,
-//	        InCapsuleDataSize: -1 /* from cfg */, MaxSGLDescriptors: 1})
+//	        InCapsuleDataSize: t.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: 1})
 //	...
 //	t.AddNamespace(nqn, ns) / t.RemoveNamespace(nqn, nsid) / t.AddSubsystem / t.SetAllowedHosts
+//	t.Config()                            // the running configuration, changes included
 //	t.Close()
+//
+// The Target keeps the resolved configuration it runs: transports take their
+// settings from it (TransportConfig, MaxTransferSize, Port.Limits) and never resolve
+// defaults of their own, and run-time changes are validated by the conf package against it.
 //
 // A transport registers one Port per listener it serves. Advertised ports are what the
 // discovery log lists (one entry per subsystem the connecting host may access × port).

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/gonvmf/gonvmf/conf"
 )
 
 // Transport types (discovery log TRTYPE).
@@ -44,8 +46,8 @@ type PortConfig struct {
 	// TransportData: the transport moves data for Transport Data Block descriptors (TCP).
 	TransportData bool
 	// InCapsuleDataSize is the in-capsule data the transport receives after the SQE on
-	// I/O queues (Identify IOCCSZ = (64 + it)/16). Negative means the configuration's
-	// transport.in_capsule_data_size; 0 means none.
+	// I/O queues (Identify IOCCSZ = (64 + it)/16), in bytes; 0 means none. Transports set
+	// it from Target.TransportConfig().InCapsuleDataSize.
 	InCapsuleDataSize int
 	// MaxSGLDescriptors is MSDBD: the most keyed descriptors one command may carry
 	// (more than 1 only with in-capsule data, as a Last Segment list). 0 means 1.
@@ -86,8 +88,8 @@ type Port struct {
 // AddPort registers a transport endpoint. Advertised ports appear in the discovery log
 // (its generation counter changes).
 func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
-	if cfg.InCapsuleDataSize < 0 {
-		cfg.InCapsuleDataSize = t.tr.InCapsuleDataSize
+	if cfg.InCapsuleDataSize < 0 || cfg.InCapsuleDataSize > conf.MaxInCapsuleDataSize {
+		return nil, fmt.Errorf("target: port %s:%s: in-capsule data size %d out of range 0..%d", cfg.TrAddr, cfg.TrSvcID, cfg.InCapsuleDataSize, conf.MaxInCapsuleDataSize)
 	}
 	if cfg.MaxSGLDescriptors <= 0 {
 		cfg.MaxSGLDescriptors = 1

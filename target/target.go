@@ -67,15 +67,25 @@ func WithExecutorWorkers(n int) Option { return func(t *Target) { t.workers = n 
 // Target is an NVMe over Fabrics target: the subsystems and namespaces of a configuration,
 // the discovery subsystem, the controllers hosts create, and the ports transports
 // register. It is safe for concurrent use.
+//
+// A Target owns its configuration: New resolves a private copy of the one it is given
+// (the caller's is never changed), and every change at run time (AddSubsystem,
+// AddNamespace, ...) is validated by resolving a changed copy with the conf package before
+// it is applied, so Config always describes exactly what is being served and nothing below
+// the conf package fills in a default.
 type Target struct {
 	log         *slog.Logger
 	openBackend func(backend.Spec) (backend.Backend, error)
 	workers     int
-	tr          conf.Transport  // resolved transport settings
-	listeners   []conf.Listener // from the configuration, for AddSubsystem's validation
-	mdtsBytes   uint32          // largest transfer, a power of two
-	mdts        uint8
+	tr          conf.Transport // resolved transport settings; fixed for the Target's life
+	mdtsBytes   uint32         // largest transfer: tr.MaxIOSize
+	mdts        uint8          // log2(mdtsBytes / 4 KiB)
 	started     time.Time
+
+	// cfgMu serializes changes of the configuration; cfg is replaced (never modified)
+	// under both cfgMu and mu, so either lock is enough to read it.
+	cfgMu sync.Mutex
+	cfg   *conf.Config // the running configuration, resolved
 
 	mu         sync.Mutex
 	subsystems map[string]*subsystem // by NQN, excluding discovery
@@ -88,22 +98,25 @@ type Target struct {
 	genctr atomic.Uint64 // discovery log generation counter
 }
 
-// New builds a target from a resolved configuration (conf.Load/Parse output, or a Config
-// built in code, which New resolves): it opens every namespace's backend and starts its
-// executor. Listeners are not opened here: a transport registers each listener it serves
-// with AddPort. On error nothing is left open.
+// New builds a target from a configuration: it resolves a copy of cfg (conf.Load output is
+// resolved already and stays as it is; a Config built in code gets its defaults there, see
+// conf.Config.Resolve), opens every namespace's backend and starts its executor. cfg is not
+// changed, and not kept. Listeners are not opened here: a transport registers each
+// listener it serves with AddPort. On error nothing is
+// left open.
 func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 	if cfg == nil {
 		return nil, errors.New("target: nil configuration")
 	}
-	if err := cfg.Resolve(); err != nil {
+	rc := cfg.Clone()
+	if err := rc.Resolve(); err != nil {
 		return nil, fmt.Errorf("target: configuration: %w", err)
 	}
 	t := &Target{
 		log:         slog.Default(),
 		openBackend: backend.Open,
-		tr:          cfg.Transport,
-		listeners:   slices.Clone(cfg.Listeners),
+		tr:          rc.Transport,
+		cfg:         rc,
 		started:     time.Now(),
 		subsystems:  make(map[string]*subsystem),
 		nextPortID:  1,
@@ -112,18 +125,15 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		o(t)
 	}
 	t.log = t.log.With("component", "target")
-	io := uint32(t.tr.MaxIOSize)
-	if io < 4096 {
-		io = 4096
-	}
-	t.mdts = uint8(bits.Len32(io/4096) - 1)
-	t.mdtsBytes = 4096 << t.mdts
+	// Resolved: a power of two from 4 KiB to 8 MiB, so MDTS expresses it exactly.
+	t.mdtsBytes = uint32(t.tr.MaxIOSize)
+	t.mdts = uint8(bits.Len32(t.mdtsBytes/4096) - 1)
 	t.disc = newSubsystem(t, nvmeproto.DiscoveryNQN, true)
 	t.disc.allowAny = true
 	t.disc.serial = conf.DeriveSerial(nvmeproto.DiscoveryNQN)
 	t.disc.model = conf.DefaultModel
-	for i := range cfg.Subsystems {
-		if err := t.addSubsystem(&cfg.Subsystems[i]); err != nil {
+	for i := range rc.Subsystems {
+		if err := t.addSubsystem(&rc.Subsystems[i]); err != nil {
 			t.Close()
 			return nil, err
 		}
@@ -132,21 +142,85 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 	return t, nil
 }
 
-// AddSubsystem adds a subsystem at run time (its namespaces included). Hosts learn about
-// it through the discovery log (its generation counter changes and discovery controllers
-// that asked for it get a Discovery Log Page Change event).
-func (t *Target) AddSubsystem(s conf.Subsystem) error {
-	c := conf.Config{Listeners: t.listeners, Subsystems: []conf.Subsystem{s}, Transport: t.tr}
-	if err := c.Resolve(); err != nil {
-		return fmt.Errorf("target: subsystem %q: %w", s.NQN, err)
+// Config returns a copy of the running configuration: the configuration New was given,
+// resolved, with the changes made since (subsystems, namespaces and hosts added or
+// removed). Its String is YAML that conf.Parse reads back to the same configuration.
+func (t *Target) Config() *conf.Config {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg.Clone()
+}
+
+// TransportConfig returns the resolved transport settings (the configuration's transport
+// section), which transports size their queues, buffers and poll groups by. They do not
+// change while the Target runs.
+func (t *Target) TransportConfig() conf.Transport { return t.tr }
+
+// MaxTransferSize is the largest data transfer of one command in bytes (Identify MDTS):
+// the resolved transport.max_io_size. Transports size their data buffers by it.
+func (t *Target) MaxTransferSize() int { return int(t.mdtsBytes) }
+
+// change validates a change of the running configuration and applies it. edit changes a
+// copy of the configuration; an addition is then resolved (defaults, derived identifiers,
+// and every check conf makes of a file: unique NQNs, NSIDs, identifiers and paths; a
+// removal needs none, and may leave no subsystem at all, which a file may not); then apply
+// brings the running objects in line with the copy, which becomes the running
+// configuration if apply succeeds. Changes are serialized; apply runs without t.mu held.
+func (t *Target) change(what string, resolve bool, edit func(*conf.Config) error, apply func(*conf.Config) error) error {
+	t.cfgMu.Lock()
+	defer t.cfgMu.Unlock()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return ErrClosed
 	}
-	if err := t.addSubsystem(&c.Subsystems[0]); err != nil {
+	next := t.cfg.Clone()
+	t.mu.Unlock()
+	if err := edit(next); err != nil {
+		return err
+	}
+	if resolve {
+		if err := next.Resolve(); err != nil {
+			return fmt.Errorf("target: %s: %w", what, err)
+		}
+	}
+	if err := apply(next); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.cfg = next
+	t.mu.Unlock()
+	return nil
+}
+
+// subsystemIndex returns the index of the subsystem nqn in c, or -1.
+func subsystemIndex(c *conf.Config, nqn string) int {
+	return slices.IndexFunc(c.Subsystems, func(s conf.Subsystem) bool { return s.NQN == nqn })
+}
+
+// AddSubsystem adds a subsystem at run time (its namespaces included), validated as if it
+// had been in the configuration file. Hosts learn about it through the discovery log (its
+// generation counter changes and discovery controllers that asked for it get a Discovery
+// Log Page Change event). If one of its namespaces cannot be opened nothing is added.
+func (t *Target) AddSubsystem(s conf.Subsystem) error {
+	err := t.change(fmt.Sprintf("subsystem %q", s.NQN), true, func(c *conf.Config) error {
+		if s.NQN == nvmeproto.DiscoveryNQN || subsystemIndex(c, s.NQN) >= 0 {
+			return fmt.Errorf("%w: %q", ErrSubsystemExists, s.NQN)
+		}
+		c.Subsystems = append(c.Subsystems, s)
+		return nil
+	}, func(c *conf.Config) error {
+		return t.addSubsystem(&c.Subsystems[len(c.Subsystems)-1])
+	})
+	if err != nil {
 		return err
 	}
 	t.discoveryChanged()
 	return nil
 }
 
+// addSubsystem builds a subsystem of the resolved cs and opens its namespaces; on error
+// nothing of it is left.
 func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 	t.mu.Lock()
 	if t.closed {
@@ -168,6 +242,8 @@ func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 	t.mu.Unlock()
 	for _, ns := range cs.Namespaces {
 		if err := s.addNamespace(ns, false); err != nil {
+			t.unlink(s)
+			s.close()
 			return fmt.Errorf("target: subsystem %q: %w", cs.NQN, err)
 		}
 	}
@@ -175,77 +251,114 @@ func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 	return nil
 }
 
+// unlink takes s out of the subsystem table.
+func (t *Target) unlink(s *subsystem) {
+	t.mu.Lock()
+	if t.subsystems[s.nqn] == s {
+		delete(t.subsystems, s.nqn)
+	}
+	t.order = slices.DeleteFunc(t.order, func(x *subsystem) bool { return x == s })
+	t.mu.Unlock()
+}
+
 // RemoveSubsystem removes a subsystem: its controllers fail and their queues are torn
 // down, its namespaces are closed once their in-flight commands finish.
 func (t *Target) RemoveSubsystem(nqn string) error {
-	t.mu.Lock()
-	s := t.subsystems[nqn]
-	if s == nil {
-		t.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
+	var s *subsystem
+	err := t.change(fmt.Sprintf("removing subsystem %q", nqn), false, func(c *conf.Config) error {
+		i := subsystemIndex(c, nqn)
+		if s = t.subsystem(nqn); s == nil || s.disc || i < 0 {
+			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
+		}
+		c.Subsystems = slices.Delete(c.Subsystems, i, i+1)
+		return nil
+	}, func(*conf.Config) error {
+		t.unlink(s)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	delete(t.subsystems, nqn)
-	t.order = slices.DeleteFunc(t.order, func(x *subsystem) bool { return x == s })
-	t.mu.Unlock()
 	s.close()
 	t.discoveryChanged()
 	return nil
 }
 
 // SetAllowedHosts changes who may connect to a subsystem: allowAny, or the listed host
-// NQNs. Existing controllers are not affected; the discovery log changes.
+// NQNs (validated as in the configuration file). Existing controllers are not affected;
+// the discovery log changes.
 func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) error {
-	s := t.subsystem(nqn)
-	if s == nil {
-		return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
+	var s *subsystem
+	err := t.change(fmt.Sprintf("hosts of subsystem %q", nqn), true, func(c *conf.Config) error {
+		i := subsystemIndex(c, nqn)
+		if s = t.subsystem(nqn); s == nil || s.disc || i < 0 {
+			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
+		}
+		c.Subsystems[i].AllowAnyHost, c.Subsystems[i].Hosts = allowAny, slices.Clone(hosts)
+		return nil
+	}, func(c *conf.Config) error {
+		cs := &c.Subsystems[subsystemIndex(c, nqn)]
+		s.mu.Lock()
+		s.allowAny = cs.AllowAnyHost
+		s.hosts = make(map[string]bool, len(cs.Hosts))
+		for _, h := range cs.Hosts {
+			s.hosts[h] = true
+		}
+		s.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	s.mu.Lock()
-	s.allowAny = allowAny
-	s.hosts = make(map[string]bool, len(hosts))
-	for _, h := range hosts {
-		s.hosts[h] = true
-	}
-	s.mu.Unlock()
 	t.discoveryChanged()
 	return nil
 }
 
-// AddNamespace adds a namespace to a subsystem at run time. Its backend is opened as New
-// would; identifiers left zero are derived (conf.DeriveUUID etc). Every controller of the
-// subsystem gets a Namespace Attribute Changed event (when enabled) and the NSID in its
-// Changed Namespace List.
+// AddNamespace adds a namespace to a subsystem at run time, validated as if it had been in
+// the configuration file (zero fields take their defaults; identifiers left zero are
+// derived, see conf.DeriveUUID). Its backend is opened as New would. Every controller of
+// the subsystem gets a Namespace Attribute Changed event (when enabled) and the NSID in
+// its Changed Namespace List.
 func (t *Target) AddNamespace(subNQN string, ns conf.Namespace) error {
-	s := t.subsystem(subNQN)
-	if s == nil {
-		return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, subNQN)
-	}
-	if ns.NSID == 0 || ns.NSID > conf.MaxNSID {
-		return fmt.Errorf("target: namespace nsid %d out of range 1..%d", ns.NSID, conf.MaxNSID)
-	}
-	if ns.LBASize == 0 {
-		ns.LBASize = conf.DefaultLBASize
-	}
-	if ns.UUID == ([16]byte{}) {
-		ns.UUID = conf.DeriveUUID(subNQN, ns.NSID)
-	}
-	if ns.NGUID == ([16]byte{}) {
-		ns.NGUID = conf.DeriveNGUID(subNQN, ns.NSID)
-	}
-	if ns.EUI64 == ([8]byte{}) {
-		ns.EUI64 = conf.DeriveEUI64(subNQN, ns.NSID)
-	}
-	return s.addNamespace(ns, true)
+	var s *subsystem
+	var si, ni int
+	return t.change(fmt.Sprintf("subsystem %q: namespace %d", subNQN, ns.NSID), true, func(c *conf.Config) error {
+		si = subsystemIndex(c, subNQN)
+		if s = t.subsystem(subNQN); s == nil || s.disc || si < 0 {
+			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, subNQN)
+		}
+		cs := &c.Subsystems[si]
+		if slices.ContainsFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID == ns.NSID }) {
+			return fmt.Errorf("%w: nsid %d in %q", ErrNamespaceExists, ns.NSID, subNQN)
+		}
+		cs.Namespaces = append(cs.Namespaces, ns)
+		ni = len(cs.Namespaces) - 1
+		return nil
+	}, func(c *conf.Config) error {
+		return s.addNamespace(c.Subsystems[si].Namespaces[ni], true)
+	})
 }
 
 // RemoveNamespace removes a namespace: new commands for it fail with Invalid Namespace,
 // commands in flight finish, then its backend is closed. Controllers are notified as for
 // AddNamespace.
 func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
-	s := t.subsystem(subNQN)
-	if s == nil {
-		return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, subNQN)
-	}
-	return s.removeNamespace(nsid)
+	var s *subsystem
+	return t.change(fmt.Sprintf("subsystem %q: removing namespace %d", subNQN, nsid), false, func(c *conf.Config) error {
+		si := subsystemIndex(c, subNQN)
+		if s = t.subsystem(subNQN); s == nil || s.disc || si < 0 {
+			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, subNQN)
+		}
+		cs := &c.Subsystems[si]
+		ni := slices.IndexFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID == nsid })
+		if ni < 0 {
+			return fmt.Errorf("%w: nsid %d in %q", ErrNoSuchNamespace, nsid, subNQN)
+		}
+		cs.Namespaces = slices.Delete(cs.Namespaces, ni, ni+1)
+		return nil
+	}, func(*conf.Config) error {
+		return s.removeNamespace(nsid)
+	})
 }
 
 func (t *Target) subsystem(nqn string) *subsystem {

@@ -72,11 +72,25 @@ func TestTransportContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tgt.Close()
-	port, err := tgt.AddPort(PortConfig{TrType: TrTypeRDMA, AdrFam: AdrFamIPv4, TrAddr: "10.0.0.1", TrSvcID: "4420", Keyed: true, InCapsuleDataSize: -1})
+	// New resolved a copy: the caller's configuration is as it was, the target's has the
+	// defaults (a Config built in Go has no in-capsule data unless it asks for it).
+	if cfg.Transport != (conf.Transport{}) || cfg.Listeners[0].Port != 0 || cfg.Subsystems[0].Namespaces[0].LBASize != 0 {
+		t.Errorf("New changed the caller's configuration: %+v", cfg)
+	}
+	if rc := tgt.Config(); rc.Listeners[0].Port != conf.DefaultPort || rc.Subsystems[0].Namespaces[0].LBASize != conf.DefaultLBASize ||
+		rc.Subsystems[0].Namespaces[0].UUID == ([16]byte{}) || rc.Transport != tgt.TransportConfig() {
+		t.Errorf("running configuration not resolved:\n%s", rc)
+	}
+	if _, err := tgt.AddPort(PortConfig{TrType: TrTypeRDMA, Keyed: true, InCapsuleDataSize: -1}); err == nil {
+		t.Error("AddPort accepted a negative in-capsule data size")
+	}
+	port, err := tgt.AddPort(PortConfig{TrType: TrTypeRDMA, AdrFam: AdrFamIPv4, TrAddr: "10.0.0.1", TrSvcID: "4420", Keyed: true,
+		InCapsuleDataSize: tgt.TransportConfig().InCapsuleDataSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := port.Limits(); l.MaxQueueDepth != conf.DefaultQueueDepth || l.MaxTransferSize != conf.DefaultMaxIOSize || l.InCapsuleDataSize != 0 {
+	if l := port.Limits(); l.MaxQueueDepth != conf.DefaultQueueDepth || l.MaxTransferSize != conf.DefaultMaxIOSize ||
+		tgt.MaxTransferSize() != conf.DefaultMaxIOSize || l.InCapsuleDataSize != 0 {
 		t.Errorf("limits %+v", l)
 	}
 

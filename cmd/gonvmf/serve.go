@@ -65,7 +65,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tr, err := rdma.New(t, cfg.Transport, rdma.WithLogger(log))
+	tr, err := rdma.New(t, rdma.WithLogger(log))
 	if err != nil {
 		t.Close()
 		return err
@@ -76,7 +76,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 		nqns[i] = s.NQN
 		namespaces += len(s.Namespaces)
 	}
-	for _, l := range cfg.Listeners {
+	for _, l := range t.Config().Listeners {
 		lis, err := tr.Listen(l)
 		if err != nil {
 			tr.Close()

@@ -87,15 +87,9 @@ type Options struct {
 	Name string
 	// Advertise lists the port in the discovery log (TRTYPE loop).
 	Advertise bool
-	// InCapsuleDataSize overrides the configuration's transport.in_capsule_data_size
-	// (-1 or 0 keeps it; use NoInCapsuleData for none).
-	InCapsuleDataSize int
-	// MaxSGLDescriptors is MSDBD (default 16).
+	// MaxSGLDescriptors is MSDBD (0: target.MaxSGLDescriptors).
 	MaxSGLDescriptors int
 }
-
-// NoInCapsuleData as Options.InCapsuleDataSize disables in-capsule data.
-const NoInCapsuleData = -2
 
 var portSeq atomic.Int64
 
@@ -105,15 +99,9 @@ type Port struct {
 	limits target.Limits
 }
 
-// New registers a loop port with t.
+// New registers a loop port with t. It receives the in-capsule data the target's
+// configuration sets (transport.in_capsule_data_size).
 func New(t *target.Target, o Options) (*Port, error) {
-	icd := o.InCapsuleDataSize
-	switch {
-	case icd == NoInCapsuleData:
-		icd = 0
-	case icd <= 0:
-		icd = -1
-	}
 	msdbd := o.MaxSGLDescriptors
 	if msdbd <= 0 {
 		msdbd = target.MaxSGLDescriptors
@@ -124,7 +112,7 @@ func New(t *target.Target, o Options) (*Port, error) {
 	}
 	tp, err := t.AddPort(target.PortConfig{
 		TrType: target.TrTypeLoop, AdrFam: target.AdrFamIntraHost, TrAddr: name, TrSvcID: "",
-		Advertise: o.Advertise, Keyed: true, InCapsuleDataSize: icd, MaxSGLDescriptors: msdbd,
+		Advertise: o.Advertise, Keyed: true, InCapsuleDataSize: t.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: msdbd,
 	})
 	if err != nil {
 		return nil, err

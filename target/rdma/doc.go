@@ -3,8 +3,8 @@
 // hosts — the Linux host's nvme-rdma, SPDK, gonvmf's initiator — connect with rdma_cm and
 // move commands, responses and data over reliable-connected queue pairs.
 //
-//	tr, err := rdma.New(t, cfg.Transport)          // t: *target.Target
-//	for _, l := range cfg.Listeners {
+//	tr, err := rdma.New(t)                         // t: *target.Target, whose resolved settings it uses
+//	for _, l := range t.Config().Listeners {
 //	        lis, err := tr.Listen(l)               // rdma_listen + target port (discovery log)
 //	}
 //	...

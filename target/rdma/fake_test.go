@@ -454,12 +454,12 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 		t.Fatal(err)
 	}
 	port, err := tgt.AddPort(target.PortConfig{TrType: target.TrTypeRDMA, AdrFam: target.AdrFamIPv4, TrAddr: "10.99.0.1",
-		TrSvcID: "4420", Advertise: true, Keyed: true, InCapsuleDataSize: -1, MaxSGLDescriptors: target.MaxSGLDescriptors})
+		TrSvcID: "4420", Advertise: true, Keyed: true, InCapsuleDataSize: tgt.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: target.MaxSGLDescriptors})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &engine{t: t, tgt: tgt, port: port, f: newFakeFabric(), cq: newFakeCQ(), o: o}
-	e.pool, err = newPool(e.f.newRegion(o.poolSize), o.maxIO)
+	e.pool, err = newPool(e.f.newRegion(o.poolSize), tgt.MaxTransferSize())
 	if err != nil {
 		t.Fatal(err)
 	}

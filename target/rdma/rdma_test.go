@@ -260,12 +260,12 @@ func newRDMAEnv(t testing.TB, tcfg conf.Transport, nss ...conf.Namespace) *rdmaE
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := New(tgt, cfg.Transport, WithLogger(log))
+	tr, err := New(tgt, WithLogger(log))
 	if err != nil {
 		tgt.Close()
 		t.Fatal(err)
 	}
-	lis, err := tr.Listen(cfg.Listeners[0])
+	lis, err := tr.Listen(tgt.Config().Listeners[0])
 	if err != nil {
 		tr.Close()
 		tgt.Close()
@@ -579,11 +579,11 @@ func TestRDMACloseWithHostsConnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tgt.Close()
-	tr, err := New(tgt, cfg.Transport, WithLogger(testLogger(t)))
+	tr, err := New(tgt, WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := tr.Listen(cfg.Listeners[0])
+	lis, err := tr.Listen(tgt.Config().Listeners[0])
 	if err != nil {
 		tr.Close()
 		t.Fatal(err)

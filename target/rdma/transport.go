@@ -67,8 +67,7 @@ var (
 // Transport is the target's RDMA transport: it listens with rdma_cm, accepts queue pairs
 // for a target.Target, and moves commands, data and responses for them.
 type Transport struct {
-	t    *target.Target
-	cfg  conf.Transport
+	t    *target.Target // its TransportConfig sizes the pools and poll groups
 	opts options
 	log  *slog.Logger
 	ch   *rdmacm.EventChannel
@@ -102,26 +101,25 @@ func (l *Listener) Device() string { return l.dev }
 // Port returns the target port the listener serves (its discovery log entry).
 func (l *Listener) Port() *target.Port { return l.port }
 
-// New starts an RDMA transport for t with the transport settings cfg (resolved, as in
-// conf.Config.Transport). It opens the rdma_cm event channel and checks that the buffer
-// pool can be locked; Listen adds listeners.
-func New(t *target.Target, cfg conf.Transport, opts ...Option) (*Transport, error) {
+// New starts an RDMA transport for t, with t's transport settings (t.TransportConfig:
+// buffer pool, poll groups, busy polling; in-capsule data and the largest transfer are the
+// core's, so the two can never disagree). It opens the rdma_cm event channel and checks
+// that the buffer pool can be locked; Listen adds listeners.
+func New(t *target.Target, opts ...Option) (*Transport, error) {
 	o := options{log: slog.Default(), spin: DefaultSpin, msdbd: target.MaxSGLDescriptors, ring: true}
 	for _, f := range opts {
 		f(&o)
 	}
-	c := conf.Config{Transport: cfg}
-	_ = c.Resolve() // fills transport defaults; the other (empty) sections' errors don't matter
-	cfg = c.Transport
-	if err := rdmacm.CheckMemlock(uint64(cfg.BufferPoolSize)); err != nil {
-		return nil, fmt.Errorf("rdma: the %s buffer pool cannot be locked in memory: %w", cfg.BufferPoolSize.Human(), err)
+	pool := t.TransportConfig().BufferPoolSize
+	if err := rdmacm.CheckMemlock(uint64(pool)); err != nil {
+		return nil, fmt.Errorf("rdma: the %s buffer pool cannot be locked in memory: %w", pool.Human(), err)
 	}
 	ch, err := rdmacm.NewEventChannel()
 	if err != nil {
 		return nil, noDeviceError(err)
 	}
 	tr := &Transport{
-		t: t, cfg: cfg, opts: o, log: o.log.With("component", "rdma"), ch: ch,
+		t: t, opts: o, log: o.log.With("component", "rdma"), ch: ch,
 		cmDone:    make(chan struct{}),
 		devices:   make(map[string]*device),
 		listeners: make(map[*rdmacm.CMID]*Listener),
@@ -143,21 +141,18 @@ func noDeviceError(err error) error {
 	return fmt.Errorf("rdma: opening the rdma_cm event channel: %w", err)
 }
 
-// Listen starts accepting connections on a configured listener and registers it with
-// the target as a port (listed in the discovery log).
+// Listen starts accepting connections on a listener of the resolved configuration (one of
+// Target.Config().Listeners) and registers it with the target as a port (listed in the
+// discovery log). Port 0 listens on a port the system chooses (Listener.Addr has it).
 func (tr *Transport) Listen(l conf.Listener) (*Listener, error) {
-	if l.Transport != "" && l.Transport != conf.DefaultTransport {
+	if l.Transport != "rdma" {
 		return nil, fmt.Errorf("rdma: listener transport %q is not rdma", l.Transport)
 	}
 	ip, err := netip.ParseAddr(l.Address)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: listener address %q: %w", l.Address, err)
 	}
-	port := l.Port
-	if port == 0 {
-		port = conf.DefaultPort
-	}
-	ap := netip.AddrPortFrom(ip, port)
+	ap := netip.AddrPortFrom(ip, l.Port)
 	tr.mu.Lock()
 	closed := tr.closed
 	tr.mu.Unlock()
@@ -187,7 +182,7 @@ func (tr *Transport) Listen(l conf.Listener) (*Listener, error) {
 	tp, err := tr.t.AddPort(target.PortConfig{
 		TrType: target.TrTypeRDMA, AdrFam: adrfam,
 		TrAddr: ip.WithZone("").String(), TrSvcID: strconv.Itoa(int(lis.addr.Port())),
-		Advertise: true, Keyed: true, InCapsuleDataSize: -1, MaxSGLDescriptors: tr.opts.msdbd,
+		Advertise: true, Keyed: true, InCapsuleDataSize: tr.t.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: tr.opts.msdbd,
 		RDMAQPType: 1, RDMAProviderType: 1, RDMACMS: 1,
 	})
 	if err != nil {
@@ -392,14 +387,15 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 	if d.pd, err = d.dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	if d.arena, err = d.pd.NewArena(int(tr.cfg.BufferPoolSize), 0); err != nil {
-		return nil, fmt.Errorf("buffer pool of %s: %w", tr.cfg.BufferPoolSize.Human(), err)
+	tc := tr.t.TransportConfig()
+	if d.arena, err = d.pd.NewArena(int(tc.BufferPoolSize), 0); err != nil {
+		return nil, fmt.Errorf("buffer pool of %s: %w", tc.BufferPoolSize.Human(), err)
 	}
 	reg := region{mem: d.arena.Bytes(), base: d.arena.Addr(0), lkey: d.arena.LKey()}
-	if d.pool, err = newPool(reg, tr.cfg.MaxIOSize); err != nil {
+	if d.pool, err = newPool(reg, tr.t.MaxTransferSize()); err != nil {
 		return nil, err
 	}
-	n := tr.cfg.NumPollGroups()
+	n := tc.NumPollGroups()
 	cqe := maxCQE
 	if d.attr.MaxCQE > 0 {
 		cqe = min(cqe, d.attr.MaxCQE)
@@ -410,7 +406,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 			return nil, fmt.Errorf("completion queue of poll group %d: %w", i, err)
 		}
 		d.cqs = append(d.cqs, cq)
-		g := newGroup(i, d.pool, threadCQ{cq}, groupConfig{busyPoll: tr.cfg.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
+		g := newGroup(i, d.pool, threadCQ{cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
 			tr.log.With("device", name))
 		if tr.opts.ring {
 			rg, err := backend.NewRing(ringDepth, cq.WakeFD())
@@ -424,8 +420,8 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		d.groups = append(d.groups, g)
 		go g.run()
 	}
-	tr.log.Info("RDMA device ready", "device", name, "buffer_pool", tr.cfg.BufferPoolSize.Human(),
-		"poll_groups", n, "busy_poll", tr.cfg.BusyPoll, "cq_entries", cqe,
+	tr.log.Info("RDMA device ready", "device", name, "buffer_pool", tc.BufferPoolSize.Human(),
+		"poll_groups", n, "busy_poll", tc.BusyPoll, "cq_entries", cqe,
 		"max_qp_wr", d.attr.MaxQPWR, "max_qp_init_rd_atom", d.attr.MaxQPInitRdAtom, "max_msg", d.maxMsg)
 	return d, nil
 }
