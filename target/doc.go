@@ -20,7 +20,9 @@
 //	t.Config()                            // the running configuration, changes included
 //	t.Close()
 //
-// The Target keeps the resolved configuration it runs: transports take their
+// Package target/server does this for a whole configuration — the target, and a transport
+// endpoint for each listener — and is where gonvmf turns a configuration into running
+// objects. The Target keeps the resolved configuration it runs: transports take their
 // settings from it (TransportConfig, MaxTransferSize, Port.Limits) and never resolve
 // defaults of their own, and run-time changes are validated by the conf package against it.
 //

@@ -102,7 +102,7 @@ type Target struct {
 // resolved already and stays as it is; a Config built in code gets its defaults there, see
 // conf.Config.Resolve), opens every namespace's backend and starts its executor. cfg is not
 // changed, and not kept. Listeners are not opened here: a transport registers each
-// listener it serves with AddPort. On error nothing is
+// listener it serves with AddPort (package target/server does both). On error nothing is
 // left open.
 func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 	if cfg == nil {

@@ -11,8 +11,7 @@ import (
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
-	"github.com/gonvmf/gonvmf/target"
-	"github.com/gonvmf/gonvmf/target/loop"
+	"github.com/gonvmf/gonvmf/target/server"
 	"github.com/urfave/cli/v2"
 )
 
@@ -43,8 +42,7 @@ func fabricsFlags(nqnUsage string) []cli.Flag {
 // session is a connected controller and, for the loop transport, the in-process target.
 type session struct {
 	ctrl *initiator.Controller
-	tgt  *target.Target
-	port *loop.Port
+	srv  *server.Server
 }
 
 func (s *session) Close() error {
@@ -52,11 +50,8 @@ func (s *session) Close() error {
 	if s.ctrl != nil {
 		err = s.ctrl.Close()
 	}
-	if s.port != nil {
-		s.port.Close()
-	}
-	if s.tgt != nil {
-		s.tgt.Close()
+	if s.srv != nil {
+		s.srv.Close()
 	}
 	return err
 }
@@ -122,14 +117,10 @@ func fabricsOptions(c *cli.Context, defNQN string) (initiator.Options, *session,
 		if o.SubNQN == "" {
 			o.SubNQN = cfg.Subsystems[0].NQN
 		}
-		if s.tgt, err = target.New(cfg, target.WithLogger(slog.Default())); err != nil {
+		if s.srv, err = server.New(cfg, server.Options{Logger: slog.Default(), Loop: true}); err != nil {
 			return o, nil, fmt.Errorf("starting the in-process target from %s: %w", path, err)
 		}
-		if s.port, err = loop.New(s.tgt, loop.Options{Advertise: true, Name: "loop"}); err != nil {
-			s.Close()
-			return o, nil, err
-		}
-		p := s.port
+		p := s.srv.Loop()
 		o.Loop = func(depth int) (initiator.LoopConn, error) {
 			conn, err := p.Dial(depth)
 			if err != nil {

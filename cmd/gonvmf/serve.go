@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
-	"github.com/gonvmf/gonvmf/target"
-	"github.com/gonvmf/gonvmf/target/rdma"
+	"github.com/gonvmf/gonvmf/target/server"
 	"github.com/urfave/cli/v2"
 )
 
@@ -61,13 +60,8 @@ const shutdownGrace = 60 * time.Second
 
 // serve runs the target until ctx is done, then shuts it down in order.
 func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
-	t, err := target.New(cfg, target.WithLogger(log))
+	s, err := server.New(cfg, server.Options{Logger: log})
 	if err != nil {
-		return err
-	}
-	tr, err := rdma.New(t, rdma.WithLogger(log))
-	if err != nil {
-		t.Close()
 		return err
 	}
 	nqns := make([]string, len(cfg.Subsystems))
@@ -76,13 +70,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 		nqns[i] = s.NQN
 		namespaces += len(s.Namespaces)
 	}
-	for _, l := range t.Config().Listeners {
-		lis, err := tr.Listen(l)
-		if err != nil {
-			tr.Close()
-			t.Close()
-			return err
-		}
+	for _, lis := range s.Listeners() {
 		dev := lis.Device()
 		if dev == "" {
 			dev = "any"
@@ -99,17 +87,11 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
 	done := make(chan error, 1)
-	st := tr.Stats()
+	st := s.Stats()
 	log.Info("transport statistics", "connections", st.Connections, "completions", st.Completions,
 		"polls", st.Polls, "sleeps", st.Sleeps, "event_wakeups", st.Wakeups, "buffer_waits", st.BufferWaits, "read_credit_waits", st.ReadWaits,
 		"send_queue_waits", st.SendWaits, "pool_bytes", st.PoolTotalBytes, "pool_lowest_free_bytes", st.PoolLowestBytes)
-	go func() {
-		err := tr.Close()
-		if cerr := t.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-		done <- err
-	}()
+	go func() { done <- s.Close() }()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -1,0 +1,219 @@
+// Package server turns a gonvmf configuration into a running target: the core
+// (target.Target) built from the resolved configuration, and the transport endpoints that
+// let hosts reach it — the RDMA transport listening on every configured listener (gonvmf
+// serve), or one in-process loop port (gonvmf perf -t loop). It is the one place that does
+// so; the commands and the integration tests start targets through it.
+//
+//	s, err := server.New(cfg, server.Options{Logger: log}) // cfg: *conf.Config, not changed
+//	...
+//	s.Config()                                             // what is being served, as a resolved conf.Config
+//	s.Close()                                              // listeners, hosts, then the target
+//
+// # Ownership and the running configuration
+//
+// A Server owns the target, the transport and the listeners it creates, and closes them in
+// order (Close). The configuration it runs is kept by the target (target.Target.Config),
+// resolved once by target.New from a copy of the caller's; transports take their settings
+// from the target and resolve nothing themselves. Changes at run time go through the
+// Server or its Target and are validated by the conf package against the running
+// configuration before anything changes — subsystems, namespaces and hosts by the target's
+// methods (AddSubsystem, AddNamespace, SetAllowedHosts, ...), listeners by AddListener —
+// so Config always describes exactly what is served and reads back through conf.Parse.
+// A control plane (a control socket, SIGHUP reloading the file) is built on these
+// operations.
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/loop"
+	"github.com/gonvmf/gonvmf/target/rdma"
+)
+
+// Options configure a Server. The zero value serves the configuration's listeners over
+// RDMA and logs to slog.Default().
+type Options struct {
+	// Logger receives the target's and the transport's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Loop serves hosts in this process only: the target gets one advertised loop port
+	// (TRADDR "loop", see Loop) instead of the configuration's RDMA listeners, and nothing
+	// RDMA is opened.
+	Loop bool
+	// Target and RDMA are further options of target.New and rdma.New (tests use them for
+	// backend wrappers, spin counts, ...).
+	Target []target.Option
+	RDMA   []rdma.Option
+}
+
+// ErrClosed is returned by operations on a closed Server.
+var ErrClosed = errors.New("server: closed")
+
+// Server is a running target and the transports that serve it. It is safe for concurrent
+// use.
+type Server struct {
+	log  *slog.Logger
+	t    *target.Target
+	tr   *rdma.Transport // nil with Options.Loop
+	loop *loop.Port      // Options.Loop only
+
+	chg       sync.Mutex // serializes changes (AddListener)
+	mu        sync.Mutex
+	listeners []served
+	closed    bool
+}
+
+// served is a listener being served and its (resolved) configuration.
+type served struct {
+	cfg conf.Listener
+	lis *rdma.Listener
+}
+
+// New builds the target described by cfg and starts serving it: every namespace's backend
+// is opened (target.New, which resolves a copy of cfg; cfg is not changed) and either every
+// listener is listening (RDMA) or the loop port is registered (Options.Loop). On error
+// nothing is left open.
+func New(cfg *conf.Config, o Options) (*Server, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	t, err := target.New(cfg, append([]target.Option{target.WithLogger(log)}, o.Target...)...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{log: log, t: t}
+	if err := s.start(o); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// start registers the loop port, or starts the RDMA transport and listens on every
+// listener of the running configuration.
+func (s *Server) start(o Options) error {
+	var err error
+	if o.Loop {
+		s.loop, err = loop.New(s.t, loop.Options{Name: "loop", Advertise: true})
+		return err
+	}
+	if s.tr, err = rdma.New(s.t, append([]rdma.Option{rdma.WithLogger(s.log)}, o.RDMA...)...); err != nil {
+		return err
+	}
+	for _, l := range s.t.Config().Listeners {
+		if _, err := s.listen(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listen serves the resolved listener l.
+func (s *Server) listen(l conf.Listener) (*rdma.Listener, error) {
+	lis, err := s.tr.Listen(l)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.listeners = append(s.listeners, served{cfg: l, lis: lis})
+	s.mu.Unlock()
+	return lis, nil
+}
+
+// AddListener starts serving one more listener, validated as if it had been in the
+// configuration file together with the running configuration (a listener that repeats or
+// overlaps one being served is an error that says so). A Server that serves in-process
+// only (Options.Loop) has no listeners.
+func (s *Server) AddListener(l conf.Listener) (*rdma.Listener, error) {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	c := s.configLocked()
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case s.tr == nil:
+		return nil, errors.New("server: serving in-process (loop) only: no listeners can be added")
+	}
+	c.Listeners = append(c.Listeners, l)
+	if err := c.Resolve(); err != nil {
+		return nil, fmt.Errorf("server: listener %s port %d: %w", l.Address, l.Port, err)
+	}
+	return s.listen(c.Listeners[len(c.Listeners)-1])
+}
+
+// Target returns the running target: its subsystems, namespaces and hosts can be changed
+// at run time (see target.Target), and those changes show in Config.
+func (s *Server) Target() *target.Target { return s.t }
+
+// Config returns a copy of the running configuration: the target's (target.Target.Config)
+// with the listeners being served (with Options.Loop, the configuration's listeners,
+// which are not served). Its String is YAML that gonvmf check and gonvmf serve read back
+// to the same configuration.
+func (s *Server) Config() *conf.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.configLocked()
+}
+
+func (s *Server) configLocked() *conf.Config {
+	c := s.t.Config()
+	if s.tr != nil {
+		c.Listeners = c.Listeners[:0]
+		for _, l := range s.listeners {
+			c.Listeners = append(c.Listeners, l.cfg)
+		}
+	}
+	return c
+}
+
+// Listeners returns the RDMA listeners being served, in the order they were added.
+func (s *Server) Listeners() []*rdma.Listener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*rdma.Listener, len(s.listeners))
+	for i, l := range s.listeners {
+		out[i] = l.lis
+	}
+	return out
+}
+
+// Loop returns the in-process port hosts dial (Options.Loop), or nil.
+func (s *Server) Loop() *loop.Port { return s.loop }
+
+// Stats returns the RDMA transport's counters (zero with Options.Loop).
+func (s *Server) Stats() rdma.Stats {
+	if s.tr == nil {
+		return rdma.Stats{}
+	}
+	return s.tr.Stats()
+}
+
+// Close stops serving: no new connections, every host disconnected and its commands
+// finished, the transport's resources released, then the target closed (its namespaces'
+// backends with it). It returns the first errors of each step, joined.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	var errs []error
+	if s.tr != nil {
+		errs = append(errs, s.tr.Close())
+	}
+	if s.loop != nil {
+		errs = append(errs, s.loop.Close())
+	}
+	errs = append(errs, s.t.Close())
+	return errors.Join(errs...)
+}
