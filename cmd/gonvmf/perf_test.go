@@ -1,21 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"io"
-	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/gonvmf/gonvmf/backend"
-	"github.com/gonvmf/gonvmf/conf"
-	"github.com/gonvmf/gonvmf/initiator"
-	"github.com/gonvmf/gonvmf/target"
-	"github.com/gonvmf/gonvmf/target/loop"
+	"github.com/gonvmf/gonvmf/initiator/perf"
 )
 
 const loopConfig = `listeners:
@@ -54,7 +44,7 @@ func TestPerfLoopJSON(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 			}
-			var res perfResult
+			var res perf.Result
 			if err := json.Unmarshal([]byte(out), &res); err != nil {
 				t.Fatalf("output is not JSON: %v\n%s", err, out)
 			}
@@ -165,117 +155,6 @@ func TestDiscoverIdentifyLoop(t *testing.T) {
 	}
 }
 
-// perfEnv is a loop target with a backend wrapper, and a controller on it.
-type perfEnv struct {
-	tgt  *target.Target
-	ctrl *initiator.Controller
-	o    initiator.Options
-}
-
-func newPerfEnv(t *testing.T, wrap func(backend.Backend) backend.Backend) *perfEnv {
-	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := &conf.Config{
-		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
-		Subsystems: []conf.Subsystem{{NQN: "nqn.2024-01.io.gonvmf:perf", AllowAnyHost: true,
-			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendMemory, Size: 8 << 20, LBASize: 512}}}},
-		Transport: conf.Transport{InCapsuleDataSize: 4096, QueueDepth: 32, MaxIOQueues: 4, KeepAliveTimeout: time.Minute},
-	}
-	tgt, err := target.New(cfg, target.WithLogger(quiet), target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil || wrap == nil {
-			return b, err
-		}
-		return wrap(b), nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tgt.Close() })
-	port, err := loop.New(tgt, loop.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := initiator.Options{Transport: initiator.TransportLoop, SubNQN: "nqn.2024-01.io.gonvmf:perf", Queues: 2, QueueSize: 8, Logger: quiet,
-		Loop: func(depth int) (initiator.LoopConn, error) {
-			c, err := port.Dial(depth)
-			if err != nil {
-				return nil, err
-			}
-			return c, nil
-		}}
-	ctrl, err := initiator.Dial(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	return &perfEnv{tgt: tgt, ctrl: ctrl, o: o}
-}
-
-// corruptBackend flips a byte of LBA 100 on every read of it.
-type corruptBackend struct{ backend.Backend }
-
-func (b corruptBackend) ReadBlocks(buf []byte, slba uint64) error {
-	if err := b.Backend.ReadBlocks(buf, slba); err != nil {
-		return err
-	}
-	if n := uint64(len(buf)) / uint64(b.LBASize()); slba <= 100 && 100 < slba+n {
-		buf[(100-slba)*uint64(b.LBASize())+200] ^= 0x40
-	}
-	return nil
-}
-
-func TestPerfVerifyDetectsCorruption(t *testing.T) {
-	e := newPerfEnv(t, func(b backend.Backend) backend.Backend { return corruptBackend{b} })
-	pc := &perfConfig{workload: "read", readPct: 100, bs: 4096, qd: 4, queues: 2, runtime: time.Second,
-		verify: true, size: 1 << 20, sizeSet: true, seed: 7, json: true}
-	res, err := perfRun(context.Background(), e.ctrl, pc, e.o, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := res.Verify
-	if v == nil || v.Mismatches == 0 || len(v.First) == 0 || !strings.Contains(v.First[0], "LBA 100:") || !strings.Contains(v.First[0], "CRC") {
-		t.Fatalf("verify result %+v", v)
-	}
-	t.Logf("reported: %s", v.First[0])
-}
-
-// TestPerfControllerGone closes the target in the middle of a run: perf must stop with
-// an error soon, not hang.
-func TestPerfControllerGone(t *testing.T) {
-	e := newPerfEnv(t, nil)
-	pc := &perfConfig{workload: "randwrite", readPct: 0, random: true, bs: 4096, qd: 8, queues: 2, runtime: time.Minute,
-		verify: true, size: 2 << 20, sizeSet: true, seed: 9, json: true}
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		e.tgt.Close()
-	}()
-	start := time.Now()
-	var done atomic.Bool
-	go func() {
-		time.Sleep(20 * time.Second)
-		if !done.Load() {
-			panic("perf did not stop 20 s after the target went away")
-		}
-	}()
-	res, err := perfRun(context.Background(), e.ctrl, pc, e.o, io.Discard)
-	done.Store(true)
-	if err == nil || !errors.Is(err, initiator.ErrDisconnected) {
-		t.Fatalf("perfRun: %v", err)
-	}
-	// The root cause, not the command that noticed it first.
-	if !strings.HasPrefix(err.Error(), "controller failed: ") {
-		t.Errorf("perfRun: %v; want the controller's failure", err)
-	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("stopped %v after start", d)
-	}
-	if res == nil || res.Error == "" {
-		t.Errorf("result %+v", res)
-	}
-	t.Logf("stopped after %v: %v", time.Since(start), err)
-}
-
 func TestDiscoveryNames(t *testing.T) {
 	// libnvme's tables: anything outside them is "unrecognized".
 	for v, want := range map[uint8]string{0: "not specified", 1: "required", 2: "not required",
@@ -289,44 +168,5 @@ func TestDiscoveryNames(t *testing.T) {
 		if got := eflagsStr(v); got != want {
 			t.Errorf("eflags %d: %q, want %q", v, got, want)
 		}
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	for s, want := range map[string]int64{"4096": 4096, "4k": 4096, "4K": 4096, "4KiB": 4096, "4kb": 4096, "1m": 1 << 20, "2G": 2 << 30, "0": 0} {
-		if got, err := parseSize(s); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "k", "-1", "4x", "1.5k"} {
-		if _, err := parseSize(s); err == nil {
-			t.Errorf("parseSize(%q) succeeded", s)
-		}
-	}
-}
-
-func TestStampCheck(t *testing.T) {
-	b := make([]byte, 4096)
-	stampBlocks(b, 512, 1000, 3, 0xabc)
-	for i := 0; i < 8; i++ {
-		if m := checkBlock(b[i*512:(i+1)*512], 1000+uint64(i), 3, 0xabc); m != nil {
-			t.Fatalf("block %d: %v", i, m)
-		}
-	}
-	if m := checkBlock(b[:512], 1000, 4, 0xabc); m == nil || !strings.Contains(m.String(), "expected LBA 1000 generation 4, got LBA 1000 generation 3") {
-		t.Errorf("stale generation: %v", m)
-	}
-	if m := checkBlock(b[512:1024], 1000, 3, 0xabc); m == nil || !strings.Contains(m.String(), "got LBA 1001") {
-		t.Errorf("wrong LBA: %v", m)
-	}
-	if m := checkBlock(b[:512], 1000, 3, 0xdef); m == nil || !strings.Contains(m.String(), "another run") {
-		t.Errorf("wrong seed: %v", m)
-	}
-	b[300] ^= 1
-	if m := checkBlock(b[:512], 1000, 3, 0xabc); m == nil || m.CRC {
-		t.Errorf("corruption: %v", m)
-	}
-	if m := checkBlock(make([]byte, 512), 5, 1, 1); m == nil || !strings.Contains(m.String(), "without a perf stamp") {
-		t.Errorf("zeroes: %v", m)
 	}
 }

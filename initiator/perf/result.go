@@ -1,4 +1,4 @@
-package main
+package perf
 
 import (
 	"fmt"
@@ -9,8 +9,9 @@ import (
 	"github.com/gonvmf/gonvmf/initiator"
 )
 
-// perfResult is what perf reports, as text or JSON.
-type perfResult struct {
+// Result is what a run measured: printed as a table by Print, or encoded as JSON (gonvmf
+// perf --json) with the tagged field names.
+type Result struct {
 	Workload   string        `json:"workload"`
 	RWMixRead  int           `json:"rwmixread,omitempty"`
 	BlockSize  int           `json:"block_size"`
@@ -24,22 +25,24 @@ type perfResult struct {
 	Seed       uint64        `json:"seed"`
 	RuntimeS   float64       `json:"runtime_s"`
 	CPUPercent float64       `json:"cpu_percent"` // perf's own CPU time over the run, % of one CPU
-	Read       *dirResult    `json:"read,omitempty"`
-	Write      *dirResult    `json:"write,omitempty"`
-	Total      dirResult     `json:"total"`
-	Verify     *verifyResult `json:"verify,omitempty"`
+	Read       *DirResult    `json:"read,omitempty"`
+	Write      *DirResult    `json:"write,omitempty"`
+	Total      DirResult     `json:"total"`
+	Verify     *VerifyResult `json:"verify,omitempty"`
 	Error      string        `json:"error,omitempty"`
 }
 
-type dirResult struct {
-	IOs   uint64     `json:"ios"`
-	Bytes uint64     `json:"bytes"`
-	IOPS  float64    `json:"iops"`
-	MiBps float64    `json:"mib_s"`
-	Lat   latencyRes `json:"lat_us"`
+// DirResult is one direction's (or the total's) I/Os, bytes, rates and latency.
+type DirResult struct {
+	IOs   uint64  `json:"ios"`
+	Bytes uint64  `json:"bytes"`
+	IOPS  float64 `json:"iops"`
+	MiBps float64 `json:"mib_s"`
+	Lat   Latency `json:"lat_us"`
 }
 
-type latencyRes struct {
+// Latency holds completion latencies in microseconds, measured from submission.
+type Latency struct {
 	Min  float64 `json:"min"`
 	Avg  float64 `json:"avg"`
 	P50  float64 `json:"p50"`
@@ -49,7 +52,9 @@ type latencyRes struct {
 	Max  float64 `json:"max"`
 }
 
-type verifyResult struct {
+// VerifyResult reports a verifying run: blocks checked and those that did not read back
+// as written (the first ten described in First).
+type VerifyResult struct {
 	PrefillS   float64  `json:"prefill_s,omitempty"`
 	ReadBack   bool     `json:"read_back"`
 	Checked    uint64   `json:"blocks_checked"`
@@ -58,21 +63,21 @@ type verifyResult struct {
 	First      []string `json:"first_mismatches,omitempty"`
 }
 
-func newDirResult(h *histogram, ios, bytes uint64, elapsed time.Duration) dirResult {
+func newDirResult(h *histogram, ios, bytes uint64, elapsed time.Duration) DirResult {
 	s := elapsed.Seconds()
 	us := func(ns uint64) float64 { return float64(ns) / 1e3 }
-	d := dirResult{IOs: ios, Bytes: bytes}
+	d := DirResult{IOs: ios, Bytes: bytes}
 	if s > 0 {
 		d.IOPS = float64(ios) / s
 		d.MiBps = float64(bytes) / s / (1 << 20)
 	}
-	d.Lat = latencyRes{Min: us(h.min), Avg: h.mean() / 1e3, P50: us(h.percentile(50)), P90: us(h.percentile(90)),
+	d.Lat = Latency{Min: us(h.min), Avg: h.mean() / 1e3, P50: us(h.percentile(50)), P90: us(h.percentile(90)),
 		P99: us(h.percentile(99)), P999: us(h.percentile(99.9)), Max: us(h.max)}
 	return d
 }
 
 // collect merges the workers' statistics.
-func (res *perfResult) collect(r *perfState, elapsed time.Duration, cpu time.Duration) {
+func (res *Result) collect(r *perfState, elapsed time.Duration, cpu time.Duration) {
 	var h [2]histogram
 	var all histogram
 	var ios, bytes [2]uint64
@@ -101,20 +106,20 @@ func (res *perfResult) collect(r *perfState, elapsed time.Duration, cpu time.Dur
 	res.Total = newDirResult(&all, ios[0]+ios[1], bytes[0]+bytes[1], elapsed)
 }
 
-func (res *perfResult) printHeader(w io.Writer, pc *perfConfig, ns *initiator.Namespace) {
+func (res *Result) printHeader(w io.Writer, pc *Config, ns *initiator.Namespace) {
 	mix := ""
 	if res.RWMixRead > 0 {
 		mix = fmt.Sprintf(" (%d%% reads)", res.RWMixRead)
 	}
-	limit := pc.runtime.String()
-	if pc.ios > 0 {
-		limit = fmt.Sprintf("%d I/Os", pc.ios)
-		if pc.runtime > 0 {
-			limit += " or " + pc.runtime.String()
+	limit := pc.Runtime.String()
+	if pc.IOs > 0 {
+		limit = fmt.Sprintf("%d I/Os", pc.IOs)
+		if pc.Runtime > 0 {
+			limit += " or " + pc.Runtime.String()
 		}
 	}
 	verify := ""
-	if pc.verify {
+	if pc.Verify {
 		verify = ", verify"
 	}
 	fmt.Fprintf(w, "perf: %s%s, %s blocks, queue depth %d x %d queue(s), %s%s\n", res.Workload, mix,
@@ -123,10 +128,12 @@ func (res *perfResult) printHeader(w io.Writer, pc *perfConfig, ns *initiator.Na
 		ns.NSID, humanize.IBytes(uint64(ns.Size())), ns.BlockSize(), humanize.IBytes(uint64(res.Size)), res.Offset)
 }
 
-func (res *perfResult) print(w io.Writer) {
+// Print writes res as a table (latencies in microseconds), the verify summary and the
+// error, if any.
+func (res *Result) Print(w io.Writer) {
 	fmt.Fprintf(w, "\n%-6s %12s %10s %12s %9s %9s %9s %9s %9s %9s  (latency in us)\n",
 		"", "IOPS", "MiB/s", "I/Os", "avg", "p50", "p90", "p99", "p99.9", "max")
-	line := func(name string, d *dirResult) {
+	line := func(name string, d *DirResult) {
 		fmt.Fprintf(w, "%-6s %12.1f %10.2f %12d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", name, d.IOPS, d.MiBps, d.IOs,
 			d.Lat.Avg, d.Lat.P50, d.Lat.P90, d.Lat.P99, d.Lat.P999, d.Lat.Max)
 	}

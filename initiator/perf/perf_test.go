@@ -1,0 +1,200 @@
+package perf_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/initiator/perf"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/loop"
+)
+
+// perfEnv is a loop target with a backend wrapper, and a controller on it.
+type perfEnv struct {
+	tgt  *target.Target
+	ctrl *initiator.Controller
+}
+
+func newPerfEnv(t *testing.T, wrap func(backend.Backend) backend.Backend) *perfEnv {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: "nqn.2024-01.io.gonvmf:perf", AllowAnyHost: true,
+			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendMemory, Size: 8 << 20, LBASize: 512}}}},
+		Transport: conf.Transport{InCapsuleDataSize: 4096, QueueDepth: 32, MaxIOQueues: 4, KeepAliveTimeout: time.Minute},
+	}
+	tgt, err := target.New(cfg, target.WithLogger(quiet), target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil || wrap == nil {
+			return b, err
+		}
+		return wrap(b), nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tgt.Close() })
+	port, err := loop.New(tgt, loop.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := initiator.Options{Transport: initiator.TransportLoop, SubNQN: "nqn.2024-01.io.gonvmf:perf", Queues: 2, QueueSize: 8, Logger: quiet,
+		Loop: func(depth int) (initiator.LoopConn, error) {
+			c, err := port.Dial(depth)
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		}}
+	ctrl, err := initiator.Dial(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctrl.Close() })
+	return &perfEnv{tgt: tgt, ctrl: ctrl}
+}
+
+// corruptBackend flips a byte of LBA 100 on every read of it.
+type corruptBackend struct{ backend.Backend }
+
+func (b corruptBackend) ReadBlocks(buf []byte, slba uint64) error {
+	if err := b.Backend.ReadBlocks(buf, slba); err != nil {
+		return err
+	}
+	if n := uint64(len(buf)) / uint64(b.LBASize()); slba <= 100 && 100 < slba+n {
+		buf[(100-slba)*uint64(b.LBASize())+200] ^= 0x40
+	}
+	return nil
+}
+
+func TestPerfVerifyDetectsCorruption(t *testing.T) {
+	e := newPerfEnv(t, func(b backend.Backend) backend.Backend { return corruptBackend{b} })
+	pc := perf.Config{Workload: "read", ReadPercent: 100, BlockSize: 4096, QueueDepth: 4, Queues: 2, Runtime: time.Second,
+		Verify: true, Size: 1 << 20, Seed: 7}
+	res, err := perf.Run(context.Background(), e.ctrl, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := res.Verify
+	if v == nil || v.Mismatches == 0 || len(v.First) == 0 || !strings.Contains(v.First[0], "LBA 100:") || !strings.Contains(v.First[0], "CRC") {
+		t.Fatalf("verify result %+v", v)
+	}
+	t.Logf("reported: %s", v.First[0])
+}
+
+// TestPerfControllerGone closes the target in the middle of a run: perf must stop with
+// an error soon, not hang.
+func TestPerfControllerGone(t *testing.T) {
+	e := newPerfEnv(t, nil)
+	pc := perf.Config{Workload: "randwrite", ReadPercent: 0, Random: true, BlockSize: 4096, QueueDepth: 8, Queues: 2, Runtime: time.Minute,
+		Verify: true, Size: 2 << 20, Seed: 9}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		e.tgt.Close()
+	}()
+	start := time.Now()
+	var done atomic.Bool
+	go func() {
+		time.Sleep(20 * time.Second)
+		if !done.Load() {
+			panic("perf did not stop 20 s after the target went away")
+		}
+	}()
+	res, err := perf.Run(context.Background(), e.ctrl, pc)
+	done.Store(true)
+	if err == nil || !errors.Is(err, initiator.ErrDisconnected) {
+		t.Fatalf("Run: %v", err)
+	}
+	// The root cause, not the command that noticed it first.
+	if !strings.HasPrefix(err.Error(), "controller failed: ") {
+		t.Errorf("Run: %v; want the controller's failure", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("stopped %v after start", d)
+	}
+	if res == nil || res.Error == "" {
+		t.Errorf("result %+v", res)
+	}
+	t.Logf("stopped after %v: %v", time.Since(start), err)
+}
+
+// TestRun drives the engine directly: an I/O count is exact, a mixed verifying run checks
+// what it wrote, the header goes to Messages unless Quiet, and Print writes the table.
+func TestRun(t *testing.T) {
+	e := newPerfEnv(t, nil)
+	var msgs strings.Builder
+	res, err := perf.Run(context.Background(), e.ctrl, perf.Config{Workload: "randrw", ReadPercent: 70, Random: true,
+		BlockSize: 8192, QueueDepth: 4, Queues: 3, IOs: 3000, Verify: true, Size: 2 << 20, Seed: 5, Target: "loop test", Messages: &msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total.IOs != 3000 || res.Read == nil || res.Write == nil || res.Read.IOs+res.Write.IOs != 3000 || res.Read.IOs < res.Write.IOs {
+		t.Errorf("I/Os: total %+v read %+v write %+v", res.Total, res.Read, res.Write)
+	}
+	if l := res.Total.Lat; l.Min <= 0 || l.P50 < l.Min || l.P99 < l.P50 || l.Max < l.P999 || l.P999 < l.P99 {
+		t.Errorf("latency %+v", l)
+	}
+	if v := res.Verify; v == nil || v.Checked == 0 || v.Mismatches != 0 || !v.ReadBack {
+		t.Errorf("verify %+v", v)
+	}
+	if res.SubNQN != "nqn.2024-01.io.gonvmf:perf" || res.Target != "loop test" || res.Queues != 2 || res.RWMixRead != 70 || res.Seed != 5 {
+		t.Errorf("result %+v", res)
+	}
+	for _, want := range []string{"perf: the controller granted 2 I/O queues of the 3 asked for", "perf: randrw (70% reads), 8.0 KiB blocks, queue depth 4 x 2 queue(s), 3000 I/Os, verify",
+		"perf: loop test nqn.2024-01.io.gonvmf:perf namespace 1", "perf: verify: prefilled 2.0 MiB"} {
+		if !strings.Contains(msgs.String(), want) {
+			t.Errorf("messages lack %q:\n%s", want, msgs.String())
+		}
+	}
+	var table strings.Builder
+	res.Print(&table)
+	for _, want := range []string{"IOPS", "p99.9", "read ", "write ", "total ", "(including a read-back of the whole range), 0 mismatches"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("Print lacks %q:\n%s", want, table.String())
+		}
+	}
+
+	msgs.Reset()
+	if _, err := perf.Run(context.Background(), e.ctrl, perf.Config{Workload: "read", ReadPercent: 100, BlockSize: 4096, QueueDepth: 2,
+		IOs: 10, Quiet: true, Messages: &msgs}); err != nil || msgs.Len() != 0 {
+		t.Errorf("quiet run: %v, messages %q", err, msgs.String())
+	}
+	for _, c := range []perf.Config{{BlockSize: 4096, QueueDepth: 1}, {BlockSize: 0, QueueDepth: 1, IOs: 1}, {BlockSize: 4096, IOs: 1}} {
+		if _, err := perf.Run(context.Background(), e.ctrl, c); err == nil {
+			t.Errorf("Run(%+v) accepted", c)
+		}
+	}
+}
+
+func TestParseWorkload(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		mix    int
+		pct    int
+		random bool
+	}{{"read", 0, 100, false}, {"randread", 9, 100, true}, {"write", 50, 0, false}, {"randwrite", 50, 0, true},
+		{"rw", 30, 30, false}, {"readwrite", 30, 30, false}, {"randrw", 70, 70, true}, {"mixed", 0, 0, true}} {
+		pct, random, err := perf.ParseWorkload(c.name, c.mix)
+		if err != nil || pct != c.pct || random != c.random {
+			t.Errorf("ParseWorkload(%q, %d) = %d, %v, %v", c.name, c.mix, pct, random, err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		mix  int
+	}{{"sideways", 50}, {"randrw", 101}, {"rw", -1}} {
+		if _, _, err := perf.ParseWorkload(c.name, c.mix); err == nil {
+			t.Errorf("ParseWorkload(%q, %d) accepted", c.name, c.mix)
+		}
+	}
+}
