@@ -6,8 +6,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() { registerCommand(checkCommand) }
-
 func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "check",

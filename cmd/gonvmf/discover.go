@@ -9,8 +9,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() { registerCommand(discoverCommand) }
-
 func discoverCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "discover",

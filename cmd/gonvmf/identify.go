@@ -10,8 +10,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() { registerCommand(identifyCommand) }
-
 func identifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "identify",

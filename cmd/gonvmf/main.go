@@ -1,11 +1,17 @@
-// Command gonvmf is the gonvmf NVMe-over-Fabrics target and its tools.
+// Command gonvmf is the gonvmf NVMe-over-Fabrics target and its host tools.
 //
-//	gonvmf serve   --config FILE   run the target
-//	gonvmf check   --config FILE   validate a configuration and print it resolved
-//	gonvmf version                 print the version
+//	gonvmf serve    --config FILE                 run the target
+//	gonvmf check    --config FILE                 validate a configuration and print it resolved
+//	gonvmf discover -t rdma -a ADDR [-s PORT]      print a target's discovery log (as nvme discover)
+//	gonvmf identify -t rdma -a ADDR -n NQN         connect and print Identify Controller and Namespaces
+//	gonvmf perf     -t rdma -a ADDR -n NQN [...]   measure a namespace: IOPS, bandwidth, latency; --verify
+//	gonvmf version                                print the version
 //
-// Each subcommand lives in its own file and adds itself to the application from an init
-// function with registerCommand, so a new subcommand is one new file. Global flags set up
+// discover, identify and perf take nvme-cli's transport flags; with -t loop --config FILE
+// they run the configured target in this process and reach it without a network. Each
+// subcommand lives in its own file as a constructor listed in commands below, which is the
+// whole command table. The engines live in packages of their own (target/server for serve,
+// initiator/perf for perf); this package parses flags and prints. Global flags set up
 // logging (log/slog, to standard error). Exit status: 0 success, 1 failure, 2 usage error.
 package main
 
@@ -16,8 +22,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -33,12 +37,14 @@ const (
 	exitUsage   = 2
 )
 
-// commands holds the constructors registered by the subcommand files.
-var commands []func() *cli.Command
-
-// registerCommand adds a subcommand; call it from an init function of the command's file.
-func registerCommand(newCommand func() *cli.Command) {
-	commands = append(commands, newCommand)
+// commands are the subcommands' constructors, in the order help lists them.
+var commands = []func() *cli.Command{
+	checkCommand,
+	discoverCommand,
+	identifyCommand,
+	perfCommand,
+	serveCommand,
+	versionCommand,
 }
 
 // usageError is an error in how gonvmf was invoked; it exits with status 2.
@@ -96,7 +102,6 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		}
 		app.Commands = append(app.Commands, cmd)
 	}
-	slices.SortFunc(app.Commands, func(a, b *cli.Command) int { return strings.Compare(a.Name, b.Name) })
 	return app
 }
 

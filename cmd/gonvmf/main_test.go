@@ -173,6 +173,23 @@ func TestVersionAndHelp(t *testing.T) {
 			t.Errorf("help lacks %s (exit %d):\n%s", cmd, code, out)
 		}
 	}
+	// Every command is in help, in alphabetical order, and in the package documentation.
+	doc, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for _, newCommand := range commands {
+		name := newCommand().Name
+		i := strings.Index(out, "\n   "+name+" ")
+		if i < 0 || i < last {
+			t.Errorf("help lists %s out of order or not at all:\n%s", name, out)
+		}
+		last = i
+		if !strings.Contains(string(doc), "//\tgonvmf "+name+" ") {
+			t.Errorf("main.go's package documentation does not list gonvmf %s", name)
+		}
+	}
 }
 
 func TestJSONLogging(t *testing.T) {

@@ -15,8 +15,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() { registerCommand(serveCommand) }
-
 func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "serve",

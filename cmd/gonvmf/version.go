@@ -8,8 +8,6 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-func init() { registerCommand(versionCommand) }
-
 // version is set at build time with
 //
 //	go build -ldflags "-X main.version=v1.2.3" ./cmd/gonvmf
