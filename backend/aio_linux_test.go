@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ncw/directio"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,7 +76,7 @@ func TestRingReadWrite(t *testing.T) {
 	bufs := make([][]byte, n)
 	reqs := make([]Request, n)
 	for i := range reqs {
-		bufs[i] = directio.AlignedBlock(8192)
+		bufs[i] = alignedBuf(8192)
 		for j := range bufs[i] {
 			bufs[i][j] = byte(i*7 + j)
 		}
@@ -100,7 +99,7 @@ func TestRingReadWrite(t *testing.T) {
 
 	h.done.Store(0)
 	for i := range reqs {
-		rb := directio.AlignedBlock(8192)
+		rb := alignedBuf(8192)
 		reqs[i] = Request{Op: OpRead, SLBA: uint64(i) * 16, NLB: 16, Buf: rb,
 			Done: func(r *Request) {
 				if r.Err != nil {
@@ -118,9 +117,9 @@ func TestRingReadWrite(t *testing.T) {
 	h.done.Store(0)
 	var errs [3]error
 	bad := []Request{
-		{Op: OpRead, SLBA: b.NumBlocks(), Buf: directio.AlignedBlock(4096)}, // out of range
-		{Op: OpRead, SLBA: 0, Buf: directio.AlignedBlock(8192)[1:4097]},     // unaligned
-		{Op: OpRead, SLBA: 0, NLB: 3, Buf: directio.AlignedBlock(4096)},     // NLB mismatch
+		{Op: OpRead, SLBA: b.NumBlocks(), Buf: alignedBuf(4096)}, // out of range
+		{Op: OpRead, SLBA: 0, Buf: alignedBuf(8192)[1:4097]},     // unaligned
+		{Op: OpRead, SLBA: 0, NLB: 3, Buf: alignedBuf(4096)},     // NLB mismatch
 	}
 	for i := range bad {
 		bad[i].Done = func(r *Request) { errs[i] = r.Err; h.done.Add(1) }
@@ -141,7 +140,7 @@ func TestRingExecutorClose(t *testing.T) {
 	}
 	e := NewExecutor(b, 1, 0)
 	h := newRingHarness(t, 4)
-	r := Request{Op: OpRead, Buf: directio.AlignedBlock(4096), Done: func(*Request) { h.done.Add(1) }}
+	r := Request{Op: OpRead, Buf: alignedBuf(4096), Done: func(*Request) { h.done.Add(1) }}
 	e.SubmitRing(h.g, &r)
 	closed := make(chan struct{})
 	go func() { e.Close(); close(closed) }()
@@ -152,7 +151,7 @@ func TestRingExecutorClose(t *testing.T) {
 		t.Fatal("Close did not return after the ring's request completed")
 	}
 	var err error
-	r2 := Request{Op: OpRead, Buf: directio.AlignedBlock(4096), Done: func(r *Request) { err = r.Err }}
+	r2 := Request{Op: OpRead, Buf: alignedBuf(4096), Done: func(r *Request) { err = r.Err }}
 	e.SubmitRing(h.g, &r2)
 	if !errors.Is(err, ErrClosed) || h.g.InFlight() != 0 {
 		t.Fatalf("after Close: %v, %d in the ring", err, h.g.InFlight())
@@ -171,7 +170,7 @@ func TestRingAllocations(t *testing.T) {
 	e := NewExecutor(b, 1, 0)
 	defer e.Close()
 	h := newRingHarness(t, 4)
-	r := Request{Op: OpRead, Buf: directio.AlignedBlock(4096), Done: func(*Request) { h.done.Add(1) }}
+	r := Request{Op: OpRead, Buf: alignedBuf(4096), Done: func(*Request) { h.done.Add(1) }}
 	n := int32(0)
 	allocs := testing.AllocsPerRun(50, func() {
 		n++

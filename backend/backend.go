@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math/bits"
 	"unsafe"
+
+	"github.com/gonvmf/gonvmf/internal/aligned"
 )
 
 // Backend is the storage behind one namespace. Offsets and counts are in logical blocks.
@@ -42,7 +44,8 @@ type Backend interface {
 
 // Alignment is the alignment in bytes that data buffers must have: the page size, which
 // satisfies O_DIRECT on every Linux filesystem and block device with sectors up to 4 KiB.
-const Alignment = 4096
+// Go memory aligned to it comes from internal/aligned.Bytes.
+const Alignment = aligned.Alignment
 
 // Kind names a backend implementation, as written in the configuration.
 type Kind string

@@ -7,12 +7,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ncw/directio"
+	"github.com/gonvmf/gonvmf/internal/aligned"
 )
 
 // alignedBuf returns an Alignment-aligned buffer of n bytes, as the target's registered
 // pool provides.
-func alignedBuf(n int) []byte { return directio.AlignedBlock(n) }
+func alignedBuf(n int) []byte { return aligned.Bytes(n) }
 
 // fill writes a pattern that differs per byte and per seed.
 func fill(b []byte, seed byte) {

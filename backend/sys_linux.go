@@ -6,6 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/gonvmf/gonvmf/internal/aligned"
 	"github.com/ncw/directio"
 	"golang.org/x/sys/unix"
 )
@@ -55,4 +56,4 @@ const zeroBufSize = 256 << 10
 
 // zeroBuf returns a zero-filled buffer aligned for O_DIRECT, shared by every backend and
 // never written to, so writing zeroes needs no per-request allocation.
-var zeroBuf = sync.OnceValue(func() []byte { return directio.AlignedBlock(zeroBufSize) })
+var zeroBuf = sync.OnceValue(func() []byte { return aligned.Bytes(zeroBufSize) })

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"unsafe"
+
+	"github.com/gonvmf/gonvmf/internal/aligned"
 )
 
 // region is memory the controller can read and write: on RDMA an rdmacm.Arena registered
@@ -31,15 +32,7 @@ func (r *region) release() error {
 }
 
 // goRegion returns n bytes of Go memory aligned to 4 KiB (the loop transport's memory).
-func goRegion(n int) *region {
-	const align = 4096
-	b := make([]byte, n+align)
-	off := 0
-	if a := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (align - 1)); a != 0 {
-		off = align - a
-	}
-	return &region{mem: b[off : off+n : off+n]}
-}
+func goRegion(n int) *region { return &region{mem: aligned.Bytes(n)} }
 
 // Buffer is a piece of memory registered with the controller's transport, the only
 // memory commands can move data to and from without a copy. Get one from the controller's

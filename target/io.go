@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/internal/aligned"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -132,7 +133,7 @@ func (q *Queue) execIO(r *Request, c *controller) {
 		br.Op = backend.OpRead
 		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
 		br.Buf = r.Data[:r.Length]
-		if !isAligned(br.Buf) {
+		if !aligned.Is(br.Buf) {
 			br.Buf = r.alignedBuf(int(r.Length))
 			r.bounced = true
 			async = false
@@ -142,7 +143,7 @@ func (q *Queue) execIO(r *Request, c *controller) {
 		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
 		br.FUA = cmd.CDW12&rwFUA != 0 || !c.wce.Load()
 		br.Buf = r.Data[:r.Length]
-		if !isAligned(br.Buf) {
+		if !aligned.Is(br.Buf) {
 			b := r.alignedBuf(int(r.Length))
 			copy(b, br.Buf)
 			br.Buf = b

@@ -1,9 +1,8 @@
 package target
 
 import (
-	"unsafe"
-
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/internal/aligned"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -74,25 +73,11 @@ type Request struct {
 	fua      bool
 }
 
-// alignedBuf returns a backend.Alignment-aligned slice of n bytes from r's scratch
+// alignedBuf returns an aligned.Alignment-aligned slice of n bytes from r's scratch
 // buffer, growing it (once) when it is too small.
 func (r *Request) alignedBuf(n int) []byte {
 	if cap(r.bounce) < n {
-		r.bounce = alignedAlloc(n)
+		r.bounce = aligned.Bytes(n)
 	}
 	return r.bounce[:n]
-}
-
-// alignedAlloc returns n bytes starting on a backend.Alignment boundary.
-func alignedAlloc(n int) []byte {
-	b := make([]byte, n+backend.Alignment)
-	off := 0
-	if a := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (backend.Alignment - 1)); a != 0 {
-		off = backend.Alignment - a
-	}
-	return b[off : off+n : off+n]
-}
-
-func isAligned(b []byte) bool {
-	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))&(backend.Alignment-1) == 0
 }

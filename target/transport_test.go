@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/aligned"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -100,7 +101,7 @@ func TestTransportContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	reqs := make([]Request, 4)
-	buf := alignedAlloc(8192 + 1)
+	buf := aligned.Bytes(8192 + 1)
 	keyed := func(n int) nvmeproto.SGLDescriptor {
 		return nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Length: uint32(n), Address: 0x1000, Key: 9}
 	}

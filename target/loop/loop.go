@@ -66,9 +66,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
-	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/internal/aligned"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 )
@@ -147,7 +146,7 @@ func (p *Port) Dial(depth int) (*Conn, error) {
 		s.c, s.idx = c, int32(i)
 		s.req.Context = s
 		if icd > 0 {
-			s.icd = alignedAlloc(icd)
+			s.icd = aligned.Bytes(icd)
 		}
 		c.free = append(c.free, int32(i))
 	}
@@ -270,7 +269,7 @@ func (c *Conn) run(s *slot, host []byte, done func(nvmeproto.Completion)) {
 			}
 		}
 		if cap(s.buf) < int(r.Length) {
-			s.buf = alignedAlloc(int(r.Length))
+			s.buf = aligned.Bytes(int(r.Length))
 		}
 		r.Data = s.buf[:r.Length]
 		if r.Dir == nvmeproto.DirHostToCtrl {
@@ -344,16 +343,6 @@ func (c *Conn) Err() error {
 	c.errMu.Lock()
 	defer c.errMu.Unlock()
 	return c.err
-}
-
-// alignedAlloc returns n bytes aligned for the backends' direct I/O.
-func alignedAlloc(n int) []byte {
-	b := make([]byte, n+backend.Alignment)
-	off := 0
-	if a := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (backend.Alignment - 1)); a != 0 {
-		off = backend.Alignment - a
-	}
-	return b[off : off+n : off+n]
 }
 
 // Compile-time checks: Conn is a target transport queue, and has the client-facing

@@ -14,10 +14,10 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/aligned"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/rdmacm"
 	"github.com/gonvmf/gonvmf/target"
@@ -377,7 +377,7 @@ func runEngineCapsules(t *testing.T, in []byte) {
 	// Canaries: host memory and the namespace hold known patterns.
 	copy(io.ep.hostMem, fzHostPattern)
 	copy(a.ep.hostMem, fzHostPattern)
-	nsInit := alignedBytes(fzNSBytes)
+	nsInit := aligned.Bytes(fzNSBytes)
 	copy(nsInit, fzNSPattern)
 	if err := fz.ns.Backend.WriteBlocks(nsInit, 0, false); err != nil {
 		t.Fatal(err)
@@ -759,7 +759,7 @@ func (fz *fuzzState) checkNamespace() {
 			fz.violate("namespace: %s of %d blocks at LBA %d matches no write the host sent", o.op, o.nlb, o.slba)
 		}
 	}
-	got := alignedBytes(fzNSBytes)
+	got := aligned.Bytes(fzNSBytes)
 	if err := fz.ns.Backend.ReadBlocks(got, 0); err != nil {
 		fz.violate("namespace: reading it back: %v", err)
 		return
@@ -771,16 +771,6 @@ func (fz *fuzzState) checkNamespace() {
 			return
 		}
 	}
-}
-
-// alignedBytes returns n bytes aligned for the backends.
-func alignedBytes(n int) []byte {
-	b := make([]byte, n+backend.Alignment)
-	off := 0
-	if a := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (backend.Alignment - 1)); a != 0 {
-		off = backend.Alignment - a
-	}
-	return b[off : off+n : off+n]
 }
 
 // ---- seeds ----
