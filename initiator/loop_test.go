@@ -19,6 +19,7 @@ import (
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/loop"
@@ -49,15 +50,7 @@ func newEnv(t testing.TB, mut func(*conf.Config), opts ...target.Option) *env {
 	if mut != nil {
 		mut(cfg)
 	}
-	tgt, err := target.New(cfg, append([]target.Option{target.WithLogger(quiet)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tgt.Close() })
-	p, err := loop.New(tgt, loop.Options{Advertise: true, Name: "loop-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tgt, p := testutil.LoopTarget(t, cfg, loop.Options{Advertise: true, Name: "loop-test"}, opts...)
 	return &env{tgt: tgt, port: p}
 }
 

@@ -1,9 +1,6 @@
 package target_test
 
 import (
-	"bytes"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -11,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/loop"
@@ -24,20 +22,12 @@ const (
 
 var hostID = [16]byte{0x8e, 0x5e, 0x5e, 0x4c, 0x1f, 0x1b, 0x4c, 0x39, 0x9a, 0x0c, 0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f}
 
-// testLogger sends the target's log lines to the test log (visible with -v or on failure).
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-type tlogWriter struct{ t testing.TB }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
-}
+// The helpers shared with other packages' tests.
+var (
+	testLogger = testutil.Logger
+	expect     = testutil.Expect
+	expectOK   = testutil.ExpectOK
+)
 
 // baseConfig is a configuration with one subsystem (allow any host) holding the given
 // namespaces, and one RDMA listener (not opened by these tests).
@@ -72,22 +62,8 @@ type env struct {
 
 func newEnv(t testing.TB, cfg *conf.Config, opts ...target.Option) *env {
 	t.Helper()
-	opts = append([]target.Option{target.WithLogger(testLogger(t))}, opts...)
-	tgt, err := target.New(cfg, opts...)
-	if err != nil {
-		t.Fatalf("target.New: %v", err)
-	}
-	p, err := loop.New(tgt, loop.Options{})
-	if err != nil {
-		t.Fatalf("loop.New: %v", err)
-	}
-	e := &env{t: t, tgt: tgt, port: p}
-	t.Cleanup(func() {
-		if err := tgt.Close(); err != nil {
-			t.Errorf("target.Close: %v", err)
-		}
-	})
-	return e
+	tgt, p := testutil.LoopTarget(t, cfg, loop.Options{}, opts...)
+	return &env{t: t, tgt: tgt, port: p}
 }
 
 // hostQueue is a host-side queue over a loop Conn, with synchronous helpers.
@@ -156,18 +132,6 @@ func keyed(n int) nvmeproto.SGLDescriptor {
 
 func sglCmd(op uint8, nsid uint32, n int) nvmeproto.Command {
 	return nvmeproto.Command{Opcode: op, Flags: nvmeproto.PSDTSGL << 6, NSID: nsid, SGL: keyed(n)}
-}
-
-func expect(t testing.TB, what string, c nvmeproto.Completion, want nvmeproto.Status) {
-	t.Helper()
-	if c.Status.Code() != want.Code() {
-		t.Fatalf("%s: status %v, want %v", what, c.Status, want)
-	}
-}
-
-func expectOK(t testing.TB, what string, c nvmeproto.Completion) {
-	t.Helper()
-	expect(t, what, c, nvmeproto.StatusSuccess)
 }
 
 // connect sends a Fabrics Connect.

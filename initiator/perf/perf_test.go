@@ -3,8 +3,6 @@ package perf_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/initiator/perf"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/loop"
 )
@@ -26,29 +25,20 @@ type perfEnv struct {
 
 func newPerfEnv(t *testing.T, wrap func(backend.Backend) backend.Backend) *perfEnv {
 	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := &conf.Config{
 		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
 		Subsystems: []conf.Subsystem{{NQN: "nqn.2024-01.io.gonvmf:perf", AllowAnyHost: true,
 			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendMemory, Size: 8 << 20, LBASize: 512}}}},
 		Transport: conf.Transport{InCapsuleDataSize: 4096, QueueDepth: 32, MaxIOQueues: 4, KeepAliveTimeout: time.Minute},
 	}
-	tgt, err := target.New(cfg, target.WithLogger(quiet), target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+	tgt, port := testutil.LoopTarget(t, cfg, loop.Options{}, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
 		b, err := backend.Open(s)
 		if err != nil || wrap == nil {
 			return b, err
 		}
 		return wrap(b), nil
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tgt.Close() })
-	port, err := loop.New(tgt, loop.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := initiator.Options{Transport: initiator.TransportLoop, SubNQN: "nqn.2024-01.io.gonvmf:perf", Queues: 2, QueueSize: 8, Logger: quiet,
+	o := initiator.Options{Transport: initiator.TransportLoop, SubNQN: "nqn.2024-01.io.gonvmf:perf", Queues: 2, QueueSize: 8, Logger: testutil.Logger(t),
 		Loop: func(depth int) (initiator.LoopConn, error) {
 			c, err := port.Dial(depth)
 			if err != nil {

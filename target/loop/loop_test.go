@@ -2,15 +2,13 @@ package loop_test
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
-	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/loop"
 )
 
@@ -27,15 +25,7 @@ func newPort(t *testing.T, o loop.Options) *loop.Port {
 			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendMemory, Size: 4 << 20}}}},
 		Transport: conf.Transport{InCapsuleDataSize: 4096},
 	}
-	tgt, err := target.New(cfg, target.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tgt.Close() })
-	p, err := loop.New(tgt, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, p := testutil.LoopTarget(t, cfg, o)
 	return p
 }
 

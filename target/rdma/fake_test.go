@@ -2,9 +2,6 @@ package rdma
 
 import (
 	"errors"
-	"io"
-	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/rdmacm"
 	"github.com/gonvmf/gonvmf/target"
@@ -413,12 +411,11 @@ type engine struct {
 	o    engineOpts
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("GONVMF_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+// The helpers shared with other packages' tests.
+var (
+	testLogger = testutil.Logger
+	expectOK   = testutil.ExpectOK
+)
 
 func newEngine(t testing.TB, o engineOpts) *engine {
 	t.Helper()

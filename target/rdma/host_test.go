@@ -188,13 +188,6 @@ func (h *hostQueue) execInline(cmd nvmeproto.Command, data []byte) nvmeproto.Com
 	return cqe
 }
 
-func expectOK(t testing.TB, what string, c nvmeproto.Completion) {
-	t.Helper()
-	if !c.Status.Success() {
-		t.Fatalf("%s: status %v (dw0 %#x)", what, c.Status, c.DW0)
-	}
-}
-
 const (
 	testSubNQN  = "nqn.2024-01.io.gonvmf:rdma-test"
 	testHostNQN = "nqn.2014-08.org.nvmexpress:uuid:2b5f4a1e-6c2d-4a8b-9a43-1f0e7c9d2b11"

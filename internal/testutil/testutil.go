@@ -1,0 +1,97 @@
+// Package testutil holds what the tests of several packages share: a logger that shows
+// the code's log in the test's output, completion checks, and a target with a loop port.
+// Only tests import it.
+package testutil
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/loop"
+)
+
+// EnvLog is the environment variable that turns on debug logging in tests.
+const EnvLog = "GONVMF_TEST_LOG"
+
+// Logger returns a logger for the code under test. With EnvLog set its debug lines, with
+// go test -v its info lines go to the test's log (t.Log, shown with the test), and to
+// standard error once the test has finished (goroutines of the code under test may log
+// during teardown); otherwise they go nowhere.
+func Logger(t testing.TB) *slog.Logger {
+	level := slog.LevelInfo
+	switch {
+	case os.Getenv(EnvLog) != "":
+		level = slog.LevelDebug
+	case testing.Verbose():
+	default:
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	w := &testWriter{t: t}
+	t.Cleanup(w.finish)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// testWriter writes lines to t.Log while the test runs, then to standard error.
+type testWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return os.Stderr.Write(p)
+	}
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+func (w *testWriter) finish() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}
+
+// Expect stops the test unless c has want's status code.
+func Expect(t testing.TB, what string, c nvmeproto.Completion, want nvmeproto.Status) {
+	t.Helper()
+	if c.Status.Code() != want.Code() {
+		t.Fatalf("%s: status %v (dw0 %#x), want %v", what, c.Status, c.DW0, want)
+	}
+}
+
+// ExpectOK stops the test unless c reports success.
+func ExpectOK(t testing.TB, what string, c nvmeproto.Completion) {
+	t.Helper()
+	Expect(t, what, c, nvmeproto.StatusSuccess)
+}
+
+// LoopTarget starts a target for cfg (target.New with Logger(t) and opts) and registers a
+// loop port with o; both are closed when the test ends, and an error closing the target
+// fails it.
+func LoopTarget(t testing.TB, cfg *conf.Config, o loop.Options, opts ...target.Option) (*target.Target, *loop.Port) {
+	t.Helper()
+	tgt, err := target.New(cfg, append([]target.Option{target.WithLogger(Logger(t))}, opts...)...)
+	if err != nil {
+		t.Fatalf("target.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tgt.Close(); err != nil {
+			t.Errorf("target.Close: %v", err)
+		}
+	})
+	p, err := loop.New(tgt, o)
+	if err != nil {
+		t.Fatalf("loop.New: %v", err)
+	}
+	return tgt, p
+}
