@@ -3,6 +3,7 @@ package rdma
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -11,15 +12,27 @@ import (
 	"github.com/gonvmf/gonvmf/target"
 )
 
+// reqState is where a request context is in its state machine (see rctx).
+type reqState uint8
+
 // Request context states.
 const (
-	stFree     = iota
-	stCore     // begun: between Begin and Complete (executing, or waiting as below)
-	stWantBuf  // begun, waiting for a pool buffer
-	stRead     // begun, fetching the host's data (READs posted or waiting for credits)
-	stWantSend // completed by the core, waiting for send queue slots
-	stSend     // response posted, waiting for the SEND's completion
+	stFree     reqState = iota // not in use
+	stCore                     // begun: between Begin and Complete (executing, or waiting as below)
+	stWantBuf                  // begun, waiting for a pool buffer
+	stRead                     // begun, fetching the host's data (READs posted or waiting for credits)
+	stWantSend                 // completed by the core, waiting for send queue slots
+	stSend                     // response posted, waiting for the SEND's completion
 )
+
+var reqStateNames = [...]string{stFree: "free", stCore: "core", stWantBuf: "want-buffer", stRead: "read", stWantSend: "want-send", stSend: "send"}
+
+func (s reqState) String() string {
+	if int(s) < len(reqStateNames) {
+		return reqStateNames[s]
+	}
+	return "reqState(" + strconv.Itoa(int(s)) + ")"
+}
 
 // rctx is one request context of a connection: the target.Request the core sees, the
 // receive slot its capsule arrived in, its data buffer, and where it is in the state
@@ -34,7 +47,7 @@ type rctx struct {
 	req   target.Request
 	c     *conn
 	idx   int
-	state uint8
+	state reqState
 	recv  int32 // receive slot holding the capsule, -1 when reposted
 
 	hasBuf   bool
@@ -58,12 +71,24 @@ type rctx struct {
 	nextDone *rctx // the group's completed list
 }
 
+// connState is where a connection is in its life.
+type connState uint8
+
 // Connection states.
 const (
-	stateLive     = iota // serving commands
-	stateDraining        // disconnected; waiting for flushes and the core
-	stateDead            // resources released
+	stateLive     connState = iota // serving commands
+	stateDraining                  // disconnected; waiting for flushes and the core
+	stateDead                      // resources released
 )
+
+var connStateNames = [...]string{stateLive: "live", stateDraining: "draining", stateDead: "dead"}
+
+func (s connState) String() string {
+	if int(s) < len(connStateNames) {
+		return connStateNames[s]
+	}
+	return "connState(" + strconv.Itoa(int(s)) + ")"
+}
 
 // connConfig describes a connection's queues.
 type connConfig struct {
@@ -148,7 +173,7 @@ type conn struct {
 	unsigBytes int    // pool bytes the unsignaled responses hold
 	respSeq    uint64 // responses posted
 
-	state         int
+	state         connState
 	detached      bool // slot given back (guarded by the group's mu)
 	hwDrained     bool
 	coreDone      bool
@@ -828,7 +853,7 @@ func (c *conn) checkDrained() {
 // completes what the device held.
 func (c *conn) forceDrain() {
 	c.log.Warn("the device did not flush the connection's work requests in time: destroying its queue pair",
-		"qid", c.cfg.qid, "receives", c.recvPosted, "sends", c.sigOut, "timeout", drainTimeout)
+		"qid", c.cfg.qid, "receives", c.recvPosted, "sends", c.sigOut, "requests", c.busyContexts(), "timeout", drainTimeout)
 	if err := c.ep.Destroy(); err != nil {
 		c.log.Error("destroying the queue pair", "qid", c.cfg.qid, "err", err)
 	}
@@ -850,6 +875,32 @@ func (c *conn) forceDrain() {
 	c.unsig.reset()
 	c.unsigBytes = 0
 	c.maybeFinalize()
+}
+
+// busyContexts counts the request contexts in use by state, for logs and test failures:
+// "core=2 send=1", or "none".
+func (c *conn) busyContexts() string {
+	var n [len(reqStateNames)]int
+	for i := range c.ctxs {
+		if st := c.ctxs[i].state; int(st) < len(n) {
+			n[st]++
+		}
+	}
+	var b []byte
+	for st, k := range n {
+		if reqState(st) != stFree && k > 0 {
+			if len(b) > 0 {
+				b = append(b, ' ')
+			}
+			b = append(b, reqState(st).String()...)
+			b = append(b, '=')
+			b = strconv.AppendInt(b, int64(k), 10)
+		}
+	}
+	if len(b) == 0 {
+		return "none"
+	}
+	return string(b)
 }
 
 // maybeFinalize releases the connection once the device and the core are done with it.

@@ -526,7 +526,7 @@ func (fc *fconn) waitDead(t testing.TB) {
 	select {
 	case <-fc.dead:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("connection not released: state %d, receives %d, sends %d", fc.c.state, fc.c.recvPosted, fc.c.sigOut)
+		t.Fatalf("connection not released: state %v, receives %d, sends %d, requests %s", fc.c.state, fc.c.recvPosted, fc.c.sigOut, fc.c.busyContexts())
 	}
 }
 
