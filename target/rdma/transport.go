@@ -594,79 +594,89 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 // everything it created is released (the caller rejects and destroys the ID).
 func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p connParams, cfg connConfig, log *slog.Logger) (err error) {
 	id := ev.ID
+	// What has been set up so far; on error it is released in reverse order. Until the
+	// connection is published to its poll group nothing else refers to any of it.
+	var (
+		g     *group
+		c     *conn
+		arena *rdmacm.Arena
+		qp    *rdmacm.QP
+		q     *target.Queue
+	)
+	defer func() {
+		if err == nil {
+			return
+		}
+		if q != nil {
+			q.Close()
+		}
+		if qp != nil {
+			qp.Close()
+		}
+		if c != nil {
+			g.detach(c)
+		}
+		if arena != nil {
+			arena.Close()
+		}
+	}()
 	lay := layoutFor(&cfg)
-	g := dev.pickGroup(cfg.depth + cfg.sqSize)
-	if g == nil {
+	if g = dev.pickGroup(cfg.depth + cfg.sqSize); g == nil {
 		return reject(nvmeproto.RDMARejectNoResources, "every poll group's completion queue is full (%d groups)", len(dev.groups))
 	}
-	arena, err := dev.pd.NewArena(lay.size, 0)
-	if err != nil {
+	if arena, err = dev.pd.NewArena(lay.size, 0); err != nil {
 		return fmt.Errorf("queue memory of %d bytes: %w", lay.size, err)
 	}
 	ep := &qpEndpoint{id: id}
-	c := newConn(cfg, region{mem: arena.Bytes(), base: arena.Addr(0), lkey: arena.LKey()}, ep, dev.pool, log)
-	if err := g.attach(c); err != nil {
-		arena.Close()
+	nc := newConn(cfg, region{mem: arena.Bytes(), base: arena.Addr(0), lkey: arena.LKey()}, ep, dev.pool, log)
+	if err := g.attach(nc); err != nil {
 		return reject(nvmeproto.RDMARejectNoResources, "%v", err)
 	}
+	c = nc
 	recvSGE := 1
 	if cfg.icd > 0 {
 		recvSGE = 2
 	}
-	qp, err := id.CreateQP(dev.pd, rdmacm.QPConfig{
+	if qp, err = id.CreateQP(dev.pd, rdmacm.QPConfig{
 		SendCQ: dev.cqs[g.id], RecvCQ: dev.cqs[g.id],
 		MaxSendWR: cfg.sqSize, MaxRecvWR: cfg.depth, MaxSendSGE: 1, MaxRecvSGE: recvSGE,
 		MaxInlineData: nvmeproto.CQESize,
-	})
-	if err != nil {
-		g.detach(c)
-		arena.Close()
+	}); err != nil {
 		return err
 	}
 	ep.qp = qp
-	q, err := lis.port.NewQueue(c, cfg.depth)
-	if err != nil {
-		qp.Close()
-		g.detach(c)
-		arena.Close()
+	if q, err = lis.port.NewQueue(c, cfg.depth); err != nil {
 		return err
 	}
 	c.q = q
 	q.SetRing(g.ring)
 	c.onDead = func(c *conn) { tr.connDead(c, id, arena) }
-	undo := func() {
-		q.Close()
-		qp.Close()
-		g.detach(c)
-		arena.Close()
-	}
 	// Receives go up before the accept: the host may send as soon as it is established.
-	if err := c.postInitialRecvs(); err != nil {
-		undo()
+	if err = c.postInitialRecvs(); err != nil {
 		return fmt.Errorf("posting %d receives: %w", cfg.depth, err)
 	}
 	tr.mu.Lock()
 	if tr.closed {
 		tr.mu.Unlock()
-		undo()
 		return ErrClosed
 	}
 	tr.conns[id] = c
 	tr.live.Add(1)
 	tr.mu.Unlock()
 	g.publish(c)
-	err = id.Accept(&rdmacm.ConnParam{
+	// Published: from here on the connection is torn down like any other (requestClose,
+	// then connDead releases what was set up above), never by the deferred cleanup.
+	if aerr := id.Accept(&rdmacm.ConnParam{
 		PrivateData:        acceptData(cfg.depth),
 		InitiatorDepth:     uint8(min(cfg.ird, 255)),
 		ResponderResources: 0,
 		FlowControl:        1,
 		RNRRetryCount:      7,
-	})
-	if err != nil {
-		log.Warn("rdma_accept failed", "err", err)
+	}); aerr != nil {
+		log.Warn("rdma_accept failed", "err", aerr)
 		id.Reject(rejectData(nvmeproto.RDMARejectNoResources))
-		c.requestClose(err)
-		return nil // torn down like any connection
+		c.requestClose(aerr)
+		return nil
 	}
 	log.Debug("queue pair accepted", "depth", cfg.depth, "send_wr", cfg.sqSize, "in_capsule", cfg.icd,
 		"initiator_depth", cfg.ird, "host_responder_resources", p.hostIRD,
