@@ -102,7 +102,7 @@ func Dial(ctx context.Context, o Options) (*Controller, error) {
 	return c, nil
 }
 
-// connect runs the host's connect sequence (/work/shared/ref/nvmeof-rdma.md §4).
+// connect runs the Linux host's connect sequence (../shared/ref/nvmeof-rdma.md §4).
 func (c *Controller) connect(ctx context.Context) error {
 	o := &c.opts
 	kato := o.KeepAlive

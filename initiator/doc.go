@@ -14,7 +14,8 @@
 //	})
 //	defer ctrl.Close()
 //
-// Dial runs the Linux host's sequence (/work/shared/ref/nvmeof-rdma.md §4): rdma_cm
+// Dial runs the Linux host's sequence (drivers/nvme/host/rdma.c and fabrics.c; summarized
+// in ../shared/ref/nvmeof-rdma.md §4): rdma_cm
 // connect of the admin queue with the nvme-rdma private data (qid 0, hrqsize 32,
 // hsqsize 31); Fabrics Connect with the Connect data in registered memory behind a keyed
 // SGL; Property Get CAP, Property Set CC.EN, polling CSTS.RDY within CAP.TO; Identify

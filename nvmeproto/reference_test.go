@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// TestReference walks /work/shared/ref/nvmeof-rdma.md (the protocol facts) section by
+// TestReference walks the team's protocol reference, ../shared/ref/nvmeof-rdma.md (the
+// facts a target must get right, checked against the Linux and SPDK headers), section by
 // section. Each subtest is named "§<section>/<field>@<offset>" so a reader can tick the
 // reference off line by line. Offsets are checked on the encoding this package produces;
 // the per-structure tests also check the decoders at the same offsets.
