@@ -226,48 +226,167 @@ nvme_discover() {
 	timeout -k 5 90 nvme discover -t rdma -a "$RXE_IP" -s "${1:-$NVMET_DEFAULT_PORT}"
 }
 
-# nvme_connect <nqn> [port] [nvme-connect options...]: connect the Linux host over rdma to
-# $RXE_IP:<port> (default 4420) and print the namespace device(s) (see wait_for_nvme_ns).
+# ---- the Linux host's controllers and namespaces ----
+# The helpers that poll use shell builtins only (no fork, no exec): under TCG every process
+# start costs tens of milliseconds of the vCPUs a measured connect needs. Results come back
+# in variables (NVME_*), so call them directly, not in $(...).
+GUEST_LIB_SYS=${GUEST_LIB_SYS:-/sys} # sysfs and the device directory (tests point them
+GUEST_LIB_DEV=${GUEST_LIB_DEV:-/dev} # at a fake tree)
+
+# nap <seconds>: sleep without starting a process (a read with a timeout on a FIFO that
+# nobody writes, opened once when this library is sourced).
+GUEST_LIB_NAP_FD=
+_guest_lib_nap_fifo=$(mktemp -u "${TMPDIR:-/tmp}/guest-lib-nap.XXXXXX") && mkfifo "$_guest_lib_nap_fifo" &&
+	exec {GUEST_LIB_NAP_FD}<> "$_guest_lib_nap_fifo"
+rm -f "$_guest_lib_nap_fifo"
+nap() {
+	if [ -n "$GUEST_LIB_NAP_FD" ]; then
+		read -r -t "$1" -u "$GUEST_LIB_NAP_FD" _ || :
+	else
+		sleep "$1"
+	fi
+}
+
+# since <a $EPOCHREALTIME value>: prints the seconds since then, with 3 decimals.
+since() {
+	local d=$((${EPOCHREALTIME/./} - ${1/./}))
+	printf '%d.%03d' $((d / 1000000)) $((d % 1000000 / 1000))
+}
+
+# nvme_ctrls <nqn>: sets NVME_CTRLS to the Linux host's controllers (nvmeN) of that
+# subsystem; returns 1 when it has none.
+nvme_ctrls() {
+	local c v
+	NVME_CTRLS=()
+	for c in "$GUEST_LIB_SYS"/class/nvme/nvme*; do
+		read -r v 2> /dev/null < "$c/subsysnqn" && [ "$v" = "$1" ] && NVME_CTRLS+=("${c##*/}")
+	done
+	[ ${#NVME_CTRLS[@]} -gt 0 ]
+}
+
+# nvme_ns_devs <nqn>: sets NVME_NS_DEVS to the namespace block devices (/dev/nvmeXnY) of
+# that subsystem, by NSID; returns 1 when there are none. With native multipath these are
+# the subsystem's heads (the per-controller paths nvmeXcYnZ are hidden); without, each
+# controller's namespaces.
+nvme_ns_devs() {
+	local b v nsid i j n
+	local -a ids=() devs=()
+	NVME_NS_DEVS=()
+	for b in "$GUEST_LIB_SYS"/block/nvme*; do
+		case ${b##*/} in nvme*c*) continue ;; esac
+		# the head's device is the subsystem, a plain namespace's its controller
+		read -r v 2> /dev/null < "$b/device/subsysnqn" && [ "$v" = "$1" ] && [ -b "$GUEST_LIB_DEV/${b##*/}" ] || continue
+		read -r nsid 2> /dev/null < "$b/nsid" || nsid=0
+		ids+=("$nsid")
+		devs+=("$GUEST_LIB_DEV/${b##*/}")
+	done
+	n=${#ids[@]}
+	for ((i = 1; i < n; i++)); do # insertion sort by NSID, then name
+		for ((j = i; j > 0; j--)); do
+			((ids[j - 1] > ids[j])) || { ((ids[j - 1] == ids[j])) && [[ ${devs[j - 1]} > ${devs[j]} ]]; } || break
+			v=${ids[j]} ids[j]=${ids[j - 1]} ids[j - 1]=$v
+			v=${devs[j]} devs[j]=${devs[j - 1]} devs[j - 1]=$v
+		done
+	done
+	NVME_NS_DEVS=("${devs[@]}")
+	[ "$n" -gt 0 ]
+}
+
+# nvme_wait_ctrl <nqn> "<controllers before>" [timeout_s]: wait (default 60 s) until a
+# controller of the subsystem that is not in the list (" nvme0 nvme1 ", as nvme_ctrls gave
+# before connecting) is live with its namespaces, and their block devices exist. Sets
+# NVME_CTRL (nvmeN) and NVME_NS_DEVS; on timeout sets NVME_ERR, prints it and returns 1.
+nvme_wait_ctrl() {
+	local nqn=$1 before=$2 c st ns deadline=$((${EPOCHREALTIME%.*} + ${3:-60}))
+	NVME_CTRL= NVME_ERR=
+	while :; do
+		if [ -z "$NVME_CTRL" ] && nvme_ctrls "$nqn"; then
+			for c in "${NVME_CTRLS[@]}"; do [[ $before == *" $c "* ]] || NVME_CTRL=$c; done
+		fi
+		if [ -n "$NVME_CTRL" ] && read -r st 2> /dev/null < "$GUEST_LIB_SYS/class/nvme/$NVME_CTRL/state" && [ "$st" = live ]; then
+			ns=("$GUEST_LIB_SYS"/class/nvme/"$NVME_CTRL"/nvme*n*)
+			[ -e "${ns[0]}" ] && nvme_ns_devs "$nqn" && return 0
+		fi
+		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
+			NVME_ERR="no live controller with a namespace of $nqn ${3:-60} s after connecting (controller '$NVME_CTRL'); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
+			echo "nvme_wait_ctrl: $NVME_ERR" >&2
+			return 1
+		fi
+		nap 0.1
+	done
+}
+
+# nvme_connect_new <nqn> <port> [nvme-connect options...]: connect the Linux host over rdma
+# to $RXE_IP:<port> and wait until the new controller is live with its namespaces (see
+# nvme_wait_ctrl). Sets NVME_CTRL, NVME_NS_DEVS and NVME_CONNECT_S (seconds from the start
+# of nvme connect until then); on failure sets NVME_ERR, prints it and returns 1.
+nvme_connect_new() {
+	local nqn=${1:?nvme_connect_new: need an NQN} port=${2:?nvme_connect_new: need a port} before t0 f
+	shift 2
+	NVME_CONNECT_S= NVME_CTRL= NVME_NS_DEVS=() NVME_ERR=
+	if ! [ -d "$GUEST_LIB_SYS/module/nvme_rdma" ]; then
+		timeout -k 5 60 modprobe nvme-rdma || {
+			NVME_ERR="modprobe nvme-rdma failed"
+			echo "nvme_connect_new: $NVME_ERR" >&2
+			return 1
+		}
+	fi
+	nvme_ctrls "$nqn"
+	before=" ${NVME_CTRLS[*]} "
+	f=${OUT:-/tmp}/.nvme-connect.log
+	t0=$EPOCHREALTIME
+	if ! timeout -k 5 90 nvme connect -t rdma -a "$RXE_IP" -s "$port" -n "$nqn" "$@" > "$f" 2>&1; then
+		NVME_ERR="nvme connect -t rdma -a $RXE_IP -s $port -n $nqn failed: $(tail -n 1 "$f"); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
+		echo "nvme_connect_new: $NVME_ERR" >&2
+		rm -f "$f"
+		return 1
+	fi
+	rm -f "$f"
+	nvme_wait_ctrl "$nqn" "$before" || return 1
+	NVME_CONNECT_S=$(since "$t0")
+}
+
+# nvme_connect <nqn> [port] [nvme-connect options...]: nvme_connect_new (port default 4420),
+# then print the subsystem's namespace devices, one per line, by NSID (for $(...) and
+# mapfile).
 nvme_connect() {
 	local nqn=${1:?nvme_connect: need an NQN} port=${2:-$NVMET_DEFAULT_PORT}
 	shift 2 || shift $#
-	timeout -k 5 60 modprobe nvme-rdma || {
-		echo "nvme_connect: modprobe nvme-rdma failed" >&2
-		return 1
-	}
-	timeout -k 5 90 nvme connect -t rdma -a "$RXE_IP" -s "$port" -n "$nqn" "$@" > /dev/null || {
-		echo "nvme_connect: nvme connect -t rdma -a $RXE_IP -s $port -n $nqn failed: $(dmesg | tail -n 3 | tr '\n' ' ')" >&2
-		return 1
-	}
-	wait_for_nvme_ns "$nqn"
+	nvme_connect_new "$nqn" "$port" "$@" > /dev/null || return 1
+	printf '%s\n' "${NVME_NS_DEVS[@]}"
 }
 
 # wait_for_nvme_ns <nqn> [timeout_s]: wait (default 30 s) until the Linux host shows a
 # namespace of that subsystem; print its /dev/nvmeXnY, one line per namespace, by NSID.
 wait_for_nvme_ns() {
-	local nqn=${1:?wait_for_nvme_ns: need an NQN} deadline=$(($(date +%s) + ${2:-30})) b found
-	while :; do
-		found=$(for b in /sys/block/nvme*; do
-			[ -e "$b" ] || continue
-			case ${b##*/} in nvme*c*) continue ;; esac # multipath's hidden per-controller paths
-			# the head's device is the subsystem, a plain namespace's its controller
-			[ "$(cat "$b/device/subsysnqn" 2> /dev/null)" = "$nqn" ] || continue
-			[ -b "/dev/${b##*/}" ] || continue
-			echo "$(cat "$b/nsid" 2> /dev/null || echo 0) /dev/${b##*/}"
-		done | sort -n | cut -d' ' -f2)
-		if [ -n "$found" ]; then
-			echo "$found"
-			return 0
-		fi
-		if [ "$(date +%s)" -ge $deadline ]; then
+	local nqn=${1:?wait_for_nvme_ns: need an NQN} deadline=$((${EPOCHREALTIME%.*} + ${2:-30}))
+	until nvme_ns_devs "$nqn"; do
+		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
 			echo "wait_for_nvme_ns: no namespace of $nqn appeared within ${2:-30} s" >&2
 			return 1
 		fi
-		sleep 0.2
+		nap 0.2
+	done
+	printf '%s\n' "${NVME_NS_DEVS[@]}"
+}
+
+# nvme_disconnect <nqn> [timeout_s]: disconnect the Linux host's controllers of that
+# subsystem and wait (default 30 s) until they are gone.
+nvme_disconnect() {
+	local deadline
+	nvme_ctrls "$1" || return 0
+	timeout -k 5 60 nvme disconnect -n "$1" > /dev/null 2>&1
+	deadline=$((${EPOCHREALTIME%.*} + ${2:-30}))
+	while nvme_ctrls "$1"; do
+		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
+			echo "nvme_disconnect: controllers of $1 still present ${2:-30} s after nvme disconnect: ${NVME_CTRLS[*]}" >&2
+			return 1
+		fi
+		nap 0.1
 	done
 }
 
-_nvme_ctrls_present() { compgen -G '/sys/class/nvme/nvme*' > /dev/null; }
+_nvme_ctrls_present() { compgen -G "$GUEST_LIB_SYS/class/nvme/nvme*" > /dev/null; }
 
 # nvme_disconnect_all: disconnect every fabrics controller of the Linux host and wait until
 # they are gone (30 s at most).
@@ -275,9 +394,80 @@ nvme_disconnect_all() {
 	_nvme_ctrls_present || return 0
 	timeout -k 5 60 nvme disconnect-all > /dev/null 2>&1
 	wait_for 30 eval '! _nvme_ctrls_present' || {
-		echo "nvme_disconnect_all: controllers still present: $(ls /sys/class/nvme/ | tr '\n' ' ')" >&2
+		echo "nvme_disconnect_all: controllers still present: $(ls "$GUEST_LIB_SYS"/class/nvme/ | tr '\n' ' ')" >&2
 		return 1
 	}
+}
+
+# ---- gonvmf serve ----
+GONVMF_BIN=${GONVMF_BIN:-${GONVMF_BUILD:-}/bin/gonvmf}
+GONVMF_PID=
+
+# gonvmf_listening <address> <port>: a userspace RDMA CM id (gonvmf's) listens there.
+gonvmf_listening() {
+	rdma resource show cm_id 2> /dev/null | grep -w LISTEN | grep -v '\[' | grep -q "src-addr $1:$2 "
+}
+
+# gonvmf_start <name> <config> [address [port]]: `$GONVMF_BIN serve --config <config>` in
+# the background, output in $OUT/<name>.log (GONVMF_LOG), and wait (60 s) until it listens
+# on <address>:<port> (default $RXE_IP:4420). Sets GONVMF_PID. On failure sets GONVMF_ERR,
+# prints it and returns 1 with nothing left running. One gonvmf at a time; register
+# `on_exit gonvmf_stop` before connecting hosts to it (so that they disconnect first).
+gonvmf_start() {
+	local name=${1:?gonvmf_start: need a name} cfg=${2:?gonvmf_start: need a configuration} addr=${3:-$RXE_IP} port=${4:-$NVMET_DEFAULT_PORT} deadline
+	GONVMF_ERR= GONVMF_LOG=${OUT:-/tmp}/$name.log
+	if [ -n "$GONVMF_PID" ]; then
+		GONVMF_ERR="gonvmf (pid $GONVMF_PID) is running already"
+	elif [ ! -x "$GONVMF_BIN" ]; then
+		GONVMF_ERR="no gonvmf binary at '$GONVMF_BIN' (integration/run-tests.sh builds it)"
+	fi
+	if [ -n "$GONVMF_ERR" ]; then
+		echo "gonvmf_start: $GONVMF_ERR" >&2
+		return 1
+	fi
+	"$GONVMF_BIN" serve --config "$cfg" > "$GONVMF_LOG" 2>&1 &
+	GONVMF_PID=$!
+	GUEST_LIB_BG+=("$GONVMF_PID")
+	deadline=$((${EPOCHREALTIME%.*} + 60))
+	until gonvmf_listening "$addr" "$port"; do
+		if ! kill -0 "$GONVMF_PID" 2> /dev/null; then
+			wait "$GONVMF_PID"
+			GONVMF_ERR="gonvmf serve exited with status $? before listening: $(grep -v '^\s*$' "$GONVMF_LOG" | tail -n 1)"
+			GONVMF_PID=
+			echo "gonvmf_start: $GONVMF_ERR" >&2
+			return 1
+		fi
+		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
+			GONVMF_ERR="gonvmf serve (pid $GONVMF_PID) shows no RDMA listener on $addr:$port after 60 s: $(grep -v '^\s*$' "$GONVMF_LOG" | tail -n 1)"
+			echo "gonvmf_start: $GONVMF_ERR" >&2
+			gonvmf_stop 5 > /dev/null 2>&1
+			return 1
+		fi
+		nap 0.2
+	done
+}
+
+# gonvmf_stop [timeout_s]: SIGTERM the gonvmf gonvmf_start started and wait (default 60 s)
+# for it; returns its exit status (0 after an orderly shutdown). One that does not exit in
+# time is killed (status 1, with a message). Nothing running: 0.
+gonvmf_stop() {
+	[ -n "$GONVMF_PID" ] || return 0
+	local pid=$GONVMF_PID rc deadline=$((${EPOCHREALTIME%.*} + ${1:-60}))
+	GONVMF_PID=
+	kill -TERM "$pid" 2> /dev/null
+	while kill -0 "$pid" 2> /dev/null; do
+		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
+			echo "gonvmf_stop: gonvmf (pid $pid) still running ${1:-60} s after SIGTERM; killing it" >&2
+			kill -KILL "$pid" 2> /dev/null
+			wait "$pid" 2> /dev/null
+			return 1
+		fi
+		nap 0.1
+	done
+	wait "$pid"
+	rc=$?
+	[ $rc = 0 ] || echo "gonvmf_stop: gonvmf exited $rc after SIGTERM: $(tail -n 2 "$GONVMF_LOG" 2> /dev/null | tr '\n' ' ')" >&2
+	return $rc
 }
 
 # fio_summary <fio json>: one line per job and direction with I/O:
