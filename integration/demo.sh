@@ -18,7 +18,7 @@ set -uo pipefail
 guest() {
 	. "$SRC/integration/vm/guest-lib.sh"
 	local runtime=$1
-	local nqn=nqn.2024-01.io.gonvmf:demo cfg=$SCRATCH/demo.yaml gonvmf=$GONVMF_BUILD/bin/gonvmf
+	local nqn=nqn.2024-01.io.gonvmf:demo cfg=$SCRATCH/demo.yaml
 	say() { echo "demo: $*"; }
 
 	cat > "$cfg" << EOF
@@ -36,10 +36,9 @@ subsystems:
 EOF
 	cp "$cfg" "$OUT/demo.yaml"
 	say "gonvmf serve --config demo.yaml (file namespace $SCRATCH/demo.img, 1 GiB, on rdma $RXE_IP:4420)"
-	bg_start gonvmf "$gonvmf" serve --config "$cfg"
-	local pid=$BG_PID
-	if ! wait_for 60 grep -q "serving 1 subsystem on rdma" "$OUT/gonvmf.log"; then
-		say "FAILED: gonvmf did not start: $(tail -n 2 "$OUT/gonvmf.log")"
+	on_exit gonvmf_stop
+	if ! gonvmf_start gonvmf "$cfg" 2> /dev/null || ! wait_for 10 grep -q "serving 1 subsystem on rdma" "$OUT/gonvmf.log"; then
+		say "FAILED: gonvmf did not start: ${GONVMF_ERR:-$(tail -n 2 "$OUT/gonvmf.log")}"
 		return 1
 	fi
 	grep -o 'msg="serving[^"]*"' "$OUT/gonvmf.log" | sed 's/^msg="/demo: gonvmf: /; s/"$//'
@@ -82,13 +81,7 @@ for j in jobs:
 PY
 	say "nvme disconnect"
 	nvme_disconnect_all || return 1
-	kill -TERM "$pid"
-	local i
-	for i in $(seq 300); do
-		kill -0 "$pid" 2> /dev/null || break
-		sleep 0.1
-	done
-	wait "$pid"
+	gonvmf_stop 30 2> /dev/null
 	local rc=$?
 	if [ $rc != 0 ]; then
 		say "FAILED: gonvmf exited $rc after SIGTERM"

@@ -3,7 +3,8 @@
 # and measures the Linux kernel target (nvmet-rdma, configured through configfs) and gonvmf
 # (`gonvmf serve --config FILE`) over the same Soft-RoCE link, with the same fio jobs, the same
 # backend kinds and the same Linux host, alternating the two targets. It writes raw results
-# only; the host turns them into the report (gen-report.py).
+# only; the host turns them into the report (report.py). The host-side helpers (connecting,
+# finding controllers and namespaces, starting and stopping gonvmf) are guest-lib.sh's.
 #
 # Settings come from the environment (run.sh sets them; vm.sh passes GONVMF_* into the guest):
 #   GONVMF_BENCH_RUNTIME   fio time_based runtime per job, seconds (8)
@@ -38,6 +39,7 @@ SCALE_REPS=${GONVMF_BENCH_SCALE_REPS:-1}
 PERF_DUR=${GONVMF_BENCH_PERFTEST:-3}
 FILE_MB=${GONVMF_BENCH_FILE_MB:-1024}
 GONVMF=${GONVMF_BENCH_BIN-$GONVMF_BUILD/bin/gonvmf}
+GONVMF_BIN=$GONVMF # what guest-lib's gonvmf_start runs
 GONVMF_TRANSPORT=${GONVMF_BENCH_TRANSPORT:-}
 PORT=4420
 NULL_GB=16
@@ -74,15 +76,9 @@ printf 'rep\ttarget\tqps_requested\tcontrollers\tio_queues_per_ctrl_requested\ti
 # ---- small helpers ----
 
 # Polling loops use builtins only (no fork, no exec): under TCG every process start costs
-# tens of milliseconds of the same two vCPUs the measured connect needs.
+# tens of milliseconds of the same two vCPUs the measured connect needs. nap and since come
+# from guest-lib.sh.
 now() { echo "$EPOCHREALTIME"; }
-since() { # <epoch from now>: seconds since then, 3 decimals
-	local d=$((${EPOCHREALTIME/./} - ${1/./}))
-	printf '%d.%03d' $((d / 1000000)) $((d % 1000000 / 1000))
-}
-NAP_FIFO=$(mktemp -u /tmp/gonvmf-bench-nap.XXXXXX)
-mkfifo "$NAP_FIFO" && exec {NAP_FD}<> "$NAP_FIFO" && rm -f "$NAP_FIFO"
-nap() { read -r -t "$1" -u "$NAP_FD" _; } # sleep without starting a process
 meminfo_kb() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
 guest_used_kb() { awk '/^MemTotal:/ { t = $2 } /^MemAvailable:/ { a = $2 } END { print t - a }' /proc/meminfo; }
 rss_kb() { # <pid> [VmRSS|VmHWM]
@@ -155,66 +151,17 @@ cpu_windows() {
 hostnqn() { printf 'nqn.2014-08.org.nvmexpress:uuid:6f6e766d-6662-4000-8000-%012d' "$1"; }
 hostid() { printf '6f6e766d-6662-4000-8000-%012d' "$1"; }
 
-ctrls_of() { # <nqn>: sets CTRLS to the host's controllers (nvmeN) of that subsystem
-	local c v
-	CTRLS=()
-	for c in /sys/class/nvme/nvme*; do
-		read -r v 2> /dev/null < "$c/subsysnqn" && [ "$v" = "$1" ] && CTRLS+=("${c##*/}")
-	done
-	return 0
-}
-ns_dev_of() { # <nqn>: sets NS_DEV to the namespace block device (/dev/nvmeXnY) of that subsystem
-	local b v
-	NS_DEV=
-	for b in /sys/block/nvme*; do
-		case ${b##*/} in nvme*c*) continue ;; esac # multipath's hidden per-controller paths
-		read -r v 2> /dev/null < "$b/device/subsysnqn" && [ "$v" = "$1" ] && [ -b "/dev/${b##*/}" ] && {
-			NS_DEV=/dev/${b##*/}
-			return 0
-		}
-	done
-	return 1
-}
-
-# connect_timed <nqn> <host index> <nr io queues>: nvme connect, then wait until the new
-# controller is live with its namespace and the namespace's block device exists.
-# Sets CONN_S (seconds from the start of nvme connect), CONN_CTRL (nvmeN), NS_DEV.
+# connect_timed <nqn> <host index> <nr io queues>: nvme connect as that host, then wait until
+# the new controller is live with its namespace and the namespace's block device exists
+# (guest-lib's nvme_connect_new). Sets CONN_S (seconds from the start of nvme connect),
+# CONN_CTRL (nvmeN), NS_DEV; CONN_ERR on failure.
 connect_timed() {
-	local nqn=$1 h=$2 q=$3 before t0
-	ctrls_of "$nqn"
-	before=" ${CTRLS[*]} "
-	CONN_S= CONN_CTRL= NS_DEV=
-	t0=$(now)
-	if ! timeout -k 5 90 nvme connect -t rdma -a "$RXE_IP" -s "$PORT" -n "$nqn" \
-		--hostnqn="$(hostnqn "$h")" --hostid="$(hostid "$h")" -i "$q" > "$OUT/.connect.log" 2>&1; then
-		CONN_ERR="nvme connect failed: $(tail -n 1 "$OUT/.connect.log"); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
+	CONN_S= CONN_CTRL= NS_DEV= CONN_ERR=
+	if ! nvme_connect_new "$1" "$PORT" --hostnqn="$(hostnqn "$2")" --hostid="$(hostid "$2")" -i "$3" 2> /dev/null; then
+		CONN_ERR=$NVME_ERR
 		return 1
 	fi
-	wait_ctrl_ns "$nqn" "$before" "$t0"
-}
-
-# wait_ctrl_ns <nqn> <controllers before> <start time>: wait until a new controller of the
-# subsystem is live with its namespace and the namespace's block device exists.
-wait_ctrl_ns() {
-	local nqn=$1 before=$2 t0=$3 c st ns deadline=$((${EPOCHREALTIME%.*} + 60))
-	while :; do
-		if [ -z "$CONN_CTRL" ]; then
-			ctrls_of "$nqn"
-			for c in "${CTRLS[@]}"; do [[ $before == *" $c "* ]] || CONN_CTRL=$c; done
-		fi
-		if [ -n "$CONN_CTRL" ] && read -r st 2> /dev/null < "/sys/class/nvme/$CONN_CTRL/state" && [ "$st" = live ]; then
-			ns=(/sys/class/nvme/"$CONN_CTRL"/nvme*n*)
-			if [ -e "${ns[0]}" ] && ns_dev_of "$nqn"; then
-				CONN_S=$(since "$t0")
-				return 0
-			fi
-		fi
-		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
-			CONN_ERR="no live controller with a namespace of $nqn 60 s after connecting (controller '${CONN_CTRL}'); dmesg: $(dmesg | tail -n 3 | tr '\n' ' ')"
-			return 1
-		fi
-		nap 0.1
-	done
+	CONN_S=$NVME_CONNECT_S CONN_CTRL=$NVME_CTRL NS_DEV=${NVME_NS_DEVS[0]}
 }
 
 # fabrics_connect <nqn> <host index> <nr io queues>: like connect_timed, but writes the
@@ -223,9 +170,9 @@ wait_ctrl_ns() {
 # --duplicate-connect (its lookup_ctrl ignores both; fixed upstream in nvme-cli PR #1993).
 fabrics_connect() {
 	local nqn=$1 h=$2 q=$3 before t0 fd
-	ctrls_of "$nqn"
-	before=" ${CTRLS[*]} "
-	CONN_S= CONN_CTRL= NS_DEV=
+	nvme_ctrls "$nqn"
+	before=" ${NVME_CTRLS[*]} "
+	CONN_S= CONN_CTRL= NS_DEV= CONN_ERR=
 	t0=$(now)
 	if ! { exec {fd}<> /dev/nvme-fabrics &&
 		printf 'nqn=%s,transport=rdma,traddr=%s,trsvcid=%s,hostnqn=%s,hostid=%s,nr_io_queues=%s' \
@@ -236,23 +183,11 @@ fabrics_connect() {
 		return 1
 	fi
 	exec {fd}>&-
-	wait_ctrl_ns "$nqn" "$before" "$t0"
-}
-
-# disconnect <nqn>: disconnect every controller of the subsystem and wait until they are gone.
-disconnect() {
-	local deadline
-	ctrls_of "$1"
-	[ ${#CTRLS[@]} -gt 0 ] || return 0
-	timeout -k 5 60 nvme disconnect -n "$1" > /dev/null 2>&1
-	deadline=$((${EPOCHREALTIME%.*} + 30))
-	while ctrls_of "$1" && [ ${#CTRLS[@]} -gt 0 ]; do
-		if [ "${EPOCHREALTIME%.*}" -ge $deadline ]; then
-			echo "disconnect: controllers of $1 still present 30 s after nvme disconnect: ${CTRLS[*]}" >&2
-			return 1
-		fi
-		nap 0.1
-	done
+	if ! nvme_wait_ctrl "$nqn" "$before" 2> /dev/null; then
+		CONN_ERR=$NVME_ERR
+		return 1
+	fi
+	CONN_S=$(since "$t0") CONN_CTRL=$NVME_CTRL NS_DEV=${NVME_NS_DEVS[0]}
 }
 
 # ---- targets ----
@@ -309,12 +244,8 @@ gonvmf_config() { # <backend> <file>
 		[ -n "$GONVMF_TRANSPORT" ] && echo "transport: $GONVMF_TRANSPORT"
 	} > "$2"
 }
-# gonvmf_listening: gonvmf has an RDMA CM id listening on $RXE_IP:$PORT.
-gonvmf_listening() {
-	rdma resource show cm_id 2> /dev/null | grep -w LISTEN | grep -v '\[' | grep -q "src-addr $RXE_IP:$PORT "
-}
-gonvmf_start() {
-	local be=$2 tag=$3 cfg log i
+gonvmf_target_start() { # <target> <backend> <tag>: guest-lib's gonvmf_start on a generated config
+	local be=$2 tag=$3 cfg
 	NQN=$NQN_PREFIX:gonvmf-$be
 	TPID=
 	if [ -z "$GONVMF" ] || [ ! -x "$GONVMF" ]; then
@@ -322,7 +253,6 @@ gonvmf_start() {
 		return 1
 	fi
 	cfg=$OUT/gonvmf/$be.yaml
-	log=$OUT/gonvmf/serve-$tag.log
 	gonvmf_config "$be" "$cfg"
 	if "$GONVMF" help check > /dev/null 2>&1; then
 		"$GONVMF" check --config "$cfg" > "$OUT/gonvmf/check-$be.log" 2>&1 || {
@@ -334,48 +264,27 @@ gonvmf_start() {
 		TARGET_ERR="$GONVMF has no serve command yet ($("$GONVMF" help serve 2>&1 | head -n 1))"
 		return 1
 	}
-	"$GONVMF" serve --config "$cfg" > "$log" 2>&1 &
-	TPID=$!
-	for i in $(seq 150); do
-		gonvmf_listening && break
-		if ! kill -0 "$TPID" 2> /dev/null; then
-			wait "$TPID"
-			TARGET_ERR="gonvmf serve exited with status $? before listening: $(grep -v '^\s*$' "$log" | tail -n 1)"
-			TPID=
-			return 1
-		fi
-		sleep 0.2
-	done
-	if ! gonvmf_listening; then
-		TARGET_ERR="gonvmf serve (pid $TPID) shows no RDMA listener on $RXE_IP:$PORT after 30 s: $(grep -v '^\s*$' "$log" | tail -n 1)"
-		gonvmf_stop
+	if ! gonvmf_start "gonvmf/serve-$tag" "$cfg" "$RXE_IP" "$PORT" 2> /dev/null; then
+		TARGET_ERR=$GONVMF_ERR
 		return 1
 	fi
-	return 0
+	TPID=$GONVMF_PID
 }
-gonvmf_stop() {
-	[ -n "$TPID" ] || return 0
-	kill -TERM "$TPID" 2> /dev/null
-	local i
-	for i in $(seq 75); do kill -0 "$TPID" 2> /dev/null || break; sleep 0.2; done
-	if kill -0 "$TPID" 2> /dev/null; then
-		log "gonvmf (pid $TPID) did not exit 15 s after SIGTERM; killing it"
-		kill -KILL "$TPID" 2> /dev/null
-	fi
-	wait "$TPID" 2> /dev/null
+gonvmf_target_stop() {
+	gonvmf_stop 15 || log "gonvmf did not stop cleanly (see the serve log)"
 	TPID=
 }
 target_start() {
 	TARGET_ERR=
 	case $1 in
 	kernel) kernel_start "$@" ;;
-	gonvmf) gonvmf_start "$@" ;;
+	gonvmf) gonvmf_target_start "$@" ;;
 	esac
 }
 target_stop() {
 	case $1 in
 	kernel) kernel_stop ;;
-	gonvmf) gonvmf_stop ;;
+	gonvmf) gonvmf_target_stop ;;
 	esac
 }
 on_exit gonvmf_stop
@@ -482,7 +391,7 @@ session() { # <rep> <backend> <target> <order>
 			fail "connect-$tg-$be" "$CONN_ERR"
 		fi
 		row unavailable "" "$CONN_ERR"
-		disconnect "$NQN"
+		nvme_disconnect "$NQN"
 		target_stop "$tg"
 		return 0
 	fi
@@ -502,7 +411,7 @@ session() { # <rep> <backend> <target> <order>
 		row ok "$CONN_S" ""
 		pass "session-$tag" "connect $CONN_S s, $q I/O queues"
 	fi
-	disconnect "$NQN" || fail "disconnect-$tag" "controllers left behind"
+	nvme_disconnect "$NQN" || fail "disconnect-$tag" "controllers left behind"
 	target_stop "$tg"
 }
 
@@ -548,8 +457,8 @@ scaling_target() { # <rep> <target>
 		done
 		total=$(since "$t0")
 		granted=0
-		ctrls_of "$NQN"
-		for c in "${CTRLS[@]}"; do
+		nvme_ctrls "$NQN"
+		for c in "${NVME_CTRLS[@]}"; do
 			read -r qc < "/sys/class/nvme/$c/queue_count"
 			granted=$((granted + qc - 1))
 		done
@@ -562,7 +471,7 @@ scaling_target() { # <rep> <target>
 		read -r med max < <(printf '%s\n' "${times[@]}" | grep . | sort -g | awk '{ v[++n] = $1 } END {
 			if (n) print ((n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2), v[n] }')
 		t0=$(now)
-		disconnect "$NQN" || st="$st; disconnect left controllers behind"
+		nvme_disconnect "$NQN" || st="$st; disconnect left controllers behind"
 		dis=$(since "$t0")
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$tg" "$n" "$k" "$per" "$granted" \
 			"$total" "$first" "$med" "$max" "$dis" "$rss_b" "$rss_a" "$((used1 - used0))" "$((slab1 - slab0))" "$st" >> "$OUT/scaling.tsv"

@@ -9,7 +9,7 @@
 # vm: --timeout 1500 --disk 2G
 . "$SRC/integration/vm/guest-lib.sh"
 
-GONVMF=${GONVMF_BUILD:?}/bin/gonvmf
+GONVMF=$GONVMF_BIN # guest-lib's gonvmf_start runs it
 NQN=nqn.2024-01.io.gonvmf:e2e
 NQN_OTHER=nqn.2024-01.io.gonvmf:e2e-restricted
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:5d1c0a2e-7b3f-4c11-9d2a-0e6f1b2c3d4e
@@ -46,51 +46,22 @@ EOF
 cp "$CFG" "$OUT/gonvmf-e2e.yaml"
 check gonvmf-check "$GONVMF" check -q --config "$CFG"
 
-GONVMF_PID=
 SERVE_N=0
-# gonvmf_start: serve in the background (log in $OUT/gonvmf-N.log); wait until it listens.
-gonvmf_start() {
+# e2e_serve: gonvmf_start with this suite's configuration (log in $OUT/gonvmf-N.log), and
+# its start-up line names both subsystems and the listener.
+e2e_serve() {
 	SERVE_N=$((SERVE_N + 1))
-	SERVE_LOG=$OUT/gonvmf-$SERVE_N.log
-	"$GONVMF" serve --config "$CFG" > "$SERVE_LOG" 2>&1 &
-	GONVMF_PID=$!
-	wait_for 60 grep -q "serving 2 subsystems on rdma $RXE_IP:$PORT" "$SERVE_LOG" || {
-		echo "gonvmf did not start listening: $(tail -n 3 "$SERVE_LOG")" >&2
+	gonvmf_start "gonvmf-$SERVE_N" "$CFG" "$RXE_IP" "$PORT" || return 1
+	wait_for 10 grep -q "serving 2 subsystems on rdma $RXE_IP:$PORT" "$GONVMF_LOG" || {
+		echo "gonvmf listens but did not log 'serving 2 subsystems on rdma $RXE_IP:$PORT': $(tail -n 3 "$GONVMF_LOG")" >&2
 		return 1
 	}
 	sleep 1 # TCG: give the server a head start
 }
-# gonvmf_stop: SIGTERM; the exit status must be 0 within 60 s.
-gonvmf_stop() {
-	[ -n "$GONVMF_PID" ] || return 0
-	local pid=$GONVMF_PID rc
-	GONVMF_PID=
-	kill -TERM "$pid" 2> /dev/null
-	for _ in $(seq 600); do
-		kill -0 "$pid" 2> /dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2> /dev/null; then
-		echo "gonvmf (pid $pid) still running 60 s after SIGTERM" >&2
-		kill -KILL "$pid"
-		return 1
-	fi
-	wait "$pid"
-	rc=$?
-	[ $rc = 0 ] || echo "gonvmf exited $rc after SIGTERM: $(tail -n 2 "$SERVE_LOG")" >&2
-	[ $rc = 0 ] && grep -q 'msg=stopped' "$SERVE_LOG"
-}
+# e2e_stop: SIGTERM; gonvmf must exit 0 within 60 s after an orderly shutdown.
+e2e_stop() { gonvmf_stop && grep -q 'msg=stopped' "$GONVMF_LOG"; }
 on_exit gonvmf_stop
 on_exit nvme_disconnect_all
-
-# ctrl_of <nqn>: the controller device (/dev/nvmeX) of the subsystem (the first one).
-ctrl_of() {
-	local c
-	for c in /sys/class/nvme/nvme*; do
-		[ "$(cat "$c/subsysnqn" 2> /dev/null)" = "$1" ] && echo "/dev/${c##*/}" && return 0
-	done
-	return 1
-}
 
 # fio verify jobs on the file namespace: each job writes its own region with crc32c
 # headers, then reads it back and checks it. With VERIFY_ONLY=1 nothing is written: the
@@ -127,7 +98,7 @@ PY
 
 # ---- start, discover ----
 log "gonvmf serve: file ($IMG), null and memory namespaces on $RXE_IP:$PORT"
-check gonvmf-start gonvmf_start || finish
+check gonvmf-start e2e_serve || finish
 timeout -k 5 60 modprobe nvme-rdma
 
 if timeout -k 5 90 nvme discover -t rdma -a "$RXE_IP" -s $PORT --hostnqn=$HOSTNQN > "$OUT/discover.txt" 2>&1 &&
@@ -147,8 +118,9 @@ else
 	fail nvme-connect "expected 3 namespaces, got '${NS[*]}'"
 	finish
 fi
-CTRL=$(ctrl_of "$NQN")
-CTRLNAME=${CTRL#/dev/}
+nvme_ctrls "$NQN"
+CTRLNAME=${NVME_CTRLS[0]}
+CTRL=/dev/$CTRLNAME
 echo "controller $CTRL; queues: $(cat /sys/class/nvme/$CTRLNAME/queue_count 2> /dev/null || echo '?') (incl. admin)"
 check nvme-list sh -c "nvme list > '$OUT/nvme-list.txt' 2>&1 && grep -c '${NS[0]}' '$OUT/nvme-list.txt' && cat '$OUT/nvme-list.txt'"
 if nvme id-ctrl "$CTRL" > "$OUT/id-ctrl.txt" 2>&1 && grep -q "^subnqn *: $NQN" "$OUT/id-ctrl.txt" &&
@@ -181,7 +153,8 @@ check nvme-disconnect nvme_disconnect_all
 log "nvme connect -i 1, verify what was written"
 mapfile -t NS < <(nvme_connect "$NQN" $PORT --hostnqn=$HOSTNQN -i 1)
 if [ ${#NS[@]} = 3 ]; then
-	CTRLNAME=$(basename "$(ctrl_of "$NQN")")
+	nvme_ctrls "$NQN"
+	CTRLNAME=${NVME_CTRLS[0]}
 	pass nvme-connect-1-queue "queue_count $(cat /sys/class/nvme/$CTRLNAME/queue_count 2> /dev/null || echo '?')"
 	check fio-verify-after-reconnect fio_verify reconnect "${NS[0]}" --verify_only=1
 else
@@ -191,8 +164,8 @@ check nvme-disconnect-2 nvme_disconnect_all
 
 # ---- restart gonvmf: the data persisted ----
 log "restart gonvmf, verify again"
-check gonvmf-sigterm gonvmf_stop
-check gonvmf-restart gonvmf_start || finish
+check gonvmf-sigterm e2e_stop
+check gonvmf-restart e2e_serve || finish
 mapfile -t NS < <(nvme_connect "$NQN" $PORT --hostnqn=$HOSTNQN)
 if [ ${#NS[@]} = 3 ]; then
 	pass nvme-connect-after-restart "${NS[*]}"
@@ -213,6 +186,6 @@ else
 	pass host-refused "$(tail -n 1 "$OUT/refused.txt")"
 fi
 
-check gonvmf-sigterm-final gonvmf_stop
+check gonvmf-sigterm-final e2e_stop
 grep -E 'level=(WARN|ERROR)' "$OUT"/gonvmf-*.log | head -n 20
 finish

@@ -13,7 +13,7 @@
 # vm: --timeout 1500 --disk 2G
 . "$SRC/integration/vm/guest-lib.sh"
 
-G=$GONVMF_BUILD/bin/gonvmf
+G=$GONVMF_BIN # guest-lib's gonvmf_start runs it
 SECS=${GONVMF_PERF_SECONDS:-5}
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:3a6e1f52-9b0c-4d7e-8f21-5c4b3a2d1e0f
 KFILE=nqn.2024-01.io.gonvmf:k-file
@@ -70,12 +70,6 @@ print("%s %dB qd%d: iops=%.0f MiB/s=%.1f lat avg/p50/p99/p99.9 us=%.0f/%.0f/%.0f
 PY
 }
 
-# busy_pct A B: busy share of the guest CPUs between two cpu_snapshot outputs.
-busy_pct() {
-	awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); t = y[2] - x[2];
-		printf("%.1f\n", (t > 0) ? 100 * (y[1] - x[1]) / t : 0) }'
-}
-
 # compare LABEL NQN PORT: gonvmf perf and fio (Linux host) on the same namespace.
 compare() {
 	local label=$1 nqn=$2 port=$3 w rw bs qd dev a b
@@ -84,12 +78,13 @@ compare() {
 		a=$(cpu_snapshot)
 		perf_json "perf-$label-$rw-$bs" -t rdma -a "$RXE_IP" -s "$port" -n "$nqn" --rw "$rw" -o "$bs" -q "$qd" -j 1 -T "${SECS}s"
 		b=$(cpu_snapshot)
-		busy_pct "$a" "$b" > "$OUT/perf-$label-$rw-$bs.cpu"
+		cpu_busy_pct "$a" "$b" > "$OUT/perf-$label-$rw-$bs.cpu"
 	done
-	dev=$(nvme_connect "$nqn" "$port" --hostnqn "$HOSTNQN" | head -n 1) || {
-		fail "fio-$label" "nvme connect $nqn failed"
+	nvme_connect_new "$nqn" "$port" --hostnqn "$HOSTNQN" || {
+		fail "fio-$label" "nvme connect $nqn failed: $NVME_ERR"
 		return
 	}
+	dev=${NVME_NS_DEVS[0]}
 	for w in "randread 4k 32" "randwrite 4k 32" "read 128k 8"; do
 		read -r rw bs qd <<< "$w"
 		a=$(cpu_snapshot)
@@ -102,7 +97,7 @@ compare() {
 			fail "fio-$label-$rw-$bs" "$(tail -n 2 "$OUT/fio-$label-$rw-$bs.log" | tr '\n' ' ')"
 		fi
 		b=$(cpu_snapshot)
-		busy_pct "$a" "$b" > "$OUT/fio-$label-$rw-$bs.cpu"
+		cpu_busy_pct "$a" "$b" > "$OUT/fio-$label-$rw-$bs.cpu"
 	done
 	check "nvme-disconnect-$label" nvme_disconnect_all
 }
@@ -217,12 +212,12 @@ subsystems:
         backend: null
         size: 1GiB
 EOF
-GONVMF_LOG_LEVEL=info bg_start gonvmf-serve "$G" serve --config "$OUT/gonvmf.yaml"
-serve=$BG_PID
-if ! wait_for 60 "$G" discover -a "$RXE_IP" -s "$GPORT" --connect-timeout 3s; then
-	fail gonvmf-serve "gonvmf serve did not come up: $(tail -n 3 "$OUT/gonvmf-serve.log" | tr '\n' ' ' | cut -c1-300)"
+if ! GONVMF_LOG_LEVEL=info gonvmf_start gonvmf-serve "$OUT/gonvmf.yaml" "$RXE_IP" "$GPORT" ||
+	! wait_for 60 "$G" discover -a "$RXE_IP" -s "$GPORT" --connect-timeout 3s; then
+	fail gonvmf-serve "gonvmf serve did not come up: ${GONVMF_ERR:-$(tail -n 3 "$OUT/gonvmf-serve.log" | tr '\n' ' ' | cut -c1-300)}"
 	finish
 fi
+serve=$GONVMF_PID
 pass gonvmf-serve
 nvme_discover "$GPORT" > "$OUT/g-nvme-discover.txt" 2>&1
 "$G" discover -a "$RXE_IP" -s "$GPORT" --hostnqn "$HOSTNQN" > "$OUT/g-gonvmf-discover.txt" 2>&1
