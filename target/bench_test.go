@@ -2,11 +2,10 @@ package target_test
 
 import (
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -70,31 +69,12 @@ func benchIO(b *testing.B, op uint8) {
 	}
 	b.ReportAllocs()
 	b.SetBytes(4096)
-	cpu := startCPU()
+	cpu := testutil.CPUTime()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		q.run(b, uint64(i%span)*8)
 	}
-	cpu.report(b)
-}
-
-// cpuClock measures the CPU time (user + system, all threads) the process spends, so a
-// benchmark can report CPU ns per operation: on a loaded machine wall-clock ns/op
-// includes time spent waiting for a CPU, CPU ns/op does not.
-type cpuClock struct{ start time.Duration }
-
-func cpuNow() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func startCPU() cpuClock { return cpuClock{cpuNow()} }
-
-func (c cpuClock) report(b *testing.B) {
-	b.ReportMetric(float64(cpuNow()-c.start)/float64(b.N), "cpu-ns/op")
+	testutil.ReportCPU(b, cpu)
 }
 
 // BenchmarkLoopRead4K: one 4 KiB read at a time through the loop transport, the full
@@ -111,7 +91,7 @@ func BenchmarkLoopRead4KParallel(b *testing.B) {
 	var next atomic.Int32
 	b.ReportAllocs()
 	b.SetBytes(4096)
-	cpu := startCPU()
+	cpu := testutil.CPUTime()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(next.Add(1)-1) % len(qs)
@@ -122,5 +102,5 @@ func BenchmarkLoopRead4KParallel(b *testing.B) {
 			slba = (slba + 8) % (1 << 30 / 512)
 		}
 	})
-	cpu.report(b)
+	testutil.ReportCPU(b, cpu)
 }

@@ -1,6 +1,6 @@
 // Package testutil holds what the tests of several packages share: a logger that shows
-// the code's log in the test's output, completion checks, and a target with a loop port.
-// Only tests import it.
+// the code's log in the test's output, completion checks, a target with a loop port, and
+// benchmarks' CPU time per operation. Only tests import it.
 package testutil
 
 import (
@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -94,4 +96,21 @@ func LoopTarget(t testing.TB, cfg *conf.Config, o loop.Options, opts ...target.O
 		t.Fatalf("loop.New: %v", err)
 	}
 	return tgt, p
+}
+
+// CPUTime is the process's CPU time (user and system, every thread). Benchmarks report CPU
+// time per operation with it (ReportCPU): on a loaded machine wall-clock ns/op includes
+// time spent waiting for a CPU, CPU time does not.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ReportCPU reports the CPU time since start (a CPUTime value) per operation, as
+// cpu-ns/op.
+func ReportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(CPUTime()-start)/float64(b.N), "cpu-ns/op")
 }

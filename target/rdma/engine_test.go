@@ -6,11 +6,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -556,20 +556,11 @@ func BenchmarkEngineReadWrite4K(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.SetBytes(2 * 4096)
-	cpu0 := cpuTime()
+	cpu0 := testutil.CPUTime()
 	b.ResetTimer()
 	for b.Loop() {
 		one(wr)
 		one(rd)
 	}
-	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's CPU time (user and system, every thread).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	testutil.ReportCPU(b, cpu0)
 }
