@@ -1,5 +1,6 @@
 #!/bin/bash
-# Install the Debian 12 packages the VM harness needs on the host.
+# Install the Debian 12 packages the VM harness needs on the host, and those of the ceph
+# build and its single-node test cluster.
 #
 # The guest boots Debian's kernel but runs the host's own userland (the host's / is its
 # read-only root over virtio-9p), so every tool a guest script uses is installed here.
@@ -12,6 +13,8 @@ PACKAGES=(
 	libibverbs-dev librdmacm-dev gcc libc6-dev                      # cgo builds of rdmacm
 	nvme-cli fio e2fsprogs iproute2 procps                          # Linux host, load, disks
 	python3 bc gnuplot-nox                                          # result summaries and plots
+	librbd-dev librados-dev                                         # the ceph build (rbd backend)
+	ceph-mon ceph-mgr ceph-osd ceph-common uuid-runtime             # its test cluster (integration/ceph)
 )
 
 SUDO=()
