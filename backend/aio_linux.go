@@ -31,6 +31,8 @@ type Ring struct {
 	ptr    [1]*iocb
 
 	inflight atomic.Int32
+
+	ext ringExt // rbd requests completing on this ring (the ceph build)
 }
 
 type ringSlot struct {
@@ -83,7 +85,9 @@ const (
 )
 
 // NewRing creates a context for depth requests in flight; the kernel signals eventfd
-// notify (when >= 0) on every completion.
+// notify (when >= 0) on every completion. In the ceph build, rbd requests submitted
+// through the ring complete on it too (their number is not bounded by depth), and librbd's
+// threads signal notify when the first of a batch completes.
 func NewRing(depth, notify int) (*Ring, error) {
 	if depth <= 0 {
 		return nil, fmt.Errorf("backend: asynchronous I/O ring of %d requests", depth)
@@ -112,10 +116,13 @@ func NewRing(depth, notify int) (*Ring, error) {
 }
 
 // InFlight returns the number of requests submitted and not yet reaped.
-func (g *Ring) InFlight() int { return int(g.inflight.Load()) }
+func (g *Ring) InFlight() int { return int(g.inflight.Load()) + g.ext.inFlight() }
 
 // Ready reports whether completions may be waiting for Reap.
 func (g *Ring) Ready() bool {
+	if g.ext.ready() {
+		return true
+	}
 	if g.inflight.Load() == 0 {
 		return false
 	}
@@ -198,9 +205,13 @@ func (g *Ring) start(i int32) bool {
 	}
 }
 
-// Reap completes the requests the kernel has finished (calling their Done) and returns
-// how many. It does not block.
+// Reap completes the requests the kernel (or librbd) has finished (calling their Done)
+// and returns how many. It does not block.
 func (g *Ring) Reap() int {
+	return g.ext.reap() + g.reapAIO()
+}
+
+func (g *Ring) reapAIO() int {
 	if g.inflight.Load() == 0 {
 		return 0
 	}
@@ -270,6 +281,7 @@ func (g *Ring) ioError(sl *ringSlot, errno unix.Errno) error {
 
 // Close waits for the requests in flight (reaping them) and destroys the context.
 func (g *Ring) Close() error {
+	g.ext.close()
 	for g.inflight.Load() > 0 {
 		var ts unix.Timespec
 		ts.Nsec = 10e6

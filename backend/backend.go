@@ -55,6 +55,7 @@ const (
 	KindBlock  Kind = "block"  // a block device
 	KindNull   Kind = "null"   // reads return zeroes, writes are dropped
 	KindMemory Kind = "memory" // sparse, process-lifetime memory bounded by Spec.Size
+	KindRBD    Kind = "rbd"    // a Ceph RBD image (the ceph build only: see RBDSpec)
 )
 
 // Spec says which backend to open and how.
@@ -79,6 +80,14 @@ type Spec struct {
 	// Logger receives warnings (for example the fall back to buffered I/O) and the
 	// backend's open/close messages. nil means slog.Default().
 	Logger *slog.Logger
+
+	// RBD is the image of a KindRBD backend (rbd only).
+	RBD RBDSpec
+	// OnResize, when set, is called when the backend's capacity changes under it (an RBD
+	// image resized with `rbd resize`), with the new capacity in blocks; NumBlocks returns
+	// it from then on. It is called from the backend's own goroutine, one call at a time;
+	// it must not block on the backend's I/O.
+	OnResize func(blocks uint64)
 
 	// sys, when set, replaces the system calls of the file and block backends (tests
 	// inject faults and count calls with it).
@@ -112,6 +121,11 @@ type Info struct {
 	// Inline reports that requests complete without blocking, so an Executor runs them in
 	// the submitting goroutine.
 	Inline bool
+	// Async reports that the backend completes requests on its own (a library's threads
+	// hand them to one goroutine of the backend, or to a Ring's owner): an Executor starts
+	// them in Submit and needs no workers, and the number in flight is bounded by the
+	// callers, not by threads (rbd).
+	Async bool
 }
 
 // Describer is implemented by backends that describe themselves; every backend in this
@@ -159,10 +173,12 @@ func Open(s Spec) (Backend, error) {
 		return openNull(s)
 	case KindMemory:
 		return openMemory(s)
+	case KindRBD:
+		return openRBD(s)
 	case "":
-		return nil, errors.New("backend: kind is empty; want file, block, null or memory")
+		return nil, errors.New("backend: kind is empty; want file, block, null, memory or rbd")
 	}
-	return nil, fmt.Errorf("backend: unknown kind %q; want file, block, null or memory", s.Kind)
+	return nil, fmt.Errorf("backend: unknown kind %q; want file, block, null, memory or rbd", s.Kind)
 }
 
 // checkLBASize validates s.LBASize (0 is replaced by def) and returns it with its log2.

@@ -1,5 +1,6 @@
-// Package backend owns the storage behind a namespace: a regular file, a block device, or
-// for tests and benchmarks a null sink or a sparse in-memory store.
+// Package backend owns the storage behind a namespace: a regular file, a block device, a
+// Ceph RBD image (in the ceph build), or for tests and benchmarks a null sink or a sparse
+// in-memory store.
 //
 // A Backend reads and writes whole logical blocks between the device and buffers the caller
 // provides. In the target those buffers are slices of the pinned, RDMA-registered buffer
@@ -16,8 +17,17 @@
 // native asynchronous I/O) with Executor.SubmitRing, and reap their completions itself:
 // no worker goroutine, no hand-off between threads.
 //
+// The rbd backend (files rbd*.go; built with the tags ceph and pacific, as `make
+// build-ceph` does, and otherwise an error naming that build) is asynchronous by nature:
+// librbd's aio calls take every request, and their completions, which arrive on librbd's
+// threads, are queued in C and taken in batches by one goroutine per RADOS connection — or,
+// for requests submitted with SubmitRing, by the Ring's owner, woken through the Ring's
+// eventfd like for its own completions. Images opened with the same cluster and client
+// share one RADOS connection. An image watch reports `rbd resize` to Spec.OnResize.
+//
 // Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned or an errno from the kernel;
 // Status turns any of them into the NVMe completion status the target reports.
 //
-// The package imports nvmeproto for status codes and nothing else from gonvmf.
+// The package imports nvmeproto for status codes and nothing else from gonvmf; the ceph
+// build adds github.com/ceph/go-ceph (and links librados and librbd).
 package backend

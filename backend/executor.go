@@ -53,8 +53,9 @@ type Request struct {
 	Ranges []Range
 	// Err is the outcome, set before Done is called. Status(r.Op, r.Err) is the NVMe status.
 	Err error
-	// Done is called exactly once when the request completes, from a worker goroutine or,
-	// for inline backends, from Submit before it returns. Done must be quick and must not
+	// Done is called exactly once when the request completes, from a worker goroutine,
+	// for inline backends from Submit before it returns, for asynchronous ones (rbd) from
+	// the backend's completion goroutine (or Submit, for a request failing its checks). Done must be quick and must not
 	// call Submit on the same Executor (with a full queue that deadlocks).
 	Done func(*Request)
 }
@@ -62,10 +63,12 @@ type Request struct {
 // Executor runs Requests against a Backend on a bounded pool of worker goroutines, so a
 // transport keeps many commands in flight while each worker blocks in one system call.
 // For backends that never block (Info.Inline: null, memory) it runs each request inline in
-// Submit instead: Done is then called before Submit returns.
+// Submit instead: Done is then called before Submit returns. Backends that complete
+// requests on their own (Info.Async: rbd) get them straight from Submit, without workers.
 type Executor struct {
 	b      Backend
 	inline bool
+	async  asyncStarter // the backend starts requests itself (Info.Async)
 	ch     chan *Request
 	mu     sync.RWMutex // held shared by Submit, exclusively by Close
 	closed bool
@@ -80,6 +83,10 @@ type Executor struct {
 func NewExecutor(b Backend, workers, depth int) *Executor {
 	info := Describe(b)
 	e := &Executor{b: b, inline: info.Inline}
+	if a, ok := b.(asyncStarter); ok {
+		e.async = a
+		return e
+	}
 	if e.inline {
 		return e
 	}
@@ -110,6 +117,12 @@ func (e *Executor) Submit(r *Request) {
 		r.Done(r)
 		return
 	}
+	if e.async != nil {
+		e.active.Add(1)
+		e.mu.RUnlock()
+		e.async.start(r, e, nil)
+		return
+	}
 	if e.inline {
 		e.active.Add(1)
 		e.mu.RUnlock()
@@ -121,13 +134,45 @@ func (e *Executor) Submit(r *Request) {
 	e.mu.RUnlock()
 }
 
+// asyncStarter is a backend that completes requests on its own (Info.Async): rbd.
+type asyncStarter interface {
+	// start begins r and returns without waiting for it. The request ends with
+	// e.complete, called once: from Submit's goroutine when it fails before reaching the
+	// backend's library, otherwise from the backend's completion goroutine, or from g's
+	// owner (in g.Reap) when g is not nil. e is nil for a synchronous call.
+	start(r *Request, e *Executor, g *Ring)
+}
+
+// complete ends a request of an asynchronous backend: its outcome, its Done, then the
+// executor's account of requests in flight (e may be nil: a synchronous call).
+func (e *Executor) complete(r *Request, err error) {
+	r.Err = err
+	r.Done(r)
+	if e != nil {
+		e.active.Done()
+	}
+}
+
 // SubmitRing is Submit through the asynchronous I/O ring g when the request can run
 // there (a read or write, on a file or block backend opened with O_DIRECT, with room in
-// the ring); Done is then called by g.Reap on g's owner goroutine. Otherwise, and when g
-// is nil, it is Submit. Close waits for ring requests as for any other.
+// the ring; any request of an rbd backend); Done is then called by g.Reap on g's owner
+// goroutine. Otherwise, and when g is nil, it is Submit. Close waits for ring requests as
+// for any other.
 func (e *Executor) SubmitRing(g *Ring, r *Request) {
 	if g == nil || e.inline {
 		e.Submit(r)
+		return
+	}
+	if e.async != nil {
+		e.mu.RLock()
+		if e.closed {
+			e.mu.RUnlock()
+			e.Submit(r) // completes it with ErrClosed
+			return
+		}
+		e.active.Add(1)
+		e.mu.RUnlock()
+		e.async.start(r, e, g)
 		return
 	}
 	e.mu.RLock()

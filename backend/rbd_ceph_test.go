@@ -1,0 +1,494 @@
+//go:build ceph && linux && cgo
+
+package backend
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/internal/cephtest"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) { os.Exit(cephtest.Main(m)) }
+
+// testImage creates an image of size bytes for t in the test cluster's pool and returns
+// its spec (as the restricted client), removing the image when t ends.
+func testImage(t *testing.T, size string) (*cephtest.Cluster, RBDSpec) {
+	t.Helper()
+	c := cephtest.Get(t)
+	name := imageName(t)
+	if size != "" {
+		if _, err := c.Rbd("create", "--size", size, c.Pool+"/"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := c.Rbd("rm", "--no-progress", c.Pool+"/"+name); err != nil && size != "" {
+			t.Errorf("removing the test image: %v", err)
+		}
+	})
+	return c, RBDSpec{Pool: c.Pool, Image: name, Conf: c.Conf, User: c.User, Keyring: c.Keyring}
+}
+
+func imageName(t *testing.T) string {
+	var b [4]byte
+	rand.Read(b[:])
+	n := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	return fmt.Sprintf("%.60s-%s", n, hex.EncodeToString(b[:]))
+}
+
+func openRBDTest(t *testing.T, s Spec) Backend {
+	t.Helper()
+	s.Kind = KindRBD
+	b, err := Open(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestConformanceRBD(t *testing.T) {
+	for _, lba := range []uint32{512, 4096} {
+		t.Run(lbaName(lba), func(t *testing.T) {
+			_, rs := testImage(t, "8M")
+			runConformance(t, func(t *testing.T, ro bool) Backend {
+				return openRBDTest(t, Spec{RBD: rs, LBASize: lba, ReadOnly: ro})
+			}, lba, kindTraits{persistent: true, reopen: true})
+		})
+	}
+}
+
+// TestRBDExecutor: many requests in flight at once through an Executor, completed by the
+// connection's reaper, with no worker goroutines.
+func TestRBDExecutor(t *testing.T) {
+	_, rs := testImage(t, "16M")
+	b := openRBDTest(t, Spec{RBD: rs})
+	defer b.Close()
+	info := Describe(b)
+	if !info.Async || info.Workers != 0 || info.Inline || info.Kind != KindRBD || info.Path != rs.Name() {
+		t.Fatalf("Info = %+v; want an async rbd backend without workers named %s", info, rs.Name())
+	}
+	e := NewExecutor(b, 0, 0)
+	defer e.Close()
+
+	const n = 128 // in flight at once, each 16 KiB at its own offset
+	bufs := make([][]byte, n)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	submit := func(reqs []Request) {
+		wg.Add(len(reqs))
+		for i := range reqs {
+			reqs[i].Done = func(r *Request) {
+				if r.Err != nil {
+					failed.Add(1)
+					t.Errorf("%s slba %d: %v", r.Op, r.SLBA, r.Err)
+				}
+				wg.Done()
+			}
+			e.Submit(&reqs[i])
+		}
+		wg.Wait()
+	}
+	writes := make([]Request, n)
+	for i := range writes {
+		bufs[i] = alignedBuf(16 << 10)
+		fill(bufs[i], byte(i))
+		writes[i] = Request{Op: OpWrite, SLBA: uint64(i) * 32, Buf: bufs[i], FUA: i%3 == 0}
+	}
+	submit(writes)
+	submit([]Request{{Op: OpFlush}})
+	reads := make([]Request, n)
+	got := make([][]byte, n)
+	for i := range reads {
+		got[i] = alignedBuf(16 << 10)
+		reads[i] = Request{Op: OpRead, SLBA: uint64(i) * 32, Buf: got[i], NLB: 32}
+	}
+	submit(reads)
+	for i := range got {
+		if !bytes.Equal(got[i], bufs[i]) {
+			t.Fatalf("request %d: read back differs from what was written", i)
+		}
+	}
+	// Deallocate with ranges, some empty; write zeroes; both read back as zeroes where
+	// librbd discards whole objects or zeroes (write zeroes always).
+	submit([]Request{
+		{Op: OpWriteZeroes, SLBA: 32, NLB: 32},
+		{Op: OpDeallocate, Ranges: []Range{{SLBA: 64 * 32, NLB: 0}, {SLBA: 64 * 32, NLB: 32}, {SLBA: 100 * 32, NLB: 64}}},
+	})
+	r := alignedBuf(16 << 10)
+	if err := b.ReadBlocks(r, 32); err != nil || !isZero(r) {
+		t.Fatalf("after write zeroes: err %v, zero %v", err, isZero(r))
+	}
+	if err := b.ReadBlocks(r, 0); err != nil || !bytes.Equal(r, bufs[0]) {
+		t.Fatalf("the block before write zeroes: err %v, unchanged %v", err, bytes.Equal(r, bufs[0]))
+	}
+	// A bad request fails alone, at once, with the executor's usual errors.
+	bad := []Request{
+		{Op: OpRead, SLBA: b.NumBlocks(), Buf: alignedBuf(512)},
+		{Op: OpDeallocate, Ranges: []Range{{SLBA: 0, NLB: 1}, {SLBA: b.NumBlocks(), NLB: 1}}},
+		{Op: OpWrite, Buf: alignedBuf(4096), NLB: 3},
+		{Op: Op(99)},
+	}
+	want := []error{ErrLBAOutOfRange, ErrLBAOutOfRange, ErrUnaligned, ErrInvalidOp}
+	for i := range bad {
+		done := make(chan struct{})
+		bad[i].Done = func(*Request) { close(done) }
+		e.Submit(&bad[i])
+		<-done
+		if !errors.Is(bad[i].Err, want[i]) {
+			t.Errorf("bad request %d: err = %v, want %v", i, bad[i].Err, want[i])
+		}
+	}
+	e.Close()
+	done := make(chan struct{})
+	late := &Request{Op: OpFlush, Done: func(*Request) { close(done) }}
+	e.Submit(late)
+	<-done
+	if !errors.Is(late.Err, ErrClosed) {
+		t.Errorf("submit after Close: err = %v, want ErrClosed", late.Err)
+	}
+}
+
+// TestRBDRing: requests submitted through a Ring complete only in its owner's Reap, and
+// librbd signals the ring's eventfd.
+func TestRBDRing(t *testing.T) {
+	_, rs := testImage(t, "8M")
+	b := openRBDTest(t, Spec{RBD: rs, LBASize: 4096})
+	defer b.Close()
+	e := NewExecutor(b, 0, 0)
+	defer e.Close()
+	h := newRingHarness(t, 4)
+	owner := make(chan struct{}) // closed while the test goroutine may run Done
+	var outside atomic.Int32
+
+	const n = 32 // more than the ring's depth: rbd requests are not bounded by it
+	w := make([][]byte, n)
+	reqs := make([]Request, n)
+	for i := range reqs {
+		w[i] = alignedBuf(8192)
+		fill(w[i], byte(i+1))
+		reqs[i] = Request{Op: OpWrite, SLBA: uint64(i) * 2, Buf: w[i], FUA: i%2 == 1, Done: func(r *Request) {
+			select {
+			case <-owner:
+			default:
+				outside.Add(1)
+			}
+			if r.Err != nil {
+				t.Errorf("write %d: %v", i, r.Err)
+			}
+			h.done.Add(1)
+		}}
+		e.SubmitRing(h.g, &reqs[i])
+	}
+	if h.g.InFlight() == 0 {
+		t.Fatal("InFlight = 0 with rbd requests submitted")
+	}
+	// Nothing completes until the owner reaps, however long it waits.
+	time.Sleep(200 * time.Millisecond)
+	if h.done.Load() != 0 {
+		t.Fatalf("%d requests completed before Reap", h.done.Load())
+	}
+	if !h.g.Ready() {
+		t.Fatal("Ready = false with completions queued")
+	}
+	var cnt [8]byte
+	if _, err := unix.Read(h.efd, cnt[:]); err != nil {
+		t.Fatalf("the ring's eventfd was not signalled: %v", err)
+	}
+	close(owner)
+	h.wait(n)
+	if outside.Load() != 0 {
+		t.Fatalf("%d requests completed outside Reap", outside.Load())
+	}
+	// Read back through the ring, then flush and a ranged deallocate.
+	h.done.Store(0)
+	r := make([][]byte, n)
+	for i := range reqs {
+		r[i] = alignedBuf(8192)
+		reqs[i] = Request{Op: OpRead, SLBA: uint64(i) * 2, Buf: r[i], Done: reqs[i].Done}
+		e.SubmitRing(h.g, &reqs[i])
+	}
+	h.wait(n)
+	for i := range r {
+		if !bytes.Equal(r[i], w[i]) {
+			t.Fatalf("read %d differs from what was written", i)
+		}
+	}
+	h.done.Store(0)
+	reqs[0] = Request{Op: OpFlush, Done: reqs[0].Done}
+	reqs[1] = Request{Op: OpDeallocate, Ranges: []Range{{0, 2}, {4, 2}}, Done: reqs[1].Done}
+	e.SubmitRing(h.g, &reqs[0])
+	e.SubmitRing(h.g, &reqs[1])
+	h.wait(2)
+	if h.g.InFlight() != 0 {
+		t.Errorf("InFlight = %d after every request was reaped", h.g.InFlight())
+	}
+}
+
+// TestRBDSubmitAllocs: a request through the Executor allocates nothing in steady state.
+func TestRBDSubmitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	_, rs := testImage(t, "8M")
+	b := openRBDTest(t, Spec{RBD: rs})
+	defer b.Close()
+	e := NewExecutor(b, 0, 0)
+	defer e.Close()
+	done := make(chan *Request, 1)
+	req := &Request{Op: OpWrite, SLBA: 8, Buf: alignedBuf(4096), Done: func(r *Request) { done <- r }}
+	ops := []Op{OpWrite, OpRead, OpWriteZeroes, OpDeallocate, OpFlush}
+	i := 0
+	run := func() {
+		req.Op = ops[i%len(ops)]
+		req.NLB, req.FUA = 0, i%2 == 0
+		if req.Op == OpWriteZeroes || req.Op == OpDeallocate {
+			req.NLB = 8
+		}
+		i++
+		e.Submit(req)
+		<-done
+		if req.Err != nil {
+			t.Fatal(req.Err)
+		}
+	}
+	for range 10 {
+		run()
+	}
+	if allocs := testing.AllocsPerRun(100, run); allocs != 0 {
+		t.Errorf("%v allocations per request, want 0", allocs)
+	}
+}
+
+// TestRBDResize: `rbd resize` reaches the backend through the image watch.
+func TestRBDResize(t *testing.T) {
+	c, rs := testImage(t, "8M")
+	sizes := make(chan uint64, 4)
+	b := openRBDTest(t, Spec{RBD: rs, LBASize: 4096, OnResize: func(n uint64) { sizes <- n }})
+	defer b.Close()
+	if b.NumBlocks() != 2048 {
+		t.Fatalf("NumBlocks = %d, want 2048", b.NumBlocks())
+	}
+	w := alignedBuf(4096)
+	fill(w, 1)
+	if err := b.WriteBlocks(w, 2048, false); !errors.Is(err, ErrLBAOutOfRange) {
+		t.Fatalf("write past the end before the resize: %v", err)
+	}
+	wait := func(want uint64) {
+		t.Helper()
+		select {
+		case n := <-sizes:
+			if n != want {
+				t.Fatalf("OnResize(%d), want %d", n, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no OnResize(%d) within 20 s", want)
+		}
+		if b.NumBlocks() != want {
+			t.Fatalf("NumBlocks = %d after OnResize(%d)", b.NumBlocks(), want)
+		}
+	}
+	if _, err := c.Rbd("resize", "--no-progress", "--size", "16M", rs.Pool+"/"+rs.Image); err != nil {
+		t.Fatal(err)
+	}
+	wait(4096)
+	if err := b.WriteBlocks(w, 4000, true); err != nil {
+		t.Fatalf("write to the grown part: %v", err)
+	}
+	r := alignedBuf(4096)
+	if err := b.ReadBlocks(r, 4000); err != nil || !bytes.Equal(r, w) {
+		t.Fatalf("read back from the grown part: err %v, equal %v", err, bytes.Equal(r, w))
+	}
+	if _, err := c.Rbd("resize", "--no-progress", "--allow-shrink", "--size", "4M", rs.Pool+"/"+rs.Image); err != nil {
+		t.Fatal(err)
+	}
+	wait(1024)
+	if err := b.ReadBlocks(r, 1024); !errors.Is(err, ErrLBAOutOfRange) {
+		t.Fatalf("read past the shrunk end: %v", err)
+	}
+	// A header update that is not a resize (a snapshot) calls nothing.
+	if _, err := c.Rbd("snap", "create", rs.Pool+"/"+rs.Image+"@s"); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Rbd("snap", "rm", "--no-progress", rs.Pool+"/"+rs.Image+"@s")
+	select {
+	case n := <-sizes:
+		t.Fatalf("OnResize(%d) after a snapshot", n)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestRBDCreate: create_size makes a missing image, and leaves an existing one alone.
+func TestRBDCreate(t *testing.T) {
+	c, rs := testImage(t, "")
+	rs.CreateSize = 12 << 20
+	b := openRBDTest(t, Spec{RBD: rs})
+	if b.NumBlocks() != 12<<20/512 {
+		t.Errorf("created image: NumBlocks = %d, want %d", b.NumBlocks(), 12<<20/512)
+	}
+	b.Close()
+	out, err := c.Rbd("info", rs.Pool+"/"+rs.Image)
+	if err != nil || !strings.Contains(out, "size 12 MiB") {
+		t.Fatalf("rbd info after create: %v\n%s", err, out)
+	}
+	rs.CreateSize = 32 << 20
+	b = openRBDTest(t, Spec{RBD: rs})
+	defer b.Close()
+	if b.NumBlocks() != 12<<20/512 {
+		t.Errorf("existing image with create_size: NumBlocks = %d, want its own %d", b.NumBlocks(), 12<<20/512)
+	}
+}
+
+// TestRBDSharedConnection: images opened with the same cluster and client share one RADOS
+// connection, which goes with the last of them.
+func TestRBDSharedConnection(t *testing.T) {
+	_, a := testImage(t, "4M")
+	_, b := testImage(t, "4M")
+	key := rbdConnKey{a.Conf, a.User, a.Keyring}
+	conns := func() (int, int) {
+		rbdConns.mu.Lock()
+		defer rbdConns.mu.Unlock()
+		if c := rbdConns.byKey[key]; c != nil {
+			return len(rbdConns.byKey), c.refs
+		}
+		return len(rbdConns.byKey), 0
+	}
+	n0, _ := conns()
+	ba := openRBDTest(t, Spec{RBD: a})
+	bb := openRBDTest(t, Spec{RBD: b, ReadOnly: true})
+	if n, refs := conns(); n != n0+1 || refs != 2 {
+		t.Errorf("two images: %d connections (%d before), %d references; want one more, 2", n, n0, refs)
+	}
+	ba.Close()
+	if _, refs := conns(); refs != 1 {
+		t.Errorf("one image left: %d references, want 1", refs)
+	}
+	bb.Close()
+	if n, _ := conns(); n != n0 {
+		t.Errorf("no image left: %d connections, want %d", n, n0)
+	}
+}
+
+// TestRBDErrors: what a user gets wrong is named, with the fix.
+func TestRBDErrors(t *testing.T) {
+	c, rs := testImage(t, "4M")
+	dir := t.TempDir()
+	// A cluster nobody runs: a ceph.conf whose monitor port has no listener.
+	noCluster := filepath.Join(dir, "nocluster.conf")
+	os.WriteFile(noCluster, []byte("[global]\nmon host = v2:127.0.0.1:9\nauth client required = none\n"), 0o644)
+	badKeyring := filepath.Join(dir, "bad.keyring")
+	os.WriteFile(badKeyring, []byte("[client."+c.User+"]\n\tkey = AQBo2x9mAAAAABAAm3m3BvvCyUn8t6AVmWmWxQ==\n"), 0o600)
+	cases := []struct {
+		name string
+		spec Spec
+		want []string
+	}{
+		{"no pool", Spec{RBD: RBDSpec{Image: "x"}}, []string{"needs a pool"}},
+		{"no image", Spec{RBD: RBDSpec{Pool: "p"}}, []string{`pool "p" needs an image`}},
+		{"size", Spec{RBD: rs, Size: 1 << 20}, []string{rs.Name(), "create_size", "rbd resize"}},
+		{"create read-only", Spec{RBD: RBDSpec{Pool: "p", Image: "i", CreateSize: 1 << 20}, ReadOnly: true}, []string{"create_size with read_only"}},
+		{"lba size", Spec{RBD: rs, LBASize: 1000}, []string{"lba size 1000"}},
+		{"missing image", Spec{RBD: RBDSpec{Pool: rs.Pool, Image: "no-such-image", Conf: rs.Conf, User: rs.User, Keyring: rs.Keyring}},
+			[]string{rs.Pool + "/no-such-image", `no image "no-such-image" in pool "` + rs.Pool + `"`, "rbd create", "create_size"}},
+		{"missing image in namespace", Spec{RBD: RBDSpec{Pool: rs.Pool, Namespace: "nons", Image: "img", Conf: rs.Conf}},
+			[]string{rs.Pool + "/nons/img", `(namespace "nons")`}},
+		{"missing pool", Spec{RBD: RBDSpec{Pool: "no-such-pool", Image: "img", Conf: rs.Conf}},
+			[]string{`pool "no-such-pool" does not exist`, "ceph osd pool create no-such-pool"}},
+		{"missing conf", Spec{RBD: RBDSpec{Pool: rs.Pool, Image: rs.Image, Conf: filepath.Join(dir, "none.conf")}},
+			[]string{"reading ceph.conf", "none.conf", "ceph_conf"}},
+		{"no cluster", Spec{RBD: RBDSpec{Pool: rs.Pool, Image: rs.Image, Conf: noCluster, ConnectTimeout: 2 * time.Second}},
+			[]string{"connecting to the Ceph cluster as client.admin", noCluster, "monitors", "127.0.0.1:9"}},
+		{"wrong key", Spec{RBD: RBDSpec{Pool: rs.Pool, Image: rs.Image, Conf: rs.Conf, User: rs.User, Keyring: badKeyring}},
+			[]string{"client." + c.User, "key", badKeyring}},
+		{"no caps", Spec{RBD: RBDSpec{Pool: "device_health_metrics", Image: "img", Conf: rs.Conf, User: rs.User, Keyring: rs.Keyring}},
+			[]string{"ceph auth caps client." + c.User}},
+	}
+	for _, tc := range cases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			s := tc.spec
+			s.Kind = KindRBD
+			s.Logger = slog.New(slog.DiscardHandler)
+			b, err := Open(s)
+			if err == nil {
+				b.Close()
+				t.Fatal("Open succeeded")
+			}
+			t.Log(err)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	rbdConns.mu.Lock()
+	defer rbdConns.mu.Unlock()
+	if n := len(rbdConns.byKey); n != 0 {
+		t.Errorf("%d connections left after failed opens", n)
+	}
+}
+
+// TestRBDOpenTimeout: an image open the OSDs do not answer fails after ConnectTimeout with
+// the fix named, and the abandoned open cleans up after itself once they answer.
+func TestRBDOpenTimeout(t *testing.T) {
+	c, rs := testImage(t, "4M")
+	b, err := os.ReadFile(filepath.Join(c.Dir, "run", "osd.0.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil {
+		t.Fatal(err)
+	}
+	rs.User, rs.Keyring = "", "" // client.admin: a connection of its own
+	rs.ConnectTimeout = 2 * time.Second
+	key := rbdConnKey{rs.Conf, rs.User, rs.Keyring}
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			unix.Kill(pid, unix.SIGCONT)
+		}
+	}()
+	start := time.Now()
+	_, err = Open(Spec{Kind: KindRBD, RBD: rs, Logger: slog.New(slog.DiscardHandler)})
+	took := time.Since(start)
+	unix.Kill(pid, unix.SIGCONT)
+	stopped = false
+	if err == nil || !strings.Contains(err.Error(), "no answer from the OSDs within 2s") || !strings.Contains(err.Error(), "ceph -s") {
+		t.Fatalf("Open with the OSD stopped: %v", err)
+	}
+	if took > 10*time.Second {
+		t.Errorf("Open took %s with a 2 s timeout", took)
+	}
+	// The open goes on in the background and releases the connection when it answers.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rbdConns.mu.Lock()
+		left := rbdConns.byKey[key]
+		rbdConns.mu.Unlock()
+		if left == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned open still holds its connection 30 s after the OSD resumed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// And the image opens normally again.
+	openRBDTest(t, Spec{RBD: rs}).Close()
+}
