@@ -57,22 +57,29 @@ func BenchmarkExecutor(b *testing.B) {
 }
 
 func runQD(b *testing.B, be Backend, op Op, qd int, blocks uint64) {
+	runQDSize(b, be, op, qd, blocks, 4096)
+}
+
+// runQDSize is runQD with requests of bs bytes at bs-aligned offsets (blocks counts 4 KiB
+// blocks).
+func runQDSize(b *testing.B, be Backend, op Op, qd int, blocks uint64, bs int) {
 	e := NewExecutor(be, 0, 0)
 	defer e.Close()
 	done := make(chan *Request, qd)
 	reqs := make([]Request, qd)
-	pool := alignedBuf(qd * 4096)
+	pool := alignedBuf(qd * bs)
+	per := uint64(bs / 4096)
 	rnd := uint64(88172645463325252)
 	next := func() uint64 { // xorshift64
 		rnd ^= rnd << 13
 		rnd ^= rnd >> 7
 		rnd ^= rnd << 17
-		return rnd % blocks
+		return rnd % (blocks / per) * per
 	}
 	for i := range reqs {
-		reqs[i] = Request{Op: op, Buf: pool[i*4096 : (i+1)*4096], Done: func(r *Request) { done <- r }}
+		reqs[i] = Request{Op: op, Buf: pool[i*bs : (i+1)*bs], Done: func(r *Request) { done <- r }}
 	}
-	b.SetBytes(4096)
+	b.SetBytes(int64(bs))
 	b.ReportAllocs()
 	b.ResetTimer()
 	inflight := 0

@@ -493,8 +493,10 @@ func TestRBDOpenTimeout(t *testing.T) {
 	openRBDTest(t, Spec{RBD: rs}).Close()
 }
 
-// BenchmarkRBD is BenchmarkExecutor's 4 KiB random reads and writes at queue depth 32 on
-// an rbd image of the test cluster (compare with its file-direct case on the same machine).
+// BenchmarkRBD is BenchmarkExecutor's random reads and writes at queue depth 32 (4 KiB)
+// and 8 (128 KiB) on an rbd image of the test cluster (compare with its file-direct case on
+// the same machine). CEPH_ARGS reaches the client's configuration
+// (CEPH_ARGS=--rbd_disable_zero_copy_writes=false, for one).
 func BenchmarkRBD(b *testing.B) {
 	const region = 64 << 20
 	c := cephtest.Get(b)
@@ -518,5 +520,6 @@ func BenchmarkRBD(b *testing.B) {
 	}
 	for _, op := range []Op{OpRead, OpWrite} {
 		b.Run(op.String()+"-4k", func(b *testing.B) { runQD(b, be, op, 32, region/4096) })
+		b.Run(op.String()+"-128k", func(b *testing.B) { runQDSize(b, be, op, 8, region/4096, 128<<10) })
 	}
 }
