@@ -65,13 +65,14 @@ const (
 	BackendBlock  = "block"  // a block device, O_DIRECT
 	BackendNull   = "null"   // reads return zeroes, writes are discarded: for benchmarks
 	BackendMemory = "memory" // anonymous memory, lost when the target stops
+	BackendRBD    = "rbd"    // a Ceph RBD image (the ceph build of gonvmf: make build-ceph)
 )
 
 // Namespace is one namespace of a subsystem.
 type Namespace struct {
 	// NSID is the namespace ID, 1..MaxNSID, unique in its subsystem. Required.
 	NSID uint32 `yaml:"nsid"`
-	// Backend is "file", "block", "null" or "memory". Required.
+	// Backend is "file", "block", "null", "memory" or "rbd". Required.
 	Backend string `yaml:"backend"`
 	// Path is the backing file or block device (file and block only; required there).
 	// A relative path in a file is taken relative to the file's directory; after Load it
@@ -80,8 +81,10 @@ type Namespace struct {
 	// Size is the capacity in bytes, a multiple of LBASize. Required for null and memory
 	// (memory: at most MaxMemorySize); optional for file, where the file is created or
 	// extended to Size (never truncated) and, when Size is 0, the file's own size is used;
-	// not allowed for block, whose size is the device's.
+	// not allowed for block and rbd, whose size is the device's or the image's.
 	Size Size `yaml:"size"`
+	// RBD is the Ceph RBD image of an rbd namespace (rbd only; required there).
+	RBD RBD `yaml:"rbd"`
 	// LBASize is the logical block size, 512 or 4096. Default 512.
 	LBASize uint32 `yaml:"lba_size"`
 	// ReadOnly makes the namespace write-protected.
@@ -94,6 +97,38 @@ type Namespace struct {
 	UUID  [16]byte `yaml:"uuid"`
 	NGUID [16]byte `yaml:"nguid"`
 	EUI64 [8]byte  `yaml:"eui64"`
+}
+
+// RBD names a Ceph RBD image and how to reach its cluster.
+type RBD struct {
+	// Pool is the RADOS pool holding the image. Required.
+	Pool string `yaml:"pool"`
+	// RadosNamespace is the RADOS namespace inside the pool; empty: the pool's default.
+	RadosNamespace string `yaml:"rados_namespace"`
+	// Image is the image's name. Required.
+	Image string `yaml:"image"`
+	// CephConf is the cluster's ceph.conf; empty: librados's search ($CEPH_CONF,
+	// /etc/ceph/ceph.conf). A relative path in a file is taken relative to the file's
+	// directory; after Load it is absolute.
+	CephConf string `yaml:"ceph_conf"`
+	// User is the Ceph client gonvmf connects as, without "client." (the rbd tool's --id);
+	// empty: admin. A leading "client." is dropped.
+	User string `yaml:"user"`
+	// Keyring is the keyring file with User's key; empty: what ceph.conf says. Relative
+	// paths as for CephConf.
+	Keyring string `yaml:"keyring"`
+	// CreateSize, when set, creates the image with this many bytes if it does not exist
+	// (an existing image keeps its size). A multiple of the namespace's LBA size; not with
+	// read_only. 0: the image must exist.
+	CreateSize Size `yaml:"create_size"`
+}
+
+// Name returns the image as the rbd tool writes it: pool/[rados_namespace/]image.
+func (r *RBD) Name() string {
+	if r.RadosNamespace != "" {
+		return r.Pool + "/" + r.RadosNamespace + "/" + r.Image
+	}
+	return r.Pool + "/" + r.Image
 }
 
 // Transport holds the transport tuning shared by every listener. See the package

@@ -287,6 +287,51 @@ func TestRelativePathFollowsTheConfigFile(t *testing.T) {
 	}
 }
 
+func TestRBDNamespace(t *testing.T) {
+	text := sub(`      - nsid: 1
+        backend: rbd
+        rbd:
+          pool: rbd
+          rados_namespace: tenant1
+          image: vol1
+          ceph_conf: ceph/ceph.conf
+          user: client.gonvmf
+          keyring: /etc/ceph/ceph.client.gonvmf.keyring
+          create_size: 10GiB
+      - {nsid: 2, backend: rbd, read_only: true, rbd: {pool: rbd, image: gold}}
+      - {nsid: 3, backend: rbd, read_only: true, rbd: {pool: rbd, image: gold}}
+`)
+	c, err := Parse([]byte(text), "/etc/gonvmf/target.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RBD{Pool: "rbd", RadosNamespace: "tenant1", Image: "vol1", CephConf: "/etc/gonvmf/ceph/ceph.conf",
+		User: "gonvmf", Keyring: "/etc/ceph/ceph.client.gonvmf.keyring", CreateSize: 10 * GiB}
+	if got := c.Subsystems[0].Namespaces[0].RBD; got != want {
+		t.Errorf("rbd = %+v\nwant %+v", got, want)
+	}
+	if n := c.Subsystems[0].Namespaces[0].RBD.Name(); n != "rbd/tenant1/vol1" {
+		t.Errorf("Name = %q", n)
+	}
+	if c.Subsystems[0].Namespaces[0].Size != 0 {
+		t.Errorf("size = %v, want 0 (the image's)", c.Subsystems[0].Namespaces[0].Size)
+	}
+	out := c.String()
+	for _, w := range []string{"rbd:\n", "pool: rbd\n", "rados_namespace: tenant1\n", "image: vol1\n", "ceph_conf: /etc/gonvmf/ceph/ceph.conf\n",
+		"user: gonvmf\n", "create_size: 10GiB", "# size: that of the image", "# user: admin", "# keyring: as ceph.conf says"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("String() lacks %q:\n%s", w, out)
+		}
+	}
+	again, err := Parse([]byte(out), "resolved.yaml")
+	if err != nil {
+		t.Fatalf("the resolved config does not parse: %v\n%s", err, numbered(out))
+	}
+	if !reflect.DeepEqual(exported(c), exported(again)) {
+		t.Errorf("round trip changed the config:\n%s\nbecame\n%s", out, again)
+	}
+}
+
 func TestReadOnlyNamespacesMayShareAFile(t *testing.T) {
 	mustParse(t, sub("      - {nsid: 1, backend: file, path: /srv/a.img, read_only: true}\n      - {nsid: 2, backend: file, path: /srv/a.img, read_only: true}\n"))
 }
@@ -356,7 +401,7 @@ func TestYAMLTagsMatchDecoder(t *testing.T) {
 		keys []string
 	}{
 		{Config{}, configKeys}, {Listener{}, listenerKeys}, {Subsystem{}, subsystemKeys},
-		{Namespace{}, namespaceKeys}, {Transport{}, transportKeys},
+		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys},
 	} {
 		typ := reflect.TypeOf(tc.v)
 		var tags []string
@@ -377,7 +422,7 @@ func TestReadmeListsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, transportKeys} {
+	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys} {
 		for _, k := range keys {
 			if !strings.Contains(string(b), "`"+k+"`") {
 				t.Errorf("README.md does not document `%s`", k)

@@ -47,7 +47,8 @@ var (
 	configKeys    = []string{"listeners", "subsystems", "transport"}
 	listenerKeys  = []string{"transport", "address", "port"}
 	subsystemKeys = []string{"nqn", "serial", "model", "allow_any_host", "hosts", "namespaces"}
-	namespaceKeys = []string{"nsid", "backend", "path", "size", "lba_size", "read_only", "uuid", "nguid", "eui64"}
+	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64"}
+	rbdKeys       = []string{"pool", "rados_namespace", "image", "ceph_conf", "user", "keyring", "create_size"}
 	transportKeys = []string{"queue_depth", "in_capsule_data_size", "max_io_size", "buffer_pool_size",
 		"poll_groups", "busy_poll", "max_io_queues", "keep_alive_timeout"}
 )
@@ -185,6 +186,8 @@ func (d *decoder) namespace(n *yaml.Node, path string, ns *Namespace) {
 			d.str(v, p, &ns.Path)
 		case "size":
 			d.size(v, p, &ns.Size)
+		case "rbd":
+			d.rbd(v, p, &ns.RBD)
 		case "lba_size":
 			if x, ok := d.uint(v, p, math.MaxUint32, lbaSizeRange); ok {
 				ns.LBASize = uint32(x)
@@ -197,6 +200,27 @@ func (d *decoder) namespace(n *yaml.Node, path string, ns *Namespace) {
 			d.id(v, p, ns.NGUID[:], func(s string) ([]byte, error) { b, err := ParseNGUID(s); return b[:], err }, "write an NGUID as 32 hex digits, e.g. 0123456789abcdef0123456789abcdef, or remove the field to derive one")
 		case "eui64":
 			d.id(v, p, ns.EUI64[:], func(s string) ([]byte, error) { b, err := ParseEUI64(s); return b[:], err }, "write an EUI-64 as 16 hex digits, e.g. 0123456789abcdef, or remove the field to derive one")
+		}
+	})
+}
+
+func (d *decoder) rbd(n *yaml.Node, path string, r *RBD) {
+	d.mapping(n, path, rbdKeys, func(key string, v *yaml.Node, p string) {
+		switch key {
+		case "pool":
+			d.str(v, p, &r.Pool)
+		case "rados_namespace":
+			d.str(v, p, &r.RadosNamespace)
+		case "image":
+			d.str(v, p, &r.Image)
+		case "ceph_conf":
+			d.str(v, p, &r.CephConf)
+		case "user":
+			d.str(v, p, &r.User)
+		case "keyring":
+			d.str(v, p, &r.Keyring)
+		case "create_size":
+			d.size(v, p, &r.CreateSize)
 		}
 	})
 }

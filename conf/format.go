@@ -66,6 +66,35 @@ func (c *Config) String() string {
 				w(2, "    # size: that of the file when the target starts", "")
 			case ns.Backend == BackendBlock:
 				w(2, "    # size: that of the device", "")
+			case ns.Backend == BackendRBD:
+				w(2, "    # size: that of the image", "")
+			}
+			if ns.Backend == BackendRBD {
+				r := ns.RBD
+				w(2, "    rbd:", "")
+				w(2, "      pool: "+yamlString(r.Pool), "")
+				if r.RadosNamespace != "" {
+					w(2, "      rados_namespace: "+yamlString(r.RadosNamespace), "")
+				}
+				w(2, "      image: "+yamlString(r.Image), "")
+				if r.CephConf != "" {
+					w(2, "      ceph_conf: "+yamlString(r.CephConf), "")
+				} else {
+					w(2, "      # ceph_conf: librados's search ($CEPH_CONF, /etc/ceph/ceph.conf)", "")
+				}
+				if r.User != "" {
+					w(2, "      user: "+yamlString(r.User), "")
+				} else {
+					w(2, "      # user: admin", "")
+				}
+				if r.Keyring != "" {
+					w(2, "      keyring: "+yamlString(r.Keyring), "")
+				} else {
+					w(2, "      # keyring: as ceph.conf says", "")
+				}
+				if r.CreateSize != 0 {
+					w(2, "      create_size: "+r.CreateSize.String(), r.CreateSize.Human())
+				}
 			}
 			w(2, fmt.Sprintf("    lba_size: %d", ns.LBASize), "")
 			w(2, fmt.Sprintf("    read_only: %t", ns.ReadOnly), "")

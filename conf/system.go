@@ -16,6 +16,8 @@ import (
 //   - block namespaces: the path is a block device that can be opened, not empty, whose
 //     logical block size is no larger than lba_size;
 //   - no two writable namespaces reach the same file or device through different paths;
+//   - rbd namespaces: the ceph_conf and keyring given can be read (the cluster itself is
+//     not contacted);
 //   - memory namespaces and the buffer pool fit in this machine's RAM, and the buffer pool
 //     can be pinned under RLIMIT_MEMLOCK.
 //
@@ -47,6 +49,8 @@ func (c *Config) CheckSystem() error {
 			case BackendMemory:
 				memTotal += ns.Size
 				memLast = p
+			case BackendRBD:
+				v.checkRBD(ns, p)
 			}
 			if fi == nil {
 				continue
@@ -78,6 +82,39 @@ func (c *Config) CheckSystem() error {
 			"raise the limit (ulimit -l unlimited; LimitMEMLOCK=infinity in a systemd unit), run as root, or lower buffer_pool_size")
 	}
 	return joinSorted(v.errs)
+}
+
+func (v *validator) checkRBD(ns *Namespace, p string) {
+	for _, f := range []struct{ field, path, what string }{
+		{"ceph_conf", ns.RBD.CephConf, "the cluster's ceph.conf"},
+		{"keyring", ns.RBD.Keyring, fmt.Sprintf("client.%s's keyring", cmpOr(ns.RBD.User, "admin"))},
+	} {
+		if f.path == "" {
+			continue
+		}
+		fp := p + ".rbd." + f.field
+		fi, err := os.Stat(f.path)
+		if err == nil && !fi.Mode().IsRegular() {
+			v.fail(fp, f.path, fmt.Sprintf("%s is not a regular file", f.path), "name "+f.what)
+			continue
+		}
+		if err == nil {
+			var fh *os.File
+			if fh, err = os.Open(f.path); err == nil {
+				fh.Close()
+			}
+		}
+		if err != nil {
+			v.fail(fp, f.path, fmt.Sprintf("cannot read %s: %v", f.path, err), "check the path of "+f.what+" and that the target's user may read it")
+		}
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func (v *validator) checkFile(ns *Namespace, p string) fs.FileInfo {

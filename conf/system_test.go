@@ -147,3 +147,21 @@ func TestCheckSystemMemory(t *testing.T) {
 		t.Errorf("namespaces larger than RAM together: %v", err)
 	}
 }
+
+func TestCheckSystemRBD(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "ceph.conf")
+	if err := os.WriteFile(conf, []byte("[global]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(rbd string) *Config {
+		return mustParse(t, "listeners: [{address: 10.99.0.1}]\nsubsystems:\n  - nqn: nqn.2024-01.com.example:sys\n    allow_any_host: true\n    namespaces:\n"+
+			"      - {nsid: 1, backend: rbd, rbd: {pool: rbd, image: vol1, "+rbd+"}}\n")
+	}
+	p0 := "subsystems[0].namespaces[0].rbd."
+	checkSystemErr(t, cfg(""), 0, "", "")
+	checkSystemErr(t, cfg("ceph_conf: "+conf), 0, "", "")
+	checkSystemErr(t, cfg("ceph_conf: "+filepath.Join(dir, "none.conf")), 6, p0+"ceph_conf", "cannot read")
+	checkSystemErr(t, cfg("ceph_conf: "+dir), 6, p0+"ceph_conf", "is not a regular file")
+	checkSystemErr(t, cfg("user: gonvmf, keyring: "+filepath.Join(dir, "none.keyring")), 6, p0+"keyring", "cannot read")
+}

@@ -391,6 +391,78 @@ func (v *validator) asciiField(p, s string, max int, what, fix string) {
 	}
 }
 
+// rbd validates an rbd namespace's image and cluster.
+func (v *validator) rbd(ns *Namespace, p string, lbaOK bool, own *idOwners) {
+	r := &ns.RBD
+	rp := p + ".rbd"
+	if r.Pool == "" && r.Image == "" && !v.explicit(rp) {
+		if !v.skip(rp) {
+			v.fail(rp, "", "missing", "name the image, e.g. rbd: {pool: rbd, image: vol1}")
+		}
+		return
+	}
+	nameOK := true
+	name := func(field, val, what, eg string, bad string) {
+		fp := rp + "." + field
+		switch {
+		case v.skip(fp):
+			nameOK = false
+		case val == "":
+			if eg != "" {
+				v.fail(fp, "", "missing", fmt.Sprintf("name the %s, e.g. %s: %s", what, field, eg))
+				nameOK = false
+			}
+		case strings.ContainsAny(val, bad) || strings.ContainsFunc(val, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+			v.fail(fp, val, fmt.Sprintf("%q is not a valid %s name: it contains a space, a control character or one of %q", val, what, bad),
+				"use the name the rbd tool shows (rbd ls -p POOL)")
+			nameOK = false
+		}
+	}
+	name("pool", r.Pool, "pool", "rbd", "/@")
+	name("rados_namespace", r.RadosNamespace, "RADOS namespace", "", "/@")
+	name("image", r.Image, "image", "vol1", "/@")
+	r.User = strings.TrimPrefix(r.User, "client.")
+	name("user", r.User, "Ceph client", "", "/@")
+	for _, f := range []struct {
+		field string
+		val   *string
+	}{{"ceph_conf", &r.CephConf}, {"keyring", &r.Keyring}} {
+		if *f.val == "" {
+			continue
+		}
+		if !filepath.IsAbs(*f.val) && v.c.File != "" {
+			*f.val = filepath.Join(filepath.Dir(v.c.File), *f.val)
+		}
+		*f.val = filepath.Clean(*f.val)
+	}
+	if (r.CreateSize != 0 || v.explicit(rp+".create_size")) && !v.skip(rp+".create_size") {
+		switch {
+		case ns.ReadOnly:
+			v.fail(rp+".create_size", r.CreateSize.String(), "a read-only namespace cannot create its image",
+				"create the image first (rbd create), or remove read_only")
+		case r.CreateSize == 0:
+			v.fail(rp+".create_size", "0", "an image of 0 bytes holds nothing", "give a size, e.g. create_size: 10GiB, or remove create_size")
+		case lbaOK && r.CreateSize%Size(ns.LBASize) != 0:
+			v.fail(rp+".create_size", r.CreateSize.String(), fmt.Sprintf("%s (%d bytes) is not a multiple of the LBA size %d",
+				r.CreateSize, uint64(r.CreateSize), ns.LBASize), fmt.Sprintf("use a multiple of %d, e.g. 10GiB", ns.LBASize))
+		}
+	}
+	if !nameOK {
+		return
+	}
+	// One image, one namespace (only read-only namespaces may share one), as for files.
+	key := "rbd:" + r.CephConf + "\x00" + r.Name()
+	if prev, dup := own.path[key]; dup && !(prev.readOnly && ns.ReadOnly) {
+		v.fail(rp+".image", r.Image, fmt.Sprintf("image %s is already the backing of %s", r.Name(), v.where(prev.p)),
+			"give each namespace its own image (only read-only namespaces may share one)")
+	} else if !dup {
+		own.path[key] = struct {
+			p        string
+			readOnly bool
+		}{p, ns.ReadOnly}
+	}
+}
+
 func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, nsids map[uint32]string, own *idOwners) {
 	// nsid
 	nsidOK := false
@@ -419,8 +491,12 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 		v.failRange(p+".lba_size", strconv.FormatUint(uint64(ns.LBASize), 10), lbaSizeRange)
 	}
 
-	// backend, path, size
+	// backend, path, size, rbd
 	sizeWritten := ns.Size != 0 || v.explicit(p+".size")
+	if ns.Backend != BackendRBD && ns.Backend != "" && (ns.RBD != (RBD{}) || v.explicit(p+".rbd")) {
+		v.fail(p+".rbd", "", fmt.Sprintf("rbd describes the image of an rbd namespace, not of a %s one", ns.Backend),
+			"remove rbd, or set backend: rbd")
+	}
 	switch ns.Backend {
 	case BackendFile, BackendBlock:
 		if ns.Path == "" {
@@ -462,13 +538,24 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 			v.fail(p+".size", ns.Size.String(), fmt.Sprintf("%s is more than the %s a memory namespace may have", ns.Size, Size(MaxMemorySize)),
 				"use a smaller size, or backend: null for benchmarks that need no data")
 		}
+	case BackendRBD:
+		if ns.Path != "" {
+			v.fail(p+".path", ns.Path, "rbd namespaces have no backing file: their image is named in rbd",
+				"remove path, and write rbd: {pool: rbd, image: vol1}")
+		}
+		if sizeWritten && !v.skip(p+".size") {
+			v.fail(p+".size", ns.Size.String(), "rbd namespaces take their size from the image",
+				"remove size: to create a missing image write rbd.create_size, to grow one use rbd resize")
+			sizeWritten = false
+		}
+		v.rbd(ns, p, lbaOK, own)
 	case "":
 		if !v.skip(p + ".backend") {
-			v.fail(p+".backend", "", "missing", "set backend to file, block, null or memory")
+			v.fail(p+".backend", "", "missing", "set backend to file, block, null, memory or rbd")
 		}
 	default:
-		fix := "use file, block, null or memory"
-		if lb := strings.ToLower(strings.TrimSpace(ns.Backend)); contains([]string{BackendFile, BackendBlock, BackendNull, BackendMemory}, lb) {
+		fix := "use file, block, null, memory or rbd"
+		if lb := strings.ToLower(strings.TrimSpace(ns.Backend)); contains([]string{BackendFile, BackendBlock, BackendNull, BackendMemory, BackendRBD}, lb) {
 			fix = "write it in lower case: " + lb
 		}
 		v.fail(p+".backend", ns.Backend, fmt.Sprintf("%q is not a backend", ns.Backend), fix)
