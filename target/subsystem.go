@@ -265,6 +265,16 @@ func openNamespace(t *Target, cn conf.Namespace) (*namespace, error) {
 		ReadOnly: cn.ReadOnly,
 		Workers:  t.workers,
 		Logger:   t.log,
+		RBD: backend.RBDSpec{
+			Pool: cn.RBD.Pool, Namespace: cn.RBD.RadosNamespace, Image: cn.RBD.Image,
+			Conf: cn.RBD.CephConf, User: cn.RBD.User, Keyring: cn.RBD.Keyring, CreateSize: uint64(cn.RBD.CreateSize),
+		},
+		// Hosts keep the capacity Identify reported at start: telling them of a change
+		// (Namespace Attribute Changed) belongs to the live control plane.
+		OnResize: func(blocks uint64) {
+			t.log.Warn("a namespace's backend changed size; hosts see the new capacity after gonvmf restarts",
+				"nsid", cn.NSID, "backend", cn.Backend, "blocks", blocks)
+		},
 	}
 	be, err := t.openBackend(spec)
 	if err != nil {
