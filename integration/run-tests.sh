@@ -98,6 +98,17 @@ if [ $build = 1 ] && ls "$SRC"/cmd/gonvmf/*.go > /dev/null 2>&1; then
 	command -v go > /dev/null || setup_failed "go is not installed (needed to build cmd/gonvmf)"
 	say "go build -o $GONVMF_BUILD/bin/gonvmf ./cmd/gonvmf"
 	gobuild go build -o "$GONVMF_BUILD/bin/gonvmf" ./cmd/gonvmf
+	# Suites with rbd in their name serve Ceph RBD images: they need the ceph build.
+	for s in "${selected[@]}"; do
+		case $s in *rbd*)
+			[ -f /usr/include/rbd/librbd.h ] ||
+				setup_failed "suite $s needs the ceph build: install librbd-dev and librados-dev (integration/vm/setup-host.sh)"
+			say "go build -tags ${CEPH_TAGS:-ceph,pacific} -o $GONVMF_BUILD/bin/gonvmf-ceph ./cmd/gonvmf"
+			gobuild go build -tags "${CEPH_TAGS:-ceph,pacific}" -o "$GONVMF_BUILD/bin/gonvmf-ceph" ./cmd/gonvmf
+			break
+			;;
+		esac
+	done
 fi
 rdma_pkgs=()
 if [ $wants_go_tests = 1 ]; then

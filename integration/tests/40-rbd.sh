@@ -1,0 +1,181 @@
+#!/bin/bash
+# 40-rbd: gonvmf's ceph build serves a Ceph RBD image to the Linux host over Soft-RoCE.
+# The guest has no network to reach a cluster on the build machine, so a single-node Ceph
+# cluster runs inside it (integration/ceph/cluster.sh: one mon, one memstore OSD, no mgr,
+# on 127.0.0.1; about a minute under TCG). gonvmf serves an rbd namespace (its image made
+# by create_size) next to a file namespace on the scratch disk; the host writes the rbd
+# namespace with fio crc32c headers and reads it back, gonvmf restarts and the data is read
+# back again from Ceph, and short 4 KiB random read and write runs on both namespaces give
+# rbd/file ratios measured in one guest ($OUT/numbers.txt).
+# vm: --timeout 1500 --disk 1G
+. "$SRC/integration/vm/guest-lib.sh"
+
+GONVMF=${GONVMF_BUILD:?}/bin/gonvmf-ceph
+NQN=nqn.2024-01.io.gonvmf:rbd
+PORT=4420
+CFG=$SCRATCH/gonvmf-rbd.yaml
+export GONVMF_CEPH_DIR=/tmp/ceph GONVMF_CEPH_STORE=memstore GONVMF_CEPH_MGR=0 GONVMF_CEPH_TIMEOUT=600
+CLUSTER=$SRC/integration/ceph/cluster.sh
+
+[ -x "$GONVMF" ] || {
+	fail gonvmf-ceph-binary "no executable $GONVMF (integration/run-tests.sh builds it for suites named *rbd*)"
+	finish
+}
+[ -n "${SCRATCH:-}" ] || {
+	fail scratch "no scratch disk (run with --disk)"
+	finish
+}
+
+# ---- the cluster ----
+log "starting a single-node Ceph cluster in $GONVMF_CEPH_DIR"
+on_exit "$CLUSTER" stop
+t0=$(date +%s)
+if timeout -k 10 900 "$CLUSTER" start > "$OUT/ceph-env.txt" 2> "$OUT/ceph-start.log"; then
+	pass ceph-start "up in $(($(date +%s) - t0)) s"
+else
+	fail ceph-start "$(tail -n 3 "$OUT/ceph-start.log" | tr '\n' ' ')"
+	cp -r "$GONVMF_CEPH_DIR/log" "$OUT/ceph-log" 2> /dev/null
+	finish
+fi
+. "$GONVMF_CEPH_DIR/env"
+
+cat > "$CFG" << EOF
+listeners:
+  - address: $RXE_IP
+    port: $PORT
+subsystems:
+  - nqn: $NQN
+    allow_any_host: true
+    namespaces:
+      - nsid: 1
+        backend: rbd
+        rbd:
+          pool: $GONVMF_CEPH_POOL
+          image: vol1
+          ceph_conf: $CEPH_CONF
+          user: $GONVMF_CEPH_USER
+          keyring: $GONVMF_CEPH_KEYRING
+          create_size: 256MiB
+      - nsid: 2
+        backend: file
+        path: $SCRATCH/file.img
+        size: 256MiB
+EOF
+cp "$CFG" "$OUT/gonvmf-rbd.yaml"
+check gonvmf-check "$GONVMF" check -q --config "$CFG"
+
+GONVMF_PID=
+SERVE_N=0
+gonvmf_start() {
+	SERVE_N=$((SERVE_N + 1))
+	SERVE_LOG=$OUT/gonvmf-$SERVE_N.log
+	"$GONVMF" serve --config "$CFG" > "$SERVE_LOG" 2>&1 &
+	GONVMF_PID=$!
+	wait_for 120 grep -q "serving 1 subsystem" "$SERVE_LOG" || {
+		echo "gonvmf did not start serving: $(tail -n 3 "$SERVE_LOG")" >&2
+		return 1
+	}
+	sleep 1 # TCG: give the server a head start
+}
+gonvmf_stop() {
+	[ -n "$GONVMF_PID" ] || return 0
+	local pid=$GONVMF_PID
+	GONVMF_PID=
+	kill -TERM "$pid" 2> /dev/null
+	for _ in $(seq 600); do
+		kill -0 "$pid" 2> /dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2> /dev/null; then
+		echo "gonvmf (pid $pid) still running 60 s after SIGTERM" >&2
+		kill -KILL "$pid"
+		return 1
+	fi
+	wait "$pid" && grep -q "rbd image closed" "$SERVE_LOG"
+}
+on_exit gonvmf_stop
+on_exit nvme_disconnect_all
+
+# devices: the host's /dev/nvmeXnY of namespaces 1 (rbd) and 2 (file), once both appear.
+devices() {
+	local d deadline=$(($(date +%s) + 60))
+	while :; do
+		d=$(wait_for_nvme_ns "$NQN" 5 2> /dev/null)
+		[ "$(echo "$d" | wc -l)" = 2 ] && echo "$d" && return 0
+		[ "$(date +%s)" -lt $deadline ] || return 1
+		sleep 0.5
+	done
+}
+
+fio_verify() { # <name> <dev> [--verify_only=1]
+	local name=$1 dev=$2
+	shift 2
+	timeout -k 10 600 fio --output-format=json --output="$OUT/fio-$name.json" \
+		--filename="$dev" --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 \
+		--verify_state_save=0 --randrepeat=1 --group_reporting=0 "$@" \
+		--name=4k-qd16 --rw=randwrite --bs=4k --iodepth=16 --offset=0 --size=4M \
+		--name=64k-qd8 --stonewall --rw=randwrite --bs=64k --iodepth=8 --offset=8M --size=16M \
+		--name=1m-qd4 --stonewall --rw=write --bs=1M --iodepth=4 --offset=32M --size=32M \
+		> "$OUT/fio-$name.log" 2>&1 || {
+		echo "fio $name failed: $(grep -E 'verify|error|bad' "$OUT/fio-$name.log" | head -n 3 | tr '\n' ' ')" >&2
+		return 1
+	}
+	python3 - "$OUT/fio-$name.json" << 'PY'
+import json, sys
+jobs = json.load(open(sys.argv[1]))["jobs"]
+bad = [j["jobname"] for j in jobs if j["error"] != 0]
+if bad:
+    sys.exit("jobs with errors: %s" % bad)
+for j in jobs:
+    if j["read"]["io_bytes"] == 0:
+        sys.exit("%s read nothing back: nothing was verified" % j["jobname"])
+PY
+}
+
+log "gonvmf serve: rbd image $GONVMF_CEPH_POOL/vol1 and a file on $RXE_IP:$PORT"
+check gonvmf-start gonvmf_start || finish
+grep -q "rbd image created" "$SERVE_LOG" && pass rbd-create "create_size made $GONVMF_CEPH_POOL/vol1" ||
+	fail rbd-create "no 'rbd image created' in $SERVE_LOG"
+connect() { nvme_connect "$NQN" $PORT > /dev/null; }
+check nvme-connect connect || finish
+devs=$(devices) || {
+	fail namespaces "the host did not see both namespaces"
+	finish
+}
+RBD_DEV=$(echo "$devs" | sed -n 1p)
+FILE_DEV=$(echo "$devs" | sed -n 2p)
+log "rbd namespace: $RBD_DEV, file namespace: $FILE_DEV"
+size=$(blockdev --getsize64 "$RBD_DEV")
+[ "$size" = $((256 << 20)) ] && pass rbd-size "256 MiB, the image's size" || fail rbd-size "$size bytes, want 256 MiB"
+
+check fio-verify-rbd fio_verify rbd "$RBD_DEV"
+
+# The data lives in Ceph, not in gonvmf: restart gonvmf, reconnect, read it back.
+check nvme-disconnect nvme_disconnect_all
+check gonvmf-stop gonvmf_stop
+check gonvmf-restart gonvmf_start || finish
+check nvme-reconnect connect || finish
+devs=$(devices) || {
+	fail namespaces-again "the host did not see both namespaces after the restart"
+	finish
+}
+RBD_DEV=$(echo "$devs" | sed -n 1p)
+FILE_DEV=$(echo "$devs" | sed -n 2p)
+check fio-verify-rbd-after-restart fio_verify rbd-again "$RBD_DEV" --verify_only=1
+
+# ---- rbd next to a file namespace, in this guest ----
+bench() { # <name> <dev> <rw>
+	timeout -k 10 120 fio --output-format=json --output="$OUT/fio-bench-$1-$3.json" --filename="$2" \
+		--ioengine=libaio --direct=1 --time_based --runtime=5 --ramp_time=1 --offset=0 --size=32M \
+		--name="$1-$3" --rw="$3" --bs=4k --iodepth=16 > "$OUT/fio-bench-$1-$3.log" 2>&1 &&
+		fio_summary "$OUT/fio-bench-$1-$3.json" >> "$OUT/numbers.txt"
+}
+check fio-prefill-file timeout -k 10 120 fio --name=prefill --filename="$FILE_DEV" --ioengine=libaio --direct=1 \
+	--rw=write --bs=1M --iodepth=4 --offset=0 --size=32M --output="$OUT/fio-prefill-file.log"
+for rw in randread randwrite; do
+	check "fio-$rw-rbd" bench rbd "$RBD_DEV" $rw
+	check "fio-$rw-file" bench file "$FILE_DEV" $rw
+done
+log "numbers (4 KiB, QD 16, 5 s, in this TCG guest):"
+cat "$OUT/numbers.txt"
+finish
