@@ -84,6 +84,29 @@ func (c *Config) CheckSystem() error {
 	return joinSorted(v.errs)
 }
 
+// CheckBackends reports every namespace whose backend this program lacks: missing maps a
+// backend name to the reason and fix (cmd/gonvmf passes rbd when it was built without
+// the ceph build tags). The errors are *FieldError values on the backend field, joined as
+// Parse does; c must come from Load, Parse or Resolve.
+func (c *Config) CheckBackends(missing map[string]string) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	if c.src == nil {
+		c.src = newSource()
+	}
+	v := &validator{c: c, src: c.src}
+	for i := range c.Subsystems {
+		for j, ns := range c.Subsystems[i].Namespaces {
+			if fix, ok := missing[ns.Backend]; ok {
+				v.fail(fmt.Sprintf("subsystems[%d].namespaces[%d].backend", i, j), ns.Backend,
+					fmt.Sprintf("this gonvmf has no %s backend", ns.Backend), fix)
+			}
+		}
+	}
+	return joinSorted(v.errs)
+}
+
 func (v *validator) checkRBD(ns *Namespace, p string) {
 	for _, f := range []struct{ field, path, what string }{
 		{"ceph_conf", ns.RBD.CephConf, "the cluster's ceph.conf"},

@@ -165,3 +165,16 @@ func TestCheckSystemRBD(t *testing.T) {
 	checkSystemErr(t, cfg("ceph_conf: "+dir), 6, p0+"ceph_conf", "is not a regular file")
 	checkSystemErr(t, cfg("user: gonvmf, keyring: "+filepath.Join(dir, "none.keyring")), 6, p0+"keyring", "cannot read")
 }
+
+func TestCheckBackends(t *testing.T) {
+	c := mustParse(t, "listeners: [{address: 10.99.0.1}]\nsubsystems:\n  - nqn: nqn.2024-01.com.example:sys\n    allow_any_host: true\n    namespaces:\n"+
+		"      - {nsid: 1, backend: null, size: 1MiB}\n      - nsid: 2\n        backend: rbd\n        rbd: {pool: rbd, image: vol1}\n")
+	if err := c.CheckBackends(nil); err != nil {
+		t.Errorf("CheckBackends(nil) = %v", err)
+	}
+	errs := Errors(c.CheckBackends(map[string]string{BackendRBD: "build gonvmf with make build-ceph"}))
+	if len(errs) != 1 || errs[0].Field != "subsystems[0].namespaces[1].backend" || errs[0].Line != 8 ||
+		!strings.Contains(errs[0].Error(), "this gonvmf has no rbd backend; build gonvmf with make build-ceph") {
+		t.Errorf("CheckBackends = %v", errs)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/urfave/cli/v2"
 )
@@ -31,6 +32,9 @@ func loadConfig(c *cli.Context, system bool) (*conf.Config, error) {
 	}
 	stderr := c.App.ErrWriter
 	cfg, err := conf.Load(path)
+	if err == nil {
+		err = cfg.CheckBackends(missingBackends())
+	}
 	if err == nil && system {
 		err = cfg.CheckSystem()
 	}
@@ -42,6 +46,15 @@ func loadConfig(c *cli.Context, system bool) (*conf.Config, error) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	return cfg, nil
+}
+
+// missingBackends names the backends this build of gonvmf lacks, with the fix.
+func missingBackends() map[string]string {
+	if backend.RBDAvailable {
+		return nil
+	}
+	return map[string]string{conf.BackendRBD: "rbd needs the ceph build of gonvmf: build it with make build-ceph " +
+		"(go build -tags ceph,pacific; needs Debian's librbd-dev and librados-dev)"}
 }
 
 // reportConfigErrors prints configuration errors one per line, then a count.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 )
 
@@ -20,6 +21,15 @@ func gonvmf(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
 	code = run(context.Background(), append([]string{"gonvmf"}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
+}
+
+func readFileString(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func writeFile(t *testing.T, name, text string) string {
@@ -39,6 +49,13 @@ func TestCheckExamples(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			code, out, errOut := gonvmf(t, "check", "--config", f)
+			if strings.Contains(readFileString(t, f), "backend: rbd") && !backend.RBDAvailable {
+				// A build without the rbd backend says which build serves the file.
+				if code != 1 || !strings.Contains(errOut, "this gonvmf has no rbd backend; rbd needs the ceph build of gonvmf: build it with make build-ceph") {
+					t.Errorf("check %s without the ceph build: exit %d\n%s", f, code, errOut)
+				}
+				return
+			}
 			if code != 0 {
 				t.Fatalf("check %s: exit %d\n%s", f, code, errOut)
 			}

@@ -87,19 +87,10 @@ func TestRBDPerfLoopVerify(t *testing.T) {
 // image named and the fix.
 func TestRBDMissingImage(t *testing.T) {
 	cfg := rbdLoopConfig(t, randomImage("missing"), "read_only: true")
-	cfg2 := strings.Replace(readFile(t, cfg), "          create_size: 64MiB\n", "", 1)
+	cfg2 := strings.Replace(readFileString(t, cfg), "          create_size: 64MiB\n", "", 1)
 	os.WriteFile(cfg, []byte(cfg2), 0o644)
 	code, out, errOut := gonvmf(t, "perf", "-t", "loop", "-c", cfg, "-T", "100ms", "--progress=false")
 	if code != 1 || !strings.Contains(errOut, "no image") || !strings.Contains(errOut, "rbd create") {
 		t.Errorf("exit %d\n%s\n%s", code, out, errOut)
 	}
-}
-
-func readFile(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
