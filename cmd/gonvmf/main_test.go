@@ -184,6 +184,10 @@ func TestVersionAndHelp(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "gonvmf ") || !strings.Contains(out, runtime.Version()) {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
+	if want := map[bool]string{true: "\nbackends: file block null memory rbd (the ceph build)\n",
+		false: "\nbackends: file block null memory (no rbd: make build-ceph builds it)\n"}[backend.RBDAvailable]; !strings.Contains(out, want) {
+		t.Errorf("version: %q lacks %q", out, want)
+	}
 	code, out, _ = gonvmf(t, "--help")
 	for _, cmd := range []string{"check", "serve", "version", "--log-level"} {
 		if code != 0 || !strings.Contains(out, cmd) {

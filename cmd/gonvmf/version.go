@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/urfave/cli/v2"
 )
 
@@ -64,7 +65,16 @@ func versionCommand() *cli.Command {
 				return usageError("version takes no arguments")
 			}
 			fmt.Fprintln(c.App.Writer, "gonvmf", versionString())
+			fmt.Fprintln(c.App.Writer, "backends:", backendsString())
 			return nil
 		},
 	}
+}
+
+// backendsString lists the namespace backends of this build.
+func backendsString() string {
+	if backend.RBDAvailable {
+		return "file block null memory rbd (the ceph build)"
+	}
+	return "file block null memory (no rbd: make build-ceph builds it)"
 }
