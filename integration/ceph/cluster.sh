@@ -17,7 +17,7 @@
 # Tests read that file (or the same variables from the environment) to find the cluster.
 #
 # Options (environment): GONVMF_CEPH_PORT (mon's msgr2 port, default 3300),
-# GONVMF_CEPH_STORE (bluestore | memstore, default bluestore),
+# GONVMF_CEPH_STORE (bluestore | memstore, default bluestore; see README.md here),
 # GONVMF_CEPH_OSD_SIZE (BlueStore file size, sparse, default 8G),
 # GONVMF_CEPH_TIMEOUT (seconds to wait for the cluster, default 120),
 # GONVMF_CEPH_MGR (0: no mgr; RBD I/O does not need it, a TCG guest starts faster without it).
