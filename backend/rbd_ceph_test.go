@@ -440,10 +440,15 @@ func TestRBDErrors(t *testing.T) {
 	}
 }
 
-// TestRBDOpenTimeout: an image open the OSDs do not answer fails after ConnectTimeout with
-// the fix named, and the abandoned open cleans up after itself once they answer.
+// TestRBDOpenTimeout: an image open the OSDs do not answer (the OSD is stopped) fails after
+// ConnectTimeout with the fix named, and the abandoned open cleans up after itself once
+// they answer.
 func TestRBDOpenTimeout(t *testing.T) {
-	c, rs := testImage(t, "4M")
+	c := cephtest.Private(t) // its OSD is stopped: not the one other packages' tests use
+	if _, err := c.Rbd("create", "--size", "4M", c.Pool+"/img"); err != nil {
+		t.Fatal(err)
+	}
+	rs := RBDSpec{Pool: c.Pool, Image: "img", Conf: c.Conf}
 	b, err := os.ReadFile(filepath.Join(c.Dir, "run", "osd.0.pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -452,7 +457,6 @@ func TestRBDOpenTimeout(t *testing.T) {
 	if _, err := fmt.Sscan(string(b), &pid); err != nil {
 		t.Fatal(err)
 	}
-	rs.User, rs.Keyring = "", "" // client.admin: a connection of its own
 	rs.ConnectTimeout = 2 * time.Second
 	key := rbdConnKey{rs.Conf, rs.User, rs.Keyring}
 	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
