@@ -8,9 +8,10 @@
 # back again from Ceph, and short 4 KiB random read and write runs on both namespaces give
 # rbd/file ratios measured in one guest ($OUT/numbers.txt).
 # vm: --timeout 1500 --disk 1G
+GONVMF_BIN=${GONVMF_BUILD:?}/bin/gonvmf-ceph # guest-lib's gonvmf_start runs it
 . "$SRC/integration/vm/guest-lib.sh"
 
-GONVMF=${GONVMF_BUILD:?}/bin/gonvmf-ceph
+GONVMF=$GONVMF_BIN
 NQN=nqn.2024-01.io.gonvmf:rbd
 PORT=4420
 CFG=$SCRATCH/gonvmf-rbd.yaml
@@ -64,47 +65,27 @@ EOF
 cp "$CFG" "$OUT/gonvmf-rbd.yaml"
 check gonvmf-check "$GONVMF" check -q --config "$CFG"
 
-GONVMF_PID=
 SERVE_N=0
-gonvmf_start() {
+# rbd_serve: gonvmf_start with this suite's configuration (log in $OUT/gonvmf-N.log).
+rbd_serve() {
 	SERVE_N=$((SERVE_N + 1))
-	SERVE_LOG=$OUT/gonvmf-$SERVE_N.log
-	"$GONVMF" serve --config "$CFG" > "$SERVE_LOG" 2>&1 &
-	GONVMF_PID=$!
-	wait_for 120 grep -q "serving 1 subsystem" "$SERVE_LOG" || {
-		echo "gonvmf did not start serving: $(tail -n 3 "$SERVE_LOG")" >&2
-		return 1
-	}
+	gonvmf_start "gonvmf-$SERVE_N" "$CFG" "$RXE_IP" "$PORT" || return 1
 	sleep 1 # TCG: give the server a head start
 }
-gonvmf_stop() {
-	[ -n "$GONVMF_PID" ] || return 0
-	local pid=$GONVMF_PID
-	GONVMF_PID=
-	kill -TERM "$pid" 2> /dev/null
-	for _ in $(seq 600); do
-		kill -0 "$pid" 2> /dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2> /dev/null; then
-		echo "gonvmf (pid $pid) still running 60 s after SIGTERM" >&2
-		kill -KILL "$pid"
-		return 1
-	fi
-	wait "$pid" && grep -q "rbd image closed" "$SERVE_LOG"
-}
+# rbd_stop: SIGTERM; gonvmf must exit 0 after closing the image.
+rbd_stop() { gonvmf_stop && grep -q "rbd image closed" "$GONVMF_LOG"; }
 on_exit gonvmf_stop
 on_exit nvme_disconnect_all
 
-# devices: the host's /dev/nvmeXnY of namespaces 1 (rbd) and 2 (file), once both appear.
-devices() {
-	local d deadline=$(($(date +%s) + 60))
-	while :; do
-		d=$(wait_for_nvme_ns "$NQN" 5 2> /dev/null)
-		[ "$(echo "$d" | wc -l)" = 2 ] && echo "$d" && return 0
-		[ "$(date +%s)" -lt $deadline ] || return 1
-		sleep 0.5
-	done
+# connect: the Linux host connects; RBD_DEV and FILE_DEV are namespaces 1 and 2.
+connect() {
+	nvme_connect_new "$NQN" $PORT || return 1
+	[ ${#NVME_NS_DEVS[@]} = 2 ] || nvme_ns_devs "$NQN"
+	[ ${#NVME_NS_DEVS[@]} = 2 ] || {
+		echo "the host shows ${#NVME_NS_DEVS[@]} namespaces of $NQN, want 2: ${NVME_NS_DEVS[*]}" >&2
+		return 1
+	}
+	RBD_DEV=${NVME_NS_DEVS[0]} FILE_DEV=${NVME_NS_DEVS[1]}
 }
 
 fio_verify() { # <name> <dev> [--verify_only=1]
@@ -133,17 +114,10 @@ PY
 }
 
 log "gonvmf serve: rbd image $GONVMF_CEPH_POOL/vol1 and a file on $RXE_IP:$PORT"
-check gonvmf-start gonvmf_start || finish
-grep -q "rbd image created" "$SERVE_LOG" && pass rbd-create "create_size made $GONVMF_CEPH_POOL/vol1" ||
-	fail rbd-create "no 'rbd image created' in $SERVE_LOG"
-connect() { nvme_connect "$NQN" $PORT > /dev/null; }
+check gonvmf-start rbd_serve || finish
+grep -q "rbd image created" "$GONVMF_LOG" && pass rbd-create "create_size made $GONVMF_CEPH_POOL/vol1" ||
+	fail rbd-create "no 'rbd image created' in $GONVMF_LOG"
 check nvme-connect connect || finish
-devs=$(devices) || {
-	fail namespaces "the host did not see both namespaces"
-	finish
-}
-RBD_DEV=$(echo "$devs" | sed -n 1p)
-FILE_DEV=$(echo "$devs" | sed -n 2p)
 log "rbd namespace: $RBD_DEV, file namespace: $FILE_DEV"
 size=$(blockdev --getsize64 "$RBD_DEV")
 [ "$size" = $((256 << 20)) ] && pass rbd-size "256 MiB, the image's size" || fail rbd-size "$size bytes, want 256 MiB"
@@ -151,16 +125,10 @@ size=$(blockdev --getsize64 "$RBD_DEV")
 check fio-verify-rbd fio_verify rbd "$RBD_DEV"
 
 # The data lives in Ceph, not in gonvmf: restart gonvmf, reconnect, read it back.
-check nvme-disconnect nvme_disconnect_all
-check gonvmf-stop gonvmf_stop
-check gonvmf-restart gonvmf_start || finish
+check nvme-disconnect nvme_disconnect "$NQN"
+check gonvmf-stop rbd_stop
+check gonvmf-restart rbd_serve || finish
 check nvme-reconnect connect || finish
-devs=$(devices) || {
-	fail namespaces-again "the host did not see both namespaces after the restart"
-	finish
-}
-RBD_DEV=$(echo "$devs" | sed -n 1p)
-FILE_DEV=$(echo "$devs" | sed -n 2p)
 check fio-verify-rbd-after-restart fio_verify rbd-again "$RBD_DEV" --verify_only=1
 
 # ---- rbd next to a file namespace, in this guest ----
