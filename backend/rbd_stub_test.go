@@ -27,3 +27,10 @@ func TestRBDNeedsCephBuild(t *testing.T) {
 		t.Errorf("Open(rbd without a pool) = %v, want the missing pool named", err)
 	}
 }
+
+// TestRBDCluster stands for the rbd backend's tests against a Ceph cluster
+// (rbd_ceph_test.go), which exist only in the ceph build.
+func TestRBDCluster(t *testing.T) {
+	t.Skip("the rbd backend's tests against a Ceph cluster need the ceph build: make test-ceph " +
+		"(go test -tags ceph,pacific ./backend/, with librbd-dev, librados-dev and the ceph-mon/mgr/osd packages)")
+}
