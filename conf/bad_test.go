@@ -139,6 +139,8 @@ var badConfigs = []struct {
 		"subsystems[0].namespaces[0].rbd.image", `"rbd/vol1" is not a valid image name`, "rbd ls -p POOL", 0},
 	{"rbd unknown field", sub("      - nsid: 1\n        backend: rbd\n        rbd:\n          pool: rbd\n          image: vol1\n          size: 1GiB # <-\n"),
 		"subsystems[0].namespaces[0].rbd.size", `"size"`, "the fields here are pool, rados_namespace, image, ceph_conf, user, keyring, create_size", 0},
+	{"rbd user with client.", sub("      - nsid: 1\n        backend: rbd\n        rbd:\n          pool: rbd\n          image: vol1\n          user: client.gonvmf # <-\n"),
+		"subsystems[0].namespaces[0].rbd.user", "without the client. of its name", "write user: gonvmf", 0},
 	{"rbd with path", sub("      - nsid: 1\n        backend: rbd\n        path: /dev/rbd0 # <-\n        rbd: {pool: rbd, image: vol1}\n"),
 		"subsystems[0].namespaces[0].path", "rbd namespaces have no backing file", "remove path", 0},
 	{"rbd with size", sub("      - nsid: 1\n        backend: rbd\n        size: 10GiB # <-\n        rbd: {pool: rbd, image: vol1}\n"),

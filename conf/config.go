@@ -111,8 +111,8 @@ type RBD struct {
 	// /etc/ceph/ceph.conf). A relative path in a file is taken relative to the file's
 	// directory; after Load it is absolute.
 	CephConf string `yaml:"ceph_conf"`
-	// User is the Ceph client gonvmf connects as, without "client." (the rbd tool's --id);
-	// empty: admin. A leading "client." is dropped.
+	// User is the id of the Ceph client gonvmf connects as, without "client." (the rbd
+	// tool's --id); empty: admin.
 	User string `yaml:"user"`
 	// Keyring is the keyring file with User's key; empty: what ceph.conf says. Relative
 	// paths as for CephConf.

@@ -295,7 +295,7 @@ func TestRBDNamespace(t *testing.T) {
           rados_namespace: tenant1
           image: vol1
           ceph_conf: ceph/ceph.conf
-          user: client.gonvmf
+          user: gonvmf
           keyring: /etc/ceph/ceph.client.gonvmf.keyring
           create_size: 10GiB
       - {nsid: 2, backend: rbd, read_only: true, rbd: {pool: rbd, image: gold}}

@@ -421,8 +421,11 @@ func (v *validator) rbd(ns *Namespace, p string, lbaOK bool, own *idOwners) {
 	name("pool", r.Pool, "pool", "rbd", "/@")
 	name("rados_namespace", r.RadosNamespace, "RADOS namespace", "", "/@")
 	name("image", r.Image, "image", "vol1", "/@")
-	r.User = strings.TrimPrefix(r.User, "client.")
 	name("user", r.User, "Ceph client", "", "/@")
+	if id, ok := strings.CutPrefix(r.User, "client."); ok && id != "" && !v.skip(rp+".user") {
+		v.fail(rp+".user", r.User, "user is the client's id, without the client. of its name (as the rbd tool's --id)",
+			"write user: "+id)
+	}
 	for _, f := range []struct {
 		field string
 		val   *string
