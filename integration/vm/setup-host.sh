@@ -14,7 +14,7 @@ PACKAGES=(
 	nvme-cli fio e2fsprogs iproute2 procps                          # Linux host, load, disks
 	python3 bc gnuplot-nox                                          # result summaries and plots
 	librbd-dev librados-dev                                         # the ceph build (rbd backend)
-	ceph-mon ceph-mgr ceph-osd ceph-common uuid-runtime             # its test cluster (integration/ceph)
+	ceph-mon ceph-mgr ceph-osd ceph-common python3-rados uuid-runtime # its test cluster (integration/ceph)
 )
 
 SUDO=()
