@@ -34,6 +34,12 @@ func seedCorpora() map[string][][]byte {
 		"FuzzDSMRanges":          seedDSMRanges(),
 		"FuzzSGLDescriptor":      seedSGLDescriptor(),
 		"FuzzAuthMessage":        seedAuthMessage(),
+		"FuzzAuthNegotiate":      seedAuthNegotiate(),
+		"FuzzAuthChallenge":      seedAuthChallenge(),
+		"FuzzAuthReply":          seedAuthReply(),
+		"FuzzAuthSuccess1":       seedAuthSuccess1(),
+		"FuzzAuthSuccess2":       seedAuthSuccess2(),
+		"FuzzAuthFailure":        seedAuthFailure(),
 	}
 }
 

@@ -23,7 +23,10 @@
 //     NSDescriptorList, DiscoveryLogHeader, DiscoveryLogEntry, DiscoveryLog,
 //     SupportedLogPages, ErrorInfoEntry, SMARTLog, FirmwareSlotLog, ChangedNSList,
 //     CommandEffectsLog, ANALog, Timestamp, HostBehavior, DSMRange, RDMAConnReq,
-//     RDMAConnRep, RDMAConnRej. These may allocate (strings, lists).
+//     RDMAConnRep, RDMAConnRej, and the DH-HMAC-CHAP messages of in-band authentication
+//     (AuthMessageHeader, AuthNegotiate, AuthChallenge, AuthReply, AuthSuccess1,
+//     AuthSuccess2, AuthFailure; variable-length ones also have Size()). These may
+//     allocate (strings, lists).
 //   - Bit-field dwords with accessors and With*/Make* builders: CAP, VS, CC, CSTS, CRTO,
 //     NumQueues, Arbitration, PowerManagement, TemperatureThreshold, ErrorRecovery,
 //     VolatileWriteCache, AsyncEventConfig, AsyncEvent, Status.

@@ -316,13 +316,6 @@ func (d *DisconnectCommand) ToCommand(cmd *Command) {
 	cmd.CDW11, cmd.CDW12, cmd.CDW13, cmd.CDW14, cmd.CDW15 = 0, 0, 0, 0, 0
 }
 
-// Authentication protocol identifiers carried in the Authentication Send/Receive SQE.
-const (
-	AuthSECPDHHMACCHAP = 0xE9 // SECP: NVMe in-band authentication (DH-HMAC-CHAP)
-	AuthSPSP0          = 0x01 // SPSP0 for SECP E9h
-	AuthSPSP1          = 0x01 // SPSP1 for SECP E9h
-)
-
 // AuthSendCommand is the command specific part of an Authentication Send SQE (fctype
 // 05h): byte 41 SPSP0, 42 SPSP1, 43 SECP, bytes 44..47 TL (transfer length in bytes of the
 // host-to-controller data).
@@ -365,45 +358,4 @@ func (a *AuthReceiveCommand) ToCommand(cmd *Command) {
 	cmd.CDW10 = uint32(a.SPSP0)<<8 | uint32(a.SPSP1)<<16 | uint32(a.SECP)<<24
 	cmd.CDW11 = a.AL
 	cmd.CDW12, cmd.CDW13, cmd.CDW14, cmd.CDW15 = 0, 0, 0, 0
-}
-
-// AuthMessageHeaderSize is the size of the header that starts every DH-HMAC-CHAP message.
-const AuthMessageHeaderSize = 6
-
-// AuthMessageHeader is the common header of the in-band authentication messages carried
-// by Authentication Send/Receive: byte 0 AUTH_TYPE, 1 AUTH_ID, 4..5 T_ID.
-type AuthMessageHeader struct {
-	AuthType uint8  // AuthTypeCommon or AuthTypeDHHMACCHAP
-	AuthID   uint8  // AuthMsg* message identifier
-	TID      uint16 // transaction identifier
-}
-
-// AUTH_TYPE and AUTH_ID values of DH-HMAC-CHAP messages.
-const (
-	AuthTypeCommon     = 0x00
-	AuthTypeDHHMACCHAP = 0x01
-
-	AuthMsgNegotiate = 0x00
-	AuthMsgChallenge = 0x01
-	AuthMsgReply     = 0x02
-	AuthMsgSuccess1  = 0x03
-	AuthMsgSuccess2  = 0x04
-	AuthMsgFailure2  = 0xF0
-	AuthMsgFailure1  = 0xF1
-)
-
-// Marshal encodes the header into the first AuthMessageHeaderSize bytes of b.
-func (h *AuthMessageHeader) Marshal(b []byte) {
-	b = b[:AuthMessageHeaderSize]
-	b[0], b[1], b[2], b[3] = h.AuthType, h.AuthID, 0, 0
-	le.PutUint16(b[4:], h.TID)
-}
-
-// Unmarshal decodes the header from the first AuthMessageHeaderSize bytes of b.
-func (h *AuthMessageHeader) Unmarshal(b []byte) error {
-	if err := short("authentication message header", AuthMessageHeaderSize, b); err != nil {
-		return err
-	}
-	h.AuthType, h.AuthID, h.TID = b[0], b[1], le.Uint16(b[4:])
-	return nil
 }

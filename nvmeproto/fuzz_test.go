@@ -2,6 +2,7 @@ package nvmeproto
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 )
 
@@ -412,5 +413,135 @@ func FuzzAuthMessage(f *testing.F) {
 	addSeeds(f, seedAuthMessage())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		stableEncoding(t, b, AuthMessageHeaderSize, (*AuthMessageHeader).Unmarshal, (*AuthMessageHeader).Marshal)
+	})
+}
+
+// authMessage is the shape shared by the variable-length DH-HMAC-CHAP messages.
+type authMessage interface {
+	Size() int
+	Marshal([]byte)
+}
+
+// stableAuthEncoding checks a variable-length message's decode→encode fixed point: what
+// decode accepted encodes into Size() bytes, decodes again to an equal value, and
+// encodes identically; the encoding is never longer than the input it came from.
+func stableAuthEncoding[T any, P interface {
+	*T
+	authMessage
+	Unmarshal([]byte) error
+}](t *testing.T, b []byte) {
+	t.Helper()
+	x := P(new(T))
+	if err := x.Unmarshal(b); err != nil {
+		return
+	}
+	if x.Size() > len(b) {
+		t.Fatalf("decoded a %d-byte message from %d bytes", x.Size(), len(b))
+	}
+	e1 := make([]byte, x.Size())
+	x.Marshal(e1)
+	y := P(new(T))
+	if err := y.Unmarshal(e1); err != nil {
+		t.Fatalf("re-decode of own encoding failed: %v", err)
+	}
+	if !reflect.DeepEqual(x, y) {
+		t.Fatalf("re-decode differs: %+v vs %+v", x, y)
+	}
+	e2 := make([]byte, y.Size())
+	y.Marshal(e2)
+	if !bytes.Equal(e1, e2) {
+		t.Fatalf("encoding not stable")
+	}
+}
+
+func encodeAuth(m authMessage) []byte {
+	b := make([]byte, m.Size())
+	m.Marshal(b)
+	return b
+}
+
+func seedAuthNegotiate() [][]byte {
+	b := encodeAuth(&AuthNegotiate{TID: 1, Protocols: []AuthProtocolDescriptor{{AuthID: AuthIDDHHMACCHAP,
+		HashIDs: []AuthHashID{1, 2, 3}, DHGroupIDs: []AuthDHGroupID{0, 1, 2, 3, 4, 5}}}})
+	two := encodeAuth(&AuthNegotiate{TID: 2, SCC: 1, Protocols: []AuthProtocolDescriptor{{AuthID: 1, HashIDs: []AuthHashID{1}}, {AuthID: 9}}})
+	bad := bytes.Clone(b)
+	bad[10] = 0xFF
+	return [][]byte{b, two, bad, b[:40], append(bytes.Clone(b), 0xFF, 0xFF)}
+}
+
+// FuzzAuthNegotiate covers AUTH_Negotiate, which a target decodes from Authentication Send.
+func FuzzAuthNegotiate(f *testing.F) {
+	addSeeds(f, seedAuthNegotiate())
+	f.Fuzz(func(t *testing.T, b []byte) { stableAuthEncoding[AuthNegotiate](t, b) })
+}
+
+func seedAuthChallenge() [][]byte {
+	b := encodeAuth(&AuthChallenge{TID: 1, HashID: AuthHashSHA256, DHGroupID: AuthDHGroupFFDHE2048, SeqNum: 7,
+		C1: bytes.Repeat([]byte{1}, 32), DHValue: bytes.Repeat([]byte{2}, 256)})
+	null := encodeAuth(&AuthChallenge{TID: 2, HashID: AuthHashSHA512, SeqNum: 9, C1: bytes.Repeat([]byte{3}, 64)})
+	return [][]byte{b, null, b[:100], null[:15]}
+}
+
+// FuzzAuthChallenge covers DH-HMAC-CHAP_Challenge, which an initiator decodes from
+// Authentication Receive.
+func FuzzAuthChallenge(f *testing.F) {
+	addSeeds(f, seedAuthChallenge())
+	f.Fuzz(func(t *testing.T, b []byte) { stableAuthEncoding[AuthChallenge](t, b) })
+}
+
+func seedAuthReply() [][]byte {
+	b := encodeAuth(&AuthReply{TID: 1, CValid: true, SeqNum: 5, R1: bytes.Repeat([]byte{1}, 48),
+		C2: bytes.Repeat([]byte{2}, 48), DHValue: bytes.Repeat([]byte{3}, 384)})
+	uni := encodeAuth(&AuthReply{TID: 2, R1: bytes.Repeat([]byte{4}, 32)})
+	return [][]byte{b, uni, b[:200], uni[:16]}
+}
+
+// FuzzAuthReply covers DH-HMAC-CHAP_Reply, which a target decodes from Authentication Send.
+func FuzzAuthReply(f *testing.F) {
+	addSeeds(f, seedAuthReply())
+	f.Fuzz(func(t *testing.T, b []byte) { stableAuthEncoding[AuthReply](t, b) })
+}
+
+func seedAuthSuccess1() [][]byte {
+	b := encodeAuth(&AuthSuccess1{TID: 1, HL: 32, RValid: true, R2: bytes.Repeat([]byte{9}, 32)})
+	plain := encodeAuth(&AuthSuccess1{TID: 2, HL: 64})
+	return [][]byte{b, plain, b[:40]}
+}
+
+// FuzzAuthSuccess1 covers DH-HMAC-CHAP_Success1, which an initiator decodes from
+// Authentication Receive.
+func FuzzAuthSuccess1(f *testing.F) {
+	addSeeds(f, seedAuthSuccess1())
+	f.Fuzz(func(t *testing.T, b []byte) { stableAuthEncoding[AuthSuccess1](t, b) })
+}
+
+func seedAuthSuccess2() [][]byte {
+	b := make([]byte, AuthSuccess2Size)
+	(&AuthSuccess2{TID: 3}).Marshal(b)
+	return [][]byte{b, b[:15]}
+}
+
+// FuzzAuthSuccess2 covers DH-HMAC-CHAP_Success2, which a target decodes from
+// Authentication Send.
+func FuzzAuthSuccess2(f *testing.F) {
+	addSeeds(f, seedAuthSuccess2())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		stableEncoding(t, b, AuthSuccess2Size, (*AuthSuccess2).Unmarshal, (*AuthSuccess2).Marshal)
+	})
+}
+
+func seedAuthFailure() [][]byte {
+	f1 := make([]byte, AuthFailureSize)
+	(&AuthFailure{AuthID: AuthMsgFailure1, TID: 4, Reason: AuthFailReasonFailed, Explanation: AuthFailFailed}).Marshal(f1)
+	f2 := make([]byte, AuthFailureSize)
+	(&AuthFailure{AuthID: AuthMsgFailure2, TID: 5, Reason: AuthFailReasonFailed, Explanation: AuthFailIncorrectPayload}).Marshal(f2)
+	return [][]byte{f1, f2, f1[:7]}
+}
+
+// FuzzAuthFailure covers AUTH_Failure1 (initiator side) and AUTH_Failure2 (target side).
+func FuzzAuthFailure(f *testing.F) {
+	addSeeds(f, seedAuthFailure())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		stableEncoding(t, b, AuthFailureSize, (*AuthFailure).Unmarshal, (*AuthFailure).Marshal)
 	})
 }
