@@ -3,6 +3,7 @@ module github.com/gonvmf/gonvmf
 go 1.26.0
 
 require (
+	filippo.io/bigmod v0.1.0
 	github.com/ceph/go-ceph v0.34.0
 	github.com/dustin/go-humanize v1.1.0
 	github.com/ncw/directio v1.0.5
