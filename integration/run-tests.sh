@@ -11,6 +11,9 @@
 # A NAME selects the suites whose name contains it (e.g. "smoke", "00-lab-smoke", "go-tests").
 # A suite may set its own vm.sh run options in a header line such as
 #   # vm: --timeout 600 --disk 2G
+# including the guest kernel (`# vm: --kernel 6.12`; see vm.sh kernels). The setup builds
+# the image of every kernel the selected suites ask for. GONVMF_VM_KERNEL=<name> runs the
+# suites without a --kernel of their own on that kernel instead of the default one.
 #
 # Options:
 #   -k, --keep-going   run the remaining suites after a failure (default: stop)
@@ -87,6 +90,17 @@ for s in "${selected[@]}"; do [ "$s" = go-tests ] && wants_go_tests=1; done
 t_setup=$(date +%s)
 "$VM" check || setup_failed "host prerequisites missing (see above)"
 "$VM" image || setup_failed "the guest image could not be built (see above)"
+# suite_header <script>: the suite's "# vm: ..." options
+suite_header() { head -n 30 "$1" | sed -n 's/^# vm: *//p' | head -n 1; }
+kernels=()
+for s in "${selected[@]}"; do
+	[ "$s" = go-tests ] && continue
+	k=$(suite_header "$INTEG/tests/$s.sh" | sed -n 's/.*--kernel[ =]\([^ ]*\).*/\1/p')
+	[ -n "$k" ] && [[ " ${kernels[*]} " != *" $k "* ]] && kernels+=("$k")
+done
+for k in "${kernels[@]}"; do
+	"$VM" image --kernel "$k" || setup_failed "the guest image of kernel $k could not be built (see above)"
+done
 
 command -v go > /dev/null || PATH=$PATH:/usr/local/go/bin
 gobuild() { # <go command...>: run from the repo root, show the output on failure
@@ -149,7 +163,7 @@ run_suite() { # <name> <guest script> <default vm.sh options...>
 	opts=("$@")
 	# the suite's own "# vm: ..." header line wins over the defaults
 	local header
-	header=$(head -n 30 "$script" | sed -n 's/^# vm: *//p' | head -n 1)
+	header=$(suite_header "$script")
 	# shellcheck disable=SC2206 # header options are plain words
 	[ -n "$header" ] && opts+=($header)
 	[ $verbose = 1 ] || opts+=(--quiet)

@@ -8,7 +8,7 @@
 set -euo pipefail
 
 PACKAGES=(
-	qemu-system-x86 busybox-static kmod cpio xz-utils util-linux   # the VM and its image
+	qemu-system-x86 busybox-static kmod cpio xz-utils zstd util-linux # the VM and its image
 	rdma-core ibverbs-utils rdmacm-utils ibverbs-providers perftest # Soft-RoCE userland
 	libibverbs-dev librdmacm-dev gcc libc6-dev                      # cgo builds of rdmacm
 	nvme-cli fio e2fsprogs iproute2 procps                          # Linux host, load, disks

@@ -7,17 +7,25 @@
 # (host-built cgo binaries included) and cannot modify the host. Results come back through
 # a second, writable 9p share mounted on /out. See integration/README.md.
 #
-#   vm.sh image                 build or refresh the cached kernel + initramfs
+#   vm.sh image [--kernel K]    build or refresh the cached kernel + initramfs
 #   vm.sh run [opts] SCRIPT [ARGS...]
 #                               boot, bring up rxe0, run SCRIPT (a bash script or an
 #                               executable) in the guest; exit with its status
 #   vm.sh shell [opts]          interactive guest on this terminal
+#   vm.sh kernels               the kernel names --kernel takes
 #   vm.sh check                 check the host prerequisites
 #   vm.sh clean [--all]         delete the results (--all: the cached image too)
 #
 # Exit status of run: the guest script's status; 124 if it did not finish within --timeout;
 # 125 if the harness or the guest failed before or around the script (the message says
 # which); 2 for a usage error.
+#
+# --kernel K (or GONVMF_VM_KERNEL=K) boots another Debian kernel than the default one
+# (the package linux-image-amd64 depends on, or GONVMF_VM_KPKG): K is a name from the
+# KERNELS table below (e.g. 6.12), or an exact package name, optionally with "@<suite>"
+# for a suite the host's apt sources lack (e.g. linux-image-...@bookworm-backports). Such a
+# suite is used through a private apt state under $GONVMF_VM_DIR/apt/ for the download
+# only: the host's apt configuration is not changed.
 
 # The whole script is one { } block, parsed before it runs: editing this file cannot
 # disturb a vm.sh that is already running.
@@ -34,6 +42,12 @@ INITRAMFS_MODULES="virtio_pci virtio_blk 9pnet_virtio 9p overlay"
 # Modules the harness and the guest helpers load; the image build checks they exist.
 GUEST_MODULES="configfs dummy rdma_rxe ib_uverbs rdma_ucm nvme_rdma nvmet nvmet_rdma null_blk brd ext4"
 
+# Named kernels: <name> <package>[@<apt suite>]. 6.12 has NVMe in-band authentication
+# (CONFIG_NVME_HOST_AUTH, CONFIG_NVME_TARGET_AUTH) and NVMe/TCP TLS, which 6.1 lacks.
+KERNELS=(
+	"6.12 linux-image-6.12.95+deb12-amd64@bookworm-backports"
+)
+
 EXIT_TIMEOUT=124
 EXIT_HARNESS=125
 
@@ -44,7 +58,7 @@ die() {
 }
 usage_error() {
 	msg "$*"
-	msg "usage: vm.sh image | run [--timeout SEC] [--mem MiB] [--cpus N] [--disk SIZE] [--out DIR] [--quiet] [--no-rxe] SCRIPT [ARGS...] | shell [opts] | check | clean [--all]"
+	msg "usage: vm.sh image [--kernel K] | run [--kernel K] [--timeout SEC] [--mem MiB] [--cpus N] [--disk SIZE] [--out DIR] [--quiet] [--no-rxe] SCRIPT [ARGS...] | shell [opts] | kernels | check | clean [--all]"
 	exit 2
 }
 now() { date +%s.%N; }
@@ -57,7 +71,7 @@ check_host() {
 	local missing=() c
 	local need=(
 		"apt-get:apt" "apt-cache:apt" "dpkg-deb:dpkg" "depmod:kmod" "modprobe:kmod"
-		"cpio:cpio" "gzip:gzip" "python3:python3" "flock:util-linux"
+		"cpio:cpio" "gzip:gzip" "python3:python3" "flock:util-linux" "xz:xz-utils" "zstd:zstd"
 	)
 	if [ "$1" = run ]; then
 		need=(
@@ -87,25 +101,101 @@ check_host() {
 
 # ---- the cached image ----
 #
-# $VM_DIR/images/<package>_<version>/ holds manifest (what was built from what), kernel/ (the
+# An image root holds images/, current and kernel-pin: $VM_DIR for the default kernel,
+# $VM_DIR/kernels/<name> for a kernel chosen with --kernel (select_kernel sets IMG_ROOT).
+# <root>/images/<package>_<version>/ holds manifest (what was built from what), kernel/ (the
 # unpacked Debian kernel package with depmod output), vmlinux (the uncompressed kernel: qemu
 # boots it through its PVH entry, 2-3 s faster than the bzImage under TCG) and
-# initramfs-<inputs hash>.cpio.gz. $VM_DIR/current points at the one in use. Images and
+# initramfs-<inputs hash>.cpio.gz. <root>/current points at the one in use. Images and
 # initramfs files are never changed in place: a rebuild adds new ones and moves the link, so it
 # never waits for running guests (qemu reads the kernel and initramfs at start-up; a guest
 # reads its modules from its image directory all along). Locks: running guests hold
 # $VM_DIR/lock shared; builders hold $VM_DIR/build.lock; old images are deleted only when
 # `vm.sh image` or `vm.sh clean` gets both exclusively (no guest running, no build).
 
-# resolve_kernel: sets KPKG/KPKG_VERSION to the kernel package to use: $GONVMF_VM_KPKG, or
-# the package linux-image-amd64 depends on (the lab's pin). Empty if apt cannot tell.
-# apt-cache takes 1-2 s per call here, so the answer is kept in $VM_DIR/kernel-pin until
-# apt's package lists change.
+# select_kernel <K>: sets KSEL (the name), IMG_ROOT, KSEL_PKG (the package, empty: the
+# default) and KSEL_SUITE (an apt suite outside the host's sources, or empty).
+select_kernel() {
+	local k=${1:-} e
+	KSEL=$k KSEL_PKG="" KSEL_SUITE="" IMG_ROOT=$VM_DIR
+	case $k in
+	"" | default) KSEL="" ; return 0 ;;
+	*/* | *[[:space:]]* | .*) usage_error "--kernel '$k' is not a kernel name (see: vm.sh kernels)" ;;
+	esac
+	for e in "${KERNELS[@]}"; do
+		if [ "${e%% *}" = "$k" ]; then
+			KSEL_PKG=${e#* }
+			break
+		fi
+	done
+	if [ -z "$KSEL_PKG" ]; then
+		case $k in
+		linux-image-*) KSEL_PKG=$k ;;
+		*) usage_error "unknown kernel '$k': use one of: $(printf '%s ' "${KERNELS[@]%% *}")or a linux-image-... package name" ;;
+		esac
+	fi
+	case $KSEL_PKG in *@*) KSEL_SUITE=${KSEL_PKG#*@} KSEL_PKG=${KSEL_PKG%%@*} ;; esac
+	IMG_ROOT=$VM_DIR/kernels/$k
+}
+
+# host_debian_mirror: the URI the host's apt sources use for Debian's main archive.
+host_debian_mirror() {
+	{
+		cat /etc/apt/sources.list 2> /dev/null
+		cat /etc/apt/sources.list.d/*.list 2> /dev/null
+	} | awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { if ($(i+1) == "bookworm") { print $i; exit } break } }'
+	awk 'tolower($1) == "uris:" { u = $2 } tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == "bookworm") { print u; exit } }' \
+		/etc/apt/sources.list.d/*.sources 2> /dev/null
+}
+
+# kapt <apt-get|apt-cache> ARGS...: apt for the selected kernel's package: the host's own
+# configuration, or, for a suite the host lacks, a private one (sources, lists and cache
+# under $VM_DIR/apt/<suite>; the host's keyring) created and updated on first use.
+kapt() {
+	local tool=$1
+	shift
+	if [ -z "$KSEL_SUITE" ]; then
+		"$tool" "$@"
+		return
+	fi
+	local d=$VM_DIR/apt/$KSEL_SUITE
+	local opts=(-o "Dir::Etc::SourceList=$d/sources.list" -o "Dir::Etc::SourceParts=$d/sources.list.d"
+		-o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache" -o "Dir::Etc::Preferences=$d/preferences"
+		-o "Dir::Etc::PreferencesParts=$d/preferences.d")
+	[ "$(id -u)" = 0 ] && opts+=(-o APT::Sandbox::User=root)
+	"$tool" "${opts[@]}" "$@"
+}
+
+# kapt_update: (re)creates the private apt state of $KSEL_SUITE and downloads its lists.
+kapt_update() {
+	[ -n "$KSEL_SUITE" ] || return 0
+	local d=$VM_DIR/apt/$KSEL_SUITE mirror
+	mirror=$(host_debian_mirror | head -n 1)
+	[ -n "$mirror" ] || {
+		msg "cannot find the Debian mirror in the host's apt sources (a 'bookworm' suite) to fetch $KSEL_SUITE from"
+		return 1
+	}
+	mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/sources.list.d" "$d/preferences.d"
+	: > "$d/preferences"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $KSEL_SUITE main" > "$d/sources.list"
+	msg "apt-get update for $KSEL_SUITE (private lists in $d, for the kernel download only)"
+	kapt apt-get -q=2 update || {
+		msg "apt-get update of $KSEL_SUITE from $mirror failed"
+		return 1
+	}
+}
+
+# resolve_kernel: sets KPKG/KPKG_VERSION to the kernel package to use: the selected one
+# (--kernel), $GONVMF_VM_KPKG, or the package linux-image-amd64 depends on (the lab's pin).
+# Empty if apt cannot tell. apt-cache takes 1-2 s per call here, so the answer is kept in
+# <root>/kernel-pin until the package lists change.
 resolve_kernel() {
-	local key pin=$VM_DIR/kernel-pin
+	local key pin=$IMG_ROOT/kernel-pin lists=/var/lib/apt/lists
+	[ -n "$KSEL_SUITE" ] && lists=$VM_DIR/apt/$KSEL_SUITE/lists
+	mkdir -p "$IMG_ROOT"
 	key=$({
-		echo "${GONVMF_VM_KPKG:-}"
-		stat -c '%n %Y %s' /var/lib/apt/lists/*Packages* 2> /dev/null || true
+		echo "${GONVMF_VM_KPKG:-} $KSEL_PKG $KSEL_SUITE"
+		stat -c '%n %Y %s' "$lists"/*Packages* 2> /dev/null || true
 	} | sha256sum | cut -c1-32)
 	if [ -f "$pin" ] && [ "$(sed -n 1p "$pin")" = "$key" ]; then
 		KPKG=$(sed -n 2p "$pin")
@@ -118,15 +208,24 @@ resolve_kernel() {
 }
 
 resolve_kernel_apt() {
-	KPKG=${GONVMF_VM_KPKG:-}
+	KPKG=$KSEL_PKG
+	[ -n "$KPKG" ] || KPKG=${GONVMF_VM_KPKG:-}
 	if [ -z "$KPKG" ]; then
 		KPKG=$(apt-cache depends linux-image-amd64 2> /dev/null |
 			awk '/Depends: linux-image-[0-9]/ { print $2; exit }') || true
 	fi
 	KPKG_VERSION=
 	if [ -n "$KPKG" ]; then
-		KPKG_VERSION=$(apt-cache policy "$KPKG" 2> /dev/null | awk '/Candidate:/ { print $2; exit }') || true
-		[ "$KPKG_VERSION" = "(none)" ] && KPKG_VERSION=
+		local try
+		for try in 1 2; do
+			# a private suite's lists are fetched on first use, and again if they lack KPKG
+			if [ -n "$KSEL_SUITE" ] && { [ $try = 2 ] || ! ls "$VM_DIR/apt/$KSEL_SUITE/lists/"*Packages* > /dev/null 2>&1; }; then
+				kapt_update || break
+			fi
+			KPKG_VERSION=$(kapt apt-cache policy "$KPKG" 2> /dev/null | awk '/Candidate:/ { print $2; exit }') || true
+			[ "$KPKG_VERSION" = "(none)" ] && KPKG_VERSION=
+			if [ -n "$KPKG_VERSION" ] || [ -z "$KSEL_SUITE" ]; then break; fi
+		done
 	fi
 	return 0
 }
@@ -139,7 +238,7 @@ initramfs_name() {
 	} | sha256sum | cut -c1-16).cpio.gz"
 }
 
-current_image() { readlink -e "$VM_DIR/current" 2> /dev/null || true; }
+current_image() { readlink -e "$IMG_ROOT/current" 2> /dev/null || true; }
 manifest_get() { sed -n "s/^$2=//p" "$1/manifest" 2> /dev/null; }
 
 # image_state <image dir>: prints "ok", "initramfs" (only the initramfs is missing) or "kernel".
@@ -151,7 +250,7 @@ image_state() {
 	}
 	resolve_kernel
 	if [ -z "$KPKG_VERSION" ]; then
-		msg "cannot resolve the kernel package from apt (no package lists? run integration/vm/setup-host.sh); using the cached $(manifest_get "$img" KPKG) $(manifest_get "$img" KPKG_VERSION)"
+		msg "cannot resolve the kernel package from apt (no package lists? run integration/vm/setup-host.sh, or check the network for a --kernel from another suite); using the cached $(manifest_get "$img" KPKG) $(manifest_get "$img" KPKG_VERSION)"
 	elif [ "$KPKG" != "$(manifest_get "$img" KPKG)" ] || [ "$KPKG_VERSION" != "$(manifest_get "$img" KPKG_VERSION)" ]; then
 		msg "kernel package changed: cached $(manifest_get "$img" KPKG) $(manifest_get "$img" KPKG_VERSION), now $KPKG $KPKG_VERSION"
 		echo kernel
@@ -166,7 +265,7 @@ image_state() {
 
 # build_initramfs <image dir>: busybox-static, the stage-1 modules and init.
 build_initramfs() {
-	local img=$1 kver name ir m ko
+	local img=$1 kver name ir m ko b
 	kver=$(manifest_get "$img" KVER)
 	name=$(initramfs_name)
 	ir=$img/initramfs.d
@@ -178,7 +277,13 @@ build_initramfs() {
 	for m in $INITRAMFS_MODULES; do
 		modprobe -d "$img/kernel" -S "$kver" --show-depends "$m" || return 1
 	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r ko; do
-		cp "$ko" "$ir/lib/modules/" && basename "$ko" >> "$ir/modules.list"
+		# busybox insmod takes plain .ko files; newer Debian kernels ship .ko.xz
+		b=$(basename "$ko")
+		case $ko in
+		*.ko.xz) b=${b%.xz}; xz -dc "$ko" > "$ir/lib/modules/$b" ;;
+		*.ko.zst) b=${b%.zst}; zstd -q -dc "$ko" > "$ir/lib/modules/$b" ;;
+		*) cp "$ko" "$ir/lib/modules/" ;;
+		esac && echo "$b" >> "$ir/modules.list"
 	done
 	[ -s "$ir/modules.list" ] || {
 		msg "no initramfs modules found for $kver"
@@ -191,12 +296,12 @@ build_initramfs() {
 }
 
 # build_image: download the pinned kernel package, unpack it, depmod, extract vmlinux, check
-# the modules the harness needs, build the initramfs, then point $VM_DIR/current at it.
+# the modules the harness needs, build the initramfs, then point <root>/current at it.
 build_image() {
 	resolve_kernel
 	[ -n "$KPKG" ] && [ -n "$KPKG_VERSION" ] ||
-		die "cannot resolve the kernel package (apt-cache depends linux-image-amd64 gave '${KPKG}'): run integration/vm/setup-host.sh (it runs apt-get update)"
-	local img=$VM_DIR/images/${KPKG}_$KPKG_VERSION t0 deb kver m
+		die "cannot resolve the kernel package ${KSEL_PKG:-(apt-cache depends linux-image-amd64 gave '${KPKG}')}${KSEL_SUITE:+ in $KSEL_SUITE}: run integration/vm/setup-host.sh (it runs apt-get update)"
+	local img=$IMG_ROOT/images/${KPKG}_$KPKG_VERSION t0 deb kver m
 	local new=$img.new
 	t0=$(now)
 	if [ ! -f "$img/manifest" ]; then # an older image may be back in use: keep it
@@ -206,7 +311,7 @@ build_image() {
 		# An exact name=version: a glob would make apt download every kernel (1.7 GB).
 		local sandbox=()
 		[ "$(id -u)" = 0 ] && sandbox=(-o APT::Sandbox::User=root)
-		(cd "$new/dl" && apt-get download -q=2 "${sandbox[@]}" "$KPKG=$KPKG_VERSION") ||
+		(cd "$new/dl" && kapt apt-get download -q=2 "${sandbox[@]}" "$KPKG=$KPKG_VERSION") ||
 			die "apt-get download $KPKG=$KPKG_VERSION failed (stale package lists? run integration/vm/setup-host.sh)"
 		deb=$(ls "$new"/dl/*.deb)
 		dpkg-deb -x "$deb" "$new/kernel" || die "dpkg-deb -x $deb failed"
@@ -218,16 +323,22 @@ build_image() {
 			modprobe -d "$new/kernel" -S "$kver" --show-depends "$m" > /dev/null 2>&1 ||
 				die "kernel $kver has no module $m, which the harness needs (pin another kernel with GONVMF_VM_KPKG=linux-image-...)"
 		done
-		# The Debian bzImage carries an XZ payload; boot the uncompressed ELF if it can be had.
+		# The Debian bzImage carries an XZ (6.1) or zstd (6.12) payload; boot the uncompressed
+		# ELF if it can be had.
 		python3 - "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux" << 'PY' || cp "$new/kernel/boot/vmlinuz-$kver" "$new/vmlinux"
-import lzma, sys
+import lzma, subprocess, sys
 data = open(sys.argv[1], 'rb').read()
 i = data.find(b'\xfd7zXZ\x00')
-if i < 0:
-    sys.exit("no XZ payload in the bzImage; booting the bzImage instead")
-elf = lzma.LZMADecompressor().decompress(data[i:])
+if i >= 0:
+    elf = lzma.LZMADecompressor().decompress(data[i:])
+else:
+    i = data.find(b'\x28\xb5\x2f\xfd')
+    if i < 0:
+        sys.exit("no XZ or zstd payload in the bzImage; booting the bzImage instead")
+    # the payload is followed by other bytes: zstd decodes the frame, then complains
+    elf = subprocess.run(['zstd', '-q', '-dc'], input=data[i:], capture_output=True).stdout
 if elf[:4] != b'\x7fELF':
-    sys.exit("the XZ payload is not an ELF kernel; booting the bzImage instead")
+    sys.exit("the kernel payload is not an ELF kernel; booting the bzImage instead")
 open(sys.argv[2], 'wb').write(elf)
 PY
 		cat > "$new/manifest" << EOF
@@ -240,13 +351,13 @@ EOF
 		mv "$new" "$img"
 	fi
 	[ -f "$img/$(initramfs_name)" ] || build_initramfs "$img" || die "building the initramfs failed"
-	ln -sfn "images/${img##*/}" "$VM_DIR/current.tmp" && mv -T "$VM_DIR/current.tmp" "$VM_DIR/current"
+	ln -sfn "images/${img##*/}" "$IMG_ROOT/current.tmp" && mv -T "$IMG_ROOT/current.tmp" "$IMG_ROOT/current"
 	msg "image ready in $(elapsed "$t0") s: kernel $(manifest_get "$img" KVER) ($(du -sh "$img" | cut -f1) in $img)"
 }
 
 # ensure_image: sets IMG (the image directory) and INITRD, building what is missing.
 ensure_image() {
-	mkdir -p "$VM_DIR/images"
+	mkdir -p "$IMG_ROOT/images"
 	local state
 	state=$(image_state "$(current_image)")
 	if [ "$state" != ok ]; then
@@ -267,18 +378,22 @@ ensure_image() {
 	[ -f "$IMG/vmlinux" ] && [ -f "$INITRD" ] || die "the image in $IMG is incomplete; run: integration/vm/vm.sh clean --all"
 }
 
-# gc_images: delete images and initramfs files that are not current, if no guest is running
-# and no build is under way; otherwise leave them for the next time.
+# gc_images: delete images and initramfs files that are not current, in every image root,
+# if no guest is running and no build is under way; otherwise leave them for the next time.
 gc_images() {
-	local cur d f
+	local cur d f root
 	exec 7> "$VM_DIR/lock" 8> "$VM_DIR/build.lock"
 	if flock -x -n 7 && flock -x -n 8; then
-		cur=$(current_image)
-		for d in "$VM_DIR"/images/*; do
-			[ -e "$d" ] && [ "$d" != "$cur" ] && rm -rf "$d"
-		done
-		for f in "$cur"/initramfs-*.cpio.gz; do
-			[ -e "$f" ] && [ "$f" != "$cur/$(initramfs_name)" ] && rm -f "$f"
+		for root in "$VM_DIR" "$VM_DIR"/kernels/*; do
+			[ -d "$root/images" ] || continue
+			cur=$(readlink -e "$root/current" 2> /dev/null || true)
+			for d in "$root"/images/*; do
+				[ -e "$d" ] && [ "$d" != "$cur" ] && rm -rf "$d"
+			done
+			[ -n "$cur" ] || continue
+			for f in "$cur"/initramfs-*.cpio.gz; do
+				[ -e "$f" ] && [ "$f" != "$cur/$(initramfs_name)" ] && rm -f "$f"
+			done
 		done
 		# the layout before images/
 		[ -d "$VM_DIR/image" ] && rm -rf "$VM_DIR/image" "$VM_DIR/image.new" "$VM_DIR/image.old"
@@ -287,13 +402,20 @@ gc_images() {
 }
 
 cmd_image() {
-	[ $# -eq 0 ] || usage_error "image takes no arguments"
+	local k=${GONVMF_VM_KERNEL:-}
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--kernel) k=${2?--kernel needs a name (see: vm.sh kernels)}; shift 2 ;;
+		*) usage_error "image takes only --kernel" ;;
+		esac
+	done
+	select_kernel "$k"
 	check_host image
 	local t0
 	t0=$(now)
 	ensure_image
 	gc_images
-	msg "image: $(manifest_get "$IMG" KPKG) $(manifest_get "$IMG" KPKG_VERSION) (kernel $(manifest_get "$IMG" KVER), built $(manifest_get "$IMG" BUILT)); checked in $(elapsed "$t0") s"
+	msg "image${KSEL:+ ($KSEL)}: $(manifest_get "$IMG" KPKG) $(manifest_get "$IMG" KPKG_VERSION) (kernel $(manifest_get "$IMG" KVER), built $(manifest_get "$IMG" BUILT)); checked in $(elapsed "$t0") s"
 }
 
 # ---- running a guest ----
@@ -302,10 +424,11 @@ cmd_run() {
 	local mode=$1
 	shift
 	local timeout=${GONVMF_VM_TIMEOUT:-900} mem=${GONVMF_VM_MEM:-4096} cpus=${GONVMF_VM_CPUS:-2}
-	local disk="" out="" quiet=0 rxe=1
+	local disk="" out="" quiet=0 rxe=1 k=${GONVMF_VM_KERNEL:-}
 	[ "$mode" = shell ] && timeout=0
 	while [ $# -gt 0 ]; do
 		case $1 in
+		--kernel) k=${2?--kernel needs a name (see: vm.sh kernels)}; shift 2 ;;
 		--timeout) timeout=${2:?--timeout needs seconds}; shift 2 ;;
 		--mem) mem=${2:?--mem needs MiB}; shift 2 ;;
 		--cpus) cpus=${2:?--cpus needs a count}; shift 2 ;;
@@ -322,6 +445,7 @@ cmd_run() {
 	[[ $mem =~ ^[0-9]+$ ]] && [ "$mem" -ge 512 ] || usage_error "--mem must be MiB >= 512, got '$mem'"
 	[[ $cpus =~ ^[0-9]+$ ]] && [ "$cpus" -ge 1 ] || usage_error "--cpus must be >= 1, got '$cpus'"
 	[ -z "$disk" ] || [[ $disk =~ ^[0-9]+[KMGT]?$ ]] || usage_error "--disk must be a size like 512M or 2G, got '$disk'"
+	select_kernel "$k"
 
 	local script="" name=shell
 	if [ "$mode" = run ]; then
@@ -419,7 +543,7 @@ cmd_run() {
 
 	local t0 qpid qrc=0
 	t0=$(now)
-	[ "$mode" = run ] && msg "booting for $name (timeout ${timeout} s, ${mem} MiB, $cpus vCPUs); results in $out"
+	[ "$mode" = run ] && msg "booting ${KSEL:+kernel $kver }for $name (timeout ${timeout} s, ${mem} MiB, $cpus vCPUs); results in $out"
 	if [ "$mode" = shell ]; then
 		# --foreground: qemu must stay in the terminal's process group to use it
 		timeout --foreground -k 10 "$timeout" "${qemu[@]}" 2> "$out/.vm/qemu.log" || qrc=$?
@@ -482,6 +606,7 @@ cmd_clean() {
 	case ${1:-} in
 	"") rm -rf "$VM_DIR/out" "$VM_DIR/disks" ;;
 	--all) rm -rf "$VM_DIR/out" "$VM_DIR/disks" "$VM_DIR/images" "$VM_DIR/current" "$VM_DIR/kernel-pin" \
+		"$VM_DIR/kernels" "$VM_DIR/apt" \
 		"$VM_DIR/image" "$VM_DIR/image.new" "$VM_DIR/image.old" ;;
 	*) usage_error "clean takes only --all" ;;
 	esac
@@ -497,6 +622,7 @@ check)
 	msg "host prerequisites present"
 	;;
 clean) shift; cmd_clean "$@" ;;
+kernels) printf '%s\n' "${KERNELS[@]}" | sed 's/^/vm.sh: --kernel /' ;;
 -h | --help | help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//' ;;
 *) usage_error "unknown command '${1:-}'" ;;
 esac
