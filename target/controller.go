@@ -48,6 +48,7 @@ type controller struct {
 	hostNQN string
 	hostID  [16]byte
 	disc    bool
+	auth    *ctrlAuth // nil: the host does not authenticate
 	log     *slog.Logger
 	created time.Time
 

@@ -74,8 +74,13 @@ func (q *Queue) connect(r *Request) {
 		return
 	}
 	b := q.bind.Load()
-	r.CQE.DW0 = nvmeproto.ConnectSuccessDW0(b.ctrl.cntlid, 0)
-	b.ctrl.log.Info("queue connected", "qid", b.qid, "sqsize", cc.SQSize, "port", q.port.id, "sq_flow_control", !b.sqhdOff)
+	var authreq uint16
+	if b.auth != nil {
+		authreq = nvmeproto.AuthReqATR
+	}
+	r.CQE.DW0 = nvmeproto.ConnectSuccessDW0(b.ctrl.cntlid, authreq)
+	b.ctrl.log.Info("queue connected", "qid", b.qid, "sqsize", cc.SQSize, "port", q.port.id, "sq_flow_control", !b.sqhdOff,
+		"authentication", b.auth != nil)
 	q.finish(r, nvmeproto.StatusSuccess)
 }
 
@@ -120,7 +125,22 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "admin queue larger than 32 entries")
 	}
 	s := q.t.subsystem(d.SubNQN)
+	var auth *ctrlAuth
+	if !s.disc {
+		keys, required := q.t.lookupAuthKeys(s.nqn, d.HostNQN)
+		if keys == nil && required {
+			return &connectError{st: nvmeproto.StatusConnectInvalidHost.WithDNR(), ipo: nvmeproto.ConnectDataOffHostNQN,
+				iattr: nvmeproto.ConnectIAttrData, msg: "the subsystem requires authentication and the host has no DH-HMAC-CHAP secret"}
+		}
+		if keys != nil && keys.Host == nil {
+			return &connectError{st: nvmeproto.StatusInternalError, msg: "the host's authentication keys lack the host secret"}
+		}
+		if keys != nil {
+			auth = &ctrlAuth{keys: *keys}
+		}
+	}
 	c := newController(q, s, d.HostNQN, d.HostID)
+	c.auth = auth
 	s.mu.Lock()
 	if s.closed || !s.allocCntlid(c) {
 		s.mu.Unlock()
@@ -132,11 +152,19 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	if c.disc && kato == 0 {
 		kato = q.t.tr.KeepAliveTimeout
 	}
+	b := &binding{ctrl: c, qid: 0, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
+	if c.auth != nil {
+		var err error
+		if b.auth, err = q.newQueueAuth(c, 0); err != nil {
+			s.removeController(c)
+			return &connectError{st: nvmeproto.StatusInternalError, msg: err.Error()}
+		}
+	}
 	c.mu.Lock()
 	c.queues[0] = q
 	c.startKeepAlive(kato)
 	c.mu.Unlock()
-	q.bind.Store(&binding{ctrl: c, qid: 0, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()})
+	q.bind.Store(b)
 	c.log.Info("controller created", "kato", kato, "discovery", c.disc, "port", q.port.id)
 	return nil
 }
@@ -169,8 +197,15 @@ func (q *Queue) connectIO(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto
 	case c.queues[cc.QID] != nil:
 		return &connectError{st: nvmeproto.StatusCommandSequenceError.WithDNR(), msg: "queue ID already connected"}
 	}
+	b := &binding{ctrl: c, qid: cc.QID, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
+	if c.auth != nil {
+		var err error
+		if b.auth, err = q.newQueueAuth(c, cc.QID); err != nil {
+			return &connectError{st: nvmeproto.StatusInternalError, msg: err.Error()}
+		}
+	}
 	c.queues[cc.QID] = q
-	q.bind.Store(&binding{ctrl: c, qid: cc.QID, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()})
+	q.bind.Store(b)
 	c.kaSeen.Store(true)
 	return nil
 }

@@ -74,8 +74,9 @@ var queueSeq atomic.Uint32
 type binding struct {
 	ctrl    *controller
 	qid     uint16
-	entries uint32 // SQSIZE+1
-	sqhdOff bool   // SQ flow control disabled: report SQHD 0xFFFF
+	entries uint32     // SQSIZE+1
+	sqhdOff bool       // SQ flow control disabled: report SQHD 0xFFFF
+	auth    *queueAuth // nil: no in-band authentication on this queue
 }
 
 // NewQueue creates the core side of a newly accepted connection. depth is the number of
@@ -159,6 +160,11 @@ func (q *Queue) Begin(r *Request) bool {
 	switch {
 	case b == nil:
 		st = q.beginUnbound(r)
+	case isAuthCommand(&r.Cmd):
+		b.ctrl.activity()
+		st = q.beginAuth(r, b)
+	case b.auth != nil && !b.auth.ok.Load():
+		st = nvmeproto.StatusAuthRequired.WithDNR()
 	case b.qid == 0:
 		b.ctrl.activity()
 		st = q.beginAdmin(r, b.ctrl)
@@ -190,6 +196,8 @@ func (q *Queue) Execute(r *Request) {
 		// Only an unbound queue's Begin lets Connect through; a second Connect that
 		// raced the first gets Command Sequence Error there.
 		q.connect(r)
+	case isAuthCommand(&r.Cmd):
+		q.execAuth(r, b)
 	case b.qid == 0:
 		b.ctrl.execAdmin(q, r)
 	default:
@@ -218,6 +226,9 @@ func (q *Queue) Close() {
 		delete(q.port.queues, q)
 		q.port.mu.Unlock()
 		b := q.bind.Load()
+		if b != nil && b.auth != nil {
+			b.auth.stop()
+		}
 		if b != nil && b.qid == 0 {
 			b.ctrl.adminQueueClosed()
 		}

@@ -77,6 +77,7 @@ type Target struct {
 	log         *slog.Logger
 	openBackend func(backend.Spec) (backend.Backend, error)
 	workers     int
+	authKeys    AuthKeys       // DH-HMAC-CHAP keys of the hosts; nil: no host authenticates
 	tr          conf.Transport // resolved transport settings; fixed for the Target's life
 	mdtsBytes   uint32         // largest transfer: tr.MaxIOSize
 	mdts        uint8          // log2(mdtsBytes / 4 KiB)

@@ -116,6 +116,10 @@ func (c *Controller) Authenticated() bool { return c.authenticated }
 // InProgress reports whether a transaction has started and not ended.
 func (c *Controller) InProgress() bool { return c.step != ctrlIdle && c.step != ctrlDone }
 
+// FailurePending reports whether the transaction failed and the next Receive returns
+// Failure1.
+func (c *Controller) FailurePending() bool { return c.step == ctrlSendFailure1 }
+
 // Failure returns the explanation and the cause of the last failed transaction, if the
 // last transaction failed.
 func (c *Controller) Failure() (nvmeproto.AuthFailExplanation, error) { return c.failure, c.lastErr }

@@ -1,0 +1,237 @@
+package target
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gonvmf/gonvmf/internal/dhchap"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// In-band authentication (DH-HMAC-CHAP, NVMe Base 2.0 §8.13).
+//
+// A host that has a secret for a subsystem must authenticate every queue it connects:
+// Connect succeeds with AUTHREQ.ATR in DW0, and until an authentication transaction on
+// that queue succeeds, every command but Authentication Send/Receive fails with
+// Authentication Required. The transaction itself (internal/dhchap.Controller) runs on the
+// queue's Authentication Send/Receive commands, which succeed as NVMe commands whatever
+// the protocol outcome: failures travel as AUTH_Failure1/2 messages. A failed transaction
+// (or one not completed within AuthTimeout of the Connect) is logged with the host NQN and
+// the reason, and the queue is disconnected AuthFailureGrace later, once the host has had
+// the Failure1 message. A new AUTH_Negotiate on an authenticated queue re-authenticates it;
+// the queue stays authenticated while that runs and loses it if it fails.
+//
+// Keys come from AuthKeys. A controller takes its host's keys at the admin queue's
+// Connect, and takes them again when the admin queue re-authenticates; its I/O queues use
+// the controller's current keys. So a key rotation applies to new connections and to
+// re-authentications, and leaves authenticated queues alone until they reconnect.
+
+// AuthKeys tells the target which hosts authenticate and with which keys. Implementations
+// must be safe for concurrent use.
+type AuthKeys interface {
+	// HostKeys returns the DH-HMAC-CHAP keys of host hostNQN for subsystem subNQN, nil if
+	// the host has none; required reports whether the subsystem admits only hosts that
+	// authenticate (a host without keys is then refused at Connect).
+	HostKeys(subNQN, hostNQN string) (keys *dhchap.HostKeys, required bool)
+}
+
+// WithAuthKeys sets where the target finds its hosts' DH-HMAC-CHAP keys, replacing the
+// ones of its configuration.
+func WithAuthKeys(k AuthKeys) Option { return func(t *Target) { t.authKeys = k } }
+
+// Timeouts of in-band authentication.
+var (
+	// AuthTimeout bounds the time from a queue's Connect to its authentication.
+	AuthTimeout = 60 * time.Second
+	// AuthFailureGrace is how long a queue whose authentication failed stays connected,
+	// so that the host receives the Failure1 message before the connection goes.
+	AuthFailureGrace = 2 * time.Second
+)
+
+// ErrAuthFailed is the reason a queue is disconnected after failing to authenticate.
+var ErrAuthFailed = errors.New("target: in-band authentication failed")
+
+// authMaxMessage bounds the data of Authentication Send and the allocation length of
+// Authentication Receive: an AUTH_Negotiate with 255 descriptors is 16328 bytes, every
+// other message at most 1168.
+const authMaxMessage = 16 << 10
+
+// ctrlAuth is a controller's authentication state: its host's keys and the sequence
+// numbers of its transactions.
+type ctrlAuth struct {
+	mu   sync.Mutex
+	keys dhchap.HostKeys
+	seq  dhchap.SeqCounter
+}
+
+func (a *ctrlAuth) current() dhchap.HostKeys {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.keys
+}
+
+// queueAuth is one queue's authentication state. ok is read by Begin without the lock.
+type queueAuth struct {
+	ok     atomic.Bool
+	mu     sync.Mutex
+	ctl    *dhchap.Controller
+	timer  *time.Timer // AuthTimeout, then AuthFailureGrace
+	closed bool
+}
+
+// newQueueAuth starts the authentication state of queue q of controller c (with keys).
+func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
+	ctl, err := dhchap.NewController(c.auth.current(), c.hostNQN, c.subsys.nqn, &c.auth.seq, nil)
+	if err != nil {
+		return nil, err
+	}
+	a := &queueAuth{ctl: ctl}
+	a.timer = time.AfterFunc(AuthTimeout, func() {
+		if !a.ok.Load() {
+			c.log.Warn("authentication timed out: queue disconnected", "qid", qid, "timeout", AuthTimeout)
+			q.disconnect(ErrAuthFailed)
+		}
+	})
+	return a, nil
+}
+
+// stop releases the queue's timer (Close).
+func (a *queueAuth) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	a.timer.Stop()
+}
+
+// isAuthCommand reports whether cmd is Authentication Send or Receive.
+func isAuthCommand(cmd *nvmeproto.Command) bool {
+	return cmd.Opcode == nvmeproto.OpFabrics &&
+		(cmd.FabricsType() == nvmeproto.FabricsAuthSend || cmd.FabricsType() == nvmeproto.FabricsAuthReceive)
+}
+
+// beginAuth validates an Authentication Send/Receive on a connected queue.
+func (q *Queue) beginAuth(r *Request, b *binding) nvmeproto.Status {
+	cmd := &r.Cmd
+	if st := checkFlags(cmd); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if b.auth == nil {
+		// The host has no secret: nothing to authenticate (as the Linux target answers).
+		return nvmeproto.StatusInvalidOpcode.WithDNR()
+	}
+	var secp, spsp0, spsp1 uint8
+	var n uint32
+	if cmd.FabricsType() == nvmeproto.FabricsAuthSend {
+		var as nvmeproto.AuthSendCommand
+		as.FromCommand(cmd)
+		secp, spsp0, spsp1, n = as.SECP, as.SPSP0, as.SPSP1, as.TL
+	} else {
+		var ar nvmeproto.AuthReceiveCommand
+		ar.FromCommand(cmd)
+		secp, spsp0, spsp1, n = ar.SECP, ar.SPSP0, ar.SPSP1, ar.AL
+	}
+	if secp != nvmeproto.AuthSECPDHHMACCHAP || spsp0 != nvmeproto.AuthSPSP0 || spsp1 != nvmeproto.AuthSPSP1 ||
+		n == 0 || n > authMaxMessage {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	if st := ParseSGL(r, &q.port.caps); st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if r.Length != n {
+		return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// execAuth runs an Authentication Send/Receive that beginAuth accepted.
+func (q *Queue) execAuth(r *Request, b *binding) {
+	a, c := b.auth, b.ctrl
+	a.mu.Lock()
+	wasOK := a.ok.Load()
+	if r.Cmd.FabricsType() == nvmeproto.FabricsAuthSend {
+		data := r.Data[:r.Length]
+		if len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate {
+			if b.qid == 0 && wasOK {
+				// Re-authentication of the admin queue: take the host's keys again.
+				if keys, _ := q.t.lookupAuthKeys(c.subsys.nqn, c.hostNQN); keys != nil && keys.Host != nil {
+					c.auth.mu.Lock()
+					c.auth.keys = *keys
+					c.auth.mu.Unlock()
+				}
+			}
+			// Every transaction uses the controller's current keys.
+			a.ctl.SetKeys(c.auth.current())
+		}
+		if err := a.ctl.Send(data); err != nil {
+			msg := "the host sent AUTH_Failure2"
+			if a.ctl.FailurePending() {
+				msg = "AUTH_Failure1 pending"
+			}
+			q.authFailed(a, c, b.qid, msg, err, true)
+		} else if a.ctl.Authenticated() && !wasOK {
+			q.authSucceeded(a, c, b.qid)
+		}
+		a.mu.Unlock()
+		q.finish(r, nvmeproto.StatusSuccess)
+		return
+	}
+	pending := a.ctl.FailurePending()
+	out, err := a.ctl.Receive(int(r.Length))
+	if err != nil {
+		a.mu.Unlock()
+		q.reject(r, nvmeproto.StatusInvalidField.WithDNR(), err.Error())
+		return
+	}
+	n := copy(r.Data[:r.Length], out)
+	clear(r.Data[n:r.Length])
+	if len(out) >= 2 && out[1] == nvmeproto.AuthMsgFailure1 {
+		// Logged when the failure was found, unless Receive found it.
+		_, cause := a.ctl.Failure()
+		q.authFailed(a, c, b.qid, "AUTH_Failure1 sent", cause, !pending)
+	} else if a.ctl.Authenticated() && !wasOK {
+		q.authSucceeded(a, c, b.qid)
+	}
+	a.mu.Unlock()
+	q.finish(r, nvmeproto.StatusSuccess)
+}
+
+// authSucceeded marks the queue authenticated. Called with a.mu held.
+func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16) {
+	a.ok.Store(true)
+	a.timer.Stop()
+	hash, group := a.ctl.Selected()
+	c.log.Info("queue authenticated", "qid", qid, "hash", hash.String(), "dhgroup", group.String(),
+		"bidirectional", a.ctl.Bidirectional())
+}
+
+// authFailed marks the queue unauthenticated, logs the failure (if log) and schedules the
+// queue's disconnection: the Failure1 the host receives, or the Failure2 it sent, ends
+// the association. Called with a.mu held.
+func (q *Queue) authFailed(a *queueAuth, c *controller, qid uint16, msg string, cause error, log bool) {
+	a.ok.Store(false)
+	if log {
+		expl, _ := a.ctl.Failure()
+		c.log.Warn("authentication failed", "qid", qid, "message", msg,
+			"reason_code", uint8(nvmeproto.AuthFailReasonFailed), "explanation_code", uint8(expl),
+			"explanation", expl.String(), "cause", cause)
+	}
+	if a.closed {
+		return
+	}
+	a.timer.Stop()
+	a.timer = time.AfterFunc(AuthFailureGrace, func() {
+		if !a.ok.Load() {
+			q.disconnect(ErrAuthFailed)
+		}
+	})
+}
+
+// lookupAuthKeys asks the target's AuthKeys, if any.
+func (t *Target) lookupAuthKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool) {
+	if t.authKeys == nil {
+		return nil, false
+	}
+	return t.authKeys.HostKeys(subNQN, hostNQN)
+}
