@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonvmf/gonvmf/internal/dhchap"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -45,6 +46,10 @@ type Controller struct {
 	maxXfer int // bytes per command (MDTS)
 	icd     int // in-capsule data bytes on I/O queues
 	kato    time.Duration
+
+	authMu  sync.Mutex        // serializes Reauthenticate
+	authTID atomic.Uint32     // transaction IDs of in-band authentication
+	authSeq dhchap.SeqCounter // sequence numbers (S2) of in-band authentication
 
 	start time.Time
 	clock atomic.Int64 // nanoseconds since start, updated by the watchdog
@@ -120,16 +125,16 @@ func (c *Controller) connect(ctx context.Context) error {
 	c.closeMu.Lock()
 	c.admin = aq
 	c.closeMu.Unlock()
-	if c.cntlid, err = c.fabricsConnect(ctx, aq, nvmeproto.CNTLIDDynamic); err != nil {
-		return err
-	}
-	// Registered memory for admin data and bounce buffers.
+	// Registered memory for admin data (authentication's included) and bounce buffers.
 	reg, err := c.tr.newRegion(o.BufferPoolSize)
 	if err != nil {
 		return err
 	}
 	chunk := min(128<<10, o.BufferPoolSize/8) &^ 4095
 	c.pool = newBufferPool(reg, chunk)
+	if c.cntlid, err = c.fabricsConnect(ctx, aq, nvmeproto.CNTLIDDynamic); err != nil {
+		return err
+	}
 
 	if err := c.enable(ctx); err != nil {
 		return err
@@ -195,10 +200,15 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16
 		return 0, &ConnectError{Target: o.target(), QID: q.qid, SubNQN: o.SubNQN, HostNQN: o.HostNQN, Reason: err.Error(), Err: err}
 	}
 	id, authreq := nvmeproto.ParseConnectSuccessDW0(r.DW0)
-	if authreq != 0 {
+	if authreq&nvmeproto.AuthReqASCR != 0 {
 		return 0, &ConnectError{Target: o.target(), QID: q.qid, SubNQN: o.SubNQN, HostNQN: o.HostNQN,
-			Reason: fmt.Sprintf("the controller requires in-band authentication (AUTHREQ %#x), which this host does not implement", authreq),
+			Reason: fmt.Sprintf("the controller requires a secure channel (AUTHREQ %#x: TLS), which this host does not implement", authreq),
 			Err:    ErrNotSupported}
+	}
+	if authreq&nvmeproto.AuthReqATR != 0 {
+		if err := c.authenticate(ctx, q); err != nil {
+			return 0, err
+		}
 	}
 	if q.qid == 0 {
 		return id, nil

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gonvmf/gonvmf/internal/dhchap"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -98,6 +99,15 @@ type Options struct {
 	OnAsyncEvent func(AsyncEvent)
 	// Logger receives connection life-cycle messages (default slog.Default()).
 	Logger *slog.Logger
+
+	// DHCHAPSecret is the host's DH-HMAC-CHAP secret (nvme-cli --dhchap-secret), in the
+	// "DHHC-1:<hh>:<base64>:" form nvme gen-dhchap-key prints; used when the controller
+	// requires in-band authentication. DHCHAPCtrlSecret (--dhchap-ctrl-secret), the
+	// controller's secret, makes the host authenticate the controller too.
+	DHCHAPSecret     string
+	DHCHAPCtrlSecret string
+
+	hostSecret, ctrlSecret *dhchap.Secret // parsed by withDefaults
 }
 
 // withDefaults validates o and fills in the defaults.
@@ -182,6 +192,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if err := o.parseSecrets(); err != nil {
+		return o, err
 	}
 	return o, nil
 }
