@@ -11,12 +11,14 @@ import (
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/internal/dhchap"
 	"github.com/gonvmf/gonvmf/target/server"
 	"github.com/urfave/cli/v2"
 )
 
 // The host-side commands (discover, identify, perf) share nvme-cli's transport flags:
-// -t TRANSPORT -a TRADDR -s TRSVCID -n NQN --hostnqn --hostid --host-traddr. With
+// -t TRANSPORT -a TRADDR -s TRSVCID -n NQN --hostnqn --hostid --host-traddr, and its
+// in-band authentication flags -S/--dhchap-secret, -C/--dhchap-ctrl-secret. With
 // -t loop they build the target described by --config in this process and connect to it
 // through the loop transport: the target's command path without any network.
 
@@ -33,6 +35,10 @@ func fabricsFlags(nqnUsage string) []cli.Flag {
 		&cli.StringFlag{Name: "hostid", Usage: "host `UUID` (default: /etc/nvme/hostid, else random)"},
 		&cli.DurationFlag{Name: "keep-alive-tmo", Aliases: []string{"k"},
 			Usage: "keep alive timeout `DURATION` (0: 5s for I/O controllers, none for discovery)"},
+		&cli.StringFlag{Name: "dhchap-secret", Aliases: []string{"S"}, EnvVars: []string{"GONVMF_DHCHAP_SECRET"},
+			Usage: "DH-HMAC-CHAP host `SECRET` (DHHC-1:..., as nvme gen-dhchap-key prints), for subsystems that authenticate their hosts"},
+		&cli.StringFlag{Name: "dhchap-ctrl-secret", Aliases: []string{"C"}, EnvVars: []string{"GONVMF_DHCHAP_CTRL_SECRET"},
+			Usage: "DH-HMAC-CHAP controller `SECRET`: authenticate the controller too (bidirectional)"},
 		&cli.DurationFlag{Name: "connect-timeout", Value: initiator.DefaultConnectTimeout, Usage: "bound each queue's connection to `DURATION`"},
 		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"GONVMF_CONFIG"},
 			Usage: "with -t loop: the target configuration `FILE` to run in-process"},
@@ -72,6 +78,19 @@ func fabricsOptions(c *cli.Context, defNQN string) (initiator.Options, *session,
 		KeepAlive:      c.Duration("keep-alive-tmo"),
 		ConnectTimeout: c.Duration("connect-timeout"),
 		Logger:         slog.Default(),
+
+		DHCHAPSecret:     c.String("dhchap-secret"),
+		DHCHAPCtrlSecret: c.String("dhchap-ctrl-secret"),
+	}
+	if o.DHCHAPCtrlSecret != "" && o.DHCHAPSecret == "" {
+		return o, nil, usageError("-C/--dhchap-ctrl-secret needs -S/--dhchap-secret too")
+	}
+	for _, f := range []string{"dhchap-secret", "dhchap-ctrl-secret"} {
+		if v := c.String(f); v != "" {
+			if _, err := dhchap.ParseSecret(v); err != nil {
+				return o, nil, usageError("--%s: %v", f, err)
+			}
+		}
 	}
 	if o.SubNQN == "" {
 		o.SubNQN = defNQN

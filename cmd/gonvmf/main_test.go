@@ -164,6 +164,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--log-level", "loud", "version"}, `--log-level "loud": use debug, info, warn or error`},
 		{[]string{"--log-format", "xml", "version"}, `--log-format "xml": use text or json`},
 		{[]string{"version", "extra"}, "version takes no arguments"},
+		{[]string{"identify", "-a", "10.99.0.1", "-n", "nqn.2024-01.io.gonvmf:x", "-C", "DHHC-1:00:x:"}, "-C/--dhchap-ctrl-secret needs -S/--dhchap-secret too"},
+		{[]string{"discover", "-a", "10.99.0.1", "--dhchap-secret", "DHHC-1:01:AAAA:"}, "--dhchap-secret: dhchap: the secret's base64 decodes to 3 bytes"},
 	} {
 		code, _, errOut := gonvmf(t, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
