@@ -231,7 +231,46 @@ var badConfigs = []struct {
 		"transport.keep_alive_timeout", "10ms is out of range", "use 1s to 1h0m0s", 0},
 	{"busy poll not a bool", sub(nullNS) + "transport:\n  busy_poll: on # <-\n",
 		"transport.busy_poll", `"on" is not a boolean`, "write true or false", 0},
+
+	// --- hosts (in-band authentication) ---
+	{"host without secret", sub(nullNS) + "hosts:\n  - nqn: " + authHost + " # <-\n",
+		"hosts[0].dhchap_secret", "missing", "nvme gen-dhchap-key --nqn", 0},
+	{"host NQN malformed", sub(nullNS) + "hosts:\n  - nqn: host1 # <-\n    dhchap_secret: " + goodSecret + "\n",
+		"hosts[0].nqn", `"host1" is not a valid host NQN`, "/etc/nvme/hostnqn", 0},
+	{"host twice", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n  - nqn: " + authHost + " # <-\n    dhchap_secret: " + goodSecret + "\n",
+		"hosts[1].nqn", "is already described by hosts[0] (line", "describe each host once", 0},
+	{"secret with a bad CRC", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: \"DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7A:\" # <-\n",
+		"hosts[0].dhchap_secret", "CRC-32 does not match", "nvme gen-dhchap-key prints, whole", 0},
+	{"secret hash and length disagree", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_ctrl_secret: \"DHHC-1:03:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\" # <-\n    dhchap_secret: " + goodSecret + "\n",
+		"hosts[0].dhchap_ctrl_secret", "a 32-byte key cannot use transformation 03", "file:<path>", 0},
+	{"secret not DHHC-1", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: hunter2 # <-\n",
+		"hosts[0].dhchap_secret", `starts with "DHHC-1:"`, "nvme gen-dhchap-key prints", 0},
+	{"secret file without a path", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: \"file:\" # <-\n",
+		"hosts[0].dhchap_secret", "file: names no file", "file:<path", 0},
+	{"unknown hash", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n    dhchap_hashes: [sha256, md5] # <-\n",
+		"hosts[0].dhchap_hashes[1]", `"md5" is not a DH-HMAC-CHAP hash function`, "sha256, sha384 or sha512", 0},
+	{"hash twice", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n    dhchap_hashes: [sha256, hmac(sha256)] # <-\n",
+		"hosts[0].dhchap_hashes[1]", "listed twice", "remove the repeated entry", 0},
+	{"unknown DH group", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n    dhchap_dhgroups: [ffdhe1024] # <-\n",
+		"hosts[0].dhchap_dhgroups[0]", `"ffdhe1024" is not a DH-HMAC-CHAP DH group`, "null, ffdhe2048", 0},
+	{"no DH group", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n    dhchap_dhgroups: [] # <-\n",
+		"hosts[0].dhchap_dhgroups", "no DH group is accepted", "remove dhchap_dhgroups", 0},
+	{"auth required, listed host without secret", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    auth_required: true\n    hosts:\n      - " + authHost + " # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].hosts[0]", "authentication is required and it has no secret", "under the top-level hosts:", 0},
+	{"auth required, nobody has a secret", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    allow_any_host: true\n    auth_required: true # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].auth_required", "no host can connect", "remove auth_required", 0},
+	{"auth required not a bool", baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    allow_any_host: true\n    auth_required: yes # <-\n    namespaces:\n" + nullNS,
+		"subsystems[0].auth_required", `"yes" is not a boolean`, "write true or false", 0},
+	{"unquoted secret", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7/: # <-\n",
+		"", "YAML syntax error", `quote the secret: dhchap_secret: "DHHC-1:...:"`, 0},
+	{"unknown host field", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n    dhchap_key: x # <-\n",
+		"hosts[0].dhchap_key", `"dhchap_key"`, "the fields here are nqn, dhchap_secret, dhchap_ctrl_secret", 0},
 }
+
+const (
+	authHost   = "nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc"
+	goodSecret = `"DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7/:"`
+)
 
 // markedLine is the 1-based line holding "# <-".
 func markedLine(t *testing.T, text string) int {

@@ -17,6 +17,8 @@ type Config struct {
 	Listeners  []Listener  `yaml:"listeners"`
 	Subsystems []Subsystem `yaml:"subsystems"`
 	Transport  Transport   `yaml:"transport"`
+	// Hosts are the hosts that authenticate with DH-HMAC-CHAP, and their secrets.
+	Hosts []Host `yaml:"hosts"`
 
 	// File is the file the configuration came from ("" when built in code). Errors name
 	// it, and relative namespace paths are resolved against its directory.
@@ -55,6 +57,10 @@ type Subsystem struct {
 	AllowAnyHost bool `yaml:"allow_any_host"`
 	// Hosts lists the host NQNs allowed to connect.
 	Hosts []string `yaml:"hosts"`
+	// AuthRequired admits only hosts that authenticate (those with a secret in the
+	// top-level hosts section); others are refused at Connect. Without it, hosts with a
+	// secret authenticate and the others connect without. Default false.
+	AuthRequired bool `yaml:"auth_required"`
 	// Namespaces are the subsystem's namespaces, in the order written.
 	Namespaces []Namespace `yaml:"namespaces"`
 }
@@ -244,12 +250,18 @@ func (c *Config) Clone() *Config {
 		Listeners:  slices.Clone(c.Listeners),
 		Subsystems: slices.Clone(c.Subsystems),
 		Transport:  c.Transport,
+		Hosts:      slices.Clone(c.Hosts),
 		File:       c.File,
 	}
 	for i := range n.Subsystems {
 		s := &n.Subsystems[i]
 		s.Hosts = slices.Clone(s.Hosts)
 		s.Namespaces = slices.Clone(s.Namespaces)
+	}
+	for i := range n.Hosts {
+		h := &n.Hosts[i]
+		h.DHCHAPHashes = slices.Clone(h.DHCHAPHashes)
+		h.DHCHAPDHGroups = slices.Clone(h.DHCHAPDHGroups)
 	}
 	for _, w := range c.Warnings {
 		cw := *w

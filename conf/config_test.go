@@ -401,7 +401,7 @@ func TestYAMLTagsMatchDecoder(t *testing.T) {
 		keys []string
 	}{
 		{Config{}, configKeys}, {Listener{}, listenerKeys}, {Subsystem{}, subsystemKeys},
-		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys},
+		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys},
 	} {
 		typ := reflect.TypeOf(tc.v)
 		var tags []string
@@ -422,7 +422,7 @@ func TestReadmeListsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys} {
+	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys} {
 		for _, k := range keys {
 			if !strings.Contains(string(b), "`"+k+"`") {
 				t.Errorf("README.md does not document `%s`", k)

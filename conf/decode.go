@@ -44,9 +44,9 @@ type decoder struct {
 
 // Known YAML keys of each mapping, in the order the documentation lists them.
 var (
-	configKeys    = []string{"listeners", "subsystems", "transport"}
+	configKeys    = []string{"listeners", "subsystems", "transport", "hosts"}
 	listenerKeys  = []string{"transport", "address", "port"}
-	subsystemKeys = []string{"nqn", "serial", "model", "allow_any_host", "hosts", "namespaces"}
+	subsystemKeys = []string{"nqn", "serial", "model", "allow_any_host", "hosts", "auth_required", "namespaces"}
 	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64"}
 	rbdKeys       = []string{"pool", "rados_namespace", "image", "ceph_conf", "user", "keyring", "create_size"}
 	transportKeys = []string{"queue_depth", "in_capsule_data_size", "max_io_size", "buffer_pool_size",
@@ -68,6 +68,10 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 	}
 	if err != nil {
 		d.syntaxError(err)
+		if e := d.errs[len(d.errs)-1]; e.Line > 0 && bytes.Contains(lineOf(data, e.Line), []byte("DHHC-1:")) {
+			// nvme gen-dhchap-key's secrets end with ':', which YAML reads as a mapping.
+			e.Fix = `quote the secret: dhchap_secret: "DHHC-1:...:" (it ends with ':', which YAML takes for a key)`
+		}
 		return nil, d.errs
 	}
 	var extra yaml.Node
@@ -108,6 +112,12 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 			})
 		case "transport":
 			d.transport(v, p, &c.Transport)
+		case "hosts":
+			d.sequence(v, p, func(n *yaml.Node, p string) {
+				var h Host
+				d.host(n, p, &h)
+				c.Hosts = append(c.Hosts, h)
+			})
 		}
 	})
 	// The one default a file gets that a Config built in Go does not: there a zero
@@ -116,6 +126,15 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 		c.Transport.InCapsuleDataSize = DefaultInCapsuleDataSize
 	}
 	return c, d.errs
+}
+
+// lineOf returns line n (1-based) of data.
+func lineOf(data []byte, n int) []byte {
+	lines := bytes.Split(data, []byte("\n"))
+	if n < 1 || n > len(lines) {
+		return nil
+	}
+	return lines[n-1]
 }
 
 func (d *decoder) syntaxError(err error) {
@@ -157,6 +176,8 @@ func (d *decoder) subsystem(n *yaml.Node, path string, s *Subsystem) {
 			d.str(v, p, &s.Model)
 		case "allow_any_host":
 			d.boolean(v, p, &s.AllowAnyHost)
+		case "auth_required":
+			d.boolean(v, p, &s.AuthRequired)
 		case "hosts":
 			d.sequence(v, p, func(n *yaml.Node, p string) {
 				var h string

@@ -46,6 +46,9 @@ func (c *Config) String() string {
 				w(2, "  - "+yamlString(h), "")
 			}
 		}
+		if s.AuthRequired {
+			w(1, "  auth_required: true", "")
+		}
 		if len(s.Namespaces) == 0 {
 			w(1, "  namespaces: []", "")
 			continue
@@ -101,6 +104,25 @@ func (c *Config) String() string {
 			w(2, "    uuid: "+FormatUUID(ns.UUID), "")
 			w(2, "    nguid: "+FormatNGUID(ns.NGUID), "")
 			w(2, "    eui64: "+FormatEUI64(ns.EUI64), "")
+		}
+	}
+	if len(c.Hosts) > 0 {
+		w(0, "hosts:", "")
+		for _, h := range c.Hosts {
+			w(1, "- nqn: "+yamlString(h.NQN), "")
+			w(1, "  dhchap_secret: "+yamlString(h.DHCHAPSecret), "")
+			if h.DHCHAPCtrlSecret != "" {
+				w(1, "  dhchap_ctrl_secret: "+yamlString(h.DHCHAPCtrlSecret), "")
+			}
+			var hs, gs []string
+			for _, x := range h.Hashes() {
+				hs = append(hs, x.String())
+			}
+			for _, x := range h.DHGroups() {
+				gs = append(gs, x.String())
+			}
+			w(1, "  dhchap_hashes: ["+strings.Join(hs, ", ")+"]", "")
+			w(1, "  dhchap_dhgroups: ["+strings.Join(gs, ", ")+"]", "")
 		}
 	}
 	t := c.Transport

@@ -81,6 +81,8 @@ func (c *Config) CheckSystem() error {
 			fmt.Sprintf("RLIMIT_MEMLOCK is %s, less than the %s buffer pool that RDMA must pin", Size(limit).Human(), pool.Human()),
 			"raise the limit (ulimit -l unlimited; LimitMEMLOCK=infinity in a systemd unit), run as root, or lower buffer_pool_size")
 	}
+	v.checkSecrets()
+	c.Warnings = append(c.Warnings, v.warns...)
 	return joinSorted(v.errs)
 }
 

@@ -65,6 +65,7 @@ func (c *Config) resolve() (errs, warns []*FieldError) {
 	v := &validator{c: c, src: c.src}
 	v.transport()
 	v.listeners()
+	v.hosts()
 	v.subsystems()
 	return v.errs, v.warns
 }
@@ -366,6 +367,7 @@ func (v *validator) subsystem(s *Subsystem, p string, own *idOwners) {
 		}
 		hosts[h] = hp
 	}
+	v.subsystemAuth(s, p)
 
 	if len(s.Namespaces) == 0 && !v.skip(p+".namespaces") {
 		v.warn(p+".namespaces", "", "the subsystem has no namespaces: hosts can connect but will see no storage",

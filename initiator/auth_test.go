@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/internal/dhchap"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -470,4 +471,24 @@ func TestAuthTargetProtocol(t *testing.T) {
 			t.Errorf("%v", st)
 		}
 	})
+}
+
+// TestAuthFromConfig: the target takes the hosts' secrets and auth_required from its
+// configuration (no AuthKeys given).
+func TestAuthFromConfig(t *testing.T) {
+	hk, ck := genSecret(t, nvmeproto.AuthHashSHA512), genSecret(t, nvmeproto.AuthHashSHA256)
+	e := newEnv(t, func(c *conf.Config) {
+		c.Subsystems[0].AuthRequired = true
+		c.Hosts = []conf.Host{{NQN: hostNQN, DHCHAPSecret: hk.Encode(), DHCHAPCtrlSecret: ck.Encode(),
+			DHCHAPHashes: []string{"sha384"}, DHCHAPDHGroups: []string{"ffdhe4096"}}}
+	})
+	c := e.dial(t, func(o *initiator.Options) { o.DHCHAPSecret, o.DHCHAPCtrlSecret = hk.Encode(), ck.Encode() })
+	roundTrip(t, c)
+	if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = genSecret(t, 3).Encode() }); !errors.Is(err, initiator.ErrAuthFailed) {
+		t.Errorf("wrong key: %v", err)
+	}
+	other := "nqn.2014-08.org.nvmexpress:uuid:00000000-1111-4222-8333-444444444444"
+	if err := dialErr(t, e, func(o *initiator.Options) { o.HostNQN, o.DHCHAPSecret = other, hk.Encode() }); !errors.Is(err, initiator.ErrHostNotAllowed) {
+		t.Errorf("host without a secret on an auth_required subsystem: %v", err)
+	}
 }

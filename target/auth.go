@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/internal/dhchap"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
@@ -234,4 +235,33 @@ func (t *Target) lookupAuthKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool)
 		return nil, false
 	}
 	return t.authKeys.HostKeys(subNQN, hostNQN)
+}
+
+// configAuthKeys serves the keys of the configuration's hosts section and the subsystems'
+// auth_required. The secrets are read once, when the target is built.
+type configAuthKeys struct {
+	t    *Target
+	keys map[string]*dhchap.HostKeys // by host NQN
+}
+
+func newConfigAuthKeys(t *Target, cfg *conf.Config) (*configAuthKeys, error) {
+	k := &configAuthKeys{t: t, keys: make(map[string]*dhchap.HostKeys, len(cfg.Hosts))}
+	for i := range cfg.Hosts {
+		hk, err := cfg.Hosts[i].Keys()
+		if err != nil {
+			return nil, err
+		}
+		k.keys[cfg.Hosts[i].NQN] = hk
+	}
+	return k, nil
+}
+
+func (k *configAuthKeys) HostKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool) {
+	required := false
+	if s := k.t.subsystem(subNQN); s != nil {
+		s.mu.Lock()
+		required = s.authRequired
+		s.mu.Unlock()
+	}
+	return k.keys[hostNQN], required
 }

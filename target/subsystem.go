@@ -23,12 +23,13 @@ type subsystem struct {
 	serial string
 	model  string
 
-	mu         sync.Mutex
-	allowAny   bool
-	hosts      map[string]bool
-	ctrls      map[uint16]*controller
-	nextCntlid uint16
-	closed     bool
+	mu           sync.Mutex
+	allowAny     bool
+	authRequired bool // only hosts with DH-HMAC-CHAP keys may connect
+	hosts        map[string]bool
+	ctrls        map[uint16]*controller
+	nextCntlid   uint16
+	closed       bool
 
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.

@@ -126,6 +126,13 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		o(t)
 	}
 	t.log = t.log.With("component", "target")
+	if t.authKeys == nil && len(rc.Hosts) > 0 {
+		k, err := newConfigAuthKeys(t, rc)
+		if err != nil {
+			return nil, fmt.Errorf("target: configuration: %w", err)
+		}
+		t.authKeys = k
+	}
 	// Resolved: a power of two from 4 KiB to 8 MiB, so MDTS expresses it exactly.
 	t.mdtsBytes = uint32(t.tr.MaxIOSize)
 	t.mdts = uint8(bits.Len32(t.mdtsBytes/4096) - 1)
@@ -235,6 +242,7 @@ func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 	s := newSubsystem(t, cs.NQN, false)
 	s.serial, s.model = cs.Serial, cs.Model
 	s.allowAny = cs.AllowAnyHost
+	s.authRequired = cs.AuthRequired
 	for _, h := range cs.Hosts {
 		s.hosts[h] = true
 	}

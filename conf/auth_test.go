@@ -1,0 +1,145 @@
+package conf
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// authConfig writes a configuration with one authenticating host into dir and returns its
+// path; secret and ctrl are the YAML values of the two secrets.
+func authConfig(t *testing.T, dir, secret, ctrl string, mode os.FileMode) string {
+	t.Helper()
+	text := baseListeners + "subsystems:\n  - nqn: nqn.2024-01.com.example:t\n    hosts: [" + authHost + "]\n    auth_required: true\n    namespaces:\n" + nullNS +
+		"hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + secret + "\n"
+	if ctrl != "" {
+		text += "    dhchap_ctrl_secret: " + ctrl + "\n    dhchap_hashes: [hmac(sha256)]\n    dhchap_dhgroups: [ffdhe3072, null]\n"
+	}
+	p := filepath.Join(dir, "target.yaml")
+	if err := os.WriteFile(p, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func writeSecret(t *testing.T, path, secret string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(secret+"\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const otherSecret = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+
+func TestAuthSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeSecret(t, filepath.Join(dir, "host.key"), strings.Trim(goodSecret, `"`), 0o600)
+	writeSecret(t, filepath.Join(dir, "ctrl.key"), otherSecret, 0o600)
+	path := authConfig(t, dir, "file:host.key", "file:"+filepath.Join(dir, "ctrl.key"), 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.HostByNQN(authHost)
+	if h == nil || h.DHCHAPSecret != "file:"+filepath.Join(dir, "host.key") {
+		t.Fatalf("relative secret file not resolved: %+v", h)
+	}
+	if err := c.CheckSystem(); err != nil || len(c.Warnings) != 0 {
+		t.Fatalf("CheckSystem: %v, warnings %v", err, c.Warnings)
+	}
+	k, err := h.Keys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Host.TransformHash() != nvmeproto.AuthHashSHA256 || k.Ctrl == nil || k.Ctrl.TransformHash() != 0 {
+		t.Errorf("keys %v %v", k.Host, k.Ctrl)
+	}
+	if len(k.Hashes) != 1 || k.Hashes[0] != nvmeproto.AuthHashSHA256 ||
+		len(k.DHGroups) != 2 || k.DHGroups[0] != nvmeproto.AuthDHGroupFFDHE3072 || k.DHGroups[1] != nvmeproto.AuthDHGroupNull {
+		t.Errorf("preferences %v %v", k.Hashes, k.DHGroups)
+	}
+	// A rewritten file takes effect at the next Keys (key rotation).
+	writeSecret(t, filepath.Join(dir, "host.key"), otherSecret, 0o600)
+	if k2, err := h.Keys(); err != nil || k2.Host.Equal(k.Host) {
+		t.Errorf("rewritten secret file not read again: %v", err)
+	}
+	// The printed configuration reads back the same.
+	back, err := Parse([]byte(c.String()), path)
+	if err != nil || back.String() != c.String() {
+		t.Errorf("String does not read back: %v\n%s", err, c.String())
+	}
+
+	for _, tc := range []struct {
+		name, want, fix string
+		prep            func()
+	}{
+		{"open to others", "is open to other users (mode 0644)", "chmod 600", func() { writeSecret(t, filepath.Join(dir, "host.key"), otherSecret, 0o644) }},
+		{"missing", "cannot read the secret file", "chmod 600", func() { os.Remove(filepath.Join(dir, "host.key")) }},
+		{"directory", "is not a regular file", "name a file", func() { os.Mkdir(filepath.Join(dir, "host.key"), 0o700) }},
+		{"bad content", "the secret's CRC-32 does not match", "nvme gen-dhchap-key prints", func() {
+			writeSecret(t, filepath.Join(dir, "host.key"), strings.Replace(otherSecret, "KfiaR", "KfiaS", 1), 0o600)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.RemoveAll(filepath.Join(dir, "host.key"))
+			tc.prep()
+			c, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.CheckSystem()
+			if err == nil {
+				t.Fatal("CheckSystem accepted the secret file")
+			}
+			errs := Errors(err)
+			if len(errs) != 1 || errs[0].Field != "hosts[0].dhchap_secret" || !strings.Contains(errs[0].Msg, tc.want) ||
+				!strings.Contains(errs[0].Fix, tc.fix) || errs[0].Line != 13 {
+				t.Errorf("%+v", errs)
+			}
+			if strings.Contains(err.Error(), "vpq37fuC3d") || strings.Contains(err.Error(), "AAECAwQFBgcI") {
+				t.Errorf("error quotes the secret: %v", err)
+			}
+			if _, err := c.HostByNQN(authHost).Keys(); err == nil || !strings.Contains(err.Error(), "host "+authHost+": dhchap_secret: ") {
+				t.Errorf("Keys: %v", err)
+			}
+		})
+	}
+	if os.Geteuid() == 0 {
+		writeSecret(t, filepath.Join(dir, "nobody.key"), otherSecret, 0o600)
+		if err := os.Chown(filepath.Join(dir, "nobody.key"), 65534, 65534); err == nil {
+			if msg, fix := secretFileProblem(filepath.Join(dir, "nobody.key")); !strings.Contains(msg, "belongs to uid 65534") || !strings.Contains(fix, "chown 0") {
+				t.Errorf("foreign owner: %q %q", msg, fix)
+			}
+		}
+	}
+}
+
+func TestAuthInlineSecretWarning(t *testing.T) {
+	dir := t.TempDir()
+	path := authConfig(t, dir, goodSecret, "", 0o644)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckSystem(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || c.Warnings[0].Field != "hosts[0].dhchap_secret" || !strings.Contains(c.Warnings[0].Fix, "chmod 600 "+path) {
+		t.Fatalf("warnings %v", c.Warnings)
+	}
+	k, err := c.Hosts[0].Keys()
+	if err != nil || k.Ctrl != nil || len(k.Hashes) != 3 || len(k.DHGroups) != 6 {
+		t.Fatalf("inline keys: %v %+v", err, k)
+	}
+	os.Chmod(path, 0o600)
+	c, _ = Load(path)
+	if err := c.CheckSystem(); err != nil || len(c.Warnings) != 0 {
+		t.Errorf("mode 0600: %v %v", err, c.Warnings)
+	}
+}
