@@ -168,7 +168,7 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 		if err := a.ctl.Send(data); err != nil {
 			msg := "the host sent AUTH_Failure2"
 			if a.ctl.FailurePending() {
-				msg = "AUTH_Failure1 pending"
+				msg = "answered with AUTH_Failure1"
 			}
 			q.authFailed(a, c, b.qid, msg, err, true)
 		} else if a.ctl.Authenticated() && !wasOK {
