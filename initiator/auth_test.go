@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -490,5 +492,42 @@ func TestAuthFromConfig(t *testing.T) {
 	other := "nqn.2014-08.org.nvmexpress:uuid:00000000-1111-4222-8333-444444444444"
 	if err := dialErr(t, e, func(o *initiator.Options) { o.HostNQN, o.DHCHAPSecret = other, hk.Encode() }); !errors.Is(err, initiator.ErrHostNotAllowed) {
 		t.Errorf("host without a secret on an auth_required subsystem: %v", err)
+	}
+}
+
+// TestAuthKeyFileRotation: rewriting a file: secret rotates the host's key without a
+// restart: re-authentication and new connections use the new key; a secret file that
+// becomes unusable refuses the host (fails closed).
+func TestAuthKeyFileRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "host.key")
+	write := func(s *dhchap.Secret, mode os.FileMode) {
+		if err := os.WriteFile(path, []byte(s.Encode()+"\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, next := genSecret(t, nvmeproto.AuthHashSHA256), genSecret(t, nvmeproto.AuthHashSHA256)
+	write(old, 0o600)
+	e := newEnv(t, func(c *conf.Config) {
+		c.Hosts = []conf.Host{{NQN: hostNQN, DHCHAPSecret: "file:" + path}}
+	})
+	c := e.dial(t, func(o *initiator.Options) { o.DHCHAPSecret = old.Encode() })
+	write(next, 0o600)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Reauthenticate(ctx, next.Encode(), ""); err != nil {
+		t.Fatalf("re-authentication with the rotated key: %v", err)
+	}
+	roundTrip(t, c)
+	if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = old.Encode() }); !errors.Is(err, initiator.ErrAuthFailed) {
+		t.Errorf("old key after rotation: %v", err)
+	}
+	roundTrip(t, e.dial(t, func(o *initiator.Options) { o.DHCHAPSecret = next.Encode() }))
+	write(next, 0o644)
+	if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = next.Encode() }); !errors.Is(err, initiator.ErrHostNotAllowed) {
+		t.Errorf("secret file open to others: %v", err)
 	}
 }

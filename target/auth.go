@@ -238,20 +238,22 @@ func (t *Target) lookupAuthKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool)
 }
 
 // configAuthKeys serves the keys of the configuration's hosts section and the subsystems'
-// auth_required. The secrets are read once, when the target is built.
+// auth_required. A host's secrets are read again at every lookup (admin Connect,
+// re-authentication), so rewriting a file: secret rotates the key without a restart. A
+// secret that cannot be read fails closed: the host is refused at Connect, and an
+// authenticated controller keeps the keys it had.
 type configAuthKeys struct {
-	t    *Target
-	keys map[string]*dhchap.HostKeys // by host NQN
+	t     *Target
+	hosts map[string]conf.Host // by host NQN
 }
 
 func newConfigAuthKeys(t *Target, cfg *conf.Config) (*configAuthKeys, error) {
-	k := &configAuthKeys{t: t, keys: make(map[string]*dhchap.HostKeys, len(cfg.Hosts))}
-	for i := range cfg.Hosts {
-		hk, err := cfg.Hosts[i].Keys()
-		if err != nil {
+	k := &configAuthKeys{t: t, hosts: make(map[string]conf.Host, len(cfg.Hosts))}
+	for _, h := range cfg.Hosts {
+		if _, err := h.Keys(); err != nil {
 			return nil, err
 		}
-		k.keys[cfg.Hosts[i].NQN] = hk
+		k.hosts[h.NQN] = h
 	}
 	return k, nil
 }
@@ -263,5 +265,14 @@ func (k *configAuthKeys) HostKeys(subNQN, hostNQN string) (*dhchap.HostKeys, boo
 		required = s.authRequired
 		s.mu.Unlock()
 	}
-	return k.keys[hostNQN], required
+	h, ok := k.hosts[hostNQN]
+	if !ok {
+		return nil, required
+	}
+	keys, err := h.Keys()
+	if err != nil {
+		k.t.log.Error("cannot read a host's DH-HMAC-CHAP secret: refusing the host", "subsystem", subNQN, "host", hostNQN, "err", err)
+		return nil, true
+	}
+	return keys, required
 }
