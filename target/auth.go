@@ -150,7 +150,7 @@ func (q *Queue) beginAuth(r *Request, b *binding) nvmeproto.Status {
 func (q *Queue) execAuth(r *Request, b *binding) {
 	a, c := b.auth, b.ctrl
 	a.mu.Lock()
-	wasOK := a.ok.Load()
+	wasOK, wasInTx := a.ok.Load(), a.ctl.InProgress()
 	if r.Cmd.FabricsType() == nvmeproto.FabricsAuthSend {
 		data := r.Data[:r.Length]
 		if len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate {
@@ -171,8 +171,8 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 				msg = "answered with AUTH_Failure1"
 			}
 			q.authFailed(a, c, b.qid, msg, err, true)
-		} else if a.ctl.Authenticated() && !wasOK {
-			q.authSucceeded(a, c, b.qid)
+		} else if wasInTx && !a.ctl.InProgress() && a.ctl.Authenticated() {
+			q.authSucceeded(a, c, b.qid, wasOK)
 		}
 		a.mu.Unlock()
 		q.finish(r, nvmeproto.StatusSuccess)
@@ -191,20 +191,21 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 		// Logged when the failure was found, unless Receive found it.
 		_, cause := a.ctl.Failure()
 		q.authFailed(a, c, b.qid, "AUTH_Failure1 sent", cause, !pending)
-	} else if a.ctl.Authenticated() && !wasOK {
-		q.authSucceeded(a, c, b.qid)
+	} else if wasInTx && !a.ctl.InProgress() && a.ctl.Authenticated() {
+		q.authSucceeded(a, c, b.qid, wasOK)
 	}
 	a.mu.Unlock()
 	q.finish(r, nvmeproto.StatusSuccess)
 }
 
-// authSucceeded marks the queue authenticated. Called with a.mu held.
-func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16) {
+// authSucceeded marks the queue authenticated after a successful transaction (reauth: the
+// queue was authenticated before it). Called with a.mu held.
+func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16, reauth bool) {
 	a.ok.Store(true)
 	a.timer.Stop()
 	hash, group := a.ctl.Selected()
 	c.log.Info("queue authenticated", "qid", qid, "hash", hash.String(), "dhgroup", group.String(),
-		"bidirectional", a.ctl.Bidirectional())
+		"bidirectional", a.ctl.Bidirectional(), "reauthentication", reauth)
 }
 
 // authFailed marks the queue unauthenticated, logs the failure (if log) and schedules the
