@@ -6,7 +6,9 @@
 #     dhchap_dhgroup), uni- and bidirectionally; a wrong controller key fails;
 #   - nvme-cli's `nvme connect --dhchap-secret` (and --dhchap-ctrl-secret) to gonvmf serve
 #     succeeds with the right keys and fails with a wrong one; fio verify runs over the
-#     authenticated connection; gonvmf's own initiator authenticates to gonvmf too.
+#     authenticated connection; rewriting the host's key file and the Linux host's sysfs
+#     dhchap_secret re-authenticates the live connection with the new key; gonvmf's own
+#     initiator authenticates to gonvmf too.
 # vm: --kernel 6.12 --timeout 1500 --disk 1G
 . "$SRC/integration/vm/guest-lib.sh"
 
@@ -121,14 +123,15 @@ if ! wait_for 60 "$G" discover -a "$RXE_IP" -s "$GPORT" --connect-timeout 3s; th
 fi
 pass gonvmf-serve
 
-# g_connect NAME [nvme connect options]: the Linux host connects to $GNQN; prints the namespace.
+# g_connect NAME [nvme connect options]: the Linux host connects to $GNQN; sets dev to the
+# namespace's block device. (Not run in $(...): pass/fail must count in this shell.)
 g_connect() {
-	local name=$1 t0 dev
+	local name=$1 t0
 	shift
 	t0=$(date +%s.%N)
-	if dev=$(nvme_connect "$GNQN" "$GPORT" --hostnqn "$HOSTNQN" "$@" 2> "$OUT/$name.err" | head -n 1) && [ -n "$dev" ]; then
+	dev=$(nvme_connect "$GNQN" "$GPORT" --hostnqn "$HOSTNQN" "$@" 2> "$OUT/$name.err" | head -n 1)
+	if [ -b "$dev" ]; then
 		pass "$name" "$dev in $(echo "$(date +%s.%N) - $t0" | bc | cut -c1-5) s"
-		echo "$dev"
 		return 0
 	fi
 	fail "$name" "$(tail -n 2 "$OUT/$name.err" | tr '\n' ' ' | cut -c1-300)"
@@ -137,16 +140,20 @@ g_connect() {
 
 # fio_verify NAME DEV: 16 MiB of crc32c-verified random writes, read back.
 fio_verify() {
+	[ -b "$2" ] || {
+		fail "$1" "$2 is not a block device"
+		return 1
+	}
 	check "$1" timeout -k 5 300 fio --name=verify --filename="$2" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
 		--iodepth=16 --size=16M --verify=crc32c --verify_fatal=1 --do_verify=1 --output="$OUT/$1.txt"
 }
 
-if dev=$(g_connect g-connect --dhchap-secret "$HKEY"); then
+if g_connect g-connect --dhchap-secret "$HKEY"; then
 	fio_verify g-fio-verify "$dev"
 	check g-authenticated-logged grep -q 'msg="queue authenticated".* qid=0 ' "$OUT/gonvmf-serve.log"
 	check g-disconnect nvme_disconnect_all
 fi
-if dev=$(g_connect g-connect-bidi --dhchap-secret "$HKEY" --dhchap-ctrl-secret "$GCKEY"); then
+if g_connect g-connect-bidi --dhchap-secret "$HKEY" --dhchap-ctrl-secret "$GCKEY"; then
 	fio_verify g-fio-verify-bidi "$dev"
 	check g-disconnect-bidi nvme_disconnect_all
 fi
@@ -158,12 +165,34 @@ expect_fail g-wrong-ctrl-key "" nvme connect -t rdma -a "$RXE_IP" -s "$GPORT" -n
 nvme_disconnect_all
 expect_fail g-no-secret "" nvme connect -t rdma -a "$RXE_IP" -s "$GPORT" -n "$GNQN" --hostnqn "$HOSTNQN"
 nvme_disconnect_all
+log "key rotation: the key file is rewritten, the Linux host re-authenticates with the new key"
+HKEY2=$(key 1 32 "$HOSTNQN")
+if g_connect g-connect-rotate --dhchap-secret "$HKEY"; then
+	ctrl=
+	for c in /sys/class/nvme/nvme*; do
+		[ "$(cat "$c/subsysnqn" 2> /dev/null)" = "$GNQN" ] && ctrl=${c##*/}
+	done
+	before=$(grep -c 'msg="queue authenticated"' "$OUT/gonvmf-serve.log")
+	(umask 077 && echo "$HKEY2" > "$KEYS/host.key")
+	echo "$HKEY2" > "/sys/class/nvme/$ctrl/dhchap_secret"
+	# the admin queue and every I/O queue authenticate again
+	want=$((before + $(cat "/sys/class/nvme/$ctrl/queue_count")))
+	if wait_for 60 sh -c "[ \$(grep -c 'msg=\"queue authenticated\"' '$OUT/gonvmf-serve.log') -ge $want ]"; then
+		pass g-reauth "$ctrl: $(($(grep -c 'msg="queue authenticated"' "$OUT/gonvmf-serve.log") - before)) queues re-authenticated with the rotated key"
+	else
+		fail g-reauth "$ctrl: $(($(grep -c 'msg="queue authenticated"' "$OUT/gonvmf-serve.log") - before)) of $((want - before)) queues re-authenticated: $(dmesg | grep -i auth | tail -n 3 | tr '\n' ' ')"
+	fi
+	check g-io-after-reauth timeout -k 5 120 dd if="$dev" of=/dev/null bs=1M count=8 iflag=direct
+	check g-disconnect-rotate nvme_disconnect_all
+	expect_fail g-old-key-after-rotation "" nvme connect -t rdma -a "$RXE_IP" -s "$GPORT" -n "$GNQN" --hostnqn "$HOSTNQN" --dhchap-secret "$HKEY"
+	nvme_disconnect_all
+fi
 OTHER=nqn.2014-08.org.nvmexpress:uuid:0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d
-expect_fail g-required "not allowed" "$G" identify -a "$RXE_IP" -s "$GPORT" -n "$GNQN" --hostnqn "$OTHER" -S "$HKEY"
+expect_fail g-required "not allowed" "$G" identify -a "$RXE_IP" -s "$GPORT" -n "$GNQN" --hostnqn "$OTHER" -S "$HKEY2"
 check g-open-without-auth sh -c "'$G' identify -a '$RXE_IP' -s $GPORT -n '$GOPEN' --hostnqn '$OTHER' > '$OUT/g-open.txt'"
-check g-gonvmf-initiator sh -c "'$G' identify -a '$RXE_IP' -s $GPORT -n '$GNQN' --hostnqn '$HOSTNQN' -S '$HKEY' -C '$GCKEY' > '$OUT/g-identify.txt' && grep -q '^Namespace 1: 128 MiB' '$OUT/g-identify.txt'"
+check g-gonvmf-initiator sh -c "'$G' identify -a '$RXE_IP' -s $GPORT -n '$GNQN' --hostnqn '$HOSTNQN' -S '$HKEY2' -C '$GCKEY' > '$OUT/g-identify.txt' && grep -q '^Namespace 1: 128 MiB' '$OUT/g-identify.txt'"
 check g-gonvmf-perf-verify timeout -k 5 300 "$G" perf --progress=false -a "$RXE_IP" -s "$GPORT" -n "$GNQN" --hostnqn "$HOSTNQN" \
-	-S "$HKEY" --rw randrw -o 4k -q 8 -j 2 --verify --size 16m -T 3s
+	-S "$HKEY2" --rw randrw -o 4k -q 8 -j 2 --verify --size 16m -T 3s
 grep -h 'authentication failed\|queue authenticated' "$OUT/gonvmf-serve.log" | cut -c1-400 > "$OUT/g-auth-log.txt"
 
 finish
