@@ -217,3 +217,25 @@ func TestResponses(t *testing.T) {
 		t.Error("hash 7 accepted for the augmented challenge")
 	}
 }
+
+// TestLinuxControllerResponse is a known answer computed by the Linux 6.12 target (nvmet):
+// Linux host → Linux target over rxe in the 6.12 guest, hmac(sha256), NULL DH group,
+// bidirectional, with dynamic debug on; the target printed the R2 it sent in Success1
+// ("ctrl 1 qid 0 response ...") for the host's C2 and S2 (T_ID 0). Our controller
+// response from the same inputs must be the same bytes.
+func TestLinuxControllerResponse(t *testing.T) {
+	ctrl, err := ParseSecret("DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7/:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := Transaction{Hash: nvmeproto.AuthHashSHA256, TID: 0,
+		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:3a6e1f52-9b0c-4d7e-8f21-5c4b3a2d1e0f", SubNQN: "nqn.2024-01.io.gonvmf:kat"}
+	c2 := unhex(t, "fde1c2549ab6af985f6661d4bbebf892cfca8e51283452adae4fc9c7fd7935b1")
+	got, err := tx.ControllerResponse(ctrl.Transform(tx.SubNQN), c2, 125290870)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := unhex(t, "84019769dd8d74f184d0e21b70c4a039773c70ab2eaf545366dccd03fdf19a32"); !bytes.Equal(got, want) {
+		t.Fatalf("R2 = %x, the Linux target sent %x", got, want)
+	}
+}
