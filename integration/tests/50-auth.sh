@@ -1,5 +1,5 @@
 #!/bin/bash
-# 40-auth: in-band authentication (DH-HMAC-CHAP) on the 6.12 kernel, whose host and target
+# 50-auth: in-band authentication (DH-HMAC-CHAP) on the 6.12 kernel, whose host and target
 # have it (6.1 has neither):
 #   - the Go initiator (gonvmf identify / perf --verify) authenticates against the Linux
 #     target configured through configfs (dhchap_key, dhchap_ctrl_key, dhchap_hash,
