@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gonvmf/gonvmf/internal/aligned"
@@ -157,7 +158,21 @@ var (
 	ErrInvalidOp = errors.New("invalid backend operation")
 	// ErrNotSupported: the backend kind is not available on this operating system.
 	ErrNotSupported = errors.New("not supported on this platform")
+	// ErrShrink: a Resize to less than the current capacity. Hosts may have data in the
+	// blocks that would go, so a namespace only grows.
+	ErrShrink = errors.New("backend: a namespace cannot shrink")
 )
+
+// Resizer is implemented by backends whose capacity can grow while they are open (every
+// backend of this package). Resize grows the capacity to size bytes, a multiple of
+// LBASize — a file is extended (sparse), null and memory simply get larger — or, with
+// size 0, takes the size the backing store has now (a block device or a file that was
+// grown outside gonvmf). It returns the new number of blocks. Shrinking is refused
+// (ErrShrink). Resize is safe to call while requests run: a request sees either the old
+// or the new capacity.
+type Resizer interface {
+	Resize(size uint64) (blocks uint64, err error)
+}
 
 // Open opens the backend s describes. Errors name the field or path at fault.
 func Open(s Spec) (Backend, error) {
@@ -208,24 +223,51 @@ func checkSize(kind Kind, size uint64, lba uint32) (uint64, error) {
 }
 
 // geometry is the part every backend shares: block size, capacity and the cheap checks.
+// The capacity is atomic because Resize may grow it while requests are checked against
+// it; it never shrinks, so a request checked against the old capacity stays inside.
 type geometry struct {
 	lbaSize  uint32
 	lbaShift uint
-	nblocks  uint64
+	nblocks  atomic.Uint64
 	readOnly bool
 }
 
+func (g *geometry) init(lba uint32, shift uint, nblocks uint64, readOnly bool) {
+	g.lbaSize, g.lbaShift, g.readOnly = lba, shift, readOnly
+	g.nblocks.Store(nblocks)
+}
+
 func (g *geometry) LBASize() uint32   { return g.lbaSize }
-func (g *geometry) NumBlocks() uint64 { return g.nblocks }
+func (g *geometry) NumBlocks() uint64 { return g.nblocks.Load() }
 func (g *geometry) ReadOnly() bool    { return g.readOnly }
 
 // checkRange reports whether [slba, slba+nlb) lies inside the namespace, without
 // overflowing.
 func (g *geometry) checkRange(slba, nlb uint64) error {
-	if nlb > g.nblocks || slba > g.nblocks-nlb {
-		return rangeError(slba, nlb, g.nblocks)
+	if n := g.nblocks.Load(); nlb > n || slba > n-nlb {
+		return rangeError(slba, nlb, n)
 	}
 	return nil
+}
+
+// grow checks a new capacity of size bytes (0: keep the capacity) against the current
+// one and returns it in blocks.
+func (g *geometry) growTo(size uint64) (uint64, error) {
+	cur := g.nblocks.Load()
+	if size == 0 {
+		return cur, nil
+	}
+	if size%uint64(g.lbaSize) != 0 {
+		return 0, fmt.Errorf("backend: size %d is not a multiple of the lba size %d", size, g.lbaSize)
+	}
+	if size > 1<<62 {
+		return 0, fmt.Errorf("backend: size %d is too large (at most 2^62 bytes)", size)
+	}
+	n := size >> g.lbaShift
+	if n < cur {
+		return 0, fmt.Errorf("%w: %d bytes is less than the current %d", ErrShrink, size, cur<<g.lbaShift)
+	}
+	return n, nil
 }
 
 func rangeError(slba, nlb, capacity uint64) error {

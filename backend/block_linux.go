@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +23,7 @@ type blockBackend struct {
 	pbs      uint32
 	vwc      bool
 	workers  int
+	resizeMu sync.Mutex // one Resize at a time; guards devBytes after open
 	devBytes uint64
 }
 
@@ -56,17 +58,17 @@ func openBlock(s Spec) (Backend, error) {
 	}
 	b := &blockBackend{
 		fdStore: fdStore{
-			geometry: geometry{readOnly: s.ReadOnly},
-			sys:      sys,
-			path:     s.Path,
-			log:      s.Logger,
-			f:        f,
-			fd:       int(f.Fd()),
-			syncFD:   -1,
-			direct:   true,
+			sys:    sys,
+			path:   s.Path,
+			log:    s.Logger,
+			f:      f,
+			fd:     int(f.Fd()),
+			syncFD: -1,
+			direct: true,
 		},
 		workers: s.Workers,
 	}
+	b.init(0, 0, 0, s.ReadOnly)
 	if b.workers <= 0 {
 		b.workers = DefaultWorkers
 	}
@@ -106,9 +108,11 @@ func (b *blockBackend) setup(s Spec, flag int) error {
 	} else if size > devBytes {
 		return fmt.Errorf("backend: size %d is larger than block device %q (%d bytes)", size, s.Path, devBytes)
 	}
-	if b.nblocks, err = checkSize(KindBlock, size, lba); err != nil {
+	nblocks, err := checkSize(KindBlock, size, lba)
+	if err != nil {
 		return err
 	}
+	b.nblocks.Store(nblocks)
 	b.vwc = writeCache(b.fd)
 	if !s.ReadOnly {
 		// Not O_EXCL: this process already holds the exclusive claim.
@@ -187,6 +191,35 @@ func (b *blockBackend) WriteZeroes(slba, nlb uint64) error {
 }
 
 func (b *blockBackend) Close() error { return b.closeFiles() }
+
+// Resize takes the device's current size (size 0), after the device was grown (an LVM
+// volume extended, a virtual disk resized); it cannot grow a device itself, so a size
+// other than 0 or the device's size is refused.
+func (b *blockBackend) Resize(size uint64) (uint64, error) {
+	b.resizeMu.Lock()
+	defer b.resizeMu.Unlock()
+	devBytes, err := unix.IoctlGetUint64(b.fd, unix.BLKGETSIZE64)
+	if err != nil {
+		return 0, fmt.Errorf("backend: BLKGETSIZE64 on %q: %w", b.path, err)
+	}
+	avail := devBytes &^ uint64(b.lbaSize-1)
+	switch {
+	case size == 0:
+		size = avail
+	case size > avail:
+		return 0, fmt.Errorf("backend: resize %s to %d bytes: the device has %d bytes; grow the device first, then resize without a size", b.path, size, devBytes)
+	}
+	n, err := b.growTo(size)
+	if err != nil {
+		return 0, fmt.Errorf("%w (block device %s now has %d bytes)", err, b.path, devBytes)
+	}
+	if n != b.nblocks.Load() {
+		b.log.Info("backend: namespace grown", "path", b.path, "from_bytes", b.nblocks.Load()<<b.lbaShift, "to_bytes", size, "device_bytes", devBytes)
+		b.devBytes = devBytes
+		b.nblocks.Store(n)
+	}
+	return n, nil
+}
 
 func (b *blockBackend) Info() Info {
 	return Info{

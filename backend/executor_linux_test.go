@@ -22,11 +22,9 @@ type gateBackend struct {
 }
 
 func newGateBackend(t *testing.T) *gateBackend {
-	b, err := openNull(Spec{Kind: KindNull, Size: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gateBackend{nullBackend: *b.(*nullBackend), gate: make(chan struct{})}
+	g := &gateBackend{gate: make(chan struct{})}
+	g.init(512, 9, (1<<20)/512, false)
+	return g
 }
 
 func (g *gateBackend) ReadBlocks(buf []byte, slba uint64) error {

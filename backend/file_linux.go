@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -31,6 +32,7 @@ type fileBackend struct {
 	dlfeat   bool        // promised at open: deallocated blocks read as zeroes
 	pbs      uint32
 	workers  int
+	resizeMu sync.Mutex // one Resize at a time
 }
 
 func openFile(s Spec) (Backend, error) {
@@ -82,17 +84,17 @@ func openFile(s Spec) (Backend, error) {
 	}
 	b := &fileBackend{
 		fdStore: fdStore{
-			geometry: geometry{lbaSize: lba, lbaShift: shift, readOnly: s.ReadOnly},
-			sys:      sys,
-			path:     s.Path,
-			log:      s.Logger,
-			f:        f,
-			fd:       int(f.Fd()),
-			syncFD:   -1,
-			direct:   direct,
+			sys:    sys,
+			path:   s.Path,
+			log:    s.Logger,
+			f:      f,
+			fd:     int(f.Fd()),
+			syncFD: -1,
+			direct: direct,
 		},
 		workers: s.Workers,
 	}
+	b.init(lba, shift, 0, s.ReadOnly)
 	if b.workers <= 0 {
 		b.workers = DefaultWorkers
 	}
@@ -174,9 +176,11 @@ func (b *fileBackend) setup(s Spec, flag int) error {
 				"path", s.Path, "file_bytes", fileSize, "lba_size", b.lbaSize)
 		}
 	}
-	if b.nblocks, err = checkSize(KindFile, size, b.lbaSize); err != nil {
+	nblocks, err := checkSize(KindFile, size, b.lbaSize)
+	if err != nil {
 		return err
 	}
+	b.nblocks.Store(nblocks)
 	switch {
 	case fileSize < size && s.ReadOnly:
 		return fmt.Errorf("backend: file %q is %d bytes, smaller than size %d, and a read-only namespace cannot extend it", s.Path, fileSize, size)
@@ -226,7 +230,7 @@ func (b *fileBackend) logOpen() {
 	if b.syncF == nil {
 		fua = "fdatasync"
 	}
-	b.log.Info("backend: opened file", "path", b.path, "bytes", b.nblocks<<b.lbaShift, "lba_size", b.lbaSize,
+	b.log.Info("backend: opened file", "path", b.path, "bytes", b.nblocks.Load()<<b.lbaShift, "lba_size", b.lbaSize,
 		"direct", b.direct, "read_only", b.readOnly, "fua", fua, "punch_hole", b.punch.Load())
 }
 
@@ -304,6 +308,40 @@ func zeroModeName(m uint32) string {
 }
 
 func (b *fileBackend) Close() error { return b.closeFiles() }
+
+// Resize grows the namespace to size bytes, extending the file (sparse) when it is
+// smaller; with size 0 it takes the file's current size (grown by someone else), rounded
+// down to whole blocks. The file is never truncated.
+func (b *fileBackend) Resize(size uint64) (uint64, error) {
+	b.resizeMu.Lock()
+	defer b.resizeMu.Unlock()
+	st, err := b.f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("backend: resize %s: %w", b.path, err)
+	}
+	fileSize := uint64(st.Size())
+	if size == 0 {
+		size = fileSize &^ uint64(b.lbaSize-1)
+	}
+	n, err := b.growTo(size)
+	if err != nil {
+		return 0, fmt.Errorf("%w (file %s)", err, b.path)
+	}
+	if n == b.nblocks.Load() {
+		return n, nil
+	}
+	if fileSize < size {
+		if b.readOnly {
+			return 0, fmt.Errorf("backend: resize %s to %d bytes: the file is %d bytes and a read-only namespace cannot extend it", b.path, size, fileSize)
+		}
+		if err := b.f.Truncate(int64(size)); err != nil {
+			return 0, fmt.Errorf("backend: extend %s to %d bytes: %w", b.path, size, err)
+		}
+	}
+	b.log.Info("backend: namespace grown", "path", b.path, "from_bytes", b.nblocks.Load()<<b.lbaShift, "to_bytes", size, "file_bytes", max(fileSize, size))
+	b.nblocks.Store(n)
+	return n, nil
+}
 
 func (b *fileBackend) Info() Info {
 	return Info{

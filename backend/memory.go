@@ -19,10 +19,22 @@ type memChunk struct {
 // holds more than Size bytes (rounded up to whole chunks): unwritten and deallocated
 // chunks take no memory and read as zeroes. Each chunk has its own lock, so requests on
 // different chunks run in parallel.
+//
+// Resize grows the chunk table: it copies the table under growMu held exclusively, while
+// the rare table updates (installing a chunk on its first write, freeing one) hold it
+// shared; reads and writes to existing chunks take no table lock. The larger table is
+// published before the larger capacity, so a request checked against the capacity always
+// finds its chunks.
 type memoryBackend struct {
 	geometry
-	chunks    []atomic.Pointer[memChunk]
+	tab       atomic.Pointer[[]atomic.Pointer[memChunk]]
+	growMu    sync.RWMutex
 	allocated atomic.Int64 // chunks in the table
+}
+
+func chunkTable(size uint64) *[]atomic.Pointer[memChunk] {
+	t := make([]atomic.Pointer[memChunk], (size+memChunkSize-1)/memChunkSize)
+	return &t
 }
 
 func openMemory(s Spec) (Backend, error) {
@@ -34,10 +46,10 @@ func openMemory(s Spec) (Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &memoryBackend{
-		geometry: geometry{lbaSize: lba, lbaShift: shift, nblocks: n, readOnly: s.ReadOnly},
-		chunks:   make([]atomic.Pointer[memChunk], (s.Size+memChunkSize-1)/memChunkSize),
-	}, nil
+	b := &memoryBackend{}
+	b.tab.Store(chunkTable(s.Size))
+	b.init(lba, shift, n, s.ReadOnly)
+	return b, nil
 }
 
 // AllocatedBytes returns the memory the backend holds for data.
@@ -50,10 +62,11 @@ func (b *memoryBackend) ReadBlocks(buf []byte, slba uint64) error {
 		return err
 	}
 	off := slba << b.lbaShift
+	chunks := *b.tab.Load()
 	for len(buf) > 0 {
 		i, co := off/memChunkSize, off%memChunkSize
 		l := min(uint64(len(buf)), memChunkSize-co)
-		if c := b.chunks[i].Load(); c == nil {
+		if c := chunks[i].Load(); c == nil {
 			clear(buf[:l])
 		} else {
 			c.mu.RLock()
@@ -79,12 +92,15 @@ func (b *memoryBackend) WriteBlocks(buf []byte, slba uint64, fua bool) error {
 		i, co := off/memChunkSize, off%memChunkSize
 		l := min(uint64(len(buf)), memChunkSize-co)
 		for {
-			c := b.chunks[i].Load()
+			c := (*b.tab.Load())[i].Load()
 			if c == nil {
 				// First write to this chunk. Allocation happens once per chunk, not in
 				// steady state.
 				nc := new(memChunk)
-				if !b.chunks[i].CompareAndSwap(nil, nc) {
+				b.growMu.RLock()
+				installed := (*b.tab.Load())[i].CompareAndSwap(nil, nc)
+				b.growMu.RUnlock()
+				if !installed {
 					continue
 				}
 				b.allocated.Add(1)
@@ -114,15 +130,18 @@ func (b *memoryBackend) Deallocate(slba, nlb uint64) error {
 		return err
 	}
 	off, n := slba<<b.lbaShift, nlb<<b.lbaShift
+	b.growMu.RLock()
+	defer b.growMu.RUnlock()
+	chunks := *b.tab.Load()
 	for n > 0 {
 		i, co := off/memChunkSize, off%memChunkSize
 		l := min(n, memChunkSize-co)
-		if c := b.chunks[i].Load(); c != nil {
+		if c := chunks[i].Load(); c != nil {
 			c.mu.Lock()
 			if !c.freed {
 				if l == memChunkSize {
 					c.freed = true
-					b.chunks[i].CompareAndSwap(c, nil)
+					chunks[i].CompareAndSwap(c, nil)
 					b.allocated.Add(-1)
 				} else {
 					clear(c.data[co : co+l])
@@ -139,9 +158,32 @@ func (b *memoryBackend) Deallocate(slba, nlb uint64) error {
 // WriteZeroes is Deallocate: both leave the blocks reading zeroes.
 func (b *memoryBackend) WriteZeroes(slba, nlb uint64) error { return b.Deallocate(slba, nlb) }
 
+// Resize grows the capacity to size bytes (at most what the configuration allows a
+// memory namespace; conf checks that); the new blocks read as zeroes. Size 0 means no
+// change.
+func (b *memoryBackend) Resize(size uint64) (uint64, error) {
+	b.growMu.Lock()
+	defer b.growMu.Unlock()
+	n, err := b.growTo(size)
+	if err != nil || n == b.nblocks.Load() {
+		return n, err
+	}
+	old := *b.tab.Load()
+	if need := (size + memChunkSize - 1) / memChunkSize; need > uint64(len(old)) {
+		t := chunkTable(size)
+		for i := range old {
+			(*t)[i].Store(old[i].Load())
+		}
+		b.tab.Store(t)
+	}
+	b.nblocks.Store(n)
+	return n, nil
+}
+
 func (b *memoryBackend) Close() error {
-	for i := range b.chunks {
-		b.chunks[i].Store(nil)
+	chunks := *b.tab.Load()
+	for i := range chunks {
+		chunks[i].Store(nil)
 	}
 	b.allocated.Store(0)
 	return nil

@@ -15,7 +15,9 @@ func openNull(s Spec) (Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &nullBackend{geometry{lbaSize: lba, lbaShift: shift, nblocks: n, readOnly: s.ReadOnly}}, nil
+	b := &nullBackend{}
+	b.init(lba, shift, n, s.ReadOnly)
+	return b, nil
 }
 
 func (b *nullBackend) ReadBlocks(buf []byte, slba uint64) error {
@@ -43,4 +45,14 @@ func (b *nullBackend) Info() Info {
 		PhysicalBlockSize:     b.lbaSize,
 		Inline:                true,
 	}
+}
+
+// Resize sets the capacity; size 0 (the backing store's size) means no change.
+func (b *nullBackend) Resize(size uint64) (uint64, error) {
+	n, err := b.growTo(size)
+	if err != nil {
+		return 0, err
+	}
+	b.nblocks.Store(n)
+	return n, nil
 }
