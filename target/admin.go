@@ -124,7 +124,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			clear(buf) // NVM command set specific namespace data: no extended formats or PI
 		case nvmeproto.CNSCSIndependentNamespace:
 			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared, NSTAT: nvmeproto.NSTATReady}
-			if ns.readOnly {
+			if ns.readOnly.Load() {
 				id.NSATTR = nvmeproto.NSATTRWriteProtected
 			}
 			if ns.info.PhysicalBlockSize > ns.lbaSize() {
@@ -202,7 +202,7 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 	}
 	var total uint64
 	for _, ns := range s.namespaces() {
-		total += ns.nblocks << ns.shift
+		total += ns.blocks.Load() << ns.shift
 	}
 	id.TNVMCAP = nvmeproto.U128(total)
 	return id
@@ -216,20 +216,21 @@ func (s *subsystem) volatileWriteCache() bool {
 
 // identify builds the Identify Namespace data of ns.
 func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
+	nblocks := ns.blocks.Load()
 	id := &nvmeproto.IdentifyNamespace{
-		NSZE:   ns.nblocks,
-		NCAP:   ns.nblocks,
-		NUSE:   ns.nblocks,
+		NSZE:   nblocks,
+		NCAP:   nblocks,
+		NUSE:   nblocks,
 		NMIC:   nvmeproto.NMICShared,
 		NGUID:  ns.cfg.NGUID,
 		EUI64:  ns.cfg.EUI64,
-		NVMCAP: nvmeproto.U128(ns.nblocks << ns.shift),
+		NVMCAP: nvmeproto.U128(nblocks << ns.shift),
 	}
 	id.LBAF[0] = nvmeproto.LBAFormatFor(ns.lbaSize())
 	if ns.info.DeallocateReadsZeroes {
 		id.DLFEAT = nvmeproto.DLFEATReadZeroes
 	}
-	if ns.readOnly {
+	if ns.readOnly.Load() {
 		id.NSATTR = nvmeproto.NSATTRWriteProtected
 	}
 	if pb := ns.info.PhysicalBlockSize; pb > ns.lbaSize() {

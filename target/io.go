@@ -66,6 +66,7 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		return nvmeproto.StatusInvalidNamespace.WithDNR()
 	}
 	r.ns = ns // no reference: see namespace.state
+	nblocks := ns.blocks.Load()
 	switch cmd.Opcode {
 	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare:
 		slba := uint64(cmd.CDW11)<<32 | uint64(cmd.CDW10)
@@ -77,10 +78,10 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		if uint64(r.Length) != n {
 			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
 		}
-		if nlb > ns.nblocks || slba > ns.nblocks-nlb {
+		if nlb > nblocks || slba > nblocks-nlb {
 			return nvmeproto.StatusLBAOutOfRange.WithDNR()
 		}
-		if cmd.Opcode == nvmeproto.OpWrite && ns.readOnly {
+		if cmd.Opcode == nvmeproto.OpWrite && ns.readOnly.Load() {
 			return nvmeproto.StatusNSWriteProtected.WithDNR()
 		}
 	case nvmeproto.OpFlush:
@@ -93,10 +94,10 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		}
 		slba := uint64(cmd.CDW11)<<32 | uint64(cmd.CDW10)
 		nlb := uint64(cmd.CDW12&0xFFFF) + 1
-		if nlb > ns.nblocks || slba > ns.nblocks-nlb {
+		if nlb > nblocks || slba > nblocks-nlb {
 			return nvmeproto.StatusLBAOutOfRange.WithDNR()
 		}
-		if ns.readOnly {
+		if ns.readOnly.Load() {
 			return nvmeproto.StatusNSWriteProtected.WithDNR()
 		}
 	case nvmeproto.OpDatasetManagement:
@@ -104,7 +105,7 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		if r.Length < nr*dsmRangeSize {
 			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
 		}
-		if cmd.CDW11&dsmAD != 0 && ns.readOnly {
+		if cmd.CDW11&dsmAD != 0 && ns.readOnly.Load() {
 			return nvmeproto.StatusNSWriteProtected.WithDNR()
 		}
 	}

@@ -157,11 +157,9 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	s.mu.Unlock()
 
 	s.t.log.Info("namespace added", "subsystem", s.nqn, "nsid", cn.NSID, "backend", cn.Backend,
-		"path", cn.Path, "blocks", ns.nblocks, "lba_size", ns.lbaSize(), "read_only", ns.readOnly)
+		"path", cn.Path, "blocks", ns.blocks.Load(), "lba_size", ns.lbaSize(), "read_only", ns.readOnly.Load())
 	if notify {
-		for _, c := range s.controllers() {
-			c.namespaceChanged(cn.NSID)
-		}
+		s.notifyNamespaceChanged(cn.NSID)
 	}
 	return nil
 }
@@ -182,9 +180,7 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 
 	err := ns.close()
 	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
-	for _, c := range s.controllers() {
-		c.namespaceChanged(nsid)
-	}
+	s.notifyNamespaceChanged(nsid)
 	return err
 }
 
@@ -214,14 +210,19 @@ func (s *subsystem) close() error {
 // namespace is one namespace: its backend, the executor that runs commands on it, and
 // the counters behind the SMART log.
 type namespace struct {
-	nsid     uint32
-	cfg      conf.Namespace
-	be       backend.Backend
-	exec     *backend.Executor
-	info     backend.Info
-	shift    uint8 // log2 of the LBA size
-	nblocks  uint64
-	readOnly bool
+	nsid  uint32
+	cfg   conf.Namespace
+	be    backend.Backend
+	exec  *backend.Executor
+	info  backend.Info
+	shift uint8 // log2 of the LBA size
+	// blocks is the capacity the command path checks against (Identify NSZE); it only
+	// grows (ResizeNamespace), after the backend has grown.
+	blocks atomic.Uint64
+	// readOnly is write protection as hosts see it: the configuration's read_only, which
+	// SetNamespaceReadOnly changes; beReadOnly is the backend's, fixed when it opened.
+	readOnly   atomic.Bool
+	beReadOnly bool
 
 	// state counts the references admin commands hold (Identify, the shutdown flush) |
 	// closingBit. I/O commands take none: they reach the backend only through exec,
@@ -287,15 +288,16 @@ func openNamespace(t *Target, cn conf.Namespace) (*namespace, error) {
 		return nil, fmt.Errorf("namespace %d: backend reports LBA size %d; want a power of two from 512 to 4096", cn.NSID, lba)
 	}
 	ns := &namespace{
-		nsid:     cn.NSID,
-		cfg:      cn,
-		be:       be,
-		info:     backend.Describe(be),
-		shift:    uint8(bits.TrailingZeros32(lba)),
-		nblocks:  be.NumBlocks(),
-		readOnly: be.ReadOnly() || cn.ReadOnly,
-		drained:  make(chan struct{}),
+		nsid:       cn.NSID,
+		cfg:        cn,
+		be:         be,
+		info:       backend.Describe(be),
+		shift:      uint8(bits.TrailingZeros32(lba)),
+		beReadOnly: be.ReadOnly(),
+		drained:    make(chan struct{}),
 	}
+	ns.blocks.Store(be.NumBlocks())
+	ns.readOnly.Store(be.ReadOnly() || cn.ReadOnly)
 	// Queue room for two controllers' worth of full I/O queues, so that a transport's
 	// receive goroutine (which calls Execute) rarely blocks in Submit behind a slow backend.
 	depth := min(2*t.tr.QueueDepth*t.tr.MaxIOQueues, 1<<16)

@@ -294,8 +294,9 @@ func (t *Target) RemoveSubsystem(nqn string) error {
 }
 
 // SetAllowedHosts changes who may connect to a subsystem: allowAny, or the listed host
-// NQNs (validated as in the configuration file). Existing controllers are not affected;
-// the discovery log changes.
+// NQNs (validated as in the configuration file). Controllers of hosts that are no longer
+// allowed are disconnected (ErrHostNotAllowed) and their hosts refused when they
+// reconnect; the discovery log changes.
 func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) error {
 	var s *subsystem
 	err := t.change(fmt.Sprintf("hosts of subsystem %q", nqn), true, func(c *conf.Config) error {
@@ -318,6 +319,9 @@ func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) erro
 	})
 	if err != nil {
 		return err
+	}
+	if n := s.disconnectDenied(); n > 0 {
+		t.log.Info("controllers of hosts no longer allowed disconnected", "subsystem", nqn, "controllers", n)
 	}
 	t.discoveryChanged()
 	return nil
@@ -353,7 +357,8 @@ func (t *Target) AddNamespace(subNQN string, ns conf.Namespace) error {
 // AddNamespace.
 func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 	var s *subsystem
-	return t.change(fmt.Sprintf("subsystem %q: removing namespace %d", subNQN, nsid), false, func(c *conf.Config) error {
+	var closeErr error
+	err := t.change(fmt.Sprintf("subsystem %q: removing namespace %d", subNQN, nsid), false, func(c *conf.Config) error {
 		si := subsystemIndex(c, subNQN)
 		if s = t.subsystem(subNQN); s == nil || s.disc || si < 0 {
 			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, subNQN)
@@ -366,8 +371,19 @@ func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 		cs.Namespaces = slices.Delete(cs.Namespaces, ni, ni+1)
 		return nil
 	}, func(*conf.Config) error {
-		return s.removeNamespace(nsid)
+		closeErr = s.removeNamespace(nsid)
+		if errors.Is(closeErr, ErrNoSuchNamespace) {
+			return closeErr
+		}
+		return nil // it is gone: the configuration follows even if closing its backend failed
 	})
+	if err != nil {
+		return err
+	}
+	if closeErr != nil {
+		return fmt.Errorf("target: subsystem %q: namespace %d removed, but: %w", subNQN, nsid, closeErr)
+	}
+	return nil
 }
 
 func (t *Target) subsystem(nqn string) *subsystem {

@@ -1,0 +1,124 @@
+package target
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// RemoteAddresser is implemented by TransportQueues that know the address of the host at
+// the other end (the RDMA transport: the host's IP address and port). Controllers reports
+// it for each queue.
+type RemoteAddresser interface {
+	RemoteAddr() string
+}
+
+// ControllerInfo describes a connected controller, for inspection (gonvmf ctl ctrl ls).
+type ControllerInfo struct {
+	Subsystem string // subsystem NQN (the discovery NQN for discovery controllers)
+	ID        uint16 // CNTLID
+	Discovery bool
+	HostNQN   string
+	HostID    [16]byte
+	// Port is the port the admin queue connected through (its listener's address).
+	Port PortConfig
+	// RemoteAddr is the host's address as the transport knows it ("" if it does not).
+	RemoteAddr string
+	// KeepAlive is the keep-alive timeout in force (0: none).
+	KeepAlive time.Duration
+	// Connected is when the admin queue's Connect created the controller.
+	Connected time.Time
+	// Ready reports CSTS.RDY: the host enabled the controller.
+	Ready bool
+	// Queues are the connected queues, admin queue (ID 0) first.
+	Queues []QueueInfo
+}
+
+// QueueInfo describes one connected queue of a controller.
+type QueueInfo struct {
+	ID         uint16 // QID
+	Size       int    // entries (the Connect command's SQSIZE+1)
+	InFlight   int    // commands begun and not yet completed
+	RemoteAddr string
+}
+
+// Controllers returns the connected controllers, discovery controllers included, sorted
+// by subsystem (in configuration order, discovery last) and controller ID. It is a
+// snapshot; it allocates and takes each controller's lock briefly.
+func (t *Target) Controllers() []ControllerInfo {
+	t.mu.Lock()
+	subs := append(slices.Clone(t.order), t.disc)
+	t.mu.Unlock()
+	var out []ControllerInfo
+	for _, s := range subs {
+		cs := s.controllers()
+		slices.SortFunc(cs, func(a, b *controller) int { return cmp.Compare(a.cntlid, b.cntlid) })
+		for _, c := range cs {
+			out = append(out, c.info())
+		}
+	}
+	return out
+}
+
+func (c *controller) info() ControllerInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ci := ControllerInfo{
+		Subsystem: c.subsys.nqn, ID: c.cntlid, Discovery: c.disc,
+		HostNQN: c.hostNQN, HostID: c.hostID, Port: c.port.cfg,
+		KeepAlive: c.kato, Connected: c.created, Ready: c.csts.RDY(),
+	}
+	for _, q := range c.queues {
+		if q == nil {
+			continue
+		}
+		qi := QueueInfo{ID: uint16(q.QID()), Size: q.Size(), InFlight: q.inFlight()}
+		if ra, ok := q.tq.(RemoteAddresser); ok {
+			qi.RemoteAddr = ra.RemoteAddr()
+		}
+		ci.Queues = append(ci.Queues, qi)
+	}
+	if len(ci.Queues) > 0 && ci.Queues[0].ID == 0 {
+		ci.RemoteAddr = ci.Queues[0].RemoteAddr
+	}
+	return ci
+}
+
+// inFlight returns the number of commands between Begin and Complete.
+func (q *Queue) inFlight() int { return int(q.state.Load() &^ closingBit) }
+
+// NamespaceInfo describes a running namespace and counts its I/O since it was added.
+type NamespaceInfo struct {
+	Subsystem string
+	NSID      uint32
+	Backend   string
+	Path      string
+	Blocks    uint64 // capacity in logical blocks (Identify NSZE)
+	LBASize   uint32
+	ReadOnly  bool
+	// Successful commands and the bytes they moved (the SMART log's counters).
+	ReadCommands, WriteCommands uint64
+	ReadBytes, WriteBytes       uint64
+}
+
+// Namespaces returns every namespace being served, by subsystem (in configuration order)
+// and NSID. The counters are summed from the per-queue shards the I/O path counts into
+// (a metrics collector calls this at scrape time; the I/O path itself never allocates or
+// takes a lock for them).
+func (t *Target) Namespaces() []NamespaceInfo {
+	t.mu.Lock()
+	subs := slices.Clone(t.order)
+	t.mu.Unlock()
+	var out []NamespaceInfo
+	for _, s := range subs {
+		for _, ns := range s.namespaces() {
+			rc, wc, ru, wu := ns.totals()
+			out = append(out, NamespaceInfo{
+				Subsystem: s.nqn, NSID: ns.nsid, Backend: ns.cfg.Backend, Path: ns.cfg.Path,
+				Blocks: ns.blocks.Load(), LBASize: ns.lbaSize(), ReadOnly: ns.readOnly.Load(),
+				ReadCommands: rc, WriteCommands: wc, ReadBytes: ru * dataUnitBytes, WriteBytes: wu * dataUnitBytes,
+			})
+		}
+	}
+	return out
+}

@@ -1,0 +1,143 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
+)
+
+// ErrHostNotAllowed is the reason a controller is disconnected when its host is taken off
+// the subsystem's allowed hosts (SetAllowedHosts).
+var ErrHostNotAllowed = errors.New("target: host is no longer allowed to access the subsystem")
+
+// findNamespace returns the running subsystem and namespace nqn/nsid and their indexes
+// in c, or an error wrapping ErrNoSuchSubsystem or ErrNoSuchNamespace.
+func (t *Target) findNamespace(c *conf.Config, nqn string, nsid uint32) (*subsystem, *namespace, int, int, error) {
+	si := subsystemIndex(c, nqn)
+	s := t.subsystem(nqn)
+	if s == nil || s.disc || si < 0 {
+		return nil, nil, 0, 0, fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
+	}
+	ni := slices.IndexFunc(c.Subsystems[si].Namespaces, func(n conf.Namespace) bool { return n.NSID == nsid })
+	ns := s.lookup(nsid)
+	if ni < 0 || ns == nil {
+		return nil, nil, 0, 0, fmt.Errorf("%w: nsid %d in %q", ErrNoSuchNamespace, nsid, nqn)
+	}
+	return s, ns, si, ni, nil
+}
+
+// ResizeNamespace grows a namespace while hosts use it. With size > 0 the namespace
+// becomes size bytes (validated as the configuration's size would be): a file is
+// extended, null and memory namespaces simply get larger. With size 0 it takes the size
+// its backing store has now: a block device or a file that was grown outside gonvmf, or
+// a backend that watches its store and reports a new size (such a backend's resize
+// notification calls ResizeNamespace(nqn, nsid, 0)). A namespace never shrinks.
+//
+// When the capacity changes, every controller of the subsystem gets a Namespace Attribute
+// Changed event and the NSID in its Changed Namespace List, and the Linux host resizes
+// its block device without reconnecting. Commands already checked against the old
+// capacity are unaffected. The configuration's size follows (unless the namespace takes
+// its size from its store: a block device, or a file without a size).
+func (t *Target) ResizeNamespace(subNQN string, nsid uint32, size conf.Size) error {
+	what := fmt.Sprintf("subsystem %q: namespace %d: resize", subNQN, nsid)
+	var s *subsystem
+	var ns *namespace
+	var si, ni int
+	var changed bool
+	err := t.change(what, true, func(c *conf.Config) (err error) {
+		if s, ns, si, ni, err = t.findNamespace(c, subNQN, nsid); err != nil {
+			return err
+		}
+		cn := &c.Subsystems[si].Namespaces[ni]
+		if size != 0 {
+			if cn.Backend == conf.BackendBlock {
+				return fmt.Errorf("target: %s to %s: a block namespace has its device's size; grow the device, then resize without a size", what, size)
+			}
+			cn.Size = size
+		}
+		return nil
+	}, func(c *conf.Config) error {
+		old := ns.blocks.Load()
+		blocks := ns.be.NumBlocks()
+		if r, ok := ns.be.(backend.Resizer); ok {
+			var err error
+			if blocks, err = r.Resize(uint64(size)); err != nil {
+				return fmt.Errorf("target: %s: %w", what, err)
+			}
+		} else if size != 0 && uint64(size)>>ns.shift != blocks {
+			return fmt.Errorf("target: %s to %s: the %s backend cannot be resized", what, size, ns.cfg.Backend)
+		}
+		if blocks < old {
+			return fmt.Errorf("target: %s: the backend reports %d blocks, fewer than the %d hosts were told; a namespace cannot shrink", what, blocks, old)
+		}
+		cn := &c.Subsystems[si].Namespaces[ni]
+		if cn.Size != 0 {
+			cn.Size = conf.Size(blocks << ns.shift)
+		}
+		changed = blocks != old
+		ns.blocks.Store(blocks)
+		return nil
+	})
+	if err != nil || !changed {
+		return err
+	}
+	t.log.Info("namespace resized", "subsystem", subNQN, "nsid", nsid, "blocks", ns.blocks.Load(), "bytes", ns.blocks.Load()<<ns.shift)
+	s.notifyNamespaceChanged(nsid)
+	return nil
+}
+
+// SetNamespaceReadOnly changes a namespace's write protection while hosts use it: from
+// then on writes, Write Zeroes and deallocating Dataset Management fail with Namespace is
+// Write Protected (commands already accepted finish). Controllers get a Namespace
+// Attribute Changed event (Identify Namespace NSATTR changes). A namespace whose backend
+// was opened read-only (read_only when it was added or the target started) cannot be
+// made writable this way: remove it and add it again without read_only.
+func (t *Target) SetNamespaceReadOnly(subNQN string, nsid uint32, readOnly bool) error {
+	what := fmt.Sprintf("subsystem %q: namespace %d: read_only %t", subNQN, nsid, readOnly)
+	var s *subsystem
+	var ns *namespace
+	var changed bool
+	err := t.change(what, true, func(c *conf.Config) (err error) {
+		var si, ni int
+		if s, ns, si, ni, err = t.findNamespace(c, subNQN, nsid); err != nil {
+			return err
+		}
+		c.Subsystems[si].Namespaces[ni].ReadOnly = readOnly
+		return nil
+	}, func(*conf.Config) error {
+		if !readOnly && ns.beReadOnly {
+			return fmt.Errorf("target: %s: its backend was opened read-only and cannot take writes; remove the namespace and add it again without read_only", what)
+		}
+		changed = ns.readOnly.Swap(readOnly) != readOnly
+		return nil
+	})
+	if err != nil || !changed {
+		return err
+	}
+	t.log.Info("namespace write protection changed", "subsystem", subNQN, "nsid", nsid, "read_only", readOnly)
+	s.notifyNamespaceChanged(nsid)
+	return nil
+}
+
+// notifyNamespaceChanged tells every controller of s that namespace nsid changed.
+func (s *subsystem) notifyNamespaceChanged(nsid uint32) {
+	for _, c := range s.controllers() {
+		c.namespaceChanged(nsid)
+	}
+}
+
+// disconnectDenied fails the controllers of hosts that may no longer connect.
+func (s *subsystem) disconnectDenied() int {
+	n := 0
+	for _, c := range s.controllers() {
+		if !s.allowed(c.hostNQN) {
+			c.log.Info("host no longer allowed: disconnecting its controller")
+			c.fail(ErrHostNotAllowed)
+			n++
+		}
+	}
+	return n
+}
