@@ -9,6 +9,16 @@ import (
 	"github.com/gonvmf/gonvmf/conf"
 )
 
+// Errors of AllowHost and DenyHost.
+var (
+	// ErrAllowsAnyHost: the subsystem admits every host (allow_any_host), so a single
+	// host can be neither added to nor taken off its list; set the list with
+	// SetAllowedHosts instead.
+	ErrAllowsAnyHost = errors.New("target: the subsystem allows any host")
+	// ErrNoSuchHost: DenyHost of a host that is not on the subsystem's list.
+	ErrNoSuchHost = errors.New("target: host is not on the subsystem's allowed hosts")
+)
+
 // ErrHostNotAllowed is the reason a controller is disconnected when its host is taken off
 // the subsystem's allowed hosts (SetAllowedHosts).
 var ErrHostNotAllowed = errors.New("target: host is no longer allowed to access the subsystem")
@@ -119,6 +129,75 @@ func (t *Target) SetNamespaceReadOnly(subNQN string, nsid uint32, readOnly bool)
 	}
 	t.log.Info("namespace write protection changed", "subsystem", subNQN, "nsid", nsid, "read_only", readOnly)
 	s.notifyNamespaceChanged(nsid)
+	return nil
+}
+
+// AllowHost adds hostNQN to the hosts allowed to connect to a subsystem (validated as in
+// the configuration file). Allowing a host that is already listed changes nothing. A
+// subsystem that allows any host has no list (ErrAllowsAnyHost): give it one with
+// SetAllowedHosts.
+func (t *Target) AllowHost(nqn, hostNQN string) error {
+	return t.changeHosts(fmt.Sprintf("subsystem %q: allowing host %q", nqn, hostNQN), nqn, func(cs *conf.Subsystem) error {
+		if cs.AllowAnyHost {
+			return fmt.Errorf("%w, so %q may connect already; to admit only listed hosts, set its hosts list instead", ErrAllowsAnyHost, hostNQN)
+		}
+		if !slices.Contains(cs.Hosts, hostNQN) {
+			cs.Hosts = append(cs.Hosts, hostNQN)
+		}
+		return nil
+	})
+}
+
+// DenyHost takes hostNQN off the hosts allowed to connect to a subsystem: its controllers
+// on the subsystem are disconnected (ErrHostNotAllowed) and its reconnections refused.
+// The last host cannot be taken off (a subsystem nobody may connect to is a configuration
+// error): remove the subsystem instead.
+func (t *Target) DenyHost(nqn, hostNQN string) error {
+	return t.changeHosts(fmt.Sprintf("subsystem %q: denying host %q", nqn, hostNQN), nqn, func(cs *conf.Subsystem) error {
+		if cs.AllowAnyHost {
+			return fmt.Errorf("%w, so one host cannot be denied; list the hosts that may connect instead", ErrAllowsAnyHost)
+		}
+		i := slices.Index(cs.Hosts, hostNQN)
+		if i < 0 {
+			return ErrNoSuchHost
+		}
+		cs.Hosts = slices.Delete(cs.Hosts, i, i+1)
+		return nil
+	})
+}
+
+// changeHosts applies edit to the running configuration of subsystem nqn, validates the
+// result, and makes the subsystem admit exactly the hosts it lists: the controllers of
+// hosts no longer allowed are disconnected, and the discovery log changes.
+func (t *Target) changeHosts(what, nqn string, edit func(*conf.Subsystem) error) error {
+	var s *subsystem
+	err := t.change(what, true, func(c *conf.Config) error {
+		i := subsystemIndex(c, nqn)
+		if s = t.subsystem(nqn); s == nil || s.disc || i < 0 {
+			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
+		}
+		if err := edit(&c.Subsystems[i]); err != nil {
+			return fmt.Errorf("target: %s: %w", what, err)
+		}
+		return nil
+	}, func(c *conf.Config) error {
+		cs := &c.Subsystems[subsystemIndex(c, nqn)]
+		s.mu.Lock()
+		s.allowAny = cs.AllowAnyHost
+		s.hosts = make(map[string]bool, len(cs.Hosts))
+		for _, h := range cs.Hosts {
+			s.hosts[h] = true
+		}
+		s.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n := s.disconnectDenied(); n > 0 {
+		t.log.Info("controllers of hosts no longer allowed disconnected", "subsystem", nqn, "controllers", n)
+	}
+	t.discoveryChanged()
 	return nil
 }
 

@@ -185,7 +185,7 @@ func TestDenyHostDisconnects(t *testing.T) {
 	q := e.ioConnect(1, cntlid, 8)
 	other, _ := e.adminConnect(subNQN, otherNQN, 0)
 
-	if err := e.tgt.SetAllowedHosts(subNQN, false, []string{otherNQN}); err != nil {
+	if err := e.tgt.DenyHost(subNQN, hostNQN); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range []*hostQueue{admin, q} {
@@ -198,11 +198,37 @@ func TestDenyHostDisconnects(t *testing.T) {
 	h := e.dial(32)
 	expect(t, "reconnect of the denied host", h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN), nvmeproto.StatusConnectInvalidHost)
 
-	// allow_any_host admits it again; the other host was never disturbed.
+	if err := e.tgt.DenyHost(subNQN, hostNQN); !errors.Is(err, target.ErrNoSuchHost) {
+		t.Errorf("denying a host that is not listed: %v", err)
+	}
+	if err := e.tgt.DenyHost(subNQN, otherNQN); err == nil || !strings.Contains(err.Error(), "no host may connect") {
+		t.Errorf("denying the last host: %v", err)
+	}
+	if err := e.tgt.AllowHost(subNQN, "host-1"); err == nil || !strings.Contains(err.Error(), "is not a valid host NQN") {
+		t.Errorf("allowing a malformed host NQN: %v", err)
+	}
+	if err := e.tgt.AllowHost(subNQN, hostNQN); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tgt.AllowHost(subNQN, hostNQN); err != nil {
+		t.Errorf("allowing a listed host again: %v", err)
+	}
+	if got := e.tgt.Config().Subsystems[0].Hosts; len(got) != 2 || got[0] != otherNQN || got[1] != hostNQN {
+		t.Errorf("hosts %v", got)
+	}
+	e.adminConnect(subNQN, hostNQN, 0)
+
+	// allow_any_host admits everyone, and then single hosts are neither allowed nor denied;
+	// the other host was never disturbed.
 	if err := e.tgt.SetAllowedHosts(subNQN, true, nil); err != nil {
 		t.Fatal(err)
 	}
-	e.adminConnect(subNQN, hostNQN, 0)
+	if err := e.tgt.DenyHost(subNQN, hostNQN); !errors.Is(err, target.ErrAllowsAnyHost) {
+		t.Errorf("denying a host of an allow-any subsystem: %v", err)
+	}
+	if err := e.tgt.AllowHost(subNQN, hostNQN); !errors.Is(err, target.ErrAllowsAnyHost) {
+		t.Errorf("allowing a host of an allow-any subsystem: %v", err)
+	}
 	if err := e.tgt.SetAllowedHosts(subNQN, false, nil); err == nil || !strings.Contains(err.Error(), "no host may connect") {
 		t.Errorf("an empty allow list: %v", err)
 	}

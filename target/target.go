@@ -298,33 +298,10 @@ func (t *Target) RemoveSubsystem(nqn string) error {
 // allowed are disconnected (ErrHostNotAllowed) and their hosts refused when they
 // reconnect; the discovery log changes.
 func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) error {
-	var s *subsystem
-	err := t.change(fmt.Sprintf("hosts of subsystem %q", nqn), true, func(c *conf.Config) error {
-		i := subsystemIndex(c, nqn)
-		if s = t.subsystem(nqn); s == nil || s.disc || i < 0 {
-			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
-		}
-		c.Subsystems[i].AllowAnyHost, c.Subsystems[i].Hosts = allowAny, slices.Clone(hosts)
-		return nil
-	}, func(c *conf.Config) error {
-		cs := &c.Subsystems[subsystemIndex(c, nqn)]
-		s.mu.Lock()
-		s.allowAny = cs.AllowAnyHost
-		s.hosts = make(map[string]bool, len(cs.Hosts))
-		for _, h := range cs.Hosts {
-			s.hosts[h] = true
-		}
-		s.mu.Unlock()
+	return t.changeHosts(fmt.Sprintf("subsystem %q: hosts", nqn), nqn, func(cs *conf.Subsystem) error {
+		cs.AllowAnyHost, cs.Hosts = allowAny, slices.Clone(hosts)
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if n := s.disconnectDenied(); n > 0 {
-		t.log.Info("controllers of hosts no longer allowed disconnected", "subsystem", nqn, "controllers", n)
-	}
-	t.discoveryChanged()
-	return nil
 }
 
 // AddNamespace adds a namespace to a subsystem at run time, validated as if it had been in
