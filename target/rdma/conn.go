@@ -99,6 +99,7 @@ type connConfig struct {
 	sqSize int // send queue work requests
 	maxMsg int // largest RDMA message
 	admin  bool
+	remote string // the host's address, for inspection (target.RemoteAddresser)
 }
 
 // sqDepth is the send queue size for a queue of depth commands: for each command a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -285,6 +286,26 @@ func (tr *Transport) Close() error {
 	return errors.Join(errs...)
 }
 
+// CloseListener stops accepting connections on l and takes it out of the discovery log;
+// every queue that connected through it is disconnected. The transport and its other
+// listeners keep running.
+func (tr *Transport) CloseListener(l *Listener) error {
+	tr.mu.Lock()
+	if tr.listeners[l.id] != l {
+		tr.mu.Unlock()
+		return fmt.Errorf("rdma: listener %v is not open", l.addr)
+	}
+	delete(tr.listeners, l.id)
+	tr.mu.Unlock()
+	err := l.id.Close()
+	l.port.Close() // disconnects the port's queues
+	tr.log.Info("listener closed", "addr", l.addr, "port_id", l.port.ID())
+	if err != nil {
+		return fmt.Errorf("rdma: closing listener %v: %w", l.addr, err)
+	}
+	return nil
+}
+
 // Stats are counters of the transport, for logs and tests.
 type Stats struct {
 	Connections     int // queue pairs connected now
@@ -326,6 +347,67 @@ func (tr *Transport) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// GroupStats are one poll group's counters and load. The poll group counts into its own
+// memory; GroupStats reads the counters (atomically, one by one) when called, so a
+// metrics collector that sums them at scrape time costs the I/O path nothing.
+type GroupStats struct {
+	Device      string // RDMA device
+	Group       int    // poll group index on the device
+	Connections int    // queue pairs it serves now
+	Polls       uint64 // completion queue polls
+	Completions uint64 // work completions processed
+	Sleeps      uint64 // times it slept on its completion channel
+	Wakeups     uint64 // sleeps ended by a completion event
+	BufferWaits uint64 // commands that waited for buffer pool memory
+	ReadWaits   uint64 // commands that waited for RDMA READ credits
+	SendWaits   uint64 // responses that waited for send queue room
+}
+
+// PoolStats describe one device's registered buffer pool.
+type PoolStats struct {
+	Device      string
+	TotalBytes  int
+	FreeBytes   int
+	LowestBytes int // the least free since the device was set up
+}
+
+// GroupStats returns the counters of every poll group, by device and group.
+func (tr *Transport) GroupStats() []GroupStats {
+	var out []GroupStats
+	for _, d := range tr.devicesByName() {
+		for _, g := range d.groups {
+			out = append(out, GroupStats{
+				Device: d.name, Group: g.id, Connections: int(g.nconns.Load()),
+				Polls: g.stats.polls.Load(), Completions: g.stats.completions.Load(),
+				Sleeps: g.stats.sleeps.Load(), Wakeups: g.stats.wakeups.Load(),
+				BufferWaits: g.stats.bufWaits.Load(), ReadWaits: g.stats.readWaits.Load(), SendWaits: g.stats.sendWaits.Load(),
+			})
+		}
+	}
+	return out
+}
+
+// PoolStats returns the buffer pool of every device set up so far, by device name.
+func (tr *Transport) PoolStats() []PoolStats {
+	var out []PoolStats
+	for _, d := range tr.devicesByName() {
+		free, total, low := d.pool.stats()
+		out = append(out, PoolStats{Device: d.name, TotalBytes: total * pageSize, FreeBytes: free * pageSize, LowestBytes: low * pageSize})
+	}
+	return out
+}
+
+func (tr *Transport) devicesByName() []*device {
+	tr.mu.Lock()
+	devs := make([]*device, 0, len(tr.devices))
+	for _, d := range tr.devices {
+		devs = append(devs, d)
+	}
+	tr.mu.Unlock()
+	slices.SortFunc(devs, func(a, b *device) int { return strings.Compare(a.name, b.name) })
+	return devs
 }
 
 // ---- devices ----
@@ -572,7 +654,7 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 	}
 	cfg := connConfig{
 		qid: p.req.QID, depth: p.depth, ird: p.ird, sqSize: sqDepth(p.depth),
-		maxMsg: dev.maxMsg, admin: p.req.QID == 0,
+		maxMsg: dev.maxMsg, admin: p.req.QID == 0, remote: remote.String(),
 	}
 	if dev.attr.MaxQPWR > 0 {
 		cfg.sqSize = min(cfg.sqSize, dev.attr.MaxQPWR)
@@ -700,6 +782,9 @@ func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, arena *rdmacm.Arena) {
 	c.log.Debug("connection released", "reason", c.reason())
 	tr.live.Done()
 }
+
+// RemoteAddr is the host's address and port (target.RemoteAddresser).
+func (c *conn) RemoteAddr() string { return c.cfg.remote }
 
 // rejectConn rejects a connection request with the nvme-rdma status and destroys its ID.
 func (tr *Transport) rejectConn(id *rdmacm.CMID, remote netip.AddrPort, rj *rejectError, ev *rdmacm.Event) {
