@@ -35,7 +35,7 @@ var badConfigs = []struct {
 	{"unknown field dash spelling", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        read-only: true # <-\n"),
 		"subsystems[0].namespaces[0].read-only", `"read-only"`, "did you mean read_only?", 0},
 	{"unknown field no suggestion", baseListeners + "colour: blue # <-\n" + sub(nullNS)[len(baseListeners):],
-		"colour", `"colour"`, "remove it; the fields here are listeners, subsystems, transport", 0},
+		"colour", `"colour"`, "remove it; the fields here are listeners, subsystems, transport, hosts, control", 0},
 	{"unknown transport field", sub(nullNS) + "transport:\n  queue_size: 64 # <-\n",
 		"transport.queue_size", `"queue_size"`, "did you mean queue_depth?", 0},
 	{"repeated key", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        size: 2GiB # <-\n"),
@@ -265,6 +265,18 @@ var badConfigs = []struct {
 		"", "YAML syntax error", `quote the secret: dhchap_secret: "DHHC-1:...:"`, 0},
 	{"unknown host field", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n    dhchap_key: x # <-\n",
 		"hosts[0].dhchap_key", `"dhchap_key"`, "the fields here are nqn, dhchap_secret, dhchap_ctrl_secret", 0},
+
+	// --- control ---
+	{"control tcp without tls", sub(nullNS) + "control: # <-\n  tcp: 127.0.0.1:4421\n",
+		"control.tls_cert", "missing: the TCP control listener requires mutual TLS", "give tls_cert", 3},
+	{"control tcp not an address", sub(nullNS) + "control:\n  tcp: localhost:4421 # <-\n  tls_cert: a\n  tls_key: b\n  tls_client_ca: c\n",
+		"control.tcp", `"localhost:4421" is not an address:port`, "host names are not resolved", 0},
+	{"control tls without tcp", sub(nullNS) + "control:\n  tls_key: /k.pem # <-\n",
+		"control.tls_key", "tls_key is set but tcp is not", "set tcp:", 0},
+	{"control socket too long", sub(nullNS) + "control:\n  socket: /" + strings.Repeat("s", 120) + " # <-\n",
+		"control.socket", "a Unix socket path has at most 107", "choose a shorter path", 0},
+	{"control unknown field", sub(nullNS) + "control:\n  sock: /x # <-\n",
+		"control.sock", `"sock"`, "did you mean socket?", 0},
 }
 
 const (

@@ -18,7 +18,8 @@ type Config struct {
 	Subsystems []Subsystem `yaml:"subsystems"`
 	Transport  Transport   `yaml:"transport"`
 	// Hosts are the hosts that authenticate with DH-HMAC-CHAP, and their secrets.
-	Hosts []Host `yaml:"hosts"`
+	Hosts   []Host  `yaml:"hosts"`
+	Control Control `yaml:"control"`
 
 	// File is the file the configuration came from ("" when built in code). Errors name
 	// it, and relative namespace paths are resolved against its directory.
@@ -171,6 +172,27 @@ type Transport struct {
 	KeepAliveTimeout time.Duration `yaml:"keep_alive_timeout"`
 }
 
+// Control configures the live control API that gonvmf ctl and orchestrators use to
+// change a running target (gRPC; see target/control). It always listens on a Unix socket
+// that only its owner (root) may use; it listens on TCP too only when TCP is set, and
+// then requires mutual TLS.
+type Control struct {
+	// Socket is the path of the control API's Unix socket, created mode 0600 (its
+	// directory 0700 when gonvmf creates it). Default DefaultControlSocket. A relative
+	// path is relative to the configuration file's directory.
+	Socket string `yaml:"socket"`
+	// TCP is an address:port to serve the control API on as well, for a remote
+	// orchestrator ("" = off, the default). It needs TLSCert, TLSKey and TLSClientCA:
+	// clients must present a certificate signed by TLSClientCA.
+	TCP string `yaml:"tcp"`
+	// TLSCert and TLSKey are the PEM server certificate (chain) and private key for TCP.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// TLSClientCA is the PEM file of the certificate authorities that sign the clients'
+	// certificates.
+	TLSClientCA string `yaml:"tls_client_ca"`
+}
+
 // Defaults and limits. The package documentation explains each choice.
 const (
 	DefaultTransport         = "rdma"
@@ -198,6 +220,8 @@ const (
 	MaxNQNLength             = 223 // bytes, not counting the NUL of the 256-byte wire field
 	MaxSerialLength          = 20
 	MaxModelLength           = 40
+	DefaultControlSocket     = "/run/gonvmf/gonvmf.sock"
+	MaxSocketPathLength      = 107 // bytes: sun_path holds 108 with the NUL
 	// DiscoveryNQN is the well-known NQN of the discovery subsystem.
 	DiscoveryNQN = "nqn.2014-08.org.nvmexpress.discovery"
 )
@@ -251,6 +275,7 @@ func (c *Config) Clone() *Config {
 		Subsystems: slices.Clone(c.Subsystems),
 		Transport:  c.Transport,
 		Hosts:      slices.Clone(c.Hosts),
+		Control:    c.Control,
 		File:       c.File,
 	}
 	for i := range n.Subsystems {

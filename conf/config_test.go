@@ -62,6 +62,9 @@ func TestAnnotatedExampleShowsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := mustParse(t, minimal)
+	if c.Control != d.Control {
+		t.Errorf("annotated.yaml control %+v differs from the defaults %+v", c.Control, d.Control)
+	}
 	if c.Transport != d.Transport {
 		t.Errorf("annotated.yaml transport\n%+v\ndiffers from the defaults\n%+v", c.Transport, d.Transport)
 	}
@@ -123,6 +126,7 @@ func TestDefaults(t *testing.T) {
 			MaxIOQueues:       16,
 			KeepAliveTimeout:  120 * time.Second,
 		},
+		Control: Control{Socket: DefaultControlSocket},
 	}
 	if got := exported(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
@@ -401,7 +405,7 @@ func TestYAMLTagsMatchDecoder(t *testing.T) {
 		keys []string
 	}{
 		{Config{}, configKeys}, {Listener{}, listenerKeys}, {Subsystem{}, subsystemKeys},
-		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys},
+		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys}, {Control{}, controlKeys},
 	} {
 		typ := reflect.TypeOf(tc.v)
 		var tags []string
@@ -422,7 +426,7 @@ func TestReadmeListsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys} {
+	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys, controlKeys} {
 		for _, k := range keys {
 			if !strings.Contains(string(b), "`"+k+"`") {
 				t.Errorf("README.md does not document `%s`", k)
@@ -495,5 +499,28 @@ func TestMergeBomb(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Parse took %v", d)
+	}
+}
+
+// TestControl: the control section's defaults, relative paths, the TCP listener's mutual
+// TLS, and the round trip through String.
+func TestControl(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "target.yaml")
+	c, err := Parse([]byte(minimal+"control:\n  socket: run/ctl.sock\n  tcp: 127.0.0.1:4421\n  tls_cert: pki/server.pem\n  tls_key: pki/server.key\n  tls_client_ca: /etc/gonvmf/clients.pem\n"), file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Control{Socket: filepath.Join(dir, "run/ctl.sock"), TCP: "127.0.0.1:4421", TLSCert: filepath.Join(dir, "pki/server.pem"),
+		TLSKey: filepath.Join(dir, "pki/server.key"), TLSClientCA: "/etc/gonvmf/clients.pem"}
+	if c.Control != want {
+		t.Errorf("control %+v\nwant %+v", c.Control, want)
+	}
+	again, err := Parse([]byte(c.String()), "")
+	if err != nil || again.Control != want {
+		t.Errorf("round trip: %v %+v", err, again)
+	}
+	if c := mustParse(t, minimal); c.Control != (Control{Socket: DefaultControlSocket}) || !strings.Contains(c.String(), "control:\n  socket: /run/gonvmf/gonvmf.sock\n") {
+		t.Errorf("default control %+v\n%s", c.Control, c.String())
 	}
 }

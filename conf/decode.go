@@ -44,13 +44,14 @@ type decoder struct {
 
 // Known YAML keys of each mapping, in the order the documentation lists them.
 var (
-	configKeys    = []string{"listeners", "subsystems", "transport", "hosts"}
+	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control"}
 	listenerKeys  = []string{"transport", "address", "port"}
 	subsystemKeys = []string{"nqn", "serial", "model", "allow_any_host", "hosts", "auth_required", "namespaces"}
 	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64"}
 	rbdKeys       = []string{"pool", "rados_namespace", "image", "ceph_conf", "user", "keyring", "create_size"}
 	transportKeys = []string{"queue_depth", "in_capsule_data_size", "max_io_size", "buffer_pool_size",
 		"poll_groups", "busy_poll", "max_io_queues", "keep_alive_timeout"}
+	controlKeys = []string{"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}
 )
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -118,6 +119,8 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 				d.host(n, p, &h)
 				c.Hosts = append(c.Hosts, h)
 			})
+		case "control":
+			d.control(v, p, &c.Control)
 		}
 	})
 	// The one default a file gets that a Config built in Go does not: there a zero
@@ -265,6 +268,23 @@ func (d *decoder) transport(n *yaml.Node, path string, t *Transport) {
 			d.int(v, p, &t.MaxIOQueues, maxIOQueuesRange)
 		case "keep_alive_timeout":
 			d.duration(v, p, &t.KeepAliveTimeout)
+		}
+	})
+}
+
+func (d *decoder) control(n *yaml.Node, path string, c *Control) {
+	d.mapping(n, path, controlKeys, func(key string, v *yaml.Node, p string) {
+		switch key {
+		case "socket":
+			d.str(v, p, &c.Socket)
+		case "tcp":
+			d.str(v, p, &c.TCP)
+		case "tls_cert":
+			d.str(v, p, &c.TLSCert)
+		case "tls_key":
+			d.str(v, p, &c.TLSKey)
+		case "tls_client_ca":
+			d.str(v, p, &c.TLSClientCA)
 		}
 	})
 }

@@ -147,6 +147,17 @@ func (c *Config) String() string {
 	w(1, fmt.Sprintf("busy_poll: %t", t.BusyPoll), "")
 	w(1, fmt.Sprintf("max_io_queues: %d", t.MaxIOQueues), "")
 	w(1, "keep_alive_timeout: "+t.KeepAliveTimeout.String(), "")
+	ctl := c.Control
+	w(0, "control:", "")
+	w(1, "socket: "+yamlString(ctl.Socket), "")
+	if ctl.TCP != "" {
+		w(1, "tcp: "+yamlString(ctl.TCP), "mutual TLS")
+		w(1, "tls_cert: "+yamlString(ctl.TLSCert), "")
+		w(1, "tls_key: "+yamlString(ctl.TLSKey), "")
+		w(1, "tls_client_ca: "+yamlString(ctl.TLSClientCA), "")
+	} else {
+		w(1, "# tcp: off", "")
+	}
 	return b.String()
 }
 

@@ -1,6 +1,8 @@
 package conf
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -76,6 +78,7 @@ func (c *Config) CheckSystem() error {
 				"lower buffer_pool_size")
 		}
 	}
+	v.checkControlTLS()
 	if limit, ok := memlockLimit(); ok && limit < uint64(pool) {
 		v.fail("transport.buffer_pool_size", pool.String(),
 			fmt.Sprintf("RLIMIT_MEMLOCK is %s, less than the %s buffer pool that RDMA must pin", Size(limit).Human(), pool.Human()),
@@ -140,6 +143,26 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// checkControlTLS loads the TCP control listener's certificate, key and client CAs.
+func (v *validator) checkControlTLS() {
+	c := v.c.Control
+	if c.TCP == "" || c.TLSCert == "" || c.TLSKey == "" || c.TLSClientCA == "" {
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey); err != nil {
+		v.fail("control.tls_cert", c.TLSCert, fmt.Sprintf("cannot load the certificate %s with the key %s: %v", c.TLSCert, c.TLSKey, err),
+			"give a PEM certificate and its PEM private key")
+	}
+	pem, err := os.ReadFile(c.TLSClientCA)
+	if err == nil && !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		err = errors.New("no PEM certificate in it")
+	}
+	if err != nil {
+		v.fail("control.tls_client_ca", c.TLSClientCA, fmt.Sprintf("cannot read the client CAs from %s: %v", c.TLSClientCA, err),
+			"give a file of PEM certificates")
+	}
 }
 
 func (v *validator) checkFile(ns *Namespace, p string) fs.FileInfo {

@@ -64,6 +64,7 @@ func (c *Config) resolve() (errs, warns []*FieldError) {
 	}
 	v := &validator{c: c, src: c.src}
 	v.transport()
+	v.control()
 	v.listeners()
 	v.hosts()
 	v.subsystems()
@@ -200,6 +201,58 @@ func sizeText(n int) string {
 		return strconv.Itoa(n)
 	}
 	return Size(n).String()
+}
+
+// --- control ---
+
+func (v *validator) control() {
+	c := &v.c.Control
+	const cp = "control."
+	abs := func(p string) string {
+		if p != "" && !filepath.IsAbs(p) && v.c.File != "" {
+			p = filepath.Join(filepath.Dir(v.c.File), p)
+		}
+		if p != "" {
+			p = filepath.Clean(p)
+		}
+		return p
+	}
+	if c.Socket == "" && !v.explicit(cp+"socket") {
+		c.Socket = DefaultControlSocket
+	}
+	c.Socket = abs(c.Socket)
+	switch {
+	case v.skip(cp + "socket"):
+	case c.Socket == "":
+		v.fail(cp+"socket", "", "the control socket path is empty", "remove socket to use "+DefaultControlSocket+", or give a path")
+	case len(c.Socket) > MaxSocketPathLength:
+		v.fail(cp+"socket", c.Socket, fmt.Sprintf("%q is %d bytes long; a Unix socket path has at most %d", c.Socket, len(c.Socket), MaxSocketPathLength),
+			"choose a shorter path, e.g. "+DefaultControlSocket)
+	}
+	c.TLSCert, c.TLSKey, c.TLSClientCA = abs(c.TLSCert), abs(c.TLSKey), abs(c.TLSClientCA)
+	if c.TCP == "" {
+		for _, f := range []struct{ key, val string }{{"tls_cert", c.TLSCert}, {"tls_key", c.TLSKey}, {"tls_client_ca", c.TLSClientCA}} {
+			if f.val != "" {
+				v.fail(cp+f.key, f.val, f.key+" is set but tcp is not, and only the TCP control listener uses TLS",
+					"set tcp: <address>:<port> to serve the control API over TCP, or remove "+f.key)
+			}
+		}
+		return
+	}
+	if ap, err := netip.ParseAddrPort(c.TCP); err != nil || ap.Port() == 0 {
+		v.fail(cp+"tcp", c.TCP, fmt.Sprintf("%q is not an address:port", c.TCP),
+			"write an IP address and a port, e.g. tcp: 10.0.0.5:4421 (IPv6: [fd00::1]:4421); host names are not resolved")
+	}
+	for _, f := range []struct{ key, val, what string }{
+		{"tls_cert", c.TLSCert, "the server's PEM certificate"},
+		{"tls_key", c.TLSKey, "the server's PEM private key"},
+		{"tls_client_ca", c.TLSClientCA, "the PEM certificate authorities that sign the clients' certificates"},
+	} {
+		if f.val == "" && !v.skip(cp+f.key) {
+			v.fail(cp+f.key, "", "missing: the TCP control listener requires mutual TLS",
+				fmt.Sprintf("give %s: the path of %s", f.key, f.what))
+		}
+	}
 }
 
 // --- listeners ---
