@@ -1,6 +1,7 @@
 package target
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -308,7 +309,8 @@ func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) erro
 // the configuration file (zero fields take their defaults; identifiers left zero are
 // derived, see conf.DeriveUUID). Its backend is opened as New would. Every controller of
 // the subsystem gets a Namespace Attribute Changed event (when enabled) and the NSID in
-// its Changed Namespace List.
+// its Changed Namespace List. In the running configuration it takes its place in NSID
+// order (at the end of a list that is not in NSID order).
 func (t *Target) AddNamespace(subNQN string, ns conf.Namespace) error {
 	var s *subsystem
 	var si, ni int
@@ -321,8 +323,16 @@ func (t *Target) AddNamespace(subNQN string, ns conf.Namespace) error {
 		if slices.ContainsFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID == ns.NSID }) {
 			return fmt.Errorf("%w: nsid %d in %q", ErrNamespaceExists, ns.NSID, subNQN)
 		}
-		cs.Namespaces = append(cs.Namespaces, ns)
-		ni = len(cs.Namespaces) - 1
+		// In NSID order when the list is (so a namespace removed and added again returns
+		// to its place); at the end otherwise.
+		ni = len(cs.Namespaces)
+		if slices.IsSortedFunc(cs.Namespaces, func(a, b conf.Namespace) int { return cmp.Compare(a.NSID, b.NSID) }) {
+			ni = slices.IndexFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID > ns.NSID })
+			if ni < 0 {
+				ni = len(cs.Namespaces)
+			}
+		}
+		cs.Namespaces = slices.Insert(cs.Namespaces, ni, ns)
 		return nil
 	}, func(c *conf.Config) error {
 		return s.addNamespace(c.Subsystems[si].Namespaces[ni], true)

@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/gonvmf/gonvmf/conf"
@@ -61,7 +63,7 @@ type Server struct {
 	tr   *rdma.Transport // nil with Options.Loop
 	loop *loop.Port      // Options.Loop only
 
-	chg       sync.Mutex // serializes changes (AddListener)
+	chg       sync.Mutex // serializes changes: every operation of manage.go, and Reload
 	mu        sync.Mutex
 	listeners []served
 	closed    bool
@@ -132,6 +134,10 @@ func (s *Server) listen(l conf.Listener) (*rdma.Listener, error) {
 func (s *Server) AddListener(l conf.Listener) (*rdma.Listener, error) {
 	s.chg.Lock()
 	defer s.chg.Unlock()
+	return s.addListener(l)
+}
+
+func (s *Server) addListener(l conf.Listener) (*rdma.Listener, error) {
 	s.mu.Lock()
 	closed := s.closed
 	c := s.configLocked()
@@ -146,7 +152,63 @@ func (s *Server) AddListener(l conf.Listener) (*rdma.Listener, error) {
 	if err := c.Resolve(); err != nil {
 		return nil, fmt.Errorf("server: listener %s port %d: %w", l.Address, l.Port, err)
 	}
-	return s.listen(c.Listeners[len(c.Listeners)-1])
+	lis, err := s.listen(c.Listeners[len(c.Listeners)-1])
+	if err == nil {
+		s.log.Info("listener added", "addr", lis.Addr())
+	}
+	return lis, err
+}
+
+// RemoveListener stops serving a listener (the one with l's transport, address and port;
+// a zero Transport or Port means the default): it leaves the discovery log, and every
+// queue connected through it is disconnected. ErrNoSuchListener when none matches.
+func (s *Server) RemoveListener(l conf.Listener) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.removeListener(l)
+}
+
+// ErrNoSuchListener: RemoveListener of a listener that is not being served.
+var ErrNoSuchListener = errors.New("server: no such listener")
+
+func (s *Server) removeListener(l conf.Listener) error {
+	if l.Transport == "" {
+		l.Transport = conf.DefaultTransport
+	}
+	if l.Port == 0 {
+		l.Port = conf.DefaultPort
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	i := slices.IndexFunc(s.listeners, func(x served) bool { return sameListener(x.cfg, l) })
+	if i < 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %s %s port %d", ErrNoSuchListener, l.Transport, l.Address, l.Port)
+	}
+	lis := s.listeners[i]
+	s.listeners = slices.Delete(s.listeners, i, i+1)
+	s.mu.Unlock()
+	if err := s.tr.CloseListener(lis.lis); err != nil {
+		return fmt.Errorf("server: removing listener %s port %d: %w", l.Address, l.Port, err)
+	}
+	return nil
+}
+
+// sameListener reports whether a and b name the same listener (addresses compared as
+// IP addresses, so "::0" and "::" are one).
+func sameListener(a, b conf.Listener) bool {
+	if a.Transport != b.Transport || a.Port != b.Port {
+		return false
+	}
+	x, errA := netip.ParseAddr(a.Address)
+	y, errB := netip.ParseAddr(b.Address)
+	if errA != nil || errB != nil {
+		return a.Address == b.Address
+	}
+	return x.Unmap() == y.Unmap()
 }
 
 // Target returns the running target: its subsystems, namespaces and hosts can be changed
@@ -194,6 +256,24 @@ func (s *Server) Stats() rdma.Stats {
 		return rdma.Stats{}
 	}
 	return s.tr.Stats()
+}
+
+// GroupStats returns the RDMA transport's per poll group counters (none with
+// Options.Loop).
+func (s *Server) GroupStats() []rdma.GroupStats {
+	if s.tr == nil {
+		return nil
+	}
+	return s.tr.GroupStats()
+}
+
+// PoolStats returns the RDMA transport's buffer pools, one per device in use (none with
+// Options.Loop).
+func (s *Server) PoolStats() []rdma.PoolStats {
+	if s.tr == nil {
+		return nil
+	}
+	return s.tr.PoolStats()
 }
 
 // Close stops serving: no new connections, every host disconnected and its commands

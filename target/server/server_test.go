@@ -152,6 +152,31 @@ func TestRDMAServer(t *testing.T) {
 	if st := s.Stats(); st.PoolTotalBytes != 8<<20 {
 		t.Errorf("stats %+v", st)
 	}
+	if gs, ps := s.GroupStats(), s.PoolStats(); len(gs) != 1 || gs[0].Completions == 0 || len(ps) != 1 || ps[0].TotalBytes != 8<<20 {
+		t.Errorf("poll group stats %+v, pool stats %+v", gs, ps)
+	}
+
+	// RemoveListener: the listener goes, hosts cannot connect there any more, the other
+	// one keeps serving.
+	if err := s.RemoveListener(conf.Listener{Address: ip.String(), Port: port + 100}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveListener(conf.Listener{Address: ip.String(), Port: port + 100}); !errors.Is(err, server.ErrNoSuchListener) {
+		t.Errorf("removing it twice: %v", err)
+	}
+	if rc := s.Config(); len(rc.Listeners) != 1 || rc.Listeners[0].Port != port {
+		t.Errorf("listeners after the removal: %+v", rc.Listeners)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportRDMA, Addr: ip.String(), Port: int(port + 100),
+		SubNQN: subNQN, Logger: quiet, Queues: 1}); err == nil {
+		c.Close()
+		t.Errorf("connected through the removed listener")
+	}
+	if got := identify(t, initiator.Options{Transport: initiator.TransportRDMA, Addr: ip.String(), Port: int(port)}); !reflect.DeepEqual(got, []int64{4 << 20}) {
+		t.Errorf("the remaining listener: namespace sizes %v", got)
+	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}

@@ -1,0 +1,78 @@
+package server
+
+import (
+	"github.com/gonvmf/gonvmf/conf"
+)
+
+// The run-time operations of a Server. Each is one change of the target's running
+// configuration, validated by the conf package against it and applied whole or not at
+// all (see target.Target); the Server serializes them with one another and with Reload,
+// so that a reload is never interleaved with another change. A control plane (the gRPC
+// control API, SIGHUP) calls these rather than the Target's methods.
+
+// AddSubsystem adds a subsystem with its namespaces (target.Target.AddSubsystem).
+func (s *Server) AddSubsystem(cs conf.Subsystem) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.AddSubsystem(cs)
+}
+
+// RemoveSubsystem disconnects a subsystem's controllers and removes it
+// (target.Target.RemoveSubsystem).
+func (s *Server) RemoveSubsystem(nqn string) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.RemoveSubsystem(nqn)
+}
+
+// AddNamespace adds a namespace to a subsystem (target.Target.AddNamespace).
+func (s *Server) AddNamespace(nqn string, ns conf.Namespace) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.AddNamespace(nqn, ns)
+}
+
+// RemoveNamespace removes a namespace once its commands in flight have finished
+// (target.Target.RemoveNamespace).
+func (s *Server) RemoveNamespace(nqn string, nsid uint32) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.RemoveNamespace(nqn, nsid)
+}
+
+// ResizeNamespace grows a namespace (target.Target.ResizeNamespace).
+func (s *Server) ResizeNamespace(nqn string, nsid uint32, size conf.Size) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.ResizeNamespace(nqn, nsid, size)
+}
+
+// SetNamespaceReadOnly changes a namespace's write protection
+// (target.Target.SetNamespaceReadOnly).
+func (s *Server) SetNamespaceReadOnly(nqn string, nsid uint32, readOnly bool) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.SetNamespaceReadOnly(nqn, nsid, readOnly)
+}
+
+// SetAllowedHosts sets who may connect to a subsystem (target.Target.SetAllowedHosts).
+func (s *Server) SetAllowedHosts(nqn string, allowAny bool, hosts []string) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.SetAllowedHosts(nqn, allowAny, hosts)
+}
+
+// AllowHost adds a host to a subsystem's allowed hosts (target.Target.AllowHost).
+func (s *Server) AllowHost(nqn, host string) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.AllowHost(nqn, host)
+}
+
+// DenyHost takes a host off a subsystem's allowed hosts and disconnects its controllers
+// there (target.Target.DenyHost).
+func (s *Server) DenyHost(nqn, host string) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.DenyHost(nqn, host)
+}

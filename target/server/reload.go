@@ -1,0 +1,281 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/gonvmf/gonvmf/conf"
+)
+
+// Reload brings the running target in line with next (a configuration file read again,
+// on SIGHUP): it computes the difference from the running configuration and applies it
+// with the same operations the control API uses, in an order that keeps every
+// intermediate state valid —
+//
+//  1. listeners that are new start listening;
+//  2. namespaces that are gone, or whose identity changed (backend, path, lba_size,
+//     uuid, nguid, eui64: hosts would see another namespace), are removed, then
+//     subsystems that are gone (their hosts are disconnected);
+//  3. new subsystems are added, then new (and re-identified) namespaces;
+//  4. allowed hosts change (hosts taken off a list are disconnected), namespaces'
+//     write protection changes, namespaces grow to a larger size;
+//  5. listeners that are gone stop (their queues are disconnected).
+//
+// Settings that cannot change while the target runs are errors that change nothing: the
+// transport section, the control section, a subsystem's serial or model, a smaller
+// namespace size. next is validated as a file is (an invalid next changes nothing and the
+// error says why). When a step fails, the steps already applied are undone in reverse
+// order (a namespace that grew stays grown; hosts disconnected by a removal reconnect)
+// and the error names the step and the reason. Reload returns a description of each
+// change applied, in order (none when next is what runs).
+func (s *Server) Reload(next *conf.Config) ([]string, error) {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	cur := s.configLocked()
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	nc := next.Clone()
+	if err := nc.Resolve(); err != nil {
+		return nil, fmt.Errorf("server: reload: %w", err)
+	}
+	steps, err := s.plan(cur, nc)
+	if err != nil {
+		return nil, fmt.Errorf("server: reload: %w", err)
+	}
+	var done []string
+	for i, st := range steps {
+		if err := st.do(); err != nil {
+			var undo []error
+			for j := i - 1; j >= 0; j-- {
+				if steps[j].undo == nil {
+					continue
+				}
+				if uerr := steps[j].undo(); uerr != nil {
+					undo = append(undo, fmt.Errorf("undoing %s: %w", steps[j].what, uerr))
+				}
+			}
+			s.log.Error("reload failed; the changes made were undone", "step", st.what, "err", err, "undo_errors", len(undo))
+			err = fmt.Errorf("server: reload: %s: %w", st.what, err)
+			if len(undo) > 0 {
+				err = fmt.Errorf("%w; and undoing the steps before it failed: %w", err, errors.Join(undo...))
+			} else if i > 0 {
+				err = fmt.Errorf("%w (the %d changes before it were undone)", err, i)
+			}
+			return nil, err
+		}
+		s.log.Info("reload: applied", "change", st.what)
+		done = append(done, st.what)
+	}
+	return done, nil
+}
+
+// step is one change of a reload and, where it can be undone, how.
+type step struct {
+	what string
+	do   func() error
+	undo func() error
+}
+
+// plan computes the steps that turn the running configuration cur into next (both
+// resolved), or the error that refuses next.
+func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
+	var errs []string
+	if d := fieldDiffs("transport", cur.Transport, next.Transport); len(d) > 0 {
+		errs = append(errs, strings.Join(d, ", ")+": the transport settings size the buffer pool, queues and poll groups at start; restart gonvmf to change them")
+	}
+	if d := fieldDiffs("control", cur.Control, next.Control); len(d) > 0 {
+		errs = append(errs, strings.Join(d, ", ")+": the control API listens where it started; restart gonvmf to change it")
+	}
+	// Any other top-level section: only what this function knows how to apply may change.
+	{
+		a, b := *cur.Clone(), *next.Clone()
+		for _, c := range []*conf.Config{&a, &b} {
+			c.Listeners, c.Subsystems, c.Transport, c.Control, c.File, c.Warnings = nil, nil, conf.Transport{}, conf.Control{}, "", nil
+		}
+		if d := fieldDiffs("", a, b); len(d) > 0 {
+			errs = append(errs, strings.Join(d, ", ")+": cannot change while gonvmf runs; restart it")
+		}
+	}
+
+	var add, rmNS, rmSub, addSub, addNS, hosts, ro, grow, rmLis []step
+	// Listeners.
+	if s.tr != nil {
+		for _, l := range next.Listeners {
+			if !slices.ContainsFunc(cur.Listeners, func(x conf.Listener) bool { return sameListener(x, l) }) {
+				add = append(add, step{what: fmt.Sprintf("add listener %s %s port %d", l.Transport, l.Address, l.Port),
+					do:   func() error { _, err := s.addListener(l); return err },
+					undo: func() error { return s.removeListener(l) }})
+			}
+		}
+		for _, l := range cur.Listeners {
+			if !slices.ContainsFunc(next.Listeners, func(x conf.Listener) bool { return sameListener(x, l) }) {
+				rmLis = append(rmLis, step{what: fmt.Sprintf("remove listener %s %s port %d", l.Transport, l.Address, l.Port),
+					do:   func() error { return s.removeListener(l) },
+					undo: func() error { _, err := s.addListener(l); return err }})
+			}
+		}
+	}
+	t := s.t
+	// Subsystems.
+	for _, cs := range cur.Subsystems {
+		if slices.ContainsFunc(next.Subsystems, func(x conf.Subsystem) bool { return x.NQN == cs.NQN }) {
+			continue
+		}
+		rmSub = append(rmSub, step{what: fmt.Sprintf("remove subsystem %s", cs.NQN),
+			do:   func() error { return t.RemoveSubsystem(cs.NQN) },
+			undo: func() error { return t.AddSubsystem(cs) }})
+	}
+	for _, ns := range next.Subsystems {
+		i := slices.IndexFunc(cur.Subsystems, func(x conf.Subsystem) bool { return x.NQN == ns.NQN })
+		if i < 0 {
+			addSub = append(addSub, step{what: fmt.Sprintf("add subsystem %s (%d namespaces)", ns.NQN, len(ns.Namespaces)),
+				do:   func() error { return t.AddSubsystem(ns) },
+				undo: func() error { return t.RemoveSubsystem(ns.NQN) }})
+			continue
+		}
+		cs := cur.Subsystems[i]
+		nqn := cs.NQN
+		if cs.Serial != ns.Serial {
+			errs = append(errs, fmt.Sprintf("subsystem %s: serial %q → %q: hosts identify a subsystem's controllers by serial and model, which cannot change while they are connected; remove the subsystem and add it again, or restart", nqn, cs.Serial, ns.Serial))
+		}
+		if cs.Model != ns.Model {
+			errs = append(errs, fmt.Sprintf("subsystem %s: model %q → %q: hosts identify a subsystem's controllers by serial and model, which cannot change while they are connected; remove the subsystem and add it again, or restart", nqn, cs.Model, ns.Model))
+		}
+		if cs.AllowAnyHost != ns.AllowAnyHost || !slices.Equal(cs.Hosts, ns.Hosts) {
+			hosts = append(hosts, step{what: fmt.Sprintf("subsystem %s: hosts %s → %s", nqn, hostsText(cs), hostsText(ns)),
+				do:   func() error { return t.SetAllowedHosts(nqn, ns.AllowAnyHost, ns.Hosts) },
+				undo: func() error { return t.SetAllowedHosts(nqn, cs.AllowAnyHost, cs.Hosts) }})
+		}
+		for _, cn := range cs.Namespaces {
+			j := slices.IndexFunc(ns.Namespaces, func(x conf.Namespace) bool { return x.NSID == cn.NSID })
+			why := "gone"
+			if j >= 0 {
+				if why = identityChange(cn, ns.Namespaces[j]); why == "" {
+					continue
+				}
+			}
+			rmNS = append(rmNS, step{what: fmt.Sprintf("subsystem %s: remove namespace %d (%s)", nqn, cn.NSID, why),
+				do:   func() error { return t.RemoveNamespace(nqn, cn.NSID) },
+				undo: func() error { return t.AddNamespace(nqn, cn) }})
+		}
+		for _, nn := range ns.Namespaces {
+			j := slices.IndexFunc(cs.Namespaces, func(x conf.Namespace) bool { return x.NSID == nn.NSID })
+			if j < 0 || identityChange(cs.Namespaces[j], nn) != "" {
+				addNS = append(addNS, step{what: fmt.Sprintf("subsystem %s: add namespace %d (%s)", nqn, nn.NSID, nsText(nn)),
+					do:   func() error { return t.AddNamespace(nqn, nn) },
+					undo: func() error { return t.RemoveNamespace(nqn, nn.NSID) }})
+				continue
+			}
+			cn := cs.Namespaces[j]
+			if cn.ReadOnly != nn.ReadOnly {
+				ro = append(ro, step{what: fmt.Sprintf("subsystem %s: namespace %d read_only %t → %t", nqn, nn.NSID, cn.ReadOnly, nn.ReadOnly),
+					do:   func() error { return t.SetNamespaceReadOnly(nqn, nn.NSID, nn.ReadOnly) },
+					undo: func() error { return t.SetNamespaceReadOnly(nqn, nn.NSID, cn.ReadOnly) }})
+			}
+			switch {
+			case nn.Size == cn.Size || nn.Size == 0: // 0: a file's own size, or a block device's
+			case nn.Size < cn.Size:
+				errs = append(errs, fmt.Sprintf("subsystem %s: namespace %d: size %s is smaller than the %s it has: a namespace cannot shrink (hosts may have data in the blocks that would go); remove it and add it again to start over", nqn, nn.NSID, nn.Size, cn.Size))
+			default:
+				grow = append(grow, step{what: fmt.Sprintf("subsystem %s: namespace %d size %s → %s", nqn, nn.NSID, sizeText(cn.Size), nn.Size),
+					do: func() error { return t.ResizeNamespace(nqn, nn.NSID, nn.Size) }})
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.New(strings.Join(errs, "; "))
+	}
+	var steps []step
+	for _, group := range [][]step{add, rmNS, rmSub, addSub, addNS, hosts, ro, grow, rmLis} {
+		steps = append(steps, group...)
+	}
+	return steps, nil
+}
+
+// identityChange says which field makes b another namespace than a ("" when it is the
+// same namespace, perhaps resized or write-protected).
+func identityChange(a, b conf.Namespace) string {
+	switch {
+	case a.Backend != b.Backend:
+		return fmt.Sprintf("backend %s → %s", a.Backend, b.Backend)
+	case a.Path != b.Path:
+		return fmt.Sprintf("path %s → %s", a.Path, b.Path)
+	case a.LBASize != b.LBASize:
+		return fmt.Sprintf("lba_size %d → %d", a.LBASize, b.LBASize)
+	case a.UUID != b.UUID:
+		return "uuid changed"
+	case a.NGUID != b.NGUID:
+		return "nguid changed"
+	case a.EUI64 != b.EUI64:
+		return "eui64 changed"
+	}
+	// Fields added to conf.Namespace later are compared as a whole: a change of one of
+	// them re-creates the namespace until Reload knows better.
+	x, y := a, b
+	x.Size, y.Size, x.ReadOnly, y.ReadOnly = 0, 0, false, false
+	if !reflect.DeepEqual(x, y) {
+		if d := fieldDiffs("", x, y); len(d) > 0 {
+			return strings.Join(d, ", ")
+		}
+		return "settings changed"
+	}
+	return ""
+}
+
+func hostsText(s conf.Subsystem) string {
+	if s.AllowAnyHost {
+		return "any"
+	}
+	return "[" + strings.Join(s.Hosts, " ") + "]"
+}
+
+func nsText(n conf.Namespace) string {
+	t := n.Backend
+	if n.Path != "" {
+		t += " " + n.Path
+	}
+	if n.Size != 0 {
+		t += " " + n.Size.String()
+	}
+	return t
+}
+
+func sizeText(s conf.Size) string {
+	if s == 0 {
+		return "(its store's)"
+	}
+	return s.String()
+}
+
+// fieldDiffs lists the fields (by YAML key, under prefix) whose values differ between the
+// structs a and b, as "prefix.key: A → B".
+func fieldDiffs(prefix string, a, b any) []string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var out []string
+	for i := range va.NumField() {
+		f := va.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		x, y := va.Field(i).Interface(), vb.Field(i).Interface()
+		if reflect.DeepEqual(x, y) {
+			continue
+		}
+		key := f.Tag.Get("yaml")
+		if key == "" || key == "-" {
+			key = f.Name
+		}
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		out = append(out, fmt.Sprintf("%s: %v → %v", key, x, y))
+	}
+	return out
+}

@@ -1,0 +1,162 @@
+package server_test
+
+import (
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target/server"
+)
+
+const twoNQN = "nqn.2024-01.io.gonvmf:two"
+
+func loopServer(t *testing.T, cfg *conf.Config) *server.Server {
+	t.Helper()
+	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func resolved(t *testing.T, c *conf.Config) *conf.Config {
+	t.Helper()
+	c = c.Clone()
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestReload: Reload applies the difference between the running configuration and a new
+// one, after which the running configuration is the new one; what cannot change at run
+// time is refused with nothing changed; a step that fails undoes the steps before it.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	base := config("10.99.0.1", 0)
+	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces,
+		conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: 1 << 30},
+		conf.Namespace{NSID: 3, Backend: conf.BackendFile, Path: filepath.Join(dir, "three.img"), Size: 1 << 20})
+	s := loopServer(t, base)
+	if changes, err := s.Reload(base); err != nil || len(changes) != 0 {
+		t.Fatalf("reloading the running configuration: %v %v", changes, err)
+	}
+
+	next := base.Clone()
+	sub := &next.Subsystems[0]
+	sub.AllowAnyHost, sub.Hosts = false, []string{"nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"}
+	sub.Namespaces[0].ReadOnly = true                          // 1: write-protected
+	sub.Namespaces[1].Size = 2 << 30                           // 2: grows
+	sub.Namespaces[2].Path = filepath.Join(dir, "three-b.img") // 3: another file: re-created
+	sub.Namespaces = append(sub.Namespaces, conf.Namespace{NSID: 4, Backend: conf.BackendMemory, Size: 1 << 20})
+	next.Subsystems = append(next.Subsystems, conf.Subsystem{NQN: twoNQN, AllowAnyHost: true,
+		Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendNull, Size: 1 << 20}}})
+	changes, err := s.Reload(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"remove namespace 3 (path",
+		"add subsystem " + twoNQN,
+		"add namespace 3 (file",
+		"add namespace 4 (memory",
+		"hosts any → [nqn.2014-08",
+		"namespace 1 read_only false → true",
+		"namespace 2 size 1GiB → 2GiB",
+	}
+	if len(changes) != len(want) {
+		t.Fatalf("changes:\n%s", strings.Join(changes, "\n"))
+	}
+	for i, w := range want {
+		if !strings.Contains(changes[i], w) {
+			t.Errorf("change %d: %q, want one containing %q", i, changes[i], w)
+		}
+	}
+	if got, w := s.Config().String(), resolved(t, next).String(); got != w {
+		t.Errorf("running configuration after the reload:\n%s\nwant\n%s", got, w)
+	}
+	if ns := s.Target().Namespaces(); len(ns) != 5 || ns[1].Blocks != 2<<30/512 || !ns[0].ReadOnly || ns[2].Path != filepath.Join(dir, "three-b.img") {
+		t.Errorf("namespaces after the reload: %+v", ns)
+	}
+
+	// Back to the start: the reverse changes (the namespace that grew stays grown).
+	back := base.Clone()
+	back.Subsystems[0].Namespaces[1].Size = 2 << 30
+	if _, err := s.Reload(back); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := s.Config().String(), resolved(t, back).String(); got != w {
+		t.Errorf("running configuration after reloading the start:\n%s\nwant\n%s", got, w)
+	}
+
+	running := s.Config().String()
+	for _, c := range []struct {
+		name string
+		edit func(c *conf.Config)
+		want string
+	}{
+		{"transport", func(c *conf.Config) { c.Transport.QueueDepth = 64 }, "transport.queue_depth: 128 → 64: the transport settings"},
+		{"control", func(c *conf.Config) { c.Control.Socket = "/run/other.sock" }, "control.socket: /run/gonvmf/gonvmf.sock → /run/other.sock"},
+		{"serial", func(c *conf.Config) { c.Subsystems[0].Serial = "X1" }, `serial "` + conf.DeriveSerial(subNQN) + `" → "X1"`},
+		{"shrink", func(c *conf.Config) { c.Subsystems[0].Namespaces[1].Size = 1 << 20 }, "namespace 2: size 1MiB is smaller than the 2GiB it has"},
+		{"invalid", func(c *conf.Config) { c.Subsystems[0].Namespaces[0].LBASize = 1000 }, "lba_size: 1000 is not a supported LBA size"},
+		{"a step fails", func(c *conf.Config) {
+			// Namespace 1 goes, a subsystem comes, then a namespace whose file cannot be
+			// created fails: the first two are undone.
+			c.Subsystems[0].Namespaces = c.Subsystems[0].Namespaces[1:]
+			c.Subsystems = append(c.Subsystems, conf.Subsystem{NQN: twoNQN, AllowAnyHost: true,
+				Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendNull, Size: 1 << 20}}})
+			c.Subsystems[0].Namespaces = append(c.Subsystems[0].Namespaces, conf.Namespace{NSID: 9, Backend: conf.BackendFile,
+				Path: filepath.Join(dir, "no", "such", "dir.img"), Size: 1 << 20})
+		}, "add namespace 9 (file"},
+	} {
+		next := back.Clone()
+		c.edit(next)
+		changes, err := s.Reload(next)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v (changes %v); want an error containing %q", c.name, err, changes, c.want)
+		}
+		if got := s.Config().String(); got != running {
+			t.Errorf("%s: the refused reload changed the running configuration:\n%s", c.name, got)
+		}
+	}
+	if n := len(s.Target().Namespaces()); n != 3 {
+		t.Errorf("%d namespaces after the refused reloads", n)
+	}
+}
+
+// TestServerOperations: the Server's operations reach the target and show in Config.
+func TestServerOperations(t *testing.T) {
+	s := loopServer(t, config("10.99.0.1", 0))
+	two := conf.Subsystem{NQN: twoNQN, Hosts: []string{"nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"}}
+	steps := []error{
+		s.AddSubsystem(two),
+		s.AddNamespace(twoNQN, conf.Namespace{NSID: 1, Backend: conf.BackendNull, Size: 1 << 20}),
+		s.ResizeNamespace(twoNQN, 1, 4<<20),
+		s.SetNamespaceReadOnly(twoNQN, 1, true),
+		s.AllowHost(twoNQN, "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"),
+		s.DenyHost(twoNQN, two.Hosts[0]),
+		s.AddNamespace(twoNQN, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: 1 << 20}),
+		s.RemoveNamespace(twoNQN, 2),
+	}
+	for i, err := range steps {
+		if err != nil {
+			t.Errorf("step %d: %v", i, err)
+		}
+	}
+	rc := s.Config()
+	got := rc.Subsystems[1]
+	if len(got.Namespaces) != 1 || got.Namespaces[0].Size != 4<<20 || !got.Namespaces[0].ReadOnly ||
+		!reflect.DeepEqual(got.Hosts, []string{"nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"}) {
+		t.Errorf("subsystem after the operations: %+v", got)
+	}
+	if err := s.RemoveSubsystem(twoNQN); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveListener(conf.Listener{Address: "10.99.0.1"}); err == nil {
+		t.Errorf("RemoveListener on a loop server succeeded")
+	}
+}
