@@ -1,0 +1,89 @@
+package control
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
+	pb "github.com/gonvmf/gonvmf/target/control/controlpb"
+)
+
+// NamespaceFromPB converts an API namespace to a configuration one; empty identifiers
+// stay zero (derived when the namespace is added). Errors name the field.
+func NamespaceFromPB(n *pb.Namespace) (conf.Namespace, error) {
+	if n == nil {
+		return conf.Namespace{}, fmt.Errorf("namespace: missing")
+	}
+	ns := conf.Namespace{NSID: n.Nsid, Backend: n.Backend, Path: n.Path, Size: conf.Size(n.Size), LBASize: n.LbaSize, ReadOnly: n.ReadOnly}
+	var err error
+	if n.Uuid != "" {
+		if ns.UUID, err = conf.ParseUUID(n.Uuid); err != nil {
+			return ns, fmt.Errorf("namespace %d: uuid %q: %w", n.Nsid, n.Uuid, err)
+		}
+	}
+	if n.Nguid != "" {
+		if ns.NGUID, err = conf.ParseNGUID(n.Nguid); err != nil {
+			return ns, fmt.Errorf("namespace %d: nguid %q: %w", n.Nsid, n.Nguid, err)
+		}
+	}
+	if n.Eui64 != "" {
+		if ns.EUI64, err = conf.ParseEUI64(n.Eui64); err != nil {
+			return ns, fmt.Errorf("namespace %d: eui64 %q: %w", n.Nsid, n.Eui64, err)
+		}
+	}
+	return ns, nil
+}
+
+// NamespaceToPB converts a configuration namespace to the API's.
+func NamespaceToPB(subsystem string, ns conf.Namespace) *pb.Namespace {
+	return &pb.Namespace{
+		Subsystem: subsystem, Nsid: ns.NSID, Backend: ns.Backend, Path: ns.Path, Size: uint64(ns.Size),
+		LbaSize: ns.LBASize, ReadOnly: ns.ReadOnly,
+		Uuid: conf.FormatUUID(ns.UUID), Nguid: conf.FormatNGUID(ns.NGUID), Eui64: conf.FormatEUI64(ns.EUI64),
+	}
+}
+
+// SubsystemFromPB converts an API subsystem (with its namespaces) to a configuration one.
+func SubsystemFromPB(s *pb.Subsystem) (conf.Subsystem, error) {
+	if s == nil {
+		return conf.Subsystem{}, fmt.Errorf("subsystem: missing")
+	}
+	cs := conf.Subsystem{NQN: s.Nqn, Serial: s.Serial, Model: s.Model, AllowAnyHost: s.AllowAnyHost, Hosts: slices.Clone(s.Hosts)}
+	for _, n := range s.Namespaces {
+		ns, err := NamespaceFromPB(n)
+		if err != nil {
+			return cs, fmt.Errorf("subsystem %q: %w", s.Nqn, err)
+		}
+		cs.Namespaces = append(cs.Namespaces, ns)
+	}
+	return cs, nil
+}
+
+// SubsystemToPB converts a configuration subsystem to the API's.
+func SubsystemToPB(cs conf.Subsystem) *pb.Subsystem {
+	s := &pb.Subsystem{Nqn: cs.NQN, Serial: cs.Serial, Model: cs.Model, AllowAnyHost: cs.AllowAnyHost, Hosts: slices.Clone(cs.Hosts)}
+	for _, ns := range cs.Namespaces {
+		s.Namespaces = append(s.Namespaces, NamespaceToPB(cs.NQN, ns))
+	}
+	return s
+}
+
+// withLive adds what the running target knows to n: capacity and counters.
+func withLive(n *pb.Namespace, info target.NamespaceInfo) *pb.Namespace {
+	n.Blocks = info.Blocks
+	n.Counters = &pb.NamespaceCounters{ReadCommands: info.ReadCommands, WriteCommands: info.WriteCommands,
+		ReadBytes: info.ReadBytes, WriteBytes: info.WriteBytes}
+	return n
+}
+
+// ListenerFromPB converts an API listener to a configuration one.
+func ListenerFromPB(l *pb.Listener) (conf.Listener, error) {
+	if l == nil {
+		return conf.Listener{}, fmt.Errorf("listener: missing")
+	}
+	if l.Port > 65535 {
+		return conf.Listener{}, fmt.Errorf("listener %s: port %d is not a valid port; use 1..65535", l.Address, l.Port)
+	}
+	return conf.Listener{Transport: l.Transport, Address: l.Address, Port: uint16(l.Port)}, nil
+}
