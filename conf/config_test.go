@@ -524,3 +524,17 @@ func TestControl(t *testing.T) {
 		t.Errorf("default control %+v\n%s", c.Control, c.String())
 	}
 }
+
+func TestParseFragments(t *testing.T) {
+	s, err := ParseSubsystem([]byte("nqn: nqn.2024-01.com.example:x\nhosts: [nqn.2024-01.com.example:h]\nnamespaces:\n  - {nsid: 2, backend: file, path: a.img, size: 1GiB}\n"), "sub.yaml")
+	if err != nil || s.NQN != "nqn.2024-01.com.example:x" || len(s.Hosts) != 1 || len(s.Namespaces) != 1 || s.Namespaces[0].Size != GiB || s.Namespaces[0].Path != "a.img" {
+		t.Errorf("ParseSubsystem: %+v %v", s, err)
+	}
+	_, err = ParseNamespace([]byte("nsid: 1\nbackend: null\nsize: 1GiB\nlbasize: 4096\n"), "ns.yaml")
+	if err == nil || !strings.Contains(err.Error(), `ns.yaml:4: lbasize: unknown field "lbasize"; did you mean lba_size?`) {
+		t.Errorf("ParseNamespace with an unknown key: %v", err)
+	}
+	if _, err := ParseNamespace(nil, "empty.yaml"); err == nil {
+		t.Errorf("ParseNamespace of nothing succeeded")
+	}
+}

@@ -140,6 +140,42 @@ func lineOf(data []byte, n int) []byte {
 	return lines[n-1]
 }
 
+// ParseSubsystem decodes one subsystem — a mapping with the keys of a subsystems[] item,
+// namespaces included — as strictly as Parse decodes a file (unknown keys, bad values),
+// without defaults or validation: those come when the subsystem is added to a running
+// configuration (gonvmf ctl subsystem add --yaml). Paths stay as written.
+func ParseSubsystem(data []byte, filename string) (Subsystem, error) {
+	var s Subsystem
+	err := decodeFragment(data, filename, "subsystem", func(d *decoder, n *yaml.Node) { d.subsystem(n, "", &s) })
+	return s, err
+}
+
+// ParseNamespace is ParseSubsystem for one namespace (the keys of a namespaces[] item).
+func ParseNamespace(data []byte, filename string) (Namespace, error) {
+	var ns Namespace
+	err := decodeFragment(data, filename, "namespace", func(d *decoder, n *yaml.Node) { d.namespace(n, "", &ns) })
+	return ns, err
+}
+
+func decodeFragment(data []byte, file, what string, fn func(*decoder, *yaml.Node)) error {
+	d := &decoder{file: file, src: newSource()}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		d.syntaxError(err)
+		return joinSorted(d.errs)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	if root = deref(root); isNull(root) {
+		d.add(nil, "", "", "no "+what+" is described", "write the "+what+"'s fields as in the configuration file")
+		return joinSorted(d.errs)
+	}
+	fn(d, root)
+	return joinSorted(d.errs)
+}
+
 func (d *decoder) syntaxError(err error) {
 	msg := err.Error()
 	line := 0
