@@ -342,8 +342,15 @@ func TestOperationsRacingIO(t *testing.T) {
 		}()
 	}
 	// AERs keep being answered and the log read, as the Linux host does.
+	aerDone := make(chan struct{})
 	go func() {
+		defer close(aerDone)
 		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			ch := armAER(admin)
 			select {
 			case <-ch:
@@ -393,6 +400,7 @@ func TestOperationsRacingIO(t *testing.T) {
 	ops.Wait()
 	close(stop)
 	io.Wait()
+	<-aerDone
 	close(errs)
 	for err := range errs {
 		t.Errorf("operation: %v", err)

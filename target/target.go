@@ -190,6 +190,10 @@ func (t *Target) change(what string, resolve bool, edit func(*conf.Config) error
 	}
 	if resolve {
 		if err := next.Resolve(); err != nil {
+			// The fields are those of the running configuration, not of a file's lines.
+			for _, fe := range conf.Errors(err) {
+				fe.File, fe.Line, fe.Column = "", 0, 0
+			}
 			return fmt.Errorf("target: %s: %w", what, err)
 		}
 	}
