@@ -1,6 +1,8 @@
 // Command gonvmf is the gonvmf NVMe-over-Fabrics target and its host tools.
 //
-//	gonvmf serve    --config FILE                 run the target
+//	gonvmf serve    --config FILE                 run the target (SIGHUP: apply the file's changes)
+//	gonvmf ctl      [--socket PATH] CMD ...        change and inspect a running target (subsystem, ns, host,
+//	                                              listener, ctrl, stats, save)
 //	gonvmf check    --config FILE                 validate a configuration and print it resolved
 //	gonvmf discover -t rdma -a ADDR [-s PORT]      print a target's discovery log (as nvme discover)
 //	gonvmf identify -t rdma -a ADDR -n NQN         connect and print Identify Controller and Namespaces
@@ -40,6 +42,7 @@ const (
 // commands are the subcommands' constructors, in the order help lists them.
 var commands = []func() *cli.Command{
 	checkCommand,
+	ctlCommand,
 	discoverCommand,
 	identifyCommand,
 	perfCommand,
@@ -90,8 +93,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return usageError("%v; run 'gonvmf help' for usage", err)
 		},
 		// run prints errors and picks the exit status; never let the library call os.Exit.
-		ExitErrHandler:  func(*cli.Context, error) {},
-		HideHelpCommand: false,
+		ExitErrHandler: func(*cli.Context, error) {},
+		// A repeated flag's values are taken whole: host NQNs and --ns specs may hold commas.
+		DisableSliceFlagSeparator: true,
+		HideHelpCommand:           false,
 	}
 	for _, newCommand := range commands {
 		cmd := newCommand()
@@ -107,7 +112,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 
 // run runs gonvmf with args (args[0] is the program name) and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := newApp(stdout, stderr).RunContext(ctx, args)
+	app := newApp(stdout, stderr)
+	err := app.RunContext(ctx, flagsFirst(app, args))
 	if err == nil {
 		return exitOK
 	}

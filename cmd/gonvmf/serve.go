@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target/control"
 	"github.com/gonvmf/gonvmf/target/server"
 	"github.com/urfave/cli/v2"
 )
@@ -23,6 +24,13 @@ func serveCommand() *cli.Command {
 backend, listens on every listener with the RDMA transport and serves hosts until it
 gets SIGINT or SIGTERM. Then it stops listening, disconnects the hosts, waits for their
 commands and closes the backends, and exits 0.
+
+While it runs, gonvmf ctl changes it through the control API (control.socket in the
+configuration, /run/gonvmf/gonvmf.sock by default), and SIGHUP re-reads the
+configuration file and applies the difference with the same operations: subsystems,
+namespaces, hosts and listeners come and go, namespaces grow or change write
+protection. A file that is invalid, or that changes what cannot change while hosts are
+connected (the transport section, for one), changes nothing; the log says why.
 
 Hosts connect with the Linux NVMe host, for example
   nvme discover -t rdma -a 10.99.0.1 -s 4420
@@ -77,7 +85,22 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 			"subsystems", strings.Join(nqns, ","), "namespaces", namespaces, "device", dev,
 			"discovery", "nvme discover -t rdma -a "+lis.Addr().Addr().String()+" -s "+fmt.Sprint(lis.Addr().Port()))
 	}
-	<-ctx.Done()
+	ctl, err := control.Start(s, s.Config().Control, log)
+	if err != nil {
+		s.Close()
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			reload(s, cfg.File, log)
+		}
+	}
+	ctl.Close()
 
 	log.Info("shutting down: no new connections, disconnecting hosts")
 	// A second signal, or a shutdown that takes too long, ends the process at once.
@@ -102,4 +125,34 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	case <-time.After(shutdownGrace):
 		return fmt.Errorf("shutdown did not finish within %v", shutdownGrace)
 	}
+}
+
+// reload re-reads the configuration file (SIGHUP) and applies its difference from the
+// running configuration; an invalid file, or one that cannot be applied, changes nothing
+// and is logged with the reasons.
+func reload(s *server.Server, file string, log *slog.Logger) {
+	log.Info("SIGHUP: reloading the configuration", "file", file)
+	cfg, err := conf.Load(file)
+	if err == nil {
+		err = cfg.CheckSystem()
+	}
+	if err != nil {
+		for _, e := range conf.Errors(err) {
+			log.Error("reload: invalid configuration", "problem", e.Error())
+		}
+		if len(conf.Errors(err)) == 0 {
+			log.Error("reload: cannot read the configuration", "err", err)
+		}
+		log.Error("reload refused: nothing changed", "file", file)
+		return
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("reload: configuration warning", "warning", w.Error())
+	}
+	changes, err := s.Reload(cfg)
+	if err != nil {
+		log.Error("reload failed", "file", file, "err", err)
+		return
+	}
+	log.Info(fmt.Sprintf("reload: %s applied", count(len(changes), "change")), "file", file)
 }

@@ -1,0 +1,844 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target/control"
+	pb "github.com/gonvmf/gonvmf/target/control/controlpb"
+)
+
+// ctlCommand is the control API's command-line client.
+func ctlCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ctl",
+		Usage: "change and inspect a running gonvmf serve (subsystems, namespaces, hosts, listeners, controllers, statistics)",
+		Description: `ctl talks to the control API of a running gonvmf serve: on its Unix socket
+(control.socket in its configuration, /run/gonvmf/gonvmf.sock by default; root only), or
+over TCP with mutual TLS when the target serves that. Every change is atomic: it applies
+whole or changes nothing, and an error names the object and the reason. Hosts see
+namespace changes without reconnecting, and discovery log changes as they happen.
+
+  gonvmf ctl subsystem ls
+  gonvmf ctl subsystem add nqn.2024-01.com.example:vol7 --host <host NQN> --ns nsid=1,backend=file,path=/srv/vol7.img,size=100GiB
+  gonvmf ctl ns add nqn.2024-01.com.example:vol7 --nsid 2 --backend block --path /dev/vg0/vol7b
+  gonvmf ctl ns resize nqn.2024-01.com.example:vol7 1 200GiB
+  gonvmf ctl host deny nqn.2024-01.com.example:vol7 <host NQN>
+  gonvmf ctl ctrl ls
+  gonvmf ctl save > /etc/gonvmf/target.yaml
+
+Listings print a table, or with --json the API's messages (field names as in
+target/control/controlpb/control.proto). The connection flags go before the subcommand.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "socket", Value: conf.DefaultControlSocket, EnvVars: []string{"GONVMF_SOCKET"},
+				Usage: "the control API's Unix `PATH` (the target's control.socket)"},
+			&cli.StringFlag{Name: "tcp", EnvVars: []string{"GONVMF_CONTROL_TCP"},
+				Usage: "reach the control API over TCP at `ADDR:PORT` (mutual TLS) instead of the socket"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "with --tcp: this client's PEM certificate `FILE`"},
+			&cli.StringFlag{Name: "tls-key", Usage: "with --tcp: its PEM private key `FILE`"},
+			&cli.StringFlag{Name: "tls-ca", Usage: "with --tcp: PEM `FILE` of the CA that signed the target's certificate"},
+			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute,
+				Usage: "give up on a call after `DURATION` (removing a namespace waits for its commands in flight)"},
+		},
+		Subcommands: []*cli.Command{
+			{Name: "subsystem", Aliases: []string{"subsys"}, Usage: "list, add and remove subsystems", Subcommands: []*cli.Command{
+				leaf("ls", "list the subsystems", "", ctlSubsystemLs),
+				leaf("add", "add a subsystem with its hosts and namespaces", "NQN", ctlSubsystemAdd,
+					&cli.StringFlag{Name: "serial", Usage: "Identify serial `SN` (default: derived from the NQN)"},
+					&cli.StringFlag{Name: "model", Usage: "Identify model `MN` (default: gonvmf)"},
+					&cli.BoolFlag{Name: "allow-any-host", Usage: "let every host connect"},
+					&cli.StringSliceFlag{Name: "host", Usage: "host `NQN` allowed to connect (repeat for more)"},
+					&cli.StringSliceFlag{Name: "ns", Usage: "a namespace as `KEY=VALUE,...` with the configuration's keys, e.g. nsid=1,backend=null,size=1GiB (repeat for more)"},
+					&cli.StringFlag{Name: "yaml", Usage: "read the whole subsystem from `FILE` (one subsystems[] item of the configuration; - for standard input)"}),
+				leaf("rm", "remove a subsystem (its controllers are disconnected first)", "NQN", ctlSubsystemRm),
+			}},
+			{Name: "ns", Aliases: []string{"namespace"}, Usage: "list, add, remove, resize and write-protect namespaces", Subcommands: []*cli.Command{
+				leaf("ls", "list namespaces (of one subsystem, or all) with their I/O counters", "[NQN]", ctlNsLs),
+				leaf("add", "add a namespace to a subsystem", "NQN", ctlNsAdd,
+					&cli.UintFlag{Name: "nsid", Usage: "namespace `ID`, 1..1024 (required)"},
+					&cli.StringFlag{Name: "backend", Usage: "`KIND`: file, block, null or memory (required)"},
+					&cli.StringFlag{Name: "path", Usage: "backing file or block device `PATH` (file, block)"},
+					&cli.StringFlag{Name: "size", Usage: "capacity `SIZE`, e.g. 10GiB (null, memory; optional for file)"},
+					&cli.UintFlag{Name: "lba-size", Usage: "logical block `BYTES`, 512 or 4096 (default 512)"},
+					&cli.BoolFlag{Name: "read-only", Usage: "write-protect the namespace"},
+					&cli.StringFlag{Name: "uuid", Usage: "namespace `UUID` (default: derived)"},
+					&cli.StringFlag{Name: "nguid", Usage: "namespace `NGUID` (default: derived)"},
+					&cli.StringFlag{Name: "eui64", Usage: "namespace `EUI64` (default: derived)"}),
+				leaf("rm", "remove a namespace (waits for its commands in flight)", "NQN NSID", ctlNsRm),
+				leaf("resize", "grow a namespace to SIZE, or without SIZE take its file's or device's current size", "NQN NSID [SIZE]", ctlNsResize),
+				leaf("ro", "write-protect a namespace (on) or lift the protection (off)", "NQN NSID on|off", ctlNsRO),
+			}},
+			{Name: "host", Usage: "allow and deny hosts", Subcommands: []*cli.Command{
+				leaf("ls", "list the hosts allowed on each subsystem", "[NQN]", ctlHostLs),
+				leaf("allow", "allow hosts to connect to a subsystem", "NQN HOSTNQN...", ctlHostAllow),
+				leaf("deny", "take hosts off a subsystem's list; their controllers there are disconnected", "NQN HOSTNQN...", ctlHostDeny),
+				leaf("set", "replace a subsystem's host list, or --any to let every host connect", "NQN [HOSTNQN...]", ctlHostSet,
+					&cli.BoolFlag{Name: "any", Usage: "allow any host (allow_any_host)"}),
+			}},
+			{Name: "listener", Usage: "list, add and remove listeners", Subcommands: []*cli.Command{
+				leaf("ls", "list the listeners", "", ctlListenerLs),
+				leaf("add", "listen on another address (port 4420 unless given)", "ADDRESS [PORT]", ctlListenerAdd),
+				leaf("rm", "stop a listener; the queues connected through it are disconnected", "ADDRESS [PORT]", ctlListenerRm),
+			}},
+			{Name: "ctrl", Aliases: []string{"controller"}, Usage: "list the connected controllers", Subcommands: []*cli.Command{
+				leaf("ls", "list controllers (of one subsystem, or all): host, address, queues, keep-alive, connected since", "[NQN]", ctlCtrlLs),
+			}},
+			leaf("stats", "print the transport's, poll groups', buffer pools' and namespaces' counters", "", ctlStats),
+			leaf("save", "print the running configuration as YAML that gonvmf check and gonvmf serve --config read", "", ctlSave,
+				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to `FILE` instead of standard output"}),
+		},
+	}
+}
+
+// leaf builds a subcommand that takes args (for the usage line), --json, and runs action
+// with a control API client.
+func leaf(name, usage, args string, action func(*ctlCtx) error, flags ...cli.Flag) *cli.Command {
+	return &cli.Command{
+		Name: name, Usage: usage, ArgsUsage: args,
+		Flags: append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the API's answer as JSON"}}, flags...),
+		Action: func(c *cli.Context) error {
+			x, err := newCtlCtx(c)
+			if err != nil {
+				return err
+			}
+			defer x.close()
+			return x.wrap(action(x))
+		},
+	}
+}
+
+// ctlCtx is one ctl invocation: its flags, arguments, client and output.
+type ctlCtx struct {
+	c      *cli.Context
+	cl     pb.ControlClient
+	ctx    context.Context
+	cancel context.CancelFunc
+	closer io.Closer
+	out    io.Writer
+}
+
+func newCtlCtx(c *cli.Context) (*ctlCtx, error) {
+	o := control.DialOptions{Socket: c.String("socket"), TCP: c.String("tcp"),
+		TLSCert: c.String("tls-cert"), TLSKey: c.String("tls-key"), TLSCA: c.String("tls-ca")}
+	cl, cc, err := control.Dial(o)
+	if err != nil {
+		return nil, cli.Exit("ctl: "+err.Error(), exitFailure)
+	}
+	x := &ctlCtx{c: c, cl: cl, closer: cc, out: c.App.Writer}
+	x.ctx, x.cancel = context.WithTimeout(c.Context, c.Duration("timeout"))
+	return x, nil
+}
+
+func (x *ctlCtx) close() {
+	x.cancel()
+	x.closer.Close()
+}
+
+// wrap turns an API error into the command's error: the status message, and for an
+// unreachable target a hint.
+func (x *ctlCtx) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee cli.ExitCoder
+	if errors.As(err, &ee) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return cli.Exit(x.name()+": "+err.Error(), exitFailure)
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.Unavailable:
+		where := x.c.String("socket")
+		if t := x.c.String("tcp"); t != "" {
+			where = t
+		}
+		msg = fmt.Sprintf("cannot reach gonvmf's control API at %s: %s (is gonvmf serve running?)", where, msg)
+	case codes.DeadlineExceeded:
+		msg = fmt.Sprintf("no answer within --timeout %v: %s", x.c.Duration("timeout"), msg)
+	}
+	return cli.Exit(fmt.Sprintf("%s: %s", x.name(), msg), exitFailure)
+}
+
+// name is the command's name below gonvmf, "ctl ns add".
+func (x *ctlCtx) name() string {
+	var parts []string
+	for _, c := range x.c.Lineage() {
+		if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+			parts = append([]string{c.Command.Name}, parts...)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// args checks the argument count (min..max; max -1: any) and returns them.
+func (x *ctlCtx) args(min, max int) ([]string, error) {
+	a := x.c.Args().Slice()
+	if len(a) < min || max >= 0 && len(a) > max {
+		return nil, usageError("usage: gonvmf %s %s", x.name(), x.c.Command.ArgsUsage)
+	}
+	return a, nil
+}
+
+func parseNSID(s string) (uint32, error) {
+	n, err := strconv.ParseUint(s, 0, 32)
+	if err != nil || n == 0 {
+		return 0, usageError("%q is not a namespace ID; use 1..%d", s, conf.MaxNSID)
+	}
+	return uint32(n), nil
+}
+
+// print writes m as JSON with --json, or calls human.
+func (x *ctlCtx) print(m proto.Message, human func(w io.Writer)) error {
+	if x.c.Bool("json") {
+		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(x.out, string(b))
+		return nil
+	}
+	human(x.out)
+	return nil
+}
+
+// table writes rows aligned in columns.
+func table(w io.Writer, header string, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+func bytesText(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	return humanize.IBytes(n)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// --- subsystems ---
+
+func ctlSubsystemLs(x *ctlCtx) error {
+	if _, err := x.args(0, 0); err != nil {
+		return err
+	}
+	r, err := x.cl.ListSubsystems(x.ctx, &pb.ListSubsystemsRequest{})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		var rows [][]string
+		for _, s := range r.Subsystems {
+			hosts := "any"
+			if !s.AllowAnyHost {
+				hosts = strconv.Itoa(len(s.Hosts))
+			}
+			rows = append(rows, []string{s.Nqn, s.Serial, s.Model, hosts, strconv.Itoa(len(s.Namespaces)), strconv.Itoa(int(s.Controllers))})
+		}
+		table(w, "NQN\tSERIAL\tMODEL\tHOSTS\tNAMESPACES\tCONTROLLERS", rows)
+	})
+}
+
+func ctlSubsystemAdd(x *ctlCtx) error {
+	a, err := x.args(0, 1)
+	if err != nil {
+		return err
+	}
+	var cs conf.Subsystem
+	if f := x.c.String("yaml"); f != "" {
+		data, err := readInput(f)
+		if err != nil {
+			return cli.Exit("ctl subsystem add: "+err.Error(), exitFailure)
+		}
+		if cs, err = conf.ParseSubsystem(data, f); err != nil {
+			return cli.Exit(fmt.Sprintf("ctl subsystem add: %v", err), exitFailure)
+		}
+		dir := "."
+		if f != "-" {
+			dir = filepath.Dir(f)
+		}
+		for i := range cs.Namespaces {
+			cs.Namespaces[i].Path = absPath(dir, cs.Namespaces[i].Path)
+		}
+	}
+	if len(a) == 1 {
+		cs.NQN = a[0]
+	}
+	if cs.NQN == "" {
+		return usageError("name the subsystem: gonvmf ctl subsystem add NQN (or give nqn in --yaml)")
+	}
+	if v := x.c.String("serial"); v != "" {
+		cs.Serial = v
+	}
+	if v := x.c.String("model"); v != "" {
+		cs.Model = v
+	}
+	if x.c.Bool("allow-any-host") {
+		cs.AllowAnyHost = true
+	}
+	cs.Hosts = append(cs.Hosts, x.c.StringSlice("host")...)
+	for _, spec := range x.c.StringSlice("ns") {
+		ns, err := parseNSSpec(spec)
+		if err != nil {
+			return err
+		}
+		cs.Namespaces = append(cs.Namespaces, ns)
+	}
+	r, err := x.cl.AddSubsystem(x.ctx, &pb.AddSubsystemRequest{Subsystem: control.SubsystemToPB(cs)})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "added subsystem %s (serial %s, %d namespaces)\n", r.Nqn, r.Serial, len(r.Namespaces))
+	})
+}
+
+// parseNSSpec reads KEY=VALUE,... with the configuration's namespace keys, through the
+// configuration's decoder (so errors and keys are the file's).
+func parseNSSpec(spec string) (conf.Namespace, error) {
+	var b strings.Builder
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return conf.Namespace{}, usageError("--ns %q: %q is not KEY=VALUE; write e.g. nsid=1,backend=null,size=1GiB", spec, kv)
+		}
+		fmt.Fprintf(&b, "%s: %s\n", strings.TrimSpace(k), strconv.Quote(strings.TrimSpace(v)))
+	}
+	ns, err := conf.ParseNamespace([]byte(b.String()), "--ns")
+	if err != nil {
+		return ns, usageError("%s", strings.ReplaceAll(err.Error(), "--ns:", "--ns "+spec+":"))
+	}
+	ns.Path = absPath(".", ns.Path)
+	return ns, nil
+}
+
+// absPath makes a backing path absolute against dir (the client's, not the target's).
+func absPath(dir, p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	if a, err := filepath.Abs(filepath.Join(dir, p)); err == nil {
+		return a
+	}
+	return p
+}
+
+func readInput(f string) ([]byte, error) {
+	if f == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(f)
+}
+
+func ctlSubsystemRm(x *ctlCtx) error {
+	a, err := x.args(1, 1)
+	if err != nil {
+		return err
+	}
+	r, err := x.cl.RemoveSubsystem(x.ctx, &pb.RemoveSubsystemRequest{Nqn: a[0]})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "removed subsystem %s (%d controllers disconnected)\n", a[0], r.DisconnectedControllers)
+	})
+}
+
+// --- namespaces ---
+
+func nsRows(nss []*pb.Namespace) [][]string {
+	var rows [][]string
+	for _, n := range nss {
+		ro := "rw"
+		if n.ReadOnly {
+			ro = "ro"
+		}
+		c := n.Counters
+		if c == nil {
+			c = &pb.NamespaceCounters{}
+		}
+		rows = append(rows, []string{n.Subsystem, strconv.Itoa(int(n.Nsid)), n.Backend, orDash(n.Path),
+			humanize.IBytes(n.Blocks * uint64(n.LbaSize)), strconv.Itoa(int(n.LbaSize)), ro,
+			fmt.Sprintf("%d/%s", c.ReadCommands, bytesText(c.ReadBytes)), fmt.Sprintf("%d/%s", c.WriteCommands, bytesText(c.WriteBytes))})
+	}
+	return rows
+}
+
+const nsHeader = "SUBSYSTEM\tNSID\tBACKEND\tPATH\tSIZE\tLBA\tMODE\tREADS\tWRITES"
+
+func ctlNsLs(x *ctlCtx) error {
+	a, err := x.args(0, 1)
+	if err != nil {
+		return err
+	}
+	req := &pb.ListNamespacesRequest{}
+	if len(a) == 1 {
+		req.Subsystem = a[0]
+	}
+	r, err := x.cl.ListNamespaces(x.ctx, req)
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) { table(w, nsHeader, nsRows(r.Namespaces)) })
+}
+
+func ctlNsAdd(x *ctlCtx) error {
+	a, err := x.args(1, 1)
+	if err != nil {
+		return err
+	}
+	c := x.c
+	if !c.IsSet("nsid") || c.String("backend") == "" {
+		return usageError("--nsid and --backend are required: gonvmf ctl ns add NQN --nsid N --backend file|block|null|memory [--path P] [--size S] ...")
+	}
+	n := &pb.Namespace{Nsid: uint32(c.Uint("nsid")), Backend: c.String("backend"), Path: absPath(".", c.String("path")),
+		LbaSize: uint32(c.Uint("lba-size")), ReadOnly: c.Bool("read-only"), Uuid: c.String("uuid"), Nguid: c.String("nguid"), Eui64: c.String("eui64")}
+	if s := c.String("size"); s != "" {
+		sz, err := conf.ParseSize(s)
+		if err != nil {
+			return usageError("--size %q: %v", s, err)
+		}
+		n.Size = uint64(sz)
+	}
+	r, err := x.cl.AddNamespace(x.ctx, &pb.AddNamespaceRequest{Subsystem: a[0], Namespace: n})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "added namespace %d to %s: %s, %s (%d blocks of %d bytes)\n", r.Nsid, a[0], nsText(r),
+			humanize.IBytes(r.Blocks*uint64(r.LbaSize)), r.Blocks, r.LbaSize)
+	})
+}
+
+func nsText(n *pb.Namespace) string {
+	if n.Path != "" {
+		return n.Backend + " " + n.Path
+	}
+	return n.Backend
+}
+
+func ctlNsRm(x *ctlCtx) error {
+	a, err := x.args(2, 2)
+	if err != nil {
+		return err
+	}
+	nsid, err := parseNSID(a[1])
+	if err != nil {
+		return err
+	}
+	r, err := x.cl.RemoveNamespace(x.ctx, &pb.RemoveNamespaceRequest{Subsystem: a[0], Nsid: nsid})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) { fmt.Fprintf(w, "removed namespace %d from %s\n", nsid, a[0]) })
+}
+
+func ctlNsResize(x *ctlCtx) error {
+	a, err := x.args(2, 3)
+	if err != nil {
+		return err
+	}
+	nsid, err := parseNSID(a[1])
+	if err != nil {
+		return err
+	}
+	var size conf.Size
+	if len(a) == 3 {
+		if size, err = conf.ParseSize(a[2]); err != nil {
+			return usageError("size %q: %v", a[2], err)
+		}
+	}
+	r, err := x.cl.ResizeNamespace(x.ctx, &pb.ResizeNamespaceRequest{Subsystem: a[0], Nsid: nsid, Size: uint64(size)})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "namespace %d of %s: %s (%d blocks)\n", nsid, a[0], humanize.IBytes(r.Blocks*uint64(r.LbaSize)), r.Blocks)
+	})
+}
+
+func ctlNsRO(x *ctlCtx) error {
+	a, err := x.args(3, 3)
+	if err != nil {
+		return err
+	}
+	nsid, err := parseNSID(a[1])
+	if err != nil {
+		return err
+	}
+	var ro bool
+	switch a[2] {
+	case "on":
+		ro = true
+	case "off":
+	default:
+		return usageError("%q: write on (write-protect) or off", a[2])
+	}
+	r, err := x.cl.SetNamespaceReadOnly(x.ctx, &pb.SetNamespaceReadOnlyRequest{Subsystem: a[0], Nsid: nsid, ReadOnly: ro})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		mode := "writable"
+		if r.ReadOnly {
+			mode = "write-protected"
+		}
+		fmt.Fprintf(w, "namespace %d of %s is %s\n", nsid, a[0], mode)
+	})
+}
+
+// --- hosts ---
+
+func ctlHostLs(x *ctlCtx) error {
+	a, err := x.args(0, 1)
+	if err != nil {
+		return err
+	}
+	r, err := x.cl.ListSubsystems(x.ctx, &pb.ListSubsystemsRequest{})
+	if err != nil {
+		return err
+	}
+	out := &pb.ListSubsystemsResponse{}
+	for _, s := range r.Subsystems {
+		if len(a) == 0 || s.Nqn == a[0] {
+			s.Namespaces = nil
+			out.Subsystems = append(out.Subsystems, s)
+		}
+	}
+	if len(a) == 1 && len(out.Subsystems) == 0 {
+		return status.Errorf(codes.NotFound, "subsystem %q is not being served", a[0])
+	}
+	return x.print(out, func(w io.Writer) {
+		var rows [][]string
+		for _, s := range out.Subsystems {
+			if s.AllowAnyHost {
+				rows = append(rows, []string{s.Nqn, "(any host)"})
+			}
+			for _, h := range s.Hosts {
+				rows = append(rows, []string{s.Nqn, h})
+			}
+		}
+		table(w, "SUBSYSTEM\tHOST", rows)
+	})
+}
+
+func ctlHostAllow(x *ctlCtx) error {
+	a, err := x.args(2, -1)
+	if err != nil {
+		return err
+	}
+	var r *pb.Subsystem
+	for _, h := range a[1:] {
+		if r, err = x.cl.AllowHost(x.ctx, &pb.AllowHostRequest{Subsystem: a[0], HostNqn: h}); err != nil {
+			return err
+		}
+	}
+	return x.print(r, func(w io.Writer) { fmt.Fprintf(w, "%s: %d hosts allowed\n", a[0], len(r.Hosts)) })
+}
+
+func ctlHostDeny(x *ctlCtx) error {
+	a, err := x.args(2, -1)
+	if err != nil {
+		return err
+	}
+	var r *pb.Subsystem
+	for _, h := range a[1:] {
+		if r, err = x.cl.DenyHost(x.ctx, &pb.DenyHostRequest{Subsystem: a[0], HostNqn: h}); err != nil {
+			return err
+		}
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "%s: denied %s (their controllers disconnected); %d hosts allowed\n", a[0], strings.Join(a[1:], ", "), len(r.Hosts))
+	})
+}
+
+func ctlHostSet(x *ctlCtx) error {
+	a, err := x.args(1, -1)
+	if err != nil {
+		return err
+	}
+	anyHost := x.c.Bool("any")
+	if anyHost == (len(a) > 1) {
+		return usageError("give either --any or the host NQNs: gonvmf ctl host set NQN (--any | HOSTNQN...)")
+	}
+	r, err := x.cl.SetHosts(x.ctx, &pb.SetHostsRequest{Subsystem: a[0], AllowAnyHost: anyHost, Hosts: a[1:]})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		if r.AllowAnyHost {
+			fmt.Fprintf(w, "%s: any host may connect\n", a[0])
+		} else {
+			fmt.Fprintf(w, "%s: %d hosts allowed\n", a[0], len(r.Hosts))
+		}
+	})
+}
+
+// --- listeners ---
+
+func ctlListenerLs(x *ctlCtx) error {
+	if _, err := x.args(0, 0); err != nil {
+		return err
+	}
+	r, err := x.cl.ListListeners(x.ctx, &pb.ListListenersRequest{})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		var rows [][]string
+		for _, l := range r.Listeners {
+			rows = append(rows, []string{l.Transport, l.Address, strconv.Itoa(int(l.Port)), orDash(l.Device)})
+		}
+		table(w, "TRANSPORT\tADDRESS\tPORT\tDEVICE", rows)
+	})
+}
+
+func listenerArgs(x *ctlCtx) (*pb.Listener, error) {
+	a, err := x.args(1, 2)
+	if err != nil {
+		return nil, err
+	}
+	l := &pb.Listener{Address: a[0]}
+	if len(a) == 2 {
+		p, err := strconv.ParseUint(a[1], 10, 16)
+		if err != nil || p == 0 {
+			return nil, usageError("%q is not a port; use 1..65535", a[1])
+		}
+		l.Port = uint32(p)
+	}
+	return l, nil
+}
+
+func ctlListenerAdd(x *ctlCtx) error {
+	l, err := listenerArgs(x)
+	if err != nil {
+		return err
+	}
+	r, err := x.cl.AddListener(x.ctx, &pb.AddListenerRequest{Listener: l})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "listening on %s %s port %d (device %s)\n", r.Transport, r.Address, r.Port, orDash(r.Device))
+	})
+}
+
+func ctlListenerRm(x *ctlCtx) error {
+	l, err := listenerArgs(x)
+	if err != nil {
+		return err
+	}
+	r, err := x.cl.RemoveListener(x.ctx, &pb.RemoveListenerRequest{Listener: l})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "stopped listening on %s\n", strings.Join(x.c.Args().Slice(), " port "))
+	})
+}
+
+// --- inspection ---
+
+func ctlCtrlLs(x *ctlCtx) error {
+	a, err := x.args(0, 1)
+	if err != nil {
+		return err
+	}
+	req := &pb.ListControllersRequest{}
+	if len(a) == 1 {
+		req.Subsystem = a[0]
+	}
+	r, err := x.cl.ListControllers(x.ctx, req)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	return x.print(r, func(w io.Writer) {
+		var rows [][]string
+		for _, c := range r.Controllers {
+			io, depth := 0, 0
+			for _, q := range c.Queues {
+				if q.Qid != 0 {
+					io++
+					depth = max(depth, int(q.Depth))
+				}
+			}
+			queues := "admin"
+			if io > 0 {
+				queues = fmt.Sprintf("admin+%dx%d", io, depth)
+			}
+			since := time.Unix(0, c.ConnectedUnixNano)
+			kato := "-"
+			if c.KeepAliveTimeoutMs > 0 {
+				kato = (time.Duration(c.KeepAliveTimeoutMs) * time.Millisecond).String()
+			}
+			rows = append(rows, []string{c.Subsystem, strconv.Itoa(int(c.Cntlid)), c.HostNqn, orDash(c.RemoteAddress), c.Listener,
+				queues, kato, since.Format("2006-01-02 15:04:05") + " (" + now.Sub(since).Round(time.Second).String() + ")"})
+		}
+		table(w, "SUBSYSTEM\tCNTLID\tHOST\tREMOTE\tLISTENER\tQUEUES\tKATO\tCONNECTED", rows)
+	})
+}
+
+func ctlStats(x *ctlCtx) error {
+	if _, err := x.args(0, 0); err != nil {
+		return err
+	}
+	r, err := x.cl.GetStats(x.ctx, &pb.GetStatsRequest{})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		t := r.Transport
+		fmt.Fprintf(w, "controllers %d, queues %d, discovery log generation %d\n", r.Controllers, r.Queues, r.DiscoveryGeneration)
+		fmt.Fprintf(w, "transport: %d queue pairs, %d completions, %d polls, %d sleeps, %d wake-ups; waits: buffer %d, read credit %d, send queue %d\n\n",
+			t.Connections, t.Completions, t.Polls, t.Sleeps, t.Wakeups, t.BufferWaits, t.ReadCreditWaits, t.SendQueueWaits)
+		var rows [][]string
+		for _, g := range r.PollGroups {
+			rows = append(rows, []string{g.Device, strconv.Itoa(int(g.Group)), strconv.Itoa(int(g.Connections)), u(g.Polls), u(g.Completions),
+				u(g.Sleeps), u(g.Wakeups), u(g.BufferWaits), u(g.ReadCreditWaits), u(g.SendQueueWaits)})
+		}
+		table(w, "DEVICE\tGROUP\tQPS\tPOLLS\tCOMPLETIONS\tSLEEPS\tWAKEUPS\tBUF_WAITS\tREAD_WAITS\tSEND_WAITS", rows)
+		fmt.Fprintln(w)
+		rows = nil
+		for _, p := range r.BufferPools {
+			used := p.TotalBytes - p.FreeBytes
+			pct := 0.0
+			if p.TotalBytes > 0 {
+				pct = 100 * float64(used) / float64(p.TotalBytes)
+			}
+			rows = append(rows, []string{p.Device, humanize.IBytes(p.TotalBytes), fmt.Sprintf("%s (%.0f%%)", humanize.IBytes(used), pct),
+				humanize.IBytes(p.TotalBytes - p.LowestFreeBytes)})
+		}
+		table(w, "DEVICE\tBUFFER_POOL\tIN_USE\tPEAK", rows)
+		fmt.Fprintln(w)
+		table(w, nsHeader, nsRows(r.Namespaces))
+	})
+}
+
+func u(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func ctlSave(x *ctlCtx) error {
+	if _, err := x.args(0, 0); err != nil {
+		return err
+	}
+	r, err := x.cl.SaveConfig(x.ctx, &pb.SaveConfigRequest{})
+	if err != nil {
+		return err
+	}
+	if f := x.c.String("output"); f != "" {
+		if err := os.WriteFile(f, []byte(r.Yaml), 0o600); err != nil {
+			return cli.Exit("ctl save: "+err.Error(), exitFailure)
+		}
+		fmt.Fprintf(x.c.App.ErrWriter, "saved the running configuration to %s\n", f)
+		return nil
+	}
+	return x.print(r, func(w io.Writer) { fmt.Fprint(w, r.Yaml) })
+}
+
+// flagsFirst returns args with the flags of a ctl subcommand moved ahead of its
+// arguments, so that `gonvmf ctl ns add NQN --nsid 2` means `gonvmf ctl ns add --nsid 2
+// NQN` (the cli package stops reading flags at the first argument). Everything after
+// "--" stays as it is; arguments of other commands are not touched.
+func flagsFirst(app *cli.App, args []string) []string {
+	i := 1
+	skipFlags := func(flags []cli.Flag) {
+		for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "-" && args[i] != "--" {
+			if takesValue(flags, args[i]) {
+				i++
+			}
+			i++
+		}
+	}
+	skipFlags(app.Flags)
+	if i >= len(args) || args[i] != "ctl" {
+		return args
+	}
+	cmds := app.Commands
+	var cmd *cli.Command
+	for i < len(args) {
+		var next *cli.Command
+		for _, c := range cmds {
+			if c.HasName(args[i]) {
+				next = c
+			}
+		}
+		if next == nil {
+			return args
+		}
+		cmd, i = next, i+1
+		if len(cmd.Subcommands) == 0 {
+			break
+		}
+		skipFlags(cmd.Flags)
+		cmds = cmd.Subcommands
+	}
+	if cmd == nil || len(cmd.Subcommands) > 0 {
+		return args
+	}
+	var flags, rest []string
+	for j := i; j < len(args); j++ {
+		a := args[j]
+		switch {
+		case a == "--":
+			rest = append(rest, args[j:]...)
+			j = len(args)
+		case strings.HasPrefix(a, "-") && a != "-":
+			flags = append(flags, a)
+			if takesValue(cmd.Flags, a) && j+1 < len(args) {
+				j++
+				flags = append(flags, args[j])
+			}
+		default:
+			rest = append(rest, a)
+		}
+	}
+	out := append(slices.Clone(args[:i]), flags...)
+	return append(out, rest...)
+}
+
+// takesValue reports whether the flag token (-x, --name, not --name=value) names a flag
+// that takes a value in the next token.
+func takesValue(flags []cli.Flag, tok string) bool {
+	if strings.Contains(tok, "=") {
+		return false
+	}
+	name := strings.TrimLeft(tok, "-")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*cli.BoolFlag)
+				return !isBool
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target/control"
+	"github.com/gonvmf/gonvmf/target/server"
+)
+
+const ctlNQN = "nqn.2024-01.io.gonvmf:ctl-cli"
+
+// ctlTarget serves the configuration file text in-process (loop) with its control API on
+// a socket of its own, and returns the server and the socket.
+func ctlTarget(t *testing.T, file string) (*server.Server, string) {
+	t.Helper()
+	cfg, err := conf.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(cfg, server.Options{Loop: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c, err := control.Start(s, s.Config().Control, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return s, s.Config().Control.Socket
+}
+
+func ctlConfig(t *testing.T, extra string) string {
+	d, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	p := filepath.Join(d, "target.yaml")
+	text := `listeners: [{address: 10.99.0.1}]
+subsystems:
+  - nqn: ` + ctlNQN + `
+    allow_any_host: true
+    namespaces:
+      - {nsid: 1, backend: memory, size: 4MiB}
+` + extra + `
+transport: {buffer_pool_size: 8MiB, poll_groups: 1}
+control: {socket: ` + filepath.Join(d, "ctl.sock") + `}
+`
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCtl runs gonvmf ctl's commands as a user would against a running (in-process)
+// target: tables, --json, the changes, errors and exit statuses, and save's output
+// accepted by gonvmf check.
+func TestCtl(t *testing.T) {
+	s, sock := ctlTarget(t, ctlConfig(t, ""))
+	ctl := func(want int, args ...string) (string, string) {
+		t.Helper()
+		code, out, errOut := gonvmf(t, append([]string{"ctl", "--socket", sock}, args...)...)
+		if code != want {
+			t.Fatalf("gonvmf ctl %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, want, out, errOut)
+		}
+		return out, errOut
+	}
+	contains := func(what, text string, subs ...string) {
+		t.Helper()
+		for _, sub := range subs {
+			if !strings.Contains(text, sub) {
+				t.Errorf("%s: no %q in\n%s", what, sub, text)
+			}
+		}
+	}
+
+	out, _ := ctl(0, "subsystem", "ls")
+	contains("subsystem ls", out, "NQN", "SERIAL", ctlNQN, conf.DeriveSerial(ctlNQN), "any")
+
+	dir := t.TempDir()
+	two := "nqn.2024-01.io.gonvmf:ctl-two"
+	host := "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"
+	out, _ = ctl(0, "subsystem", "add", two, "--model", "cli", "--host", host,
+		"--ns", "nsid=1,backend=file,path="+filepath.Join(dir, "a.img")+",size=1MiB", "--ns", "nsid=2,backend=null,size=1GiB,lba_size=4096")
+	contains("subsystem add", out, "added subsystem "+two, "2 namespaces")
+	_, errOut := ctl(1, "subsystem", "add", two, "--allow-any-host")
+	contains("subsystem add twice", errOut, "gonvmf: ctl subsystem add:", "subsystem already exists", two)
+	_, errOut = ctl(2, "subsystem", "add", "nqn.2024-01.io.gonvmf:x", "--ns", "nsid=1,backend=null,sise=1GiB")
+	contains("bad --ns", errOut, `unknown field "sise"`, "did you mean size?")
+
+	out, _ = ctl(0, "ns", "add", ctlNQN, "--nsid", "3", "--backend", "memory", "--size", "2MiB", "--lba-size", "4096")
+	contains("ns add", out, "added namespace 3 to "+ctlNQN, "2.0 MiB (512 blocks of 4096 bytes)")
+	out, _ = ctl(0, "ns", "resize", ctlNQN, "3", "8MiB")
+	contains("ns resize", out, "8.0 MiB (2048 blocks)")
+	_, errOut = ctl(1, "ns", "resize", ctlNQN, "3", "1MiB")
+	contains("ns resize smaller", errOut, "cannot shrink")
+	out, _ = ctl(0, "ns", "ro", ctlNQN, "3", "on")
+	contains("ns ro", out, "write-protected")
+	_, errOut = ctl(2, "ns", "ro", ctlNQN, "3", "maybe")
+	contains("ns ro maybe", errOut, "write on (write-protect) or off")
+	out, _ = ctl(0, "ns", "ls")
+	contains("ns ls", out, "SUBSYSTEM", "NSID", two, "a.img", "1.0 GiB", "ro")
+	out, _ = ctl(0, "ns", "ls", ctlNQN, "--json")
+	var nsl struct {
+		Namespaces []struct {
+			Nsid     uint32 `json:"nsid"`
+			Size     string `json:"size"`
+			ReadOnly bool   `json:"read_only"`
+		} `json:"namespaces"`
+	}
+	if err := json.Unmarshal([]byte(out), &nsl); err != nil || len(nsl.Namespaces) != 2 || nsl.Namespaces[1].Size != "8388608" || !nsl.Namespaces[1].ReadOnly {
+		t.Errorf("ns ls --json: %v %+v\n%s", err, nsl, out)
+	}
+	out, _ = ctl(0, "ns", "rm", ctlNQN, "3")
+	contains("ns rm", out, "removed namespace 3")
+	_, errOut = ctl(1, "ns", "rm", ctlNQN, "3")
+	contains("ns rm again", errOut, "no such namespace")
+
+	other := "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"
+	out, _ = ctl(0, "host", "allow", two, other)
+	contains("host allow", out, "2 hosts allowed")
+	out, _ = ctl(0, "host", "deny", two, host)
+	contains("host deny", out, "denied "+host, "1 hosts allowed")
+	out, _ = ctl(0, "host", "ls", two)
+	contains("host ls", out, other)
+	_, errOut = ctl(1, "host", "deny", ctlNQN, host)
+	contains("host deny on allow-any", errOut, "allows any host")
+	_, errOut = ctl(2, "host", "set", two)
+	contains("host set without hosts", errOut, "--any or the host NQNs")
+	out, _ = ctl(0, "host", "set", two, "--any")
+	contains("host set --any", out, "any host may connect")
+
+	out, _ = ctl(0, "listener", "ls")
+	contains("listener ls", out, "rdma", "10.99.0.1", "4420")
+	_, errOut = ctl(1, "listener", "add", "10.99.0.2")
+	contains("listener add on a loop target", errOut, "in-process")
+	out, _ = ctl(0, "ctrl", "ls")
+	contains("ctrl ls", out, "SUBSYSTEM", "CNTLID", "CONNECTED")
+	out, _ = ctl(0, "stats")
+	contains("stats", out, "controllers 0", "BUFFER_POOL", two)
+
+	saved := filepath.Join(dir, "saved.yaml")
+	_, errOut = ctl(0, "save", "-o", saved)
+	contains("save -o", errOut, "saved the running configuration to "+saved)
+	if code, _, e := gonvmf(t, "check", "--static", "--config", saved); code != 0 {
+		t.Errorf("gonvmf check of the saved configuration: exit %d\n%s", code, e)
+	}
+	out, _ = ctl(0, "save")
+	rc, err := conf.Parse([]byte(out), "")
+	if err != nil || len(rc.Subsystems) != 2 || rc.Subsystems[1].Model != "cli" || rc.Control.Socket != sock {
+		t.Errorf("save: %v\n%s", err, out)
+	}
+
+	out, _ = ctl(0, "subsystem", "rm", two)
+	contains("subsystem rm", out, "removed subsystem "+two)
+	if n := len(s.Config().Subsystems); n != 1 {
+		t.Errorf("%d subsystems left", n)
+	}
+
+	_, errOut = ctl(2, "ns", "rm", ctlNQN)
+	contains("missing argument", errOut, "usage: gonvmf ctl ns rm NQN NSID")
+	code, _, errOut := gonvmf(t, "ctl", "--socket", filepath.Join(dir, "none.sock"), "subsystem", "ls")
+	if code != 1 || !strings.Contains(errOut, "is gonvmf serve running?") {
+		t.Errorf("no target: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestReloadOnSIGHUP: serve's SIGHUP handler applies the file's changes, and an invalid
+// file changes nothing and says why.
+func TestReloadOnSIGHUP(t *testing.T) {
+	file := ctlConfig(t, "")
+	s, _ := ctlTarget(t, file)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	text, _ := os.ReadFile(file)
+
+	grown := strings.Replace(string(text), "{nsid: 1, backend: memory, size: 4MiB}", "{nsid: 1, backend: memory, size: 8MiB}\n      - {nsid: 2, backend: null, size: 1GiB}", 1)
+	os.WriteFile(file, []byte(grown), 0o600)
+	reload(s, file, log)
+	if ns := s.Target().Namespaces(); len(ns) != 2 || ns[0].Blocks != 8<<20/512 {
+		t.Errorf("namespaces after the reload: %+v\n%s", ns, logs.String())
+	}
+	if !strings.Contains(logs.String(), "reload: 2 changes applied") {
+		t.Errorf("log:\n%s", logs.String())
+	}
+
+	before := s.Config().String()
+	logs.Reset()
+	os.WriteFile(file, []byte(strings.Replace(grown, "size: 1GiB", "size: 1GiB, lba_size: 1000", 1)), 0o600)
+	reload(s, file, log)
+	if s.Config().String() != before || !strings.Contains(logs.String(), "lba_size: 1000 is not a supported LBA size") ||
+		!strings.Contains(logs.String(), "reload refused: nothing changed") {
+		t.Errorf("invalid file: log\n%s", logs.String())
+	}
+	logs.Reset()
+	os.WriteFile(file, []byte(strings.Replace(grown, "poll_groups: 1", "poll_groups: 2", 1)), 0o600)
+	reload(s, file, log)
+	if s.Config().String() != before || !strings.Contains(logs.String(), "transport.poll_groups: 1 → 2") {
+		t.Errorf("transport change: log\n%s", logs.String())
+	}
+}
