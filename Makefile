@@ -7,7 +7,7 @@ BUILD    ?= $(CURDIR)/build
 CEPH_TAGS ?= ceph,pacific
 export GONVMF_BUILD := $(BUILD)
 
-.PHONY: all setup build build-ceph check vet unit test-ceph fuzz vm-test test demo bench clean
+.PHONY: all setup build build-ceph check vet unit test-ceph fuzz vm-test test demo bench proto clean
 
 all: build
 
@@ -65,6 +65,11 @@ demo: setup
 # gonvmf against the Linux kernel target in the same guest: report + plot.
 bench: setup
 	integration/bench/run.sh
+
+# Regenerate the control API's Go code from target/control/controlpb/control.proto (needs
+# protoc: apt-get install protobuf-compiler; the Go generators come from the module proxy).
+proto:
+	target/control/controlpb/gen.sh
 
 clean:
 	rm -rf $(BUILD)

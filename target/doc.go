@@ -16,7 +16,9 @@
 //	        TrAddr: "10.99.0.1", TrSvcID: "4420", Advertise: true, Keyed: true,
 //	        InCapsuleDataSize: t.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: 1})
 //	...
-//	t.AddNamespace(nqn, ns) / t.RemoveNamespace(nqn, nsid) / t.AddSubsystem / t.SetAllowedHosts
+//	t.AddNamespace(nqn, ns) / t.RemoveNamespace(nqn, nsid) / t.ResizeNamespace / t.SetNamespaceReadOnly
+//	t.AddSubsystem / t.RemoveSubsystem / t.SetAllowedHosts / t.AllowHost / t.DenyHost
+//	t.Controllers() / t.Namespaces()      // inspection snapshots (hosts, queues; capacity, I/O counters)
 //	t.Config()                            // the running configuration, changes included
 //	t.Close()
 //
@@ -25,6 +27,13 @@
 // objects. The Target keeps the resolved configuration it runs: transports take their
 // settings from it (TransportConfig, MaxTransferSize, Port.Limits) and never resolve
 // defaults of their own, and run-time changes are validated by the conf package against it.
+//
+// Run-time changes are atomic (validated against the running configuration, applied whole
+// or not at all) and tell hosts what changed: namespace changes raise Namespace Attribute
+// Changed with the Changed Namespace List, subsystem and host changes the Discovery Log
+// Page Change event with a new generation counter; a host taken off a subsystem's list is
+// disconnected from it. A backend that learns of a new size of its own store (an image
+// resized elsewhere) reports it with ResizeNamespace(nqn, nsid, 0).
 //
 // A transport registers one Port per listener it serves. Advertised ports are what the
 // discovery log lists (one entry per subsystem the connecting host may access × port).

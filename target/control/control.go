@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/gonvmf/gonvmf/conf"
 	pb "github.com/gonvmf/gonvmf/target/control/controlpb"
@@ -91,6 +92,7 @@ func Start(srv *server.Server, c conf.Control, log *slog.Logger) (*Server, error
 
 func (cs *Server) serve(g *grpc.Server, l net.Listener, svc *Service) {
 	pb.RegisterControlServer(g, svc)
+	reflection.Register(g) // grpcurl and other generic clients discover the API
 	cs.grpcs = append(cs.grpcs, g)
 	cs.wg.Add(1)
 	go func() {

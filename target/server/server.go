@@ -19,8 +19,10 @@
 // configuration before anything changes — subsystems, namespaces and hosts by the target's
 // methods (AddSubsystem, AddNamespace, SetAllowedHosts, ...), listeners by AddListener —
 // so Config always describes exactly what is served and reads back through conf.Parse.
-// A control plane (a control socket, SIGHUP reloading the file) is built on these
-// operations.
+// The Server's own operations (manage.go: the target's, plus AddListener and
+// RemoveListener) are serialized with one another and with Reload, which applies a new
+// configuration's difference with them (SIGHUP); the control API (package target/control)
+// calls them.
 package server
 
 import (
