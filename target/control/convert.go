@@ -16,6 +16,10 @@ func NamespaceFromPB(n *pb.Namespace) (conf.Namespace, error) {
 		return conf.Namespace{}, fmt.Errorf("namespace: missing")
 	}
 	ns := conf.Namespace{NSID: n.Nsid, Backend: n.Backend, Path: n.Path, Size: conf.Size(n.Size), LBASize: n.LbaSize, ReadOnly: n.ReadOnly}
+	if r := n.Rbd; r != nil {
+		ns.RBD = conf.RBD{Pool: r.Pool, RadosNamespace: r.RadosNamespace, Image: r.Image, CephConf: r.CephConf,
+			User: r.User, Keyring: r.Keyring, CreateSize: conf.Size(r.CreateSize)}
+	}
 	var err error
 	if n.Uuid != "" {
 		if ns.UUID, err = conf.ParseUUID(n.Uuid); err != nil {
@@ -37,11 +41,16 @@ func NamespaceFromPB(n *pb.Namespace) (conf.Namespace, error) {
 
 // NamespaceToPB converts a configuration namespace to the API's.
 func NamespaceToPB(subsystem string, ns conf.Namespace) *pb.Namespace {
-	return &pb.Namespace{
+	n := &pb.Namespace{
 		Subsystem: subsystem, Nsid: ns.NSID, Backend: ns.Backend, Path: ns.Path, Size: uint64(ns.Size),
 		LbaSize: ns.LBASize, ReadOnly: ns.ReadOnly,
 		Uuid: conf.FormatUUID(ns.UUID), Nguid: conf.FormatNGUID(ns.NGUID), Eui64: conf.FormatEUI64(ns.EUI64),
 	}
+	if r := ns.RBD; r != (conf.RBD{}) {
+		n.Rbd = &pb.RBD{Pool: r.Pool, RadosNamespace: r.RadosNamespace, Image: r.Image, CephConf: r.CephConf,
+			User: r.User, Keyring: r.Keyring, CreateSize: uint64(r.CreateSize)}
+	}
+	return n
 }
 
 // SubsystemFromPB converts an API subsystem (with its namespaces) to a configuration one.
@@ -49,7 +58,8 @@ func SubsystemFromPB(s *pb.Subsystem) (conf.Subsystem, error) {
 	if s == nil {
 		return conf.Subsystem{}, fmt.Errorf("subsystem: missing")
 	}
-	cs := conf.Subsystem{NQN: s.Nqn, Serial: s.Serial, Model: s.Model, AllowAnyHost: s.AllowAnyHost, Hosts: slices.Clone(s.Hosts)}
+	cs := conf.Subsystem{NQN: s.Nqn, Serial: s.Serial, Model: s.Model, AllowAnyHost: s.AllowAnyHost, Hosts: slices.Clone(s.Hosts),
+		AuthRequired: s.AuthRequired}
 	for _, n := range s.Namespaces {
 		ns, err := NamespaceFromPB(n)
 		if err != nil {
@@ -62,7 +72,8 @@ func SubsystemFromPB(s *pb.Subsystem) (conf.Subsystem, error) {
 
 // SubsystemToPB converts a configuration subsystem to the API's.
 func SubsystemToPB(cs conf.Subsystem) *pb.Subsystem {
-	s := &pb.Subsystem{Nqn: cs.NQN, Serial: cs.Serial, Model: cs.Model, AllowAnyHost: cs.AllowAnyHost, Hosts: slices.Clone(cs.Hosts)}
+	s := &pb.Subsystem{Nqn: cs.NQN, Serial: cs.Serial, Model: cs.Model, AllowAnyHost: cs.AllowAnyHost, Hosts: slices.Clone(cs.Hosts),
+		AuthRequired: cs.AuthRequired}
 	for _, ns := range cs.Namespaces {
 		s.Namespaces = append(s.Namespaces, NamespaceToPB(cs.NQN, ns))
 	}

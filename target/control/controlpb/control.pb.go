@@ -45,7 +45,8 @@ type Subsystem struct {
 	AllowAnyHost  bool                   `protobuf:"varint,4,opt,name=allow_any_host,json=allowAnyHost,proto3" json:"allow_any_host,omitempty"` // exactly one of allow_any_host and hosts
 	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	Namespaces    []*Namespace           `protobuf:"bytes,6,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
-	Controllers   uint32                 `protobuf:"varint,7,opt,name=controllers,proto3" json:"controllers,omitempty"` // output only: controllers connected now
+	Controllers   uint32                 `protobuf:"varint,7,opt,name=controllers,proto3" json:"controllers,omitempty"`                       // output only: controllers connected now
+	AuthRequired  bool                   `protobuf:"varint,8,opt,name=auth_required,json=authRequired,proto3" json:"auth_required,omitempty"` // only hosts with DH-HMAC-CHAP secrets may connect
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -129,6 +130,13 @@ func (x *Subsystem) GetControllers() uint32 {
 	return 0
 }
 
+func (x *Subsystem) GetAuthRequired() bool {
+	if x != nil {
+		return x.AuthRequired
+	}
+	return false
+}
+
 // Namespace is a namespace as in the configuration file (subsystems[].namespaces[]); on
 // output also its subsystem, capacity and I/O counters.
 type Namespace struct {
@@ -142,6 +150,7 @@ type Namespace struct {
 	Uuid          string                 `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`            // "": derived from (subsystem NQN, nsid)
 	Nguid         string                 `protobuf:"bytes,8,opt,name=nguid,proto3" json:"nguid,omitempty"`          // "": derived
 	Eui64         string                 `protobuf:"bytes,9,opt,name=eui64,proto3" json:"eui64,omitempty"`          // "": derived
+	Rbd           *RBD                   `protobuf:"bytes,13,opt,name=rbd,proto3" json:"rbd,omitempty"`             // backend rbd (the ceph build): the image
 	Subsystem     string                 `protobuf:"bytes,10,opt,name=subsystem,proto3" json:"subsystem,omitempty"` // output only
 	Blocks        uint64                 `protobuf:"varint,11,opt,name=blocks,proto3" json:"blocks,omitempty"`      // output only: capacity in logical blocks
 	Counters      *NamespaceCounters     `protobuf:"bytes,12,opt,name=counters,proto3" json:"counters,omitempty"`   // output only
@@ -242,6 +251,13 @@ func (x *Namespace) GetEui64() string {
 	return ""
 }
 
+func (x *Namespace) GetRbd() *RBD {
+	if x != nil {
+		return x.Rbd
+	}
+	return nil
+}
+
 func (x *Namespace) GetSubsystem() string {
 	if x != nil {
 		return x.Subsystem
@@ -263,6 +279,99 @@ func (x *Namespace) GetCounters() *NamespaceCounters {
 	return nil
 }
 
+// RBD names a Ceph RBD image (namespaces[].rbd in the configuration).
+type RBD struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Pool           string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	RadosNamespace string                 `protobuf:"bytes,2,opt,name=rados_namespace,json=radosNamespace,proto3" json:"rados_namespace,omitempty"`
+	Image          string                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
+	CephConf       string                 `protobuf:"bytes,4,opt,name=ceph_conf,json=cephConf,proto3" json:"ceph_conf,omitempty"`
+	User           string                 `protobuf:"bytes,5,opt,name=user,proto3" json:"user,omitempty"`
+	Keyring        string                 `protobuf:"bytes,6,opt,name=keyring,proto3" json:"keyring,omitempty"`
+	CreateSize     uint64                 `protobuf:"varint,7,opt,name=create_size,json=createSize,proto3" json:"create_size,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RBD) Reset() {
+	*x = RBD{}
+	mi := &file_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RBD) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RBD) ProtoMessage() {}
+
+func (x *RBD) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RBD.ProtoReflect.Descriptor instead.
+func (*RBD) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RBD) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *RBD) GetRadosNamespace() string {
+	if x != nil {
+		return x.RadosNamespace
+	}
+	return ""
+}
+
+func (x *RBD) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *RBD) GetCephConf() string {
+	if x != nil {
+		return x.CephConf
+	}
+	return ""
+}
+
+func (x *RBD) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *RBD) GetKeyring() string {
+	if x != nil {
+		return x.Keyring
+	}
+	return ""
+}
+
+func (x *RBD) GetCreateSize() uint64 {
+	if x != nil {
+		return x.CreateSize
+	}
+	return 0
+}
+
 // NamespaceCounters count a namespace's successful commands since it was added.
 type NamespaceCounters struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -276,7 +385,7 @@ type NamespaceCounters struct {
 
 func (x *NamespaceCounters) Reset() {
 	*x = NamespaceCounters{}
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +397,7 @@ func (x *NamespaceCounters) String() string {
 func (*NamespaceCounters) ProtoMessage() {}
 
 func (x *NamespaceCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +410,7 @@ func (x *NamespaceCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceCounters.ProtoReflect.Descriptor instead.
 func (*NamespaceCounters) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{2}
+	return file_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NamespaceCounters) GetReadCommands() uint64 {
@@ -345,7 +454,7 @@ type Listener struct {
 
 func (x *Listener) Reset() {
 	*x = Listener{}
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +466,7 @@ func (x *Listener) String() string {
 func (*Listener) ProtoMessage() {}
 
 func (x *Listener) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +479,7 @@ func (x *Listener) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Listener.ProtoReflect.Descriptor instead.
 func (*Listener) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{3}
+	return file_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Listener) GetTransport() string {
@@ -421,7 +530,7 @@ type Controller struct {
 
 func (x *Controller) Reset() {
 	*x = Controller{}
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +542,7 @@ func (x *Controller) String() string {
 func (*Controller) ProtoMessage() {}
 
 func (x *Controller) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +555,7 @@ func (x *Controller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Controller.ProtoReflect.Descriptor instead.
 func (*Controller) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
+	return file_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Controller) GetSubsystem() string {
@@ -538,7 +647,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +659,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +672,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Queue) GetQid() uint32 {
@@ -610,7 +719,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +731,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +744,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Stats) GetTransport() *TransportStats {
@@ -703,7 +812,7 @@ type TransportStats struct {
 
 func (x *TransportStats) Reset() {
 	*x = TransportStats{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +824,7 @@ func (x *TransportStats) String() string {
 func (*TransportStats) ProtoMessage() {}
 
 func (x *TransportStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +837,7 @@ func (x *TransportStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStats.ProtoReflect.Descriptor instead.
 func (*TransportStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TransportStats) GetConnections() uint32 {
@@ -805,7 +914,7 @@ type PollGroupStats struct {
 
 func (x *PollGroupStats) Reset() {
 	*x = PollGroupStats{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +926,7 @@ func (x *PollGroupStats) String() string {
 func (*PollGroupStats) ProtoMessage() {}
 
 func (x *PollGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +939,7 @@ func (x *PollGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollGroupStats.ProtoReflect.Descriptor instead.
 func (*PollGroupStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PollGroupStats) GetDevice() string {
@@ -915,7 +1024,7 @@ type BufferPoolStats struct {
 
 func (x *BufferPoolStats) Reset() {
 	*x = BufferPoolStats{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1036,7 @@ func (x *BufferPoolStats) String() string {
 func (*BufferPoolStats) ProtoMessage() {}
 
 func (x *BufferPoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1049,7 @@ func (x *BufferPoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferPoolStats.ProtoReflect.Descriptor instead.
 func (*BufferPoolStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BufferPoolStats) GetDevice() string {
@@ -979,7 +1088,7 @@ type ListSubsystemsRequest struct {
 
 func (x *ListSubsystemsRequest) Reset() {
 	*x = ListSubsystemsRequest{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1100,7 @@ func (x *ListSubsystemsRequest) String() string {
 func (*ListSubsystemsRequest) ProtoMessage() {}
 
 func (x *ListSubsystemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1113,7 @@ func (x *ListSubsystemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubsystemsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubsystemsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 type ListSubsystemsResponse struct {
@@ -1016,7 +1125,7 @@ type ListSubsystemsResponse struct {
 
 func (x *ListSubsystemsResponse) Reset() {
 	*x = ListSubsystemsResponse{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1137,7 @@ func (x *ListSubsystemsResponse) String() string {
 func (*ListSubsystemsResponse) ProtoMessage() {}
 
 func (x *ListSubsystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1150,7 @@ func (x *ListSubsystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubsystemsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubsystemsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSubsystemsResponse) GetSubsystems() []*Subsystem {
@@ -1060,7 +1169,7 @@ type AddSubsystemRequest struct {
 
 func (x *AddSubsystemRequest) Reset() {
 	*x = AddSubsystemRequest{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1181,7 @@ func (x *AddSubsystemRequest) String() string {
 func (*AddSubsystemRequest) ProtoMessage() {}
 
 func (x *AddSubsystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1194,7 @@ func (x *AddSubsystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubsystemRequest.ProtoReflect.Descriptor instead.
 func (*AddSubsystemRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AddSubsystemRequest) GetSubsystem() *Subsystem {
@@ -1104,7 +1213,7 @@ type RemoveSubsystemRequest struct {
 
 func (x *RemoveSubsystemRequest) Reset() {
 	*x = RemoveSubsystemRequest{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1225,7 @@ func (x *RemoveSubsystemRequest) String() string {
 func (*RemoveSubsystemRequest) ProtoMessage() {}
 
 func (x *RemoveSubsystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1238,7 @@ func (x *RemoveSubsystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubsystemRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSubsystemRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoveSubsystemRequest) GetNqn() string {
@@ -1148,7 +1257,7 @@ type RemoveSubsystemResponse struct {
 
 func (x *RemoveSubsystemResponse) Reset() {
 	*x = RemoveSubsystemResponse{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1269,7 @@ func (x *RemoveSubsystemResponse) String() string {
 func (*RemoveSubsystemResponse) ProtoMessage() {}
 
 func (x *RemoveSubsystemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1282,7 @@ func (x *RemoveSubsystemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubsystemResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSubsystemResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveSubsystemResponse) GetDisconnectedControllers() uint32 {
@@ -1192,7 +1301,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1313,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1326,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListNamespacesRequest) GetSubsystem() string {
@@ -1236,7 +1345,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1357,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1370,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -1281,7 +1390,7 @@ type AddNamespaceRequest struct {
 
 func (x *AddNamespaceRequest) Reset() {
 	*x = AddNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1402,7 @@ func (x *AddNamespaceRequest) String() string {
 func (*AddNamespaceRequest) ProtoMessage() {}
 
 func (x *AddNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1415,7 @@ func (x *AddNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*AddNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AddNamespaceRequest) GetSubsystem() string {
@@ -1333,7 +1442,7 @@ type RemoveNamespaceRequest struct {
 
 func (x *RemoveNamespaceRequest) Reset() {
 	*x = RemoveNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1454,7 @@ func (x *RemoveNamespaceRequest) String() string {
 func (*RemoveNamespaceRequest) ProtoMessage() {}
 
 func (x *RemoveNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1467,7 @@ func (x *RemoveNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveNamespaceRequest) GetSubsystem() string {
@@ -1383,7 +1492,7 @@ type RemoveNamespaceResponse struct {
 
 func (x *RemoveNamespaceResponse) Reset() {
 	*x = RemoveNamespaceResponse{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1504,7 @@ func (x *RemoveNamespaceResponse) String() string {
 func (*RemoveNamespaceResponse) ProtoMessage() {}
 
 func (x *RemoveNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1517,7 @@ func (x *RemoveNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 type ResizeNamespaceRequest struct {
@@ -1422,7 +1531,7 @@ type ResizeNamespaceRequest struct {
 
 func (x *ResizeNamespaceRequest) Reset() {
 	*x = ResizeNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1543,7 @@ func (x *ResizeNamespaceRequest) String() string {
 func (*ResizeNamespaceRequest) ProtoMessage() {}
 
 func (x *ResizeNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1556,7 @@ func (x *ResizeNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*ResizeNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResizeNamespaceRequest) GetSubsystem() string {
@@ -1482,7 +1591,7 @@ type SetNamespaceReadOnlyRequest struct {
 
 func (x *SetNamespaceReadOnlyRequest) Reset() {
 	*x = SetNamespaceReadOnlyRequest{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1603,7 @@ func (x *SetNamespaceReadOnlyRequest) String() string {
 func (*SetNamespaceReadOnlyRequest) ProtoMessage() {}
 
 func (x *SetNamespaceReadOnlyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1616,7 @@ func (x *SetNamespaceReadOnlyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespaceReadOnlyRequest.ProtoReflect.Descriptor instead.
 func (*SetNamespaceReadOnlyRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetNamespaceReadOnlyRequest) GetSubsystem() string {
@@ -1541,7 +1650,7 @@ type AllowHostRequest struct {
 
 func (x *AllowHostRequest) Reset() {
 	*x = AllowHostRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1662,7 @@ func (x *AllowHostRequest) String() string {
 func (*AllowHostRequest) ProtoMessage() {}
 
 func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1675,7 @@ func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostRequest.ProtoReflect.Descriptor instead.
 func (*AllowHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AllowHostRequest) GetSubsystem() string {
@@ -1593,7 +1702,7 @@ type DenyHostRequest struct {
 
 func (x *DenyHostRequest) Reset() {
 	*x = DenyHostRequest{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1714,7 @@ func (x *DenyHostRequest) String() string {
 func (*DenyHostRequest) ProtoMessage() {}
 
 func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1727,7 @@ func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostRequest.ProtoReflect.Descriptor instead.
 func (*DenyHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DenyHostRequest) GetSubsystem() string {
@@ -1646,7 +1755,7 @@ type SetHostsRequest struct {
 
 func (x *SetHostsRequest) Reset() {
 	*x = SetHostsRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1767,7 @@ func (x *SetHostsRequest) String() string {
 func (*SetHostsRequest) ProtoMessage() {}
 
 func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1780,7 @@ func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostsRequest.ProtoReflect.Descriptor instead.
 func (*SetHostsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetHostsRequest) GetSubsystem() string {
@@ -1703,7 +1812,7 @@ type ListListenersRequest struct {
 
 func (x *ListListenersRequest) Reset() {
 	*x = ListListenersRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1824,7 @@ func (x *ListListenersRequest) String() string {
 func (*ListListenersRequest) ProtoMessage() {}
 
 func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1837,7 @@ func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersRequest.ProtoReflect.Descriptor instead.
 func (*ListListenersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 type ListListenersResponse struct {
@@ -1740,7 +1849,7 @@ type ListListenersResponse struct {
 
 func (x *ListListenersResponse) Reset() {
 	*x = ListListenersResponse{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1861,7 @@ func (x *ListListenersResponse) String() string {
 func (*ListListenersResponse) ProtoMessage() {}
 
 func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1874,7 @@ func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersResponse.ProtoReflect.Descriptor instead.
 func (*ListListenersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListListenersResponse) GetListeners() []*Listener {
@@ -1784,7 +1893,7 @@ type AddListenerRequest struct {
 
 func (x *AddListenerRequest) Reset() {
 	*x = AddListenerRequest{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1905,7 @@ func (x *AddListenerRequest) String() string {
 func (*AddListenerRequest) ProtoMessage() {}
 
 func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1918,7 @@ func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddListenerRequest.ProtoReflect.Descriptor instead.
 func (*AddListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AddListenerRequest) GetListener() *Listener {
@@ -1828,7 +1937,7 @@ type RemoveListenerRequest struct {
 
 func (x *RemoveListenerRequest) Reset() {
 	*x = RemoveListenerRequest{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1949,7 @@ func (x *RemoveListenerRequest) String() string {
 func (*RemoveListenerRequest) ProtoMessage() {}
 
 func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1962,7 @@ func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveListenerRequest) GetListener() *Listener {
@@ -1871,7 +1980,7 @@ type RemoveListenerResponse struct {
 
 func (x *RemoveListenerResponse) Reset() {
 	*x = RemoveListenerResponse{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1992,7 @@ func (x *RemoveListenerResponse) String() string {
 func (*RemoveListenerResponse) ProtoMessage() {}
 
 func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2005,7 @@ func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveListenerResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 type ListControllersRequest struct {
@@ -1908,7 +2017,7 @@ type ListControllersRequest struct {
 
 func (x *ListControllersRequest) Reset() {
 	*x = ListControllersRequest{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2029,7 @@ func (x *ListControllersRequest) String() string {
 func (*ListControllersRequest) ProtoMessage() {}
 
 func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2042,7 @@ func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersRequest.ProtoReflect.Descriptor instead.
 func (*ListControllersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListControllersRequest) GetSubsystem() string {
@@ -1952,7 +2061,7 @@ type ListControllersResponse struct {
 
 func (x *ListControllersResponse) Reset() {
 	*x = ListControllersResponse{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2073,7 @@ func (x *ListControllersResponse) String() string {
 func (*ListControllersResponse) ProtoMessage() {}
 
 func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2086,7 @@ func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersResponse.ProtoReflect.Descriptor instead.
 func (*ListControllersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListControllersResponse) GetControllers() []*Controller {
@@ -1995,7 +2104,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2116,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2129,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 type SaveConfigRequest struct {
@@ -2031,7 +2140,7 @@ type SaveConfigRequest struct {
 
 func (x *SaveConfigRequest) Reset() {
 	*x = SaveConfigRequest{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2152,7 @@ func (x *SaveConfigRequest) String() string {
 func (*SaveConfigRequest) ProtoMessage() {}
 
 func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2165,7 @@ func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigRequest.ProtoReflect.Descriptor instead.
 func (*SaveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 type SaveConfigResponse struct {
@@ -2068,7 +2177,7 @@ type SaveConfigResponse struct {
 
 func (x *SaveConfigResponse) Reset() {
 	*x = SaveConfigResponse{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2189,7 @@ func (x *SaveConfigResponse) String() string {
 func (*SaveConfigResponse) ProtoMessage() {}
 
 func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2202,7 @@ func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigResponse.ProtoReflect.Descriptor instead.
 func (*SaveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SaveConfigResponse) GetYaml() string {
@@ -2107,7 +2216,7 @@ var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
 	"\n" +
-	"\rcontrol.proto\x12\x11gonvmf.control.v1\"\xe7\x01\n" +
+	"\rcontrol.proto\x12\x11gonvmf.control.v1\"\x8c\x02\n" +
 	"\tSubsystem\x12\x10\n" +
 	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x14\n" +
@@ -2117,7 +2226,8 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x06 \x03(\v2\x1c.gonvmf.control.v1.NamespaceR\n" +
 	"namespaces\x12 \n" +
-	"\vcontrollers\x18\a \x01(\rR\vcontrollers\"\xd1\x02\n" +
+	"\vcontrollers\x18\a \x01(\rR\vcontrollers\x12#\n" +
+	"\rauth_required\x18\b \x01(\bR\fauthRequired\"\xfb\x02\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04nsid\x18\x01 \x01(\rR\x04nsid\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x12\n" +
@@ -2127,11 +2237,21 @@ const file_control_proto_rawDesc = "" +
 	"\tread_only\x18\x06 \x01(\bR\breadOnly\x12\x12\n" +
 	"\x04uuid\x18\a \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05nguid\x18\b \x01(\tR\x05nguid\x12\x14\n" +
-	"\x05eui64\x18\t \x01(\tR\x05eui64\x12\x1c\n" +
+	"\x05eui64\x18\t \x01(\tR\x05eui64\x12(\n" +
+	"\x03rbd\x18\r \x01(\v2\x16.gonvmf.control.v1.RBDR\x03rbd\x12\x1c\n" +
 	"\tsubsystem\x18\n" +
 	" \x01(\tR\tsubsystem\x12\x16\n" +
 	"\x06blocks\x18\v \x01(\x04R\x06blocks\x12@\n" +
-	"\bcounters\x18\f \x01(\v2$.gonvmf.control.v1.NamespaceCountersR\bcounters\"\x9f\x01\n" +
+	"\bcounters\x18\f \x01(\v2$.gonvmf.control.v1.NamespaceCountersR\bcounters\"\xc4\x01\n" +
+	"\x03RBD\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12'\n" +
+	"\x0frados_namespace\x18\x02 \x01(\tR\x0eradosNamespace\x12\x14\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\x12\x1b\n" +
+	"\tceph_conf\x18\x04 \x01(\tR\bcephConf\x12\x12\n" +
+	"\x04user\x18\x05 \x01(\tR\x04user\x12\x18\n" +
+	"\akeyring\x18\x06 \x01(\tR\akeyring\x12\x1f\n" +
+	"\vcreate_size\x18\a \x01(\x04R\n" +
+	"createSize\"\x9f\x01\n" +
 	"\x11NamespaceCounters\x12#\n" +
 	"\rread_commands\x18\x01 \x01(\x04R\freadCommands\x12%\n" +
 	"\x0ewrite_commands\x18\x02 \x01(\x04R\rwriteCommands\x12\x1d\n" +
@@ -2292,99 +2412,101 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_control_proto_goTypes = []any{
 	(*Subsystem)(nil),                   // 0: gonvmf.control.v1.Subsystem
 	(*Namespace)(nil),                   // 1: gonvmf.control.v1.Namespace
-	(*NamespaceCounters)(nil),           // 2: gonvmf.control.v1.NamespaceCounters
-	(*Listener)(nil),                    // 3: gonvmf.control.v1.Listener
-	(*Controller)(nil),                  // 4: gonvmf.control.v1.Controller
-	(*Queue)(nil),                       // 5: gonvmf.control.v1.Queue
-	(*Stats)(nil),                       // 6: gonvmf.control.v1.Stats
-	(*TransportStats)(nil),              // 7: gonvmf.control.v1.TransportStats
-	(*PollGroupStats)(nil),              // 8: gonvmf.control.v1.PollGroupStats
-	(*BufferPoolStats)(nil),             // 9: gonvmf.control.v1.BufferPoolStats
-	(*ListSubsystemsRequest)(nil),       // 10: gonvmf.control.v1.ListSubsystemsRequest
-	(*ListSubsystemsResponse)(nil),      // 11: gonvmf.control.v1.ListSubsystemsResponse
-	(*AddSubsystemRequest)(nil),         // 12: gonvmf.control.v1.AddSubsystemRequest
-	(*RemoveSubsystemRequest)(nil),      // 13: gonvmf.control.v1.RemoveSubsystemRequest
-	(*RemoveSubsystemResponse)(nil),     // 14: gonvmf.control.v1.RemoveSubsystemResponse
-	(*ListNamespacesRequest)(nil),       // 15: gonvmf.control.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),      // 16: gonvmf.control.v1.ListNamespacesResponse
-	(*AddNamespaceRequest)(nil),         // 17: gonvmf.control.v1.AddNamespaceRequest
-	(*RemoveNamespaceRequest)(nil),      // 18: gonvmf.control.v1.RemoveNamespaceRequest
-	(*RemoveNamespaceResponse)(nil),     // 19: gonvmf.control.v1.RemoveNamespaceResponse
-	(*ResizeNamespaceRequest)(nil),      // 20: gonvmf.control.v1.ResizeNamespaceRequest
-	(*SetNamespaceReadOnlyRequest)(nil), // 21: gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	(*AllowHostRequest)(nil),            // 22: gonvmf.control.v1.AllowHostRequest
-	(*DenyHostRequest)(nil),             // 23: gonvmf.control.v1.DenyHostRequest
-	(*SetHostsRequest)(nil),             // 24: gonvmf.control.v1.SetHostsRequest
-	(*ListListenersRequest)(nil),        // 25: gonvmf.control.v1.ListListenersRequest
-	(*ListListenersResponse)(nil),       // 26: gonvmf.control.v1.ListListenersResponse
-	(*AddListenerRequest)(nil),          // 27: gonvmf.control.v1.AddListenerRequest
-	(*RemoveListenerRequest)(nil),       // 28: gonvmf.control.v1.RemoveListenerRequest
-	(*RemoveListenerResponse)(nil),      // 29: gonvmf.control.v1.RemoveListenerResponse
-	(*ListControllersRequest)(nil),      // 30: gonvmf.control.v1.ListControllersRequest
-	(*ListControllersResponse)(nil),     // 31: gonvmf.control.v1.ListControllersResponse
-	(*GetStatsRequest)(nil),             // 32: gonvmf.control.v1.GetStatsRequest
-	(*SaveConfigRequest)(nil),           // 33: gonvmf.control.v1.SaveConfigRequest
-	(*SaveConfigResponse)(nil),          // 34: gonvmf.control.v1.SaveConfigResponse
+	(*RBD)(nil),                         // 2: gonvmf.control.v1.RBD
+	(*NamespaceCounters)(nil),           // 3: gonvmf.control.v1.NamespaceCounters
+	(*Listener)(nil),                    // 4: gonvmf.control.v1.Listener
+	(*Controller)(nil),                  // 5: gonvmf.control.v1.Controller
+	(*Queue)(nil),                       // 6: gonvmf.control.v1.Queue
+	(*Stats)(nil),                       // 7: gonvmf.control.v1.Stats
+	(*TransportStats)(nil),              // 8: gonvmf.control.v1.TransportStats
+	(*PollGroupStats)(nil),              // 9: gonvmf.control.v1.PollGroupStats
+	(*BufferPoolStats)(nil),             // 10: gonvmf.control.v1.BufferPoolStats
+	(*ListSubsystemsRequest)(nil),       // 11: gonvmf.control.v1.ListSubsystemsRequest
+	(*ListSubsystemsResponse)(nil),      // 12: gonvmf.control.v1.ListSubsystemsResponse
+	(*AddSubsystemRequest)(nil),         // 13: gonvmf.control.v1.AddSubsystemRequest
+	(*RemoveSubsystemRequest)(nil),      // 14: gonvmf.control.v1.RemoveSubsystemRequest
+	(*RemoveSubsystemResponse)(nil),     // 15: gonvmf.control.v1.RemoveSubsystemResponse
+	(*ListNamespacesRequest)(nil),       // 16: gonvmf.control.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),      // 17: gonvmf.control.v1.ListNamespacesResponse
+	(*AddNamespaceRequest)(nil),         // 18: gonvmf.control.v1.AddNamespaceRequest
+	(*RemoveNamespaceRequest)(nil),      // 19: gonvmf.control.v1.RemoveNamespaceRequest
+	(*RemoveNamespaceResponse)(nil),     // 20: gonvmf.control.v1.RemoveNamespaceResponse
+	(*ResizeNamespaceRequest)(nil),      // 21: gonvmf.control.v1.ResizeNamespaceRequest
+	(*SetNamespaceReadOnlyRequest)(nil), // 22: gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	(*AllowHostRequest)(nil),            // 23: gonvmf.control.v1.AllowHostRequest
+	(*DenyHostRequest)(nil),             // 24: gonvmf.control.v1.DenyHostRequest
+	(*SetHostsRequest)(nil),             // 25: gonvmf.control.v1.SetHostsRequest
+	(*ListListenersRequest)(nil),        // 26: gonvmf.control.v1.ListListenersRequest
+	(*ListListenersResponse)(nil),       // 27: gonvmf.control.v1.ListListenersResponse
+	(*AddListenerRequest)(nil),          // 28: gonvmf.control.v1.AddListenerRequest
+	(*RemoveListenerRequest)(nil),       // 29: gonvmf.control.v1.RemoveListenerRequest
+	(*RemoveListenerResponse)(nil),      // 30: gonvmf.control.v1.RemoveListenerResponse
+	(*ListControllersRequest)(nil),      // 31: gonvmf.control.v1.ListControllersRequest
+	(*ListControllersResponse)(nil),     // 32: gonvmf.control.v1.ListControllersResponse
+	(*GetStatsRequest)(nil),             // 33: gonvmf.control.v1.GetStatsRequest
+	(*SaveConfigRequest)(nil),           // 34: gonvmf.control.v1.SaveConfigRequest
+	(*SaveConfigResponse)(nil),          // 35: gonvmf.control.v1.SaveConfigResponse
 }
 var file_control_proto_depIdxs = []int32{
 	1,  // 0: gonvmf.control.v1.Subsystem.namespaces:type_name -> gonvmf.control.v1.Namespace
-	2,  // 1: gonvmf.control.v1.Namespace.counters:type_name -> gonvmf.control.v1.NamespaceCounters
-	5,  // 2: gonvmf.control.v1.Controller.queues:type_name -> gonvmf.control.v1.Queue
-	7,  // 3: gonvmf.control.v1.Stats.transport:type_name -> gonvmf.control.v1.TransportStats
-	8,  // 4: gonvmf.control.v1.Stats.poll_groups:type_name -> gonvmf.control.v1.PollGroupStats
-	9,  // 5: gonvmf.control.v1.Stats.buffer_pools:type_name -> gonvmf.control.v1.BufferPoolStats
-	1,  // 6: gonvmf.control.v1.Stats.namespaces:type_name -> gonvmf.control.v1.Namespace
-	0,  // 7: gonvmf.control.v1.ListSubsystemsResponse.subsystems:type_name -> gonvmf.control.v1.Subsystem
-	0,  // 8: gonvmf.control.v1.AddSubsystemRequest.subsystem:type_name -> gonvmf.control.v1.Subsystem
-	1,  // 9: gonvmf.control.v1.ListNamespacesResponse.namespaces:type_name -> gonvmf.control.v1.Namespace
-	1,  // 10: gonvmf.control.v1.AddNamespaceRequest.namespace:type_name -> gonvmf.control.v1.Namespace
-	3,  // 11: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
-	3,  // 12: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	3,  // 13: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	4,  // 14: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
-	10, // 15: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
-	12, // 16: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
-	13, // 17: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
-	15, // 18: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
-	17, // 19: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
-	18, // 20: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
-	20, // 21: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
-	21, // 22: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	22, // 23: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
-	23, // 24: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
-	24, // 25: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
-	25, // 26: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
-	27, // 27: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
-	28, // 28: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
-	30, // 29: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
-	32, // 30: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
-	33, // 31: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
-	11, // 32: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
-	0,  // 33: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
-	14, // 34: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
-	16, // 35: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
-	1,  // 36: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
-	19, // 37: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
-	1,  // 38: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
-	1,  // 39: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
-	0,  // 40: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 41: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 42: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
-	26, // 43: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
-	3,  // 44: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
-	29, // 45: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
-	31, // 46: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
-	6,  // 47: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
-	34, // 48: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
-	32, // [32:49] is the sub-list for method output_type
-	15, // [15:32] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	2,  // 1: gonvmf.control.v1.Namespace.rbd:type_name -> gonvmf.control.v1.RBD
+	3,  // 2: gonvmf.control.v1.Namespace.counters:type_name -> gonvmf.control.v1.NamespaceCounters
+	6,  // 3: gonvmf.control.v1.Controller.queues:type_name -> gonvmf.control.v1.Queue
+	8,  // 4: gonvmf.control.v1.Stats.transport:type_name -> gonvmf.control.v1.TransportStats
+	9,  // 5: gonvmf.control.v1.Stats.poll_groups:type_name -> gonvmf.control.v1.PollGroupStats
+	10, // 6: gonvmf.control.v1.Stats.buffer_pools:type_name -> gonvmf.control.v1.BufferPoolStats
+	1,  // 7: gonvmf.control.v1.Stats.namespaces:type_name -> gonvmf.control.v1.Namespace
+	0,  // 8: gonvmf.control.v1.ListSubsystemsResponse.subsystems:type_name -> gonvmf.control.v1.Subsystem
+	0,  // 9: gonvmf.control.v1.AddSubsystemRequest.subsystem:type_name -> gonvmf.control.v1.Subsystem
+	1,  // 10: gonvmf.control.v1.ListNamespacesResponse.namespaces:type_name -> gonvmf.control.v1.Namespace
+	1,  // 11: gonvmf.control.v1.AddNamespaceRequest.namespace:type_name -> gonvmf.control.v1.Namespace
+	4,  // 12: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
+	4,  // 13: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	4,  // 14: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	5,  // 15: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
+	11, // 16: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
+	13, // 17: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
+	14, // 18: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
+	16, // 19: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
+	18, // 20: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
+	19, // 21: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
+	21, // 22: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
+	22, // 23: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	23, // 24: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
+	24, // 25: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
+	25, // 26: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
+	26, // 27: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
+	28, // 28: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
+	29, // 29: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
+	31, // 30: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
+	33, // 31: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
+	34, // 32: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
+	12, // 33: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
+	0,  // 34: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
+	15, // 35: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
+	17, // 36: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
+	1,  // 37: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
+	20, // 38: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
+	1,  // 39: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
+	1,  // 40: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
+	0,  // 41: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 42: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 43: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
+	27, // 44: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
+	4,  // 45: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
+	30, // 46: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
+	32, // 47: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
+	7,  // 48: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
+	35, // 49: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
+	33, // [33:50] is the sub-list for method output_type
+	16, // [16:33] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2398,7 +2520,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
