@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
@@ -458,5 +459,43 @@ func TestRemoveNamespaceInFlight(t *testing.T) {
 	case <-q.conn.Done():
 		t.Fatalf("the queue was torn down: %v", q.conn.Err())
 	default:
+	}
+}
+
+// growingBackend is a backend whose store grows by itself (as an rbd image resized
+// elsewhere does), reporting it through Spec.OnResize.
+type growingBackend struct {
+	backend.Backend
+	blocks atomic.Uint64
+}
+
+func (g *growingBackend) NumBlocks() uint64 { return g.blocks.Load() }
+
+// TestBackendReportsResize: a backend that reports a new size of its own (Spec.OnResize)
+// makes the target tell hosts, as ResizeNamespace does.
+func TestBackendReportsResize(t *testing.T) {
+	var grow func(uint64)
+	var gb *growingBackend
+	open := target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(spec)
+		if err != nil {
+			return nil, err
+		}
+		gb = &growingBackend{Backend: b}
+		gb.blocks.Store(b.NumBlocks())
+		grow = spec.OnResize
+		return gb, nil
+	})
+	e := newEnv(t, baseConfig(conf.Namespace{NSID: 1, Backend: conf.BackendNull, Size: 1 << 20}), open)
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	expectOK(t, "AEC", admin.setFeature(0x0B, 1<<8, nil))
+	ch := armAER(admin)
+	gb.blocks.Store(4096)
+	grow(4096)
+	if l := nsEvent(t, admin, ch); len(l) != 1 || l[0] != 1 {
+		t.Fatalf("changed namespaces %v", l)
+	}
+	if got := nsze(t, admin, 1); got != 4096 {
+		t.Errorf("NSZE %d after the backend grew to 4096 blocks", got)
 	}
 }

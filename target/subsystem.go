@@ -135,7 +135,7 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	}
 	s.mu.Unlock()
 
-	ns, err := openNamespace(s.t, cn)
+	ns, err := openNamespace(s.t, s.nqn, cn)
 	if err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func (ns *namespace) totals() (readCmds, writeCmds, readUnits, writeUnits uint64
 // closing reports whether the namespace is being removed.
 func (ns *namespace) closing() bool { return ns.state.Load()&closingBit != 0 }
 
-func openNamespace(t *Target, cn conf.Namespace) (*namespace, error) {
+func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error) {
 	spec := backend.Spec{
 		Kind:     backend.Kind(cn.Backend),
 		Path:     cn.Path,
@@ -271,11 +271,21 @@ func openNamespace(t *Target, cn conf.Namespace) (*namespace, error) {
 			Pool: cn.RBD.Pool, Namespace: cn.RBD.RadosNamespace, Image: cn.RBD.Image,
 			Conf: cn.RBD.CephConf, User: cn.RBD.User, Keyring: cn.RBD.Keyring, CreateSize: uint64(cn.RBD.CreateSize),
 		},
-		// Hosts keep the capacity Identify reported at start: telling them of a change
-		// (Namespace Attribute Changed) belongs to the live control plane.
+		// The backend saw its store change size (an rbd image resized elsewhere): hosts
+		// learn of it as of any resize (Namespace Attribute Changed). On its own goroutine:
+		// the callback may come from the backend's threads, and the resize takes the
+		// configuration lock.
 		OnResize: func(blocks uint64) {
-			t.log.Warn("a namespace's backend changed size; hosts see the new capacity after gonvmf restarts",
-				"nsid", cn.NSID, "backend", cn.Backend, "blocks", blocks)
+			go func() {
+				err := t.ResizeNamespace(nqn, cn.NSID, 0)
+				switch {
+				case err == nil:
+				case errors.Is(err, ErrNoSuchNamespace), errors.Is(err, ErrNoSuchSubsystem), errors.Is(err, ErrClosed):
+				default:
+					t.log.Warn("a namespace's backend changed size, and hosts cannot be told", "subsystem", nqn,
+						"nsid", cn.NSID, "backend", cn.Backend, "blocks", blocks, "err", err)
+				}
+			}()
 		},
 	}
 	be, err := t.openBackend(spec)
