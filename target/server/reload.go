@@ -148,6 +148,15 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		if cs.Model != ns.Model {
 			errs = append(errs, fmt.Sprintf("subsystem %s: model %q → %q: hosts identify a subsystem's controllers by serial and model, which cannot change while they are connected; remove the subsystem and add it again, or restart", nqn, cs.Model, ns.Model))
 		}
+		{ // Fields Reload does not know how to apply (auth_required, fields added later).
+			x, y := cs, ns
+			for _, s := range []*conf.Subsystem{&x, &y} {
+				s.NQN, s.Serial, s.Model, s.AllowAnyHost, s.Hosts, s.Namespaces = "", "", "", false, nil, nil
+			}
+			if d := fieldDiffs("subsystem "+nqn, x, y); len(d) > 0 {
+				errs = append(errs, strings.Join(d, ", ")+": cannot change while hosts are connected; remove the subsystem and add it again, or restart")
+			}
+		}
 		if cs.AllowAnyHost != ns.AllowAnyHost || !slices.Equal(cs.Hosts, ns.Hosts) {
 			hosts = append(hosts, step{what: fmt.Sprintf("subsystem %s: hosts %s → %s", nqn, hostsText(cs), hostsText(ns)),
 				do:   func() error { return t.SetAllowedHosts(nqn, ns.AllowAnyHost, ns.Hosts) },

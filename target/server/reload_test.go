@@ -101,6 +101,11 @@ func TestReload(t *testing.T) {
 		{"transport", func(c *conf.Config) { c.Transport.QueueDepth = 64 }, "transport.queue_depth: 128 → 64: the transport settings"},
 		{"control", func(c *conf.Config) { c.Control.Socket = "/run/other.sock" }, "control.socket: /run/gonvmf/gonvmf.sock → /run/other.sock"},
 		{"serial", func(c *conf.Config) { c.Subsystems[0].Serial = "X1" }, `serial "` + conf.DeriveSerial(subNQN) + `" → "X1"`},
+		{"auth_required", func(c *conf.Config) {
+			h := "nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc"
+			c.Hosts = []conf.Host{{NQN: h, DHCHAPSecret: "DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7/:"}}
+			c.Subsystems[0].AllowAnyHost, c.Subsystems[0].Hosts, c.Subsystems[0].AuthRequired = false, []string{h}, true
+		}, "subsystem " + subNQN + ".auth_required: false → true: cannot change while hosts are connected"},
 		{"shrink", func(c *conf.Config) { c.Subsystems[0].Namespaces[1].Size = 1 << 20 }, "namespace 2: size 1MiB is smaller than the 2GiB it has"},
 		{"invalid", func(c *conf.Config) { c.Subsystems[0].Namespaces[0].LBASize = 1000 }, "lba_size: 1000 is not a supported LBA size"},
 		{"a step fails", func(c *conf.Config) {
