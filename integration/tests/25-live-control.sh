@@ -3,7 +3,8 @@
 # write+verify runs on namespace 1 while namespace 2 is added (the host gets the device
 # without reconnecting), resized (the host sees the new size) and removed; fio ends with
 # 0 errors. A host denied mid-I/O is disconnected and refused when it reconnects. A
-# subsystem added at run time is in nvme discover and connectable. SIGHUP applies an edit
+# subsystem added at run time is in nvme discover and connectable, and so is a listener.
+# SIGHUP applies an edit
 # of the configuration file. gonvmf ctl save's output, restarted from, serves the same
 # subsystems and data.
 # vm: --timeout 1500 --disk 2G
@@ -70,8 +71,9 @@ pass connect "$CTRL ($NS1), cntlid $CNTLID"
 log "fio write+verify on $NS1 while namespace 2 is added, resized and removed"
 bg_start fio-ns1 timeout -k 10 600 fio --name=live --filename="$NS1" --ioengine=libaio --direct=1 \
 	--rw=randwrite --bs=4k --iodepth=8 --size=64M --verify=crc32c --verify_backlog=512 --verify_fatal=1 \
-	--time_based --runtime=150 --output-format=json --output="$OUT/fio-ns1.json"
+	--time_based --runtime=60 --output-format=json --output="$OUT/fio-ns1.json"
 FIO=$BG_PID
+T_CHANGES=$EPOCHREALTIME
 sleep 3
 
 if ctl ns add "$NQN" --nsid 2 --backend file --path "$SCRATCH/ns2.img" --size 64MiB > "$OUT/ns-add.txt" 2>&1 &&
@@ -103,7 +105,7 @@ if [ "$c" = "$CNTLID" ] && [ "$st" = live ] && [ ${#NVME_CTRLS[@]} = 1 ]; then
 else
 	fail no-reconnect "$CTRL state $st cntlid $c (was $CNTLID), controllers ${NVME_CTRLS[*]}"
 fi
-kill -0 $FIO 2> /dev/null && pass fio-ran-throughout "fio still running after the changes" ||
+kill -0 $FIO 2> /dev/null && pass fio-ran-throughout "fio still running $(since "$T_CHANGES") s after it started, the changes done" ||
 	fail fio-ran-throughout "fio ended before the namespace changes did: make it run longer"
 wait $FIO
 rc=$?
@@ -129,6 +131,7 @@ DCTRL=$NVME_CTRL
 bg_start fio-deny timeout -k 10 300 fio --name=deny --filename="${NVME_NS_DEVS[0]}" --ioengine=libaio --direct=1 \
 	--rw=randread --bs=4k --iodepth=8 --time_based --runtime=120
 DFIO=$BG_PID
+T_CHANGES=$EPOCHREALTIME
 sleep 3
 check host-deny ctl host deny "$NQN_DENY" "$HOSTNQN"
 gone() { ! [ -e /sys/class/nvme/$DCTRL ] || ! grep -qx live /sys/class/nvme/$DCTRL/state; }
@@ -161,6 +164,19 @@ if nvme_connect_new "$NQN_NEW" $PORT --hostnqn=$HOSTNQN; then
 		--bs=16k --iodepth=8 --size=16M --verify=crc32c --verify_fatal=1 --output="$OUT/fio-new.txt"
 else
 	fail connect-new "$NVME_ERR"
+fi
+
+# ---- a listener added and removed at run time ----
+disc_on() { timeout -k 5 60 nvme discover -t rdma -a "$RXE_IP" -s "$1" --hostnqn=$HOSTNQN > "$OUT/discover-$1.txt" 2>&1 && grep -q "subnqn: *$NQN\$" "$OUT/discover-$1.txt"; }
+if ctl listener add "$RXE_IP" 4421 > "$OUT/listener-add.txt" 2>&1 && disc_on 4421 && grep -q "trsvcid: *4421" "$OUT/discover-4421.txt"; then
+	pass listener-add "$(cat "$OUT/listener-add.txt"); nvme discover on port 4421 lists $NQN"
+else
+	fail listener-add "$(tail -n 1 "$OUT/listener-add.txt"); $(tail -n 1 "$OUT/discover-4421.txt" 2> /dev/null)"
+fi
+if ctl listener rm "$RXE_IP" 4421 > "$OUT/listener-rm.txt" 2>&1 && ! disc_on 4421 && disc_on $PORT && ! grep -q "trsvcid: *4421" "$OUT/discover-$PORT.txt"; then
+	pass listener-rm "port 4421 refuses nvme discover; port $PORT's log no longer lists it"
+else
+	fail listener-rm "$(tail -n 1 "$OUT/listener-rm.txt")"
 fi
 
 # ---- SIGHUP applies an edit of the file ----
