@@ -40,6 +40,7 @@ func seedCorpora() map[string][][]byte {
 		"FuzzAuthSuccess1":       seedAuthSuccess1(),
 		"FuzzAuthSuccess2":       seedAuthSuccess2(),
 		"FuzzAuthFailure":        seedAuthFailure(),
+		"FuzzReservation":        seedReservation(),
 	}
 }
 
