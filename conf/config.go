@@ -20,6 +20,13 @@ type Config struct {
 	// Hosts are the hosts that authenticate with DH-HMAC-CHAP, and their secrets.
 	Hosts   []Host  `yaml:"hosts"`
 	Control Control `yaml:"control"`
+	// StateFile is where gonvmf keeps what must survive a restart: the reservations and
+	// registrations of namespaces whose host asked for Persist Through Power Loss. A
+	// relative path is relative to the configuration file's directory. Default: next to
+	// the configuration file, its name with the extension replaced by .state.json
+	// (target.yaml → target.state.json); none for a Config built in code without one,
+	// which then offers no Persist Through Power Loss.
+	StateFile string `yaml:"state_file"`
 
 	// File is the file the configuration came from ("" when built in code). Errors name
 	// it, and relative namespace paths are resolved against its directory.
@@ -276,6 +283,7 @@ func (c *Config) Clone() *Config {
 		Transport:  c.Transport,
 		Hosts:      slices.Clone(c.Hosts),
 		Control:    c.Control,
+		StateFile:  c.StateFile,
 		File:       c.File,
 	}
 	for i := range n.Subsystems {

@@ -126,7 +126,8 @@ func TestDefaults(t *testing.T) {
 			MaxIOQueues:       16,
 			KeepAliveTimeout:  120 * time.Second,
 		},
-		Control: Control{Socket: DefaultControlSocket},
+		Control:   Control{Socket: DefaultControlSocket},
+		StateFile: "test.state.json", // next to the file (mustParse names it test.yaml)
 	}
 	if got := exported(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
@@ -536,5 +537,40 @@ func TestParseFragments(t *testing.T) {
 	}
 	if _, err := ParseNamespace(nil, "empty.yaml"); err == nil {
 		t.Errorf("ParseNamespace of nothing succeeded")
+	}
+}
+
+func TestStateFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ file, text, want string }{
+		{filepath.Join(dir, "target.yaml"), minimal, filepath.Join(dir, "target.state.json")},
+		{filepath.Join(dir, "target"), minimal, filepath.Join(dir, "target.state.json")},
+		{filepath.Join(dir, "t.yaml"), minimal + "state_file: sub/../st.json\n", filepath.Join(dir, "st.json")},
+		{filepath.Join(dir, "t.yaml"), minimal + "state_file: /var/lib/gonvmf/s.json\n", "/var/lib/gonvmf/s.json"},
+		{"", minimal, ""},
+	} {
+		c, err := Parse([]byte(tc.text), tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.StateFile != tc.want {
+			t.Errorf("%s: state_file %q, want %q", tc.file, c.StateFile, tc.want)
+		}
+		again, err := Parse([]byte(c.String()), tc.file)
+		if err != nil || again.StateFile != c.StateFile {
+			t.Errorf("%s: String does not round-trip state_file: %v %q", tc.file, err, again.StateFile)
+		}
+	}
+	c := mustParse(t, minimal+"state_file: "+filepath.Join(dir, "missing", "s.json")+"\n")
+	if err := c.CheckSystem(); err == nil || !strings.Contains(err.Error(), "state_file") || !strings.Contains(err.Error(), "mkdir -p") {
+		t.Errorf("missing directory: %v", err)
+	}
+	c = mustParse(t, minimal+"state_file: "+dir+"\n")
+	if err := c.CheckSystem(); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory: %v", err)
+	}
+	c = mustParse(t, minimal+"state_file: "+filepath.Join(dir, "ok.json")+"\n")
+	if err := c.CheckSystem(); err != nil {
+		t.Errorf("writable directory: %v", err)
 	}
 }

@@ -44,7 +44,7 @@ type decoder struct {
 
 // Known YAML keys of each mapping, in the order the documentation lists them.
 var (
-	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control"}
+	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file"}
 	listenerKeys  = []string{"transport", "address", "port"}
 	subsystemKeys = []string{"nqn", "serial", "model", "allow_any_host", "hosts", "auth_required", "namespaces"}
 	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64"}
@@ -121,6 +121,8 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 			})
 		case "control":
 			d.control(v, p, &c.Control)
+		case "state_file":
+			d.str(v, p, &c.StateFile)
 		}
 	})
 	// The one default a file gets that a Config built in Go does not: there a zero

@@ -125,6 +125,9 @@ func (c *Config) String() string {
 			w(1, "  dhchap_dhgroups: ["+strings.Join(gs, ", ")+"]", "")
 		}
 	}
+	if c.StateFile != "" {
+		w(0, "state_file: "+yamlString(c.StateFile), "reservations that persist through power loss")
+	}
 	t := c.Transport
 	w(0, "transport:", "")
 	w(1, fmt.Sprintf("queue_depth: %d", t.QueueDepth), "")

@@ -67,6 +67,7 @@ func (c *Config) CheckSystem() error {
 			seen = append(seen, opened{fi, p, ns.ReadOnly})
 		}
 	}
+	v.checkStateFile()
 	pool := c.Transport.BufferPoolSize
 	if ram, ok := totalRAM(); ok {
 		if memTotal > 0 && memTotal+pool > ram {
@@ -275,4 +276,26 @@ func (v *validator) checkOpen(ns *Namespace, pp string) *os.File {
 
 func isBlockDevice(fi fs.FileInfo) bool {
 	return fi.Mode()&fs.ModeDevice != 0 && fi.Mode()&fs.ModeCharDevice == 0
+}
+
+// checkStateFile checks that the state file can be written: it is a regular file or does
+// not exist yet, and its directory exists and is writable (it is replaced by renaming a
+// new file into place).
+func (v *validator) checkStateFile() {
+	p := v.c.StateFile
+	if p == "" {
+		return
+	}
+	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
+		v.fail("state_file", p, fmt.Sprintf("%s is not a regular file", p), "give the path of a file gonvmf may create and replace, e.g. state_file: /var/lib/gonvmf/state.json")
+		return
+	}
+	dir := filepath.Dir(p)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		v.fail("state_file", p, fmt.Sprintf("its directory %s does not exist", dir), "create it (mkdir -p "+dir+"), or choose another state_file")
+		return
+	}
+	if err := writable(dir); err != nil {
+		v.fail("state_file", p, fmt.Sprintf("its directory %s is not writable: %v", dir, err), "let the target's user write there, or choose another state_file")
+	}
 }

@@ -68,6 +68,7 @@ func (c *Config) resolve() (errs, warns []*FieldError) {
 	v.listeners()
 	v.hosts()
 	v.subsystems()
+	v.stateFile()
 	return v.errs, v.warns
 }
 
@@ -661,4 +662,29 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 	} else if ns.EUI64 != ([8]byte{}) {
 		own.eui64[ns.EUI64] = p
 	}
+}
+
+// DefaultStateFile returns the state file of a configuration read from file: next to it,
+// its extension replaced by .state.json.
+func DefaultStateFile(file string) string {
+	base := filepath.Base(file)
+	if ext := filepath.Ext(base); ext != "" && ext != base {
+		base = strings.TrimSuffix(base, ext)
+	}
+	return filepath.Join(filepath.Dir(file), base+".state.json")
+}
+
+// stateFile resolves state_file: the default next to the configuration file, relative
+// paths against its directory.
+func (v *validator) stateFile() {
+	c := v.c
+	switch {
+	case c.StateFile == "" && c.File != "":
+		c.StateFile = DefaultStateFile(c.File)
+	case c.StateFile == "":
+		return
+	case !filepath.IsAbs(c.StateFile) && c.File != "":
+		c.StateFile = filepath.Join(filepath.Dir(c.File), c.StateFile)
+	}
+	c.StateFile = filepath.Clean(c.StateFile)
 }
