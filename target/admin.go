@@ -119,11 +119,13 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		switch cmd.CNS {
 		case nvmeproto.CNSNamespace:
 			id := ns.identify()
+			id.RESCAP = c.t.rescap()
 			id.Marshal(buf)
 		case nvmeproto.CNSCSNamespace:
 			clear(buf) // NVM command set specific namespace data: no extended formats or PI
 		case nvmeproto.CNSCSIndependentNamespace:
-			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared, NSTAT: nvmeproto.NSTATReady}
+			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared, NSTAT: nvmeproto.NSTATReady,
+				RESCAP: c.t.rescap()}
 			if ns.readOnly.Load() {
 				id.NSATTR = nvmeproto.NSATTRWriteProtected
 			}
@@ -196,7 +198,7 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 	id.OAES = nvmeproto.OAESNamespaceAttr
 	id.NN = conf.MaxNSID
 	id.ONCS = nvmeproto.ONCSCompare | nvmeproto.ONCSDatasetManagement | nvmeproto.ONCSWriteZeroes |
-		nvmeproto.ONCSSaveSelect | nvmeproto.ONCSTimestamp
+		nvmeproto.ONCSSaveSelect | nvmeproto.ONCSTimestamp | nvmeproto.ONCSReservations
 	if s.volatileWriteCache() {
 		id.VWC = nvmeproto.VWCPresent | nvmeproto.VWCFlushAllNotSupported
 	}
@@ -206,6 +208,16 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 	}
 	id.TNVMCAP = nvmeproto.U128(total)
 	return id
+}
+
+// rescap is Identify Namespace RESCAP: every reservation type, IEKEY as NVMe 1.3 defines
+// it, and Persist Through Power Loss when the target has a state file.
+func (t *Target) rescap() uint8 {
+	r := uint8(nvmeproto.RESCAPAllTypes | nvmeproto.RESCAPIEKEY)
+	if t.resv != nil {
+		r |= nvmeproto.RESCAPPTPL
+	}
+	return r
 }
 
 // volatileWriteCache reports whether any namespace's backend has a volatile write cache

@@ -36,6 +36,8 @@ type event struct {
 var (
 	eventNSChanged       = event{ae: nvmeproto.EventNamespaceAttrChanged, aec: aecNSAttr, mask: 1}
 	eventDiscoveryChange = event{ae: nvmeproto.EventDiscoveryLogChange, aec: aecDiscovery, mask: 2}
+	// Reservation notifications are masked per namespace by feature 82h, not by AEC.
+	eventResvLog = event{ae: nvmeproto.EventReservationLog, mask: 4}
 )
 
 // controller is one NVMe controller: created by an admin-queue Connect, owning the
@@ -86,6 +88,11 @@ type controller struct {
 
 	errLog   [errorLogEntries]nvmeproto.ErrorInfoEntry
 	errCount uint64
+
+	resvLog     []nvmeproto.ResvNotifyLog // unread Reservation Notification log pages
+	resvCount   uint64                    // the last log page count given
+	resvMask    map[uint32]uint32         // Reservation Notification Mask by NSID
+	resvMaskAll uint32                    // ... of namespaces not in resvMask
 }
 
 func newController(q *Queue, s *subsystem, hostNQN string, hostID [16]byte) *controller {
@@ -114,6 +121,9 @@ func (c *controller) defaults() {
 	c.events = nil
 	c.masked = 0
 	c.changedNS = nil
+	c.resvLog = nil
+	c.resvMask = nil
+	c.resvMaskAll = 0
 }
 
 func (c *controller) supportedAEC() uint32 {
@@ -420,7 +430,7 @@ func (c *controller) namespaceChanged(nsid uint32) {
 // not yet acknowledged by reading their log page, are not reported again.
 func (c *controller) raiseEvent(ev event) {
 	c.mu.Lock()
-	if c.dead || c.aec&ev.aec == 0 || c.masked&ev.mask != 0 {
+	if c.dead || ev.aec != 0 && c.aec&ev.aec == 0 || c.masked&ev.mask != 0 {
 		c.mu.Unlock()
 		return
 	}
@@ -444,7 +454,7 @@ func (c *controller) raiseEvent(ev event) {
 func (c *controller) logRead(lid nvmeproto.LID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, ev := range []event{eventNSChanged, eventDiscoveryChange} {
+	for _, ev := range []event{eventNSChanged, eventDiscoveryChange, eventResvLog} {
 		if ev.ae.LogPage() == lid {
 			c.masked &^= ev.mask
 		}

@@ -16,6 +16,8 @@ const (
 	fidTimestamp   = nvmeproto.FIDTimestamp
 	fidKeepAlive   = nvmeproto.FIDKeepAliveTimer
 	fidHostID      = nvmeproto.FIDHostIdentifier
+	fidResvMask    = nvmeproto.FIDReservationMask
+	fidResvPersist = nvmeproto.FIDReservationPersist
 )
 
 // featureSupported reports whether the controller implements a feature.
@@ -23,7 +25,7 @@ func (c *controller) featureSupported(fid nvmeproto.FID) bool {
 	switch fid {
 	case fidKeepAlive, fidAsyncEvent:
 		return true
-	case fidArbitration, fidPowerMgmt, fidNumQueues, fidTimestamp, fidHostID:
+	case fidArbitration, fidPowerMgmt, fidNumQueues, fidTimestamp, fidHostID, fidResvMask, fidResvPersist:
 		return !c.disc
 	case fidVWC:
 		return !c.disc && c.subsys.volatileWriteCache()
@@ -56,6 +58,12 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 	}
 	if st := dataLen(r, want); st != nvmeproto.StatusSuccess {
 		return st
+	}
+	switch fid {
+	case fidResvMask:
+		return c.setResvMask(sf.NSID, v)
+	case fidResvPersist:
+		return c.setResvPersistFeature(sf.NSID, v)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -126,12 +134,19 @@ func (c *controller) getFeatures(r *Request) nvmeproto.Status {
 		return st
 	}
 	if sel == nvmeproto.SelSupportedCap {
-		if fid != fidHostID {
+		switch fid {
+		case fidHostID:
+		case fidResvMask, fidResvPersist:
+			r.CQE.DW0 = nvmeproto.FeatureCapChangeable | nvmeproto.FeatureCapNSSpecific
+		default:
 			r.CQE.DW0 = nvmeproto.FeatureCapChangeable
 		}
 		return nvmeproto.StatusSuccess
 	}
 	def := sel != nvmeproto.SelCurrent
+	if fid == fidResvMask || fid == fidResvPersist {
+		return c.getResvFeature(r, fid, gf.NSID, def)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch fid {
@@ -228,5 +243,89 @@ func (c *controller) abort(r *Request) nvmeproto.Status {
 		r.CQE.DW0 = 0
 		victim.q.finish(victim, nvmeproto.StatusAbortRequested)
 	}
+	return nvmeproto.StatusSuccess
+}
+
+// resvFeatureNS returns the namespace a namespace specific feature names, or the status
+// for an NSID that names none (FFFFFFFFh, all namespaces, only where all is set).
+func (c *controller) resvFeatureNS(nsid uint32, all bool) (*namespace, nvmeproto.Status) {
+	if nsid == nvmeproto.NSIDAll && all {
+		return nil, nvmeproto.StatusSuccess
+	}
+	ns := c.subsys.lookup(nsid)
+	if ns == nil || ns.closing() {
+		return nil, nvmeproto.StatusInvalidNamespace.WithDNR()
+	}
+	return ns, nvmeproto.StatusSuccess
+}
+
+// setResvMask implements Set Features Reservation Notification Mask (82h): for one
+// namespace, or with NSID FFFFFFFFh for all.
+func (c *controller) setResvMask(nsid, v uint32) nvmeproto.Status {
+	if v&^nvmeproto.ResvMaskAll != 0 {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	ns, st := c.resvFeatureNS(nsid, true)
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ns == nil {
+		c.resvMaskAll, c.resvMask = v, nil
+		return nvmeproto.StatusSuccess
+	}
+	if c.resvMask == nil {
+		c.resvMask = map[uint32]uint32{}
+	}
+	c.resvMask[ns.nsid] = v
+	return nvmeproto.StatusSuccess
+}
+
+// setResvPersistFeature implements Set Features Reservation Persistence (83h): CDW11 bit
+// 0 is the new PTPL state of one namespace, or with NSID FFFFFFFFh of all.
+func (c *controller) setResvPersistFeature(nsid, v uint32) nvmeproto.Status {
+	if v&^nvmeproto.ResvPersistPTPL != 0 {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	ns, st := c.resvFeatureNS(nsid, true)
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
+	ptpl := v&nvmeproto.ResvPersistPTPL != 0
+	if ns != nil {
+		return c.setResvPersist(ns, ptpl)
+	}
+	for _, ns := range c.subsys.namespaces() {
+		if !ns.acquire() {
+			continue
+		}
+		st := c.setResvPersist(ns, ptpl)
+		ns.release()
+		if st != nvmeproto.StatusSuccess {
+			return st
+		}
+	}
+	return nvmeproto.StatusSuccess
+}
+
+// getResvFeature implements Get Features of 82h and 83h for one namespace.
+func (c *controller) getResvFeature(r *Request, fid nvmeproto.FID, nsid uint32, def bool) nvmeproto.Status {
+	ns, st := c.resvFeatureNS(nsid, false)
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
+	if def {
+		return nvmeproto.StatusSuccess
+	}
+	if fid == fidResvPersist {
+		if s := ns.resv.state.Load(); s != nil && s.ptpl {
+			r.CQE.DW0 = nvmeproto.ResvPersistPTPL
+		}
+		return nvmeproto.StatusSuccess
+	}
+	c.mu.Lock()
+	r.CQE.DW0 = c.resvMaskOf(ns.nsid)
+	c.mu.Unlock()
 	return nvmeproto.StatusSuccess
 }

@@ -39,7 +39,9 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	}
 	switch cmd.Opcode {
 	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare, nvmeproto.OpFlush,
-		nvmeproto.OpWriteZeroes, nvmeproto.OpDatasetManagement:
+		nvmeproto.OpWriteZeroes, nvmeproto.OpDatasetManagement,
+		nvmeproto.OpReservationRegister, nvmeproto.OpReservationAcquire, nvmeproto.OpReservationRelease,
+		nvmeproto.OpReservationReport:
 	case nvmeproto.OpFabrics:
 		switch cmd.FabricsType() {
 		case nvmeproto.FabricsConnect:
@@ -108,16 +110,40 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		if cmd.CDW11&dsmAD != 0 && ns.readOnly.Load() {
 			return nvmeproto.StatusNSWriteProtected.WithDNR()
 		}
+	case nvmeproto.OpReservationRegister, nvmeproto.OpReservationAcquire:
+		if r.Length < nvmeproto.ResvRegisterDataSize {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		return nvmeproto.StatusSuccess
+	case nvmeproto.OpReservationRelease:
+		if r.Length < nvmeproto.ResvReleaseDataSize {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		return nvmeproto.StatusSuccess
+	case nvmeproto.OpReservationReport:
+		var rr nvmeproto.ReservationReportCommand
+		rr.FromCommand(cmd)
+		if uint64(r.Length) != rr.Length() {
+			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		return nvmeproto.StatusSuccess
 	}
-	return nvmeproto.StatusSuccess
+	// The read and write command groups are subject to the namespace's reservation.
+	write := cmd.Opcode != nvmeproto.OpRead && cmd.Opcode != nvmeproto.OpCompare
+	return q.resvAccess(r, c, ns, write)
 }
 
 // execIO runs a validated I/O command through the namespace's executor.
 func (q *Queue) execIO(r *Request, c *controller) {
 	cmd := &r.Cmd
-	if cmd.Opcode == nvmeproto.OpFabrics { // Disconnect: answer, then delete the queue
+	switch cmd.Opcode {
+	case nvmeproto.OpFabrics: // Disconnect: answer, then delete the queue
 		q.finish(r, nvmeproto.StatusSuccess)
 		q.disconnect(ErrDisconnectCommand)
+		return
+	case nvmeproto.OpReservationRegister, nvmeproto.OpReservationAcquire, nvmeproto.OpReservationRelease,
+		nvmeproto.OpReservationReport:
+		go q.execResv(r, c)
 		return
 	}
 	ns := r.ns

@@ -12,7 +12,7 @@ const discLSPPLEO = 1 << 0
 // supportedLogs are the log pages of an I/O controller.
 var supportedLogs = []nvmeproto.LID{
 	nvmeproto.LIDSupportedLogPages, nvmeproto.LIDErrorInfo, nvmeproto.LIDSMART, nvmeproto.LIDFirmwareSlot,
-	nvmeproto.LIDChangedNSList, nvmeproto.LIDCommandEffects,
+	nvmeproto.LIDChangedNSList, nvmeproto.LIDCommandEffects, nvmeproto.LIDReservationNotify,
 }
 
 // getLogPage implements Get Log Page: the page is built whole, then the requested range
@@ -43,10 +43,13 @@ func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	if !g.RAE {
 		c.logRead(g.LID)
 	}
-	if g.LID == nvmeproto.LIDChangedNSList { // reading the list clears it
+	switch g.LID {
+	case nvmeproto.LIDChangedNSList: // reading the list clears it
 		c.mu.Lock()
 		c.changedNS = nil
 		c.mu.Unlock()
+	case nvmeproto.LIDReservationNotify: // reading a page takes it off the queue
+		c.resvLogRead(g.RAE)
 	}
 	return nvmeproto.StatusSuccess
 }
@@ -89,6 +92,8 @@ func (c *controller) logPage(lid nvmeproto.LID, lsp uint8, nsid uint32) ([]byte,
 		b := make([]byte, nvmeproto.CommandEffectsLogSize)
 		commandEffects.Marshal(b)
 		return b, nvmeproto.StatusSuccess
+	case nvmeproto.LIDReservationNotify:
+		return c.resvLogPage(), nvmeproto.StatusSuccess
 	}
 	return nil, nvmeproto.StatusInvalidLogPage.WithDNR()
 }
@@ -214,7 +219,8 @@ var commandEffects = func() *nvmeproto.CommandEffectsLog {
 	}
 	l.ACS[nvmeproto.OpSetFeatures] = nvmeproto.EffectCSUPP | nvmeproto.EffectCCC
 	l.ACS[nvmeproto.OpFabrics] = nvmeproto.EffectCSUPP
-	for _, op := range []uint8{nvmeproto.OpRead, nvmeproto.OpCompare} {
+	for _, op := range []uint8{nvmeproto.OpRead, nvmeproto.OpCompare, nvmeproto.OpReservationRegister,
+		nvmeproto.OpReservationReport, nvmeproto.OpReservationAcquire, nvmeproto.OpReservationRelease} {
 		l.IOCS[op] = nvmeproto.EffectCSUPP
 	}
 	for _, op := range []uint8{nvmeproto.OpFlush, nvmeproto.OpWrite, nvmeproto.OpWriteZeroes, nvmeproto.OpDatasetManagement} {

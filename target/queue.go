@@ -66,6 +66,10 @@ type Queue struct {
 	shard   uint8 // which namespace counter shard this queue's I/O counts in
 
 	ring *backend.Ring // asynchronous I/O for Execute's reads and writes (SetRing)
+
+	// resvIO counts the namespace I/O commands in flight by the parity of the
+	// subsystem's abort epoch they began in (see reservation.go).
+	resvIO [2]atomic.Int64
 }
 
 var queueSeq atomic.Uint32
@@ -150,6 +154,7 @@ func (q *Queue) Begin(r *Request) bool {
 	r.Dir = r.Cmd.DataDirection()
 	r.Length, r.InCapsule, r.SGL, r.Data = 0, false, nil, nil
 	r.ns = nil
+	r.resvSlot = 0
 	if !q.acquire() {
 		q.complete(r, nvmeproto.StatusAbortSQDeletion)
 		return false
@@ -313,6 +318,10 @@ func (q *Queue) complete(r *Request, st nvmeproto.Status) {
 
 // finish completes a command Begin accepted.
 func (q *Queue) finish(r *Request, st nvmeproto.Status) {
+	if r.resvSlot != 0 {
+		q.resvIO[r.resvSlot-1].Add(-1)
+		r.resvSlot = 0
+	}
 	q.complete(r, st)
 	q.release()
 }

@@ -70,6 +70,7 @@ type Request struct {
 	ranges   []backend.Range
 	compare  bool
 	bounced  bool
+	resvSlot uint8 // 1 + the abort epoch parity counter the command is counted in; 0: none
 	fua      bool
 }
 

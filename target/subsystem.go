@@ -31,6 +31,11 @@ type subsystem struct {
 	nextCntlid   uint16
 	closed       bool
 
+	// resvEpoch is the abort epoch of Preempt and Abort (see reservation.go); abortMu
+	// lets one preempt-and-abort at a time flip it and wait.
+	resvEpoch atomic.Uint32
+	abortMu   sync.Mutex
+
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.
 	ns atomic.Pointer[[]*namespace]
@@ -139,6 +144,7 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	if err != nil {
 		return err
 	}
+	s.resvRestore(ns)
 
 	s.mu.Lock()
 	if s.closed || s.lookup(cn.NSID) != nil {
@@ -223,6 +229,8 @@ type namespace struct {
 	// SetNamespaceReadOnly changes; beReadOnly is the backend's, fixed when it opened.
 	readOnly   atomic.Bool
 	beReadOnly bool
+
+	resv nsResv // registrations and reservation
 
 	// state counts the references admin commands hold (Identify, the shutdown flush) |
 	// closingBit. I/O commands take none: they reach the backend only through exec,

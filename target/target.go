@@ -83,6 +83,7 @@ type Target struct {
 	mdtsBytes   uint32         // largest transfer: tr.MaxIOSize
 	mdts        uint8          // log2(mdtsBytes / 4 KiB)
 	started     time.Time
+	resv        *resvStore // the state file of persistent reservations; nil: no PTPL
 
 	// cfgMu serializes changes of the configuration; cfg is replaced (never modified)
 	// under both cfgMu and mu, so either lock is enough to read it.
@@ -133,6 +134,13 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 			return nil, fmt.Errorf("target: configuration: %w", err)
 		}
 		t.authKeys = k
+	}
+	if rc.StateFile != "" {
+		st, err := openResvStore(rc.StateFile)
+		if err != nil {
+			return nil, fmt.Errorf("target: %w", err)
+		}
+		t.resv = st
 	}
 	// Resolved: a power of two from 4 KiB to 8 MiB, so MDTS expresses it exactly.
 	t.mdtsBytes = uint32(t.tr.MaxIOSize)
