@@ -3,7 +3,9 @@
 // Connect, controller properties and state (CC/CSTS, reset, shutdown, keep-alive),
 // admin commands (Identify, Get Log Page, Set/Get Features, Asynchronous Event Request,
 // Keep Alive, Abort) and NVM I/O commands (Read, Write, Flush, Write Zeroes, Dataset
-// Management, Compare) executed on backend executors.
+// Management, Compare) executed on backend executors, and reservations (Reservation
+// Register, Acquire, Release, Report; the notification log page and features; Persist
+// Through Power Loss in the configuration's state file — see reservation.go).
 //
 // Transports (RDMA; TCP later; the in-process loop transport in target/loop) own
 // connections and data movement; this package owns command semantics. The two meet at
@@ -122,7 +124,8 @@
 // requests are preallocated by the transport, the backend request and its completion
 // callback are embedded in the Request and bound once, the namespace table is an
 // immutable snapshot read with one atomic load, in-flight accounting is one atomic
-// counter per queue, SMART counters are sharded per queue, and success paths use neither
+// counter per queue (plus one per queue for Preempt and Abort, and one atomic load of
+// the namespace's reservation snapshot, nil unless a host registered), SMART counters are sharded per queue, and success paths use neither
 // fmt nor errors.
 // Admin commands may allocate.
 //
