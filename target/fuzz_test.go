@@ -45,7 +45,14 @@ func FuzzLoopCapsules(f *testing.F) {
 	id.CDW10 = 1
 	glp := sglCmd(nvmeproto.OpGetLogPage, 0xFFFFFFFF, 512)
 	glp.CDW10 = 2 | 127<<16
+	reg := resvCmd(nvmeproto.OpReservationRegister, nvmeproto.ResvRegister, false, 0, 0, 16)
+	reg.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeDataBlock, Subtype: nvmeproto.SGLSubtypeOffset, Length: 16}
+	acq := resvCmd(nvmeproto.OpReservationAcquire, nvmeproto.ResvAcquire, false, nvmeproto.ResvExclusiveAccess, 0, 16)
+	acq.SGL = reg.SGL
+	rep := sglCmd(nvmeproto.OpReservationReport, 1, 4096)
+	rep.CDW10, rep.CDW11 = 1023, 1
 	seeds := [][]byte{
+		append(append(fuzzCapsule(false, reg, keys(0, 7, 16)), fuzzCapsule(false, acq, keys(7, 0, 16))...), fuzzCapsule(false, rep, nil)...),
 		fuzzCapsule(false, w, nil),
 		append(fuzzCapsule(false, w, nil), fuzzCapsule(false, r, nil)...),
 		fuzzCapsule(false, ic, make([]byte, 512)),
