@@ -12,7 +12,9 @@
 
 GONVMF=$GONVMF_BIN
 NQN=nqn.2024-01.io.gonvmf:resv
-PORT=4420
+PORT=4420  # host A connects here
+PORTB=4421 # host B here: nvme-cli 2.3 refuses a second connection to the same address,
+# port and subsystem as "already connected" whatever the host NQN, even with -D
 HOSTA=nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa
 IDA=aaaaaaaa-1111-4111-8111-aaaaaaaaaaaa
 HOSTB=nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-2222-4222-8222-bbbbbbbbbbbb
@@ -40,6 +42,8 @@ cat > "$CFG" << EOF
 listeners:
   - address: $RXE_IP
     port: $PORT
+  - address: $RXE_IP
+    port: $PORTB
 subsystems:
   - nqn: $NQN
     hosts: [$HOSTA, $HOSTB]
@@ -48,10 +52,10 @@ subsystems:
 EOF
 cp "$CFG" "$OUT/resv.yaml"
 
-# connect_host <hostnqn> <hostid>: connect; DEV is the new controller's namespace disk.
+# connect_host <port> <hostnqn> <hostid>: connect; DEV is the new controller's namespace disk.
 connect_host() {
 	local d
-	nvme_connect_new "$NQN" "$PORT" --hostnqn="$1" --hostid="$2" || return 1
+	nvme_connect_new "$NQN" "$1" --hostnqn="$2" --hostid="$3" || return 1
 	for d in /sys/class/nvme/"$NVME_CTRL"/nvme*n1; do DEV=/dev/${d##*/}; done
 	[ -b "$DEV" ] || {
 		echo "no namespace disk of $NVME_CTRL: $(ls /sys/class/nvme/"$NVME_CTRL")" >&2
@@ -112,7 +116,7 @@ scenario() {
 	if dd if=/dev/zero of="$B" bs=4k count=1 oflag=direct 2> "$OUT/$P-dd-b.txt"; then
 		fail "$P-nonholder-dd" "a block-layer write from host B succeeded"
 	else
-		pass "$P-nonholder-dd" "$(tail -n 1 "$OUT/$P-dd-b.txt")"
+		pass "$P-nonholder-dd" "$(head -n 1 "$OUT/$P-dd-b.txt")"
 	fi
 	# B preempts A (Exclusive Access): A loses its registration, its reads and writes fail.
 	check "$P-preempt" nv preempt-b resv-acquire "$B" -n 1 --crkey=$KB --prkey=$KA --rtype=2 --racqa=1
@@ -134,9 +138,9 @@ on_exit nvme_disconnect_all
 check gonvmf-check "$GONVMF" check -q --config "$CFG"
 require gonvmf_start gonvmf-1 "$CFG" "$RXE_IP" "$PORT"
 sleep 1
-require connect_host "$HOSTA" "$IDA"
+require connect_host $PORT "$HOSTA" "$IDA"
 A=$DEV
-require connect_host "$HOSTB" "$IDB"
+require connect_host $PORTB "$HOSTB" "$IDB"
 B=$DEV
 log "gonvmf: host A $A, host B $B"
 check gonvmf-oncs-reservations bash -c "nvme id-ctrl $A -o json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)[\"oncs\"] & 32 else 1)'"
@@ -153,12 +157,12 @@ require nvme_disconnect_all
 check gonvmf-stop gonvmf_stop
 require gonvmf_start gonvmf-2 "$CFG" "$RXE_IP" "$PORT"
 sleep 1
-require connect_host "$HOSTB" "$IDB"
+require connect_host $PORTB "$HOSTB" "$IDB"
 B=$DEV
 check gonvmf-ptpl-report report ptpl-report "$B" 'r["rtype"] == 1 and r["regctl"] == 1 and holders == [0xa1] and r["ptpls"] == 1'
 io ptpl-write-b "$B" write
 check gonvmf-ptpl-nonholder-write-conflict conflict ptpl-write-b
-require connect_host "$HOSTA" "$IDA"
+require connect_host $PORT "$HOSTA" "$IDA"
 A=$DEV
 check gonvmf-ptpl-clear nv ptpl-clear resv-release "$A" -n 1 --crkey=$KA --rrela=1
 nvme_disconnect_all
@@ -168,10 +172,17 @@ gonvmf_stop
 P=nvmet
 on_exit nvmet_teardown
 require nvmet_setup "$NQN" "$IMG" "$PORT"
+nvmet_port() { # the subsystem on a second port too
+	local p=/sys/kernel/config/nvmet/ports/$1
+	mkdir "$p" && echo rdma > "$p/addr_trtype" && echo ipv4 > "$p/addr_adrfam" &&
+		echo "$RXE_IP" > "$p/addr_traddr" && echo "$1" > "$p/addr_trsvcid" &&
+		ln -s "/sys/kernel/config/nvmet/subsystems/$NQN" "$p/subsystems/$NQN"
+}
+require nvmet_port $PORTB
 sleep 1
-require connect_host "$HOSTA" "$IDA"
+require connect_host $PORT "$HOSTA" "$IDA"
 A=$DEV
-require connect_host "$HOSTB" "$IDB"
+require connect_host $PORTB "$HOSTB" "$IDB"
 B=$DEV
 log "nvmet ($(uname -r)): host A $A, host B $B"
 if nvme id-ctrl "$A" -o json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["oncs"] & 32 else 1)'; then
