@@ -573,4 +573,12 @@ func TestStateFile(t *testing.T) {
 	if err := c.CheckSystem(); err != nil {
 		t.Errorf("writable directory: %v", err)
 	}
+	// The default next to a configuration in a missing (or read-only) directory is not checked.
+	c, err := Parse([]byte(minimal), filepath.Join(dir, "missing", "t.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckSystem(); err != nil {
+		t.Errorf("default state file: %v", err)
+	}
 }

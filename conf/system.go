@@ -280,7 +280,10 @@ func isBlockDevice(fi fs.FileInfo) bool {
 
 // checkStateFile checks that the state file can be written: it is a regular file or does
 // not exist yet, and its directory exists and is writable (it is replaced by renaming a
-// new file into place).
+// new file into place). The directory is checked only for a state_file the configuration
+// names: the default one next to a configuration kept in a read-only place is no reason
+// to refuse it (a host asking for Persist Through Power Loss then gets an error, logged
+// with the path).
 func (v *validator) checkStateFile() {
 	p := v.c.StateFile
 	if p == "" {
@@ -288,6 +291,9 @@ func (v *validator) checkStateFile() {
 	}
 	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {
 		v.fail("state_file", p, fmt.Sprintf("%s is not a regular file", p), "give the path of a file gonvmf may create and replace, e.g. state_file: /var/lib/gonvmf/state.json")
+		return
+	}
+	if !v.explicit("state_file") {
 		return
 	}
 	dir := filepath.Dir(p)
