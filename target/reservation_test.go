@@ -625,3 +625,32 @@ func TestResvStateFile(t *testing.T) {
 		}
 	}
 }
+
+// TestResvHostIdentity: registrations belong to the host identifier of Connect, so a
+// second controller of the same host (same host ID) holds what the first acquired, and a
+// host with another identifier does not, whatever its host NQN.
+func TestResvHostIdentity(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)))
+	a := e.connectHost(1)
+	a2 := e.connectHost(1) // the same host, a second controller
+	if a2.cntlid == a.cntlid {
+		t.Fatal("one controller for two connections")
+	}
+	expectOK(t, "register", a.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	expectOK(t, "acquire EA", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvExclusiveAccess, 0xA, 0))
+	expectOK(t, "the second controller writes", a2.ioOp("write"))
+	expectOK(t, "the second controller releases with the host's key", a2.release(nvmeproto.ResvRelease, nvmeproto.ResvExclusiveAccess, 0xA))
+	expectOK(t, "acquire EA again", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvExclusiveAccess, 0xA, 0))
+	// Another host identifier under a's host NQN is another host.
+	other := &resvHost{t: t, id: hostIDOf(9)}
+	other.admin = e.dial(32)
+	c := other.admin.connectWithID(0, 31, 0, nvmeproto.CNTLIDDynamic, subNQN,
+		"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001", other.id)
+	expectOK(t, "admin connect", c)
+	other.cntlid, _ = nvmeproto.ParseConnectSuccessDW0(c.DW0)
+	other.admin.enable()
+	other.io = e.dial(32)
+	expectOK(t, "I/O connect", other.io.connectWithID(1, 31, 0, other.cntlid, subNQN,
+		"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001", other.id))
+	expectStatus(t, "another host ID reads", other.ioOp("read"), conflict)
+}
