@@ -368,7 +368,7 @@ func (c *controller) resvAcquire(r *Request, ns *namespace) (nvmeproto.Status, [
 			victims, newResv = s.others(&host), true
 		case s.rtype.AllRegistrants():
 			victims = matching()
-		case prkey == s.regs[s.reg(&s.holder)].key:
+		case s.reg(&s.holder) >= 0 && prkey == s.regs[s.reg(&s.holder)].key: // the holder is always registered
 			victims, newResv = matching(), true
 		case prkey != 0:
 			victims = matching()
