@@ -24,8 +24,8 @@ type Config struct {
 	// registrations of namespaces whose host asked for Persist Through Power Loss. A
 	// relative path is relative to the configuration file's directory. Default: next to
 	// the configuration file, its name with the extension replaced by .state.json
-	// (target.yaml → target.state.json); none for a Config built in code without one,
-	// which then offers no Persist Through Power Loss.
+	// (target.yaml → target.state.json). StateFileNone ("none"), or "" in a Config built
+	// in code, means no state file: namespaces then offer no Persist Through Power Loss.
 	StateFile string `yaml:"state_file"`
 
 	// File is the file the configuration came from ("" when built in code). Errors name

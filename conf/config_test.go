@@ -548,6 +548,7 @@ func TestStateFile(t *testing.T) {
 		{filepath.Join(dir, "t.yaml"), minimal + "state_file: sub/../st.json\n", filepath.Join(dir, "st.json")},
 		{filepath.Join(dir, "t.yaml"), minimal + "state_file: /var/lib/gonvmf/s.json\n", "/var/lib/gonvmf/s.json"},
 		{"", minimal, ""},
+		{filepath.Join(dir, "t.yaml"), minimal + "state_file: none\n", "none"},
 	} {
 		c, err := Parse([]byte(tc.text), tc.file)
 		if err != nil {
@@ -557,7 +558,7 @@ func TestStateFile(t *testing.T) {
 			t.Errorf("%s: state_file %q, want %q", tc.file, c.StateFile, tc.want)
 		}
 		again, err := Parse([]byte(c.String()), tc.file)
-		if err != nil || again.StateFile != c.StateFile {
+		if none := c.StateFile == "" && again.StateFile == StateFileNone; err != nil || again.StateFile != c.StateFile && !none {
 			t.Errorf("%s: String does not round-trip state_file: %v %q", tc.file, err, again.StateFile)
 		}
 	}

@@ -125,7 +125,9 @@ func (c *Config) String() string {
 			w(1, "  dhchap_dhgroups: ["+strings.Join(gs, ", ")+"]", "")
 		}
 	}
-	if c.StateFile != "" {
+	if c.StateFile == "" || c.StateFile == StateFileNone {
+		w(0, "state_file: "+StateFileNone, "no Persist Through Power Loss for reservations")
+	} else {
 		w(0, "state_file: "+yamlString(c.StateFile), "reservations that persist through power loss")
 	}
 	t := c.Transport

@@ -286,7 +286,7 @@ func isBlockDevice(fi fs.FileInfo) bool {
 // with the path).
 func (v *validator) checkStateFile() {
 	p := v.c.StateFile
-	if p == "" {
+	if p == "" || p == StateFileNone {
 		return
 	}
 	if fi, err := os.Stat(p); err == nil && !fi.Mode().IsRegular() {

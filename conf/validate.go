@@ -664,6 +664,9 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 	}
 }
 
+// StateFileNone as state_file turns the state file off: no Persist Through Power Loss.
+const StateFileNone = "none"
+
 // DefaultStateFile returns the state file of a configuration read from file: next to it,
 // its extension replaced by .state.json.
 func DefaultStateFile(file string) string {
@@ -679,6 +682,8 @@ func DefaultStateFile(file string) string {
 func (v *validator) stateFile() {
 	c := v.c
 	switch {
+	case c.StateFile == StateFileNone:
+		return
 	case c.StateFile == "" && c.File != "":
 		c.StateFile = DefaultStateFile(c.File)
 	case c.StateFile == "":

@@ -654,3 +654,19 @@ func TestResvHostIdentity(t *testing.T) {
 		"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001", other.id))
 	expectStatus(t, "another host ID reads", other.ioOp("read"), conflict)
 }
+
+func TestResvStateFileNone(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.StateFile = conf.StateFileNone
+	e := newEnv(t, cfg, target.WithLogger(testLogger(t)))
+	a := e.connectHost(1)
+	id, c := a.admin.identify(nvmeproto.CNSNamespace, 1, 0)
+	expectOK(t, "identify", c)
+	if id[31]&nvmeproto.RESCAPPTPL != 0 {
+		t.Errorf("RESCAP %#x offers PTPL with state_file: none", id[31])
+	}
+	expectStatus(t, "CPTPL 11b", a.register(nvmeproto.ResvRegister, false, nvmeproto.CPTPLSet, 0, 1), nvmeproto.StatusInvalidField)
+	if _, err := os.Stat("none"); err == nil {
+		t.Error("a file named none was created")
+	}
+}

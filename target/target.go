@@ -135,7 +135,7 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		}
 		t.authKeys = k
 	}
-	if rc.StateFile != "" {
+	if rc.StateFile != "" && rc.StateFile != conf.StateFileNone {
 		st, err := openResvStore(rc.StateFile)
 		if err != nil {
 			return nil, fmt.Errorf("target: %w", err)
