@@ -92,6 +92,7 @@ func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
 	a.timer = time.AfterFunc(AuthTimeout, func() {
 		if !a.ok.Load() {
 			c.log.Warn("authentication timed out: queue disconnected", "qid", qid, "timeout", AuthTimeout)
+			q.t.rejects.add(RejectAuthFailed)
 			q.disconnect(ErrAuthFailed)
 		}
 	})
@@ -213,7 +214,8 @@ func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16, reauth bo
 // the association. Called with a.mu held.
 func (q *Queue) authFailed(a *queueAuth, c *controller, qid uint16, msg string, cause error, log bool) {
 	a.ok.Store(false)
-	if log {
+	if log { // once per failure
+		q.t.rejects.add(RejectAuthFailed)
 		expl, _ := a.ctl.Failure()
 		c.log.Warn("authentication failed", "qid", qid, "message", msg,
 			"reason_code", uint8(nvmeproto.AuthFailReasonFailed), "explanation_code", uint8(expl),

@@ -21,6 +21,7 @@
 //	t.AddNamespace(nqn, ns) / t.RemoveNamespace(nqn, nsid) / t.ResizeNamespace / t.SetNamespaceReadOnly
 //	t.AddSubsystem / t.RemoveSubsystem / t.SetAllowedHosts / t.AllowHost / t.DenyHost
 //	t.Controllers() / t.Namespaces()      // inspection snapshots (hosts, queues; capacity, I/O counters)
+//	t.Subsystems() / t.ConnectRejects()   // connections per subsystem, refused queues by reason
 //	t.Config()                            // the running configuration, changes included
 //	t.Close()
 //
@@ -125,9 +126,17 @@
 // callback are embedded in the Request and bound once, the namespace table is an
 // immutable snapshot read with one atomic load, in-flight accounting is one atomic
 // counter per queue (plus one per queue for Preempt and Abort, and one atomic load of
-// the namespace's reservation snapshot, nil unless a host registered), SMART counters are sharded per queue, and success paths use neither
-// fmt nor errors.
+// the namespace's reservation snapshot, nil unless a host registered), and success paths
+// use neither fmt nor errors.
 // Admin commands may allocate.
+//
+// Every I/O command is counted where it completes, in its namespace's own memory: commands
+// and bytes by class (read, write, flush, other), errors by class and status, and — while
+// MeasureLatency is on (metrics are served) — a latency histogram from Begin to the
+// completion. The counters are sharded by queue (SetCounterShard: one shard per RDMA poll
+// group), so queues on different CPUs do not write one cache line; readers
+// (Namespaces, Subsystems, ConnectRejects, the SMART log) sum the shards when asked.
+// Removing a namespace drops its counters; one added again under its NSID starts at zero.
 //
 // # Concurrency
 //

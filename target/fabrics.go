@@ -46,6 +46,7 @@ func (q *Queue) connect(r *Request) {
 	q.connectMu.Lock()
 	defer q.connectMu.Unlock()
 	if q.bind.Load() != nil { // a second Connect raced the first
+		q.t.rejects.add(RejectInvalidState)
 		q.reject(r, nvmeproto.StatusCommandSequenceError.WithDNR(), "connect on a connected queue")
 		return
 	}
@@ -61,6 +62,7 @@ func (q *Queue) connect(r *Request) {
 		}
 	}
 	if ce != nil {
+		q.t.rejects.add(ce.reason())
 		if ce.st.Code() == nvmeproto.StatusConnectInvalidParameters.Code() ||
 			ce.st.Code() == nvmeproto.StatusConnectInvalidHost.Code() {
 			r.CQE.DW0 = nvmeproto.ConnectInvalidParamDW0(ce.ipo, ce.iattr)

@@ -99,6 +99,10 @@ type NamespaceInfo struct {
 	// Successful commands and the bytes they moved (the SMART log's counters).
 	ReadCommands, WriteCommands uint64
 	ReadBytes, WriteBytes       uint64
+	// IO counts every I/O command by class (IORead...IOOther): commands completed, errors,
+	// bytes, latency; Errors the error completions by class and status.
+	IO     [NumIOClasses]IOCounters
+	Errors []ErrorCount
 }
 
 // Namespaces returns every namespace being served, by subsystem (in configuration order)
@@ -113,12 +117,56 @@ func (t *Target) Namespaces() []NamespaceInfo {
 	for _, s := range subs {
 		for _, ns := range s.namespaces() {
 			rc, wc, ru, wu := ns.totals()
+			io, errs := ns.counters()
 			out = append(out, NamespaceInfo{
 				Subsystem: s.nqn, NSID: ns.nsid, Backend: ns.cfg.Backend, Path: ns.cfg.Path,
 				Blocks: ns.blocks.Load(), LBASize: ns.lbaSize(), ReadOnly: ns.readOnly.Load(),
 				ReadCommands: rc, WriteCommands: wc, ReadBytes: ru * dataUnitBytes, WriteBytes: wu * dataUnitBytes,
+				IO: io, Errors: errs,
 			})
 		}
+	}
+	return out
+}
+
+// SubsystemInfo describes a subsystem's connections and the failed commands no namespace
+// counted.
+type SubsystemInfo struct {
+	NQN       string
+	Discovery bool
+	// Controllers connected, and their queues (admin and I/O).
+	Controllers, AdminQueues, IOQueues int
+	// IOErrors counts the commands on its I/O queues that failed before reaching a
+	// namespace (Invalid Namespace, a malformed command, Command Aborted due to SQ
+	// Deletion while the queue went away), by class and status.
+	IOErrors []ErrorCount
+}
+
+// Subsystems returns every subsystem being served, in configuration order, then the
+// discovery subsystem. It is a snapshot; it allocates and takes each controller's lock
+// briefly.
+func (t *Target) Subsystems() []SubsystemInfo {
+	t.mu.Lock()
+	subs := append(slices.Clone(t.order), t.disc)
+	t.mu.Unlock()
+	out := make([]SubsystemInfo, 0, len(subs))
+	for _, s := range subs {
+		si := SubsystemInfo{NQN: s.nqn, Discovery: s.disc, IOErrors: s.ioErrs.snapshot()}
+		for _, c := range s.controllers() {
+			si.Controllers++
+			c.mu.Lock()
+			for qid, q := range c.queues { // by qid
+				switch {
+				case q == nil:
+				case qid == 0:
+					si.AdminQueues++
+				default:
+					si.IOQueues++
+				}
+			}
+			c.mu.Unlock()
+		}
+		out = append(out, si)
 	}
 	return out
 }

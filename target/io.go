@@ -67,7 +67,10 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	if ns == nil || ns.closing() {
 		return nvmeproto.StatusInvalidNamespace.WithDNR()
 	}
-	r.ns = ns // no reference: see namespace.state
+	r.ns = ns // no reference: see namespace.state; complete counts the command in it
+	if q.t.timing.Load() {
+		r.start = nanotime()
+	}
 	nblocks := ns.blocks.Load()
 	switch cmd.Opcode {
 	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare:
@@ -234,15 +237,6 @@ func (r *Request) ioDone(br *backend.Request) {
 			}
 		case r.bounced:
 			copy(r.Data[:r.Length], br.Buf)
-		}
-		stats := &ns.stats[q.shard]
-		switch br.Op {
-		case backend.OpRead:
-			stats.readCmds.Add(1)
-			stats.readUnits.Add(uint64(r.Length) / dataUnitBytes)
-		case backend.OpWrite:
-			stats.writeCmds.Add(1)
-			stats.writeUnits.Add(uint64(r.Length) / dataUnitBytes)
 		}
 	}
 	if st != nvmeproto.StatusSuccess {

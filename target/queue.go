@@ -153,7 +153,7 @@ func (q *Queue) Begin(r *Request) bool {
 	r.CQE = nvmeproto.Completion{}
 	r.Dir = r.Cmd.DataDirection()
 	r.Length, r.InCapsule, r.SGL, r.Data = 0, false, nil, nil
-	r.ns = nil
+	r.ns, r.start = nil, 0
 	r.resvSlot = 0
 	if !q.acquire() {
 		q.complete(r, nvmeproto.StatusAbortSQDeletion)
@@ -298,7 +298,8 @@ func (q *Queue) advanceHead() {
 	}
 }
 
-// complete fills the CQE and hands the request to the transport.
+// complete fills the CQE, counts an I/O command in its namespace (or a failed one that
+// reached none in its subsystem), and hands the request to the transport.
 func (q *Queue) complete(r *Request, st nvmeproto.Status) {
 	r.CQE.CID = r.Cmd.CID
 	r.CQE.Status = st
@@ -308,6 +309,11 @@ func (q *Queue) complete(r *Request, st nvmeproto.Status) {
 			r.CQE.SQHD = 0xFFFF
 		} else {
 			r.CQE.SQHD = uint16(q.head.Load())
+		}
+		if r.ns != nil {
+			r.ns.count(q.shard, r, st)
+		} else if b.qid != 0 && st.Code() != nvmeproto.StatusSuccess {
+			b.ctrl.subsys.ioErrs.add(ioClassOf(r.Cmd.Opcode), st)
 		}
 	} else {
 		r.CQE.SQHD = uint16(q.head.Load())

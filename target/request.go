@@ -64,6 +64,7 @@ type Request struct {
 	// Core-private state.
 	q        *Queue
 	ns       *namespace
+	start    int64 // nanotime at Begin when the target measures latency, else 0
 	sglStore [MaxSGLDescriptors]nvmeproto.SGLDescriptor
 	br       backend.Request
 	bounce   []byte // aligned scratch for unaligned Data and Compare reads, kept for reuse

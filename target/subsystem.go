@@ -39,6 +39,10 @@ type subsystem struct {
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.
 	ns atomic.Pointer[[]*namespace]
+
+	// ioErrs counts the commands on I/O queues that failed before reaching a namespace
+	// (no such namespace, a malformed command, the queue going away).
+	ioErrs errorCounts
 }
 
 func newSubsystem(t *Target, nqn string, disc bool) *subsystem {
@@ -238,29 +242,9 @@ type namespace struct {
 	state   atomic.Int64
 	drained chan struct{}
 
-	// SMART / health counters, sharded by queue so that queues on different CPUs do not
-	// share a cache line.
-	stats [statShards]ioStats
-}
-
-const statShards = 8
-
-type ioStats struct {
-	readCmds, writeCmds   atomic.Uint64
-	readUnits, writeUnits atomic.Uint64 // in 512-byte units
-	_                     [64 - 32]byte
-}
-
-// totals sums the sharded counters.
-func (ns *namespace) totals() (readCmds, writeCmds, readUnits, writeUnits uint64) {
-	for i := range ns.stats {
-		s := &ns.stats[i]
-		readCmds += s.readCmds.Load()
-		writeCmds += s.writeCmds.Load()
-		readUnits += s.readUnits.Load()
-		writeUnits += s.writeUnits.Load()
-	}
-	return
+	// I/O counters (iostats.go): by class, sharded by queue; errors by class and status.
+	stats [statShards]ioShard
+	errs  errorCounts
 }
 
 // closing reports whether the namespace is being removed.

@@ -99,6 +99,9 @@ type Target struct {
 	closed     bool
 
 	genctr atomic.Uint64 // discovery log generation counter
+
+	timing  atomic.Bool // measure I/O latency (MeasureLatency)
+	rejects connectRejects
 }
 
 // New builds a target from a configuration: it resolves a copy of cfg (conf.Load output is
