@@ -111,6 +111,7 @@ type group struct {
 	stopped  chan struct{}
 
 	stats groupStats
+	m     groupMetrics // metrics.go
 }
 
 // groupStats count events of a poll group (read racily, for logs and tests).
@@ -245,6 +246,7 @@ func (g *group) run() {
 			idle = 0
 			continue
 		}
+		g.m.idlePolls.Add(1)
 		if g.cqGone || (g.stopping.Load() && g.nconns.Load() == 0 && g.done.Load() == nil) {
 			return
 		}

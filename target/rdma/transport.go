@@ -83,6 +83,8 @@ type Transport struct {
 	conns     map[*rdmacm.CMID]*conn
 	live      sync.WaitGroup // connections not yet released
 	closed    bool
+
+	m transportMetrics
 }
 
 // Listener is one address the transport accepts connections on.
@@ -357,6 +359,7 @@ type GroupStats struct {
 	Group       int    // poll group index on the device
 	Connections int    // queue pairs it serves now
 	Polls       uint64 // completion queue polls
+	IdlePolls   uint64 // polling rounds that found nothing to do
 	Completions uint64 // work completions processed
 	Sleeps      uint64 // times it slept on its completion channel
 	Wakeups     uint64 // sleeps ended by a completion event
@@ -380,7 +383,7 @@ func (tr *Transport) GroupStats() []GroupStats {
 		for _, g := range d.groups {
 			out = append(out, GroupStats{
 				Device: d.name, Group: g.id, Connections: int(g.nconns.Load()),
-				Polls: g.stats.polls.Load(), Completions: g.stats.completions.Load(),
+				Polls: g.stats.polls.Load(), IdlePolls: g.m.idlePolls.Load(), Completions: g.stats.completions.Load(),
 				Sleeps: g.stats.sleeps.Load(), Wakeups: g.stats.wakeups.Load(),
 				BufferWaits: g.stats.bufWaits.Load(), ReadWaits: g.stats.readWaits.Load(), SendWaits: g.stats.sendWaits.Load(),
 			})
@@ -490,6 +493,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		d.cqs = append(d.cqs, cq)
 		g := newGroup(i, d.pool, threadCQ{cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
 			tr.log.With("device", name))
+		g.m.shard = int(tr.m.groups.Add(1) - 1)
 		if tr.opts.ring {
 			rg, err := backend.NewRing(ringDepth, cq.WakeFD())
 			if err != nil {
@@ -732,6 +736,7 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	}
 	c.q = q
 	q.SetRing(g.ring)
+	q.SetCounterShard(g.m.shard)
 	c.onDead = func(c *conn) { tr.connDead(c, id, arena) }
 	// Receives go up before the accept: the host may send as soon as it is established.
 	if err = c.postInitialRecvs(); err != nil {
@@ -797,6 +802,7 @@ func (tr *Transport) rejectConn(id *rdmacm.CMID, remote netip.AddrPort, rj *reje
 		attrs = append(attrs, "private_data_len", len(ev.Param.PrivateData), "host_responder_resources", ev.Param.InitiatorDepth)
 	}
 	tr.log.Warn("connection request rejected", attrs...)
+	tr.m.reject(rj.status)
 	if err := id.Reject(rejectData(rj.status)); err != nil {
 		tr.log.Debug("rdma_reject", "err", err)
 	}

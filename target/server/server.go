@@ -278,6 +278,15 @@ func (s *Server) PoolStats() []rdma.PoolStats {
 	return s.tr.PoolStats()
 }
 
+// Rejects returns how many connection requests the RDMA transport rejected, by nvme-rdma
+// status (none with Options.Loop).
+func (s *Server) Rejects() []rdma.RejectCount {
+	if s.tr == nil {
+		return nil
+	}
+	return s.tr.Rejects()
+}
+
 // Close stops serving: no new connections, every host disconnected and its commands
 // finished, the transport's resources released, then the target closed (its namespaces'
 // backends with it). It returns the first errors of each step, joined.
