@@ -35,7 +35,7 @@ var badConfigs = []struct {
 	{"unknown field dash spelling", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        read-only: true # <-\n"),
 		"subsystems[0].namespaces[0].read-only", `"read-only"`, "did you mean read_only?", 0},
 	{"unknown field no suggestion", baseListeners + "colour: blue # <-\n" + sub(nullNS)[len(baseListeners):],
-		"colour", `"colour"`, "remove it; the fields here are listeners, subsystems, transport, hosts, control", 0},
+		"colour", `"colour"`, "remove it; the fields here are listeners, subsystems, transport, hosts, control, state_file, metrics", 0},
 	{"unknown transport field", sub(nullNS) + "transport:\n  queue_size: 64 # <-\n",
 		"transport.queue_size", `"queue_size"`, "did you mean queue_depth?", 0},
 	{"repeated key", sub("      - nsid: 1\n        backend: null\n        size: 1GiB\n        size: 2GiB # <-\n"),
@@ -277,6 +277,20 @@ var badConfigs = []struct {
 		"control.socket", "a Unix socket path has at most 107", "choose a shorter path", 0},
 	{"control unknown field", sub(nullNS) + "control:\n  sock: /x # <-\n",
 		"control.sock", `"sock"`, "did you mean socket?", 0},
+
+	// --- metrics ---
+	{"metrics address a host name", sub(nullNS) + "metrics:\n  address: localhost:9469 # <-\n",
+		"metrics.address", `"localhost:9469" is not an address:port`, "host names are not resolved", 0},
+	{"metrics address without port", sub(nullNS) + "metrics:\n  address: 127.0.0.1 # <-\n",
+		"metrics.address", `"127.0.0.1" is not an address:port`, "e.g. address: 127.0.0.1:9469", 0},
+	{"metrics port 0", sub(nullNS) + "metrics:\n  address: \"[::1]:0\" # <-\n",
+		"metrics.address", "has port 0", "give the port Prometheus scrapes", 0},
+	{"metrics as a string", sub(nullNS) + "metrics: 127.0.0.1:9469 # <-\n",
+		"metrics", "expected a mapping of address, got a string", "metrics: {address: 127.0.0.1:9469}", 0},
+	{"metrics on the control port", sub(nullNS) + "control:\n  tcp: 127.0.0.1:4421\n  tls_cert: a\n  tls_key: b\n  tls_client_ca: c\nmetrics:\n  address: :4421 # <-\n",
+		"metrics.address", `":4421" overlaps control.tcp "127.0.0.1:4421"`, "a port of its own", 0},
+	{"metrics unknown field", sub(nullNS) + "metrics:\n  listen: :9469 # <-\n",
+		"metrics.listen", `"listen"`, "the fields here are address", 0},
 }
 
 const (

@@ -26,7 +26,8 @@ type Config struct {
 	// the configuration file, its name with the extension replaced by .state.json
 	// (target.yaml → target.state.json). StateFileNone ("none"), or "" in a Config built
 	// in code, means no state file: namespaces then offer no Persist Through Power Loss.
-	StateFile string `yaml:"state_file"`
+	StateFile string  `yaml:"state_file"`
+	Metrics   Metrics `yaml:"metrics"`
 
 	// File is the file the configuration came from ("" when built in code). Errors name
 	// it, and relative namespace paths are resolved against its directory.
@@ -200,6 +201,16 @@ type Control struct {
 	TLSClientCA string `yaml:"tls_client_ca"`
 }
 
+// Metrics configures the Prometheus metrics endpoint (see target/metrics). It is off
+// unless Address is set.
+type Metrics struct {
+	// Address is the address:port to serve metrics on over HTTP, at /metrics: an IP
+	// address (IPv6 in brackets) or none for every address (":9469"); host names are not
+	// resolved. "" (the default) serves none. The endpoint has no authentication: bind it
+	// to a loopback or management address.
+	Address string `yaml:"address"`
+}
+
 // Defaults and limits. The package documentation explains each choice.
 const (
 	DefaultTransport         = "rdma"
@@ -284,6 +295,7 @@ func (c *Config) Clone() *Config {
 		Hosts:      slices.Clone(c.Hosts),
 		Control:    c.Control,
 		StateFile:  c.StateFile,
+		Metrics:    c.Metrics,
 		File:       c.File,
 	}
 	for i := range n.Subsystems {

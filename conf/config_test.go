@@ -65,6 +65,9 @@ func TestAnnotatedExampleShowsDefaults(t *testing.T) {
 	if c.Control != d.Control {
 		t.Errorf("annotated.yaml control %+v differs from the defaults %+v", c.Control, d.Control)
 	}
+	if c.Metrics != d.Metrics {
+		t.Errorf("annotated.yaml metrics %+v differs from the defaults %+v", c.Metrics, d.Metrics)
+	}
 	if c.Transport != d.Transport {
 		t.Errorf("annotated.yaml transport\n%+v\ndiffers from the defaults\n%+v", c.Transport, d.Transport)
 	}
@@ -406,7 +409,7 @@ func TestYAMLTagsMatchDecoder(t *testing.T) {
 		keys []string
 	}{
 		{Config{}, configKeys}, {Listener{}, listenerKeys}, {Subsystem{}, subsystemKeys},
-		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys}, {Control{}, controlKeys},
+		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys}, {Control{}, controlKeys}, {Metrics{}, metricsKeys},
 	} {
 		typ := reflect.TypeOf(tc.v)
 		var tags []string
@@ -427,7 +430,7 @@ func TestReadmeListsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys, controlKeys} {
+	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys, controlKeys, metricsKeys} {
 		for _, k := range keys {
 			if !strings.Contains(string(b), "`"+k+"`") {
 				t.Errorf("README.md does not document `%s`", k)
@@ -523,6 +526,31 @@ func TestControl(t *testing.T) {
 	}
 	if c := mustParse(t, minimal); c.Control != (Control{Socket: DefaultControlSocket}) || !strings.Contains(c.String(), "control:\n  socket: /run/gonvmf/gonvmf.sock\n") {
 		t.Errorf("default control %+v\n%s", c.Control, c.String())
+	}
+}
+
+// TestMetrics: the metrics section is off by default, takes an address:port (or :port),
+// and round-trips through String.
+func TestMetrics(t *testing.T) {
+	if c := mustParse(t, minimal); c.Metrics != (Metrics{}) || !strings.Contains(c.String(), "# metrics: off") {
+		t.Errorf("default metrics %+v\n%s", c.Metrics, c.String())
+	}
+	for _, a := range []string{"127.0.0.1:9469", ":9469", "[::1]:9469", "[fe80::1%eth0]:9469"} {
+		c, err := Parse([]byte(minimal+"metrics:\n  address: \""+a+"\"\n"), "")
+		if err != nil {
+			t.Errorf("%s: %v", a, err)
+			continue
+		}
+		again, err := Parse([]byte(c.String()), "")
+		if err != nil || c.Metrics.Address != a || again.Metrics != c.Metrics {
+			t.Errorf("%s: %+v, round trip %v %+v\n%s", a, c.Metrics, err, again, c.String())
+		}
+	}
+	c := mustParse(t, minimal)
+	cl := c.Clone()
+	cl.Metrics.Address = "127.0.0.1:1"
+	if err := cl.Resolve(); err != nil || c.Metrics.Address != "" {
+		t.Errorf("Clone: %v %+v", err, c.Metrics)
 	}
 }
 

@@ -44,7 +44,7 @@ type decoder struct {
 
 // Known YAML keys of each mapping, in the order the documentation lists them.
 var (
-	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file"}
+	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file", "metrics"}
 	listenerKeys  = []string{"transport", "address", "port"}
 	subsystemKeys = []string{"nqn", "serial", "model", "allow_any_host", "hosts", "auth_required", "namespaces"}
 	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64"}
@@ -52,6 +52,7 @@ var (
 	transportKeys = []string{"queue_depth", "in_capsule_data_size", "max_io_size", "buffer_pool_size",
 		"poll_groups", "busy_poll", "max_io_queues", "keep_alive_timeout"}
 	controlKeys = []string{"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}
+	metricsKeys = []string{"address"}
 )
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -123,6 +124,8 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 			d.control(v, p, &c.Control)
 		case "state_file":
 			d.str(v, p, &c.StateFile)
+		case "metrics":
+			d.metrics(v, p, &c.Metrics)
 		}
 	})
 	// The one default a file gets that a Config built in Go does not: there a zero
@@ -323,6 +326,20 @@ func (d *decoder) control(n *yaml.Node, path string, c *Control) {
 			d.str(v, p, &c.TLSKey)
 		case "tls_client_ca":
 			d.str(v, p, &c.TLSClientCA)
+		}
+	})
+}
+
+func (d *decoder) metrics(n *yaml.Node, path string, m *Metrics) {
+	if v := deref(n); v.Kind == yaml.ScalarNode && !isNull(v) {
+		d.bad(v, path, v.Value, fmt.Sprintf("expected a mapping of %s, got a string", strings.Join(metricsKeys, ", ")),
+			"write the address under it: metrics: {address: "+v.Value+"}")
+		return
+	}
+	d.mapping(n, path, metricsKeys, func(key string, v *yaml.Node, p string) {
+		switch key {
+		case "address":
+			d.str(v, p, &m.Address)
 		}
 	})
 }

@@ -163,6 +163,12 @@ func (c *Config) String() string {
 	} else {
 		w(1, "# tcp: off", "")
 	}
+	if m := c.Metrics; m.Address != "" {
+		w(0, "metrics:", "")
+		w(1, "address: "+yamlString(m.Address), "Prometheus metrics at http://"+m.Address+"/metrics")
+	} else {
+		w(0, "# metrics: off", "")
+	}
 	return b.String()
 }
 

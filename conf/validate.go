@@ -65,6 +65,7 @@ func (c *Config) resolve() (errs, warns []*FieldError) {
 	v := &validator{c: c, src: c.src}
 	v.transport()
 	v.control()
+	v.metrics()
 	v.listeners()
 	v.hosts()
 	v.subsystems()
@@ -254,6 +255,41 @@ func (v *validator) control() {
 				fmt.Sprintf("give %s: the path of %s", f.key, f.what))
 		}
 	}
+}
+
+// --- metrics ---
+
+func (v *validator) metrics() {
+	a := v.c.Metrics.Address
+	if a == "" || v.skip("metrics.address") {
+		return
+	}
+	const fix = "write an IP address and a port, e.g. address: 127.0.0.1:9469 (IPv6: [::1]:9469, every address: :9469); host names are not resolved"
+	ap, ok := parseListenAddr(a)
+	if !ok {
+		v.fail("metrics.address", a, fmt.Sprintf("%q is not an address:port", a), fix)
+		return
+	}
+	if ap.Port() == 0 {
+		v.fail("metrics.address", a, fmt.Sprintf("%q has port 0", a), "give the port Prometheus scrapes, e.g. address: 127.0.0.1:9469")
+		return
+	}
+	if ctl, ok := parseListenAddr(v.c.Control.TCP); ok && ctl.Port() == ap.Port() &&
+		(ctl.Addr() == ap.Addr() || ctl.Addr().IsUnspecified() || ap.Addr().IsUnspecified()) {
+		v.fail("metrics.address", a, fmt.Sprintf("%q overlaps control.tcp %q", a, v.c.Control.TCP),
+			"give the metrics endpoint a port of its own")
+	}
+}
+
+// parseListenAddr parses an address:port to listen on; ":port" means every address
+// (returned as the IPv6 unspecified address).
+func parseListenAddr(s string) (netip.AddrPort, bool) {
+	if strings.HasPrefix(s, ":") {
+		p, err := strconv.ParseUint(s[1:], 10, 16)
+		return netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(p)), err == nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	return ap, err == nil
 }
 
 // --- listeners ---

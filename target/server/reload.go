@@ -25,7 +25,7 @@ import (
 //  5. listeners that are gone stop (their queues are disconnected).
 //
 // Settings that cannot change while the target runs are errors that change nothing: the
-// transport section, the control section, a subsystem's serial or model, a smaller
+// transport section, the control and metrics sections, a subsystem's serial or model, a smaller
 // namespace size. next is validated as a file is (an invalid next changes nothing and the
 // error says why). When a step fails, the steps already applied are undone in reverse
 // order (a namespace that grew stays grown; hosts disconnected by a removal reconnect)
@@ -93,11 +93,15 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	if d := fieldDiffs("control", cur.Control, next.Control); len(d) > 0 {
 		errs = append(errs, strings.Join(d, ", ")+": the control API listens where it started; restart gonvmf to change it")
 	}
+	if d := fieldDiffs("metrics", cur.Metrics, next.Metrics); len(d) > 0 {
+		errs = append(errs, strings.Join(d, ", ")+": the metrics endpoint listens where it started; restart gonvmf to change it")
+	}
 	// Any other top-level section: only what this function knows how to apply may change.
 	{
 		a, b := *cur.Clone(), *next.Clone()
 		for _, c := range []*conf.Config{&a, &b} {
 			c.Listeners, c.Subsystems, c.Transport, c.Control, c.File, c.Warnings = nil, nil, conf.Transport{}, conf.Control{}, "", nil
+			c.Metrics = conf.Metrics{}
 		}
 		if d := fieldDiffs("", a, b); len(d) > 0 {
 			errs = append(errs, strings.Join(d, ", ")+": cannot change while gonvmf runs; restart it")

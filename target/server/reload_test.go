@@ -100,6 +100,7 @@ func TestReload(t *testing.T) {
 	}{
 		{"transport", func(c *conf.Config) { c.Transport.QueueDepth = 64 }, "transport.queue_depth: 128 → 64: the transport settings"},
 		{"control", func(c *conf.Config) { c.Control.Socket = "/run/other.sock" }, "control.socket: /run/gonvmf/gonvmf.sock → /run/other.sock"},
+		{"metrics", func(c *conf.Config) { c.Metrics.Address = "127.0.0.1:9469" }, "metrics.address:  → 127.0.0.1:9469: the metrics endpoint listens where it started"},
 		{"serial", func(c *conf.Config) { c.Subsystems[0].Serial = "X1" }, `serial "` + conf.DeriveSerial(subNQN) + `" → "X1"`},
 		{"auth_required", func(c *conf.Config) {
 			h := "nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc"
