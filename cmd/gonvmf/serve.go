@@ -12,6 +12,7 @@ import (
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/target/control"
+	"github.com/gonvmf/gonvmf/target/metrics"
 	"github.com/gonvmf/gonvmf/target/server"
 	"github.com/urfave/cli/v2"
 )
@@ -26,7 +27,8 @@ gets SIGINT or SIGTERM. Then it stops listening, disconnects the hosts, waits fo
 commands and closes the backends, and exits 0.
 
 While it runs, gonvmf ctl changes it through the control API (control.socket in the
-configuration, /run/gonvmf/gonvmf.sock by default), and SIGHUP re-reads the
+configuration, /run/gonvmf/gonvmf.sock by default), Prometheus scrapes its metrics at
+http://<metrics.address>/metrics when the configuration has a metrics section, and SIGHUP re-reads the
 configuration file and applies the difference with the same operations: subsystems,
 namespaces, hosts and listeners come and go, namespaces grow or change write
 protection. A file that is invalid, or that changes what cannot change while hosts are
@@ -90,6 +92,14 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 		s.Close()
 		return err
 	}
+	var met *metrics.Server
+	if a := s.Config().Metrics.Address; a != "" {
+		if met, err = metrics.Start(s, a, log); err != nil {
+			ctl.Close()
+			s.Close()
+			return err
+		}
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -101,6 +111,9 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 		}
 	}
 	ctl.Close()
+	if met != nil {
+		met.Close()
+	}
 
 	log.Info("shutting down: no new connections, disconnecting hosts")
 	// A second signal, or a shutdown that takes too long, ends the process at once.

@@ -1,0 +1,285 @@
+// Package metrics serves a running gonvmf target's counters as Prometheus metrics
+// (github.com/prometheus/client_golang): I/O per namespace (commands and bytes by class,
+// errors by status, latency histograms), connections per subsystem, the RDMA poll groups
+// and buffer pools, and refused connections. The README's "Metrics" section lists every
+// metric; names follow the Prometheus conventions (base units, _total, _seconds, _bytes).
+//
+//	m, err := metrics.Start(srv, cfg.Metrics.Address, log) // HTTP on address, /metrics
+//	...
+//	m.Close()
+//
+// # Costs and ownership
+//
+// The package owns no counters. The target counts each I/O command into its namespace's
+// own sharded memory and the RDMA poll groups into theirs, without locks or allocation
+// (see package target, "Performance"); the Collector reads those counters when Prometheus
+// scrapes — target.Target.Namespaces, Subsystems and ConnectRejects, the server's
+// GroupStats, PoolStats and Rejects — and builds constant metrics from them, so a scrape
+// allocates and the I/O path does not. Start turns the target's latency histograms on
+// (target.Target.MeasureLatency): two clock reads per I/O command.
+//
+// # Namespaces and subsystems that come and go
+//
+// Every scrape reports what is served at that moment: a namespace or subsystem added at
+// run time appears in the next scrape, and one removed disappears from it with its
+// counters (they are not carried over: a namespace added again under the same NSID starts
+// from zero, which Prometheus's rate() and increase() treat as a counter reset).
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/server"
+)
+
+// Path is where the metrics are served.
+const Path = "/metrics"
+
+// Server serves the metrics over HTTP.
+type Server struct {
+	log  *slog.Logger
+	srv  *server.Server
+	ln   net.Listener
+	hs   *http.Server
+	done chan struct{}
+}
+
+// Start serves srv's metrics over HTTP on address (host:port; ":9469" for every address,
+// port 0 for any free port: see Addr) at Path, and turns the target's latency histograms
+// on. The process's Go runtime and process metrics (go_*, process_*) are served with them.
+func Start(srv *server.Server, address string, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if address == "" {
+		return nil, errors.New("metrics: no address to listen on")
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(NewCollector(srv)); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listening on %s: %w", address, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Path, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError), ErrorHandling: promhttp.ContinueOnError,
+		Timeout: 30 * time.Second,
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, "gonvmf: Prometheus metrics at %s\n", Path)
+	})
+	m := &Server{
+		log: log.With("component", "metrics"), srv: srv, ln: ln, done: make(chan struct{}),
+		hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+	}
+	srv.Target().MeasureLatency(true)
+	go func() {
+		defer close(m.done)
+		if err := m.hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.log.Error("serving metrics failed", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	m.log.Info("serving Prometheus metrics", "url", "http://"+ln.Addr().String()+Path)
+	return m, nil
+}
+
+// Addr is the address the metrics are served on.
+func (m *Server) Addr() net.Addr { return m.ln.Addr() }
+
+// Close stops serving (scrapes in progress are cut off) and turns the latency histograms
+// off.
+func (m *Server) Close() error {
+	err := m.hs.Close()
+	<-m.done
+	m.srv.Target().MeasureLatency(false)
+	return err
+}
+
+// Collector is a prometheus.Collector of a server.Server's counters, read at each scrape.
+type Collector struct {
+	srv *server.Server
+}
+
+// NewCollector returns the Collector of srv. It does not turn latency measurement on
+// (Start does; see target.Target.MeasureLatency): without it the histograms stay empty.
+func NewCollector(srv *server.Server) *Collector { return &Collector{srv: srv} }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("gonvmf_"+name, help, labels, nil)
+}
+
+var (
+	nsLabels = []string{"subsystem", "nsid"}
+	pgLabels = []string{"device", "group"}
+
+	nsCommands = desc("namespace_commands_total", "I/O commands completed on the namespace, errors included, by class: read (Read, Compare), write, flush, other (Write Zeroes, Dataset Management).",
+		append(nsLabels, "op")...)
+	nsBytes = desc("namespace_bytes_total", "Bytes read (Read, Compare) and written by the namespace's successful commands.",
+		append(nsLabels, "op")...)
+	nsErrors = desc("namespace_errors_total", "I/O commands completed on the namespace with an error, by class and NVMe status.",
+		append(nsLabels, "op", "status")...)
+	nsLatency = desc("namespace_command_duration_seconds", "Time from a command's arrival at the target core to its completion, by class.",
+		append(nsLabels, "op")...)
+	nsCapacity = desc("namespace_capacity_bytes", "The namespace's capacity (Identify NSZE times the LBA size).", nsLabels...)
+
+	subControllers = desc("subsystem_controllers", "Controllers connected to the subsystem (host associations).", "subsystem")
+	subQueues      = desc("subsystem_queues", "Queues connected to the subsystem's controllers, by type (admin, io).", "subsystem", "type")
+	subErrors      = desc("subsystem_errors_total", "Commands on the subsystem's I/O queues that failed before reaching a namespace (no such namespace, a malformed command, a queue going away), by class and NVMe status.",
+		"subsystem", "op", "status")
+
+	pgQueuePairs  = desc("poll_group_queue_pairs", "RDMA queue pairs the poll group serves.", pgLabels...)
+	pgPolls       = desc("poll_group_polls_total", "Completion queue polls of the poll group.", pgLabels...)
+	pgIdlePolls   = desc("poll_group_idle_polls_total", "Polling rounds of the poll group that found nothing to do.", pgLabels...)
+	pgCompletions = desc("poll_group_completions_total", "Work completions the poll group processed.", pgLabels...)
+	pgSleeps      = desc("poll_group_sleeps_total", "Times the poll group slept on its completion channel.", pgLabels...)
+	pgWakeups     = desc("poll_group_wakeups_total", "Sleeps of the poll group ended by a completion event.", pgLabels...)
+	pgReadWaits   = desc("poll_group_read_credit_waits_total", "Commands that waited for an RDMA READ credit (the host's responder resources).", pgLabels...)
+	pgSendWaits   = desc("poll_group_send_queue_waits_total", "Responses that waited for room in a send queue.", pgLabels...)
+
+	poolSize  = desc("buffer_pool_size_bytes", "Size of the device's registered data buffer pool.", "device")
+	poolInUse = desc("buffer_pool_in_use_bytes", "Bytes of the buffer pool held by commands now.", "device")
+	poolPeak  = desc("buffer_pool_in_use_peak_bytes", "The most bytes of the buffer pool in use at once since the device was set up.", "device")
+	poolWaits = desc("buffer_pool_waits_total", "Commands that waited for buffer pool memory.", "device")
+
+	rdmaRejects    = desc("rdma_connect_rejects_total", "RDMA connection requests rejected, by nvme-rdma reject status.", "reason")
+	connectRejects = desc("connect_rejects_total", "Queues refused by the target: Connect commands failed, or in-band authentication failed, by reason.", "reason")
+)
+
+var allDescs = []*prometheus.Desc{
+	nsCommands, nsBytes, nsErrors, nsLatency, nsCapacity,
+	subControllers, subQueues, subErrors,
+	pgQueuePairs, pgPolls, pgIdlePolls, pgCompletions, pgSleeps, pgWakeups, pgReadWaits, pgSendWaits,
+	poolSize, poolInUse, poolPeak, poolWaits,
+	rdmaRejects, connectRejects,
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// latencyBounds are the histogram's upper bounds in seconds.
+var latencyBounds = func() []float64 {
+	b := make([]float64, target.LatencyBuckets)
+	for i := range b {
+		b[i] = float64(target.LatencyBound(i)) / 1e9 // exact decimal text: 1.31072, not Seconds()' 1.3107199999999999
+	}
+	return b
+}()
+
+// Collect implements prometheus.Collector: it reads every counter once.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	t := c.srv.Target()
+	for _, ns := range t.Namespaces() {
+		sub, nsid := ns.Subsystem, strconv.FormatUint(uint64(ns.NSID), 10)
+		gauge(nsCapacity, float64(ns.Blocks)*float64(ns.LBASize), sub, nsid)
+		for cl := range target.NumIOClasses {
+			io := &ns.IO[cl]
+			op := cl.String()
+			counter(nsCommands, io.Commands, sub, nsid, op)
+			if cl == target.IORead || cl == target.IOWrite {
+				counter(nsBytes, io.Bytes, sub, nsid, op)
+			}
+			h := &io.Latency
+			buckets := make(map[float64]uint64, len(latencyBounds))
+			var cum uint64
+			for i, le := range latencyBounds {
+				cum += h.Buckets[i]
+				buckets[le] = cum
+			}
+			ch <- prometheus.MustNewConstHistogram(nsLatency, h.Count, h.Sum.Seconds(), buckets, sub, nsid, op)
+		}
+		for _, e := range ns.Errors {
+			counter(nsErrors, e.Count, sub, nsid, e.Class.String(), StatusLabel(e.Status))
+		}
+	}
+	for _, s := range t.Subsystems() {
+		gauge(subControllers, float64(s.Controllers), s.NQN)
+		gauge(subQueues, float64(s.AdminQueues), s.NQN, "admin")
+		gauge(subQueues, float64(s.IOQueues), s.NQN, "io")
+		for _, e := range s.IOErrors {
+			counter(subErrors, e.Count, s.NQN, e.Class.String(), StatusLabel(e.Status))
+		}
+	}
+	for r, n := range t.ConnectRejects() {
+		counter(connectRejects, n, target.ConnectReject(r).String())
+	}
+
+	waits := map[string]uint64{}
+	for _, g := range c.srv.GroupStats() {
+		group := strconv.Itoa(g.Group)
+		gauge(pgQueuePairs, float64(g.Connections), g.Device, group)
+		counter(pgPolls, g.Polls, g.Device, group)
+		counter(pgIdlePolls, g.IdlePolls, g.Device, group)
+		counter(pgCompletions, g.Completions, g.Device, group)
+		counter(pgSleeps, g.Sleeps, g.Device, group)
+		counter(pgWakeups, g.Wakeups, g.Device, group)
+		counter(pgReadWaits, g.ReadWaits, g.Device, group)
+		counter(pgSendWaits, g.SendWaits, g.Device, group)
+		waits[g.Device] += g.BufferWaits
+	}
+	for _, p := range c.srv.PoolStats() {
+		gauge(poolSize, float64(p.TotalBytes), p.Device)
+		gauge(poolInUse, float64(p.TotalBytes-p.FreeBytes), p.Device)
+		gauge(poolPeak, float64(p.TotalBytes-p.LowestBytes), p.Device)
+		counter(poolWaits, waits[p.Device], p.Device)
+	}
+	for _, r := range c.srv.Rejects() {
+		counter(rdmaRejects, r.Count, r.Reason)
+	}
+}
+
+// StatusLabel is the status label of an NVMe status: its name in the NVM command set in
+// snake_case ("lba_out_of_range"), "sct_N_sc_0xNN" for a status without a name, and
+// "other" for target.ErrorOverflow.
+func StatusLabel(st nvmeproto.Status) string {
+	if st == target.ErrorOverflow {
+		return "other"
+	}
+	name := st.Code().NameNVM()
+	if name == "" {
+		return fmt.Sprintf("sct_%d_sc_%#02x", uint8(st.SCT()), st.SC())
+	}
+	var b strings.Builder
+	sep := false
+	for _, r := range strings.ToLower(name) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if sep && b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(r)
+			sep = false
+		} else {
+			sep = true
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,377 @@
+package metrics_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/metrics"
+	"github.com/gonvmf/gonvmf/target/server"
+)
+
+const (
+	subNQN  = "nqn.2024-01.io.gonvmf:metrics"
+	hostNQN = "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// loopServer serves two namespaces in-process (a 1 MiB memory one, a read-only null one)
+// and its metrics on a free port.
+func loopServer(t *testing.T) (*server.Server, *metrics.Server) {
+	t.Helper()
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: subNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{
+			{NSID: 1, Backend: conf.BackendMemory, Size: 1 << 20},
+			{NSID: 2, Backend: conf.BackendNull, Size: 1 << 30, ReadOnly: true},
+		}}},
+		Transport: conf.Transport{InCapsuleDataSize: conf.DefaultInCapsuleDataSize, MaxIOQueues: 2},
+	}
+	s, err := server.New(cfg, server.Options{Loop: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	m, err := metrics.Start(s, "127.0.0.1:0", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return s, m
+}
+
+func dial(t *testing.T, s *server.Server, nqn string) (*initiator.Controller, error) {
+	c, err := initiator.Dial(ctx(t), initiator.Options{Transport: initiator.TransportLoop, SubNQN: nqn, HostNQN: hostNQN, Logger: quiet,
+		Queues: 2, Loop: func(depth int) (initiator.LoopConn, error) { return s.Loop().Dial(depth) }})
+	if err == nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, err
+}
+
+// scrape fetches and parses the metrics.
+func scrape(t *testing.T, m *metrics.Server) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + m.Addr().String() + metrics.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", metrics.Path, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// find returns the metric of family name whose labels include want, or nil.
+func find(fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
+	f := fams[name]
+	if f == nil {
+		return nil
+	}
+next:
+	for _, m := range f.Metric {
+		for k, v := range want {
+			found := false
+			for _, l := range m.Label {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m == nil:
+		return math.NaN()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	return math.NaN()
+}
+
+type L = map[string]string
+
+func ns(nsid, op string) L { return L{"subsystem": subNQN, "nsid": nsid, "op": op} }
+
+// TestScrape: known I/O through the loop transport shows in the scraped metrics with its
+// names, labels and values: commands and bytes by class, errors by status, latency
+// histograms (buckets from 10 µs), connections per subsystem and refused connections.
+func TestScrape(t *testing.T) {
+	s, m := loopServer(t)
+	c, err := dial(t, s, subNQN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(t, s, subNQN+"-nope"); err == nil {
+		t.Fatal("connected to an unknown subsystem")
+	}
+	n1, err := c.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, err := c.Namespace(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for i := range 8 {
+		if _, err := n1.WriteAt(ctx(t), buf, int64(i)*4096, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		if _, err := n1.ReadAt(ctx(t), buf, int64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n1.Flush(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.WriteZeroes(ctx(t), 0, 8, 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.GetBuffer(ctx(t), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Read(ctx(t), b, 1<<20); err == nil { // past the end
+		t.Fatal("read past the end succeeded")
+	}
+	b.Release()
+	for range 2 {
+		if _, err := n2.WriteAt(ctx(t), buf, 0, 0); err == nil {
+			t.Fatal("wrote a read-only namespace")
+		}
+	}
+
+	fams := scrape(t, m)
+	for _, c := range []struct {
+		name   string
+		labels L
+		want   float64
+	}{
+		{"gonvmf_namespace_commands_total", ns("1", "write"), 8},
+		{"gonvmf_namespace_commands_total", ns("1", "read"), 6},
+		{"gonvmf_namespace_commands_total", ns("1", "flush"), 1},
+		{"gonvmf_namespace_commands_total", ns("1", "other"), 1},
+		{"gonvmf_namespace_commands_total", ns("2", "write"), 2},
+		{"gonvmf_namespace_bytes_total", ns("1", "write"), 8 * 4096},
+		{"gonvmf_namespace_bytes_total", ns("1", "read"), 5 * 4096},
+		{"gonvmf_namespace_bytes_total", ns("2", "write"), 0},
+		{"gonvmf_namespace_errors_total", L{"nsid": "1", "op": "read", "status": "lba_out_of_range"}, 1},
+		{"gonvmf_namespace_errors_total", L{"nsid": "2", "op": "write", "status": "namespace_is_write_protected"}, 2},
+		{"gonvmf_namespace_capacity_bytes", L{"subsystem": subNQN, "nsid": "2"}, 1 << 30},
+		{"gonvmf_subsystem_controllers", L{"subsystem": subNQN}, 1},
+		{"gonvmf_subsystem_queues", L{"subsystem": subNQN, "type": "admin"}, 1},
+		{"gonvmf_subsystem_queues", L{"subsystem": subNQN, "type": "io"}, 2},
+		{"gonvmf_subsystem_controllers", L{"subsystem": nvmeproto.DiscoveryNQN}, 0},
+		{"gonvmf_connect_rejects_total", L{"reason": "unknown_subsystem"}, 1},
+		{"gonvmf_connect_rejects_total", L{"reason": "host_not_allowed"}, 0},
+	} {
+		if got := value(find(fams, c.name, c.labels)); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	if find(fams, "gonvmf_namespace_errors_total", L{"nsid": "1", "op": "write"}) != nil {
+		t.Errorf("write errors on namespace 1")
+	}
+	for _, f := range []string{"gonvmf_poll_group_polls_total", "gonvmf_buffer_pool_size_bytes", "gonvmf_rdma_connect_rejects_total"} {
+		if fams[f] != nil {
+			t.Errorf("%s served in-process (no RDMA transport)", f)
+		}
+	}
+	if fams["go_goroutines"] == nil || fams["process_cpu_seconds_total"] == nil {
+		t.Errorf("no Go or process metrics")
+	}
+
+	// The latency histograms: buckets from 10 µs, doubling; as many observations as
+	// commands (Start turned the measurement on before any I/O).
+	h := find(fams, "gonvmf_namespace_command_duration_seconds", ns("1", "write"))
+	if h == nil || h.Histogram == nil {
+		t.Fatalf("no write latency histogram: %v", fams["gonvmf_namespace_command_duration_seconds"])
+	}
+	hist := h.Histogram
+	if hist.GetSampleCount() != 8 || hist.GetSampleSum() <= 0 || hist.GetSampleSum() > 8*5 {
+		t.Errorf("histogram count %d sum %v", hist.GetSampleCount(), hist.GetSampleSum())
+	}
+	bk := hist.Bucket // the text format lists +Inf last
+	if len(bk) != target.LatencyBuckets+1 || bk[0].GetUpperBound() != 10e-6 || bk[1].GetUpperBound() != 20e-6 ||
+		bk[target.LatencyBuckets-1].GetUpperBound() != 10.48576 || !math.IsInf(bk[target.LatencyBuckets].GetUpperBound(), 1) {
+		t.Fatalf("buckets %v", bk)
+	}
+	for i := 1; i < len(bk); i++ {
+		if bk[i].GetCumulativeCount() < bk[i-1].GetCumulativeCount() ||
+			i < target.LatencyBuckets && math.Abs(bk[i].GetUpperBound()/bk[i-1].GetUpperBound()-2) > 1e-9 {
+			t.Errorf("bucket %d: %v after %v", i, bk[i], bk[i-1])
+		}
+	}
+	if bk[target.LatencyBuckets].GetCumulativeCount() != 8 {
+		t.Errorf("+Inf bucket %v", bk[target.LatencyBuckets])
+	}
+	if r := find(fams, "gonvmf_namespace_command_duration_seconds", ns("1", "read")); r.GetHistogram().GetSampleCount() != 6 {
+		t.Errorf("read histogram %v", r)
+	}
+
+	// Type and help of every gonvmf metric, and the Prometheus naming rules.
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "gonvmf_") {
+			continue
+		}
+		if f.GetHelp() == "" {
+			t.Errorf("%s has no help", name)
+		}
+		counter := strings.HasSuffix(name, "_total")
+		if counter != (f.GetType() == dto.MetricType_COUNTER) {
+			t.Errorf("%s is a %v", name, f.GetType())
+		}
+	}
+	problems, err := testutil.CollectAndLint(metrics.NewCollector(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestNamespacesComeAndGo: a namespace added at run time appears in the next scrape,
+// one removed disappears with its counters, and added again it counts from zero; the
+// same for subsystems.
+func TestNamespacesComeAndGo(t *testing.T) {
+	s, m := loopServer(t)
+	c, err := dial(t, s, subNQN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := c.Namespace(1)
+	if _, err := n1.WriteAt(ctx(t), make([]byte, 4096), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddNamespace(subNQN, conf.Namespace{NSID: 3, Backend: conf.BackendMemory, Size: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(find(scrape(t, m), "gonvmf_namespace_commands_total", ns("3", "read"))); got != 0 {
+		t.Errorf("added namespace 3: %v", got)
+	}
+	if err := s.RemoveNamespace(subNQN, 1); err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, m)
+	if find(fams, "gonvmf_namespace_commands_total", L{"nsid": "1"}) != nil ||
+		find(fams, "gonvmf_namespace_command_duration_seconds", L{"nsid": "1"}) != nil {
+		t.Errorf("removed namespace 1 still served")
+	}
+	if err := s.AddNamespace(subNQN, conf.Namespace{NSID: 1, Backend: conf.BackendMemory, Size: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(find(scrape(t, m), "gonvmf_namespace_commands_total", ns("1", "write"))); got != 0 {
+		t.Errorf("namespace 1 added again: %v writes", got)
+	}
+
+	other := subNQN + "-2"
+	if err := s.AddSubsystem(conf.Subsystem{NQN: other, AllowAnyHost: true,
+		Namespaces: []conf.Namespace{{NSID: 7, Backend: conf.BackendNull, Size: 1 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, m)
+	if find(fams, "gonvmf_subsystem_controllers", L{"subsystem": other}) == nil ||
+		find(fams, "gonvmf_namespace_commands_total", L{"subsystem": other, "nsid": "7"}) == nil {
+		t.Errorf("added subsystem not served")
+	}
+	if err := s.RemoveSubsystem(other); err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, m)
+	if find(fams, "gonvmf_subsystem_controllers", L{"subsystem": other}) != nil ||
+		find(fams, "gonvmf_namespace_commands_total", L{"subsystem": other}) != nil {
+		t.Errorf("removed subsystem still served")
+	}
+}
+
+func TestStatusLabel(t *testing.T) {
+	for st, want := range map[nvmeproto.Status]string{
+		nvmeproto.StatusLBAOutOfRange:                   "lba_out_of_range",
+		nvmeproto.StatusLBAOutOfRange.WithDNR():         "lba_out_of_range",
+		nvmeproto.StatusInvalidNamespace:                "invalid_namespace_or_format",
+		nvmeproto.StatusAbortSQDeletion:                 "command_aborted_due_to_sq_deletion",
+		nvmeproto.MakeStatus(nvmeproto.SCTVendor, 0xC1): "sct_7_sc_0xc1",
+		target.ErrorOverflow:                            "other",
+	} {
+		if got := metrics.StatusLabel(st); got != want {
+			t.Errorf("StatusLabel(%#x) = %q, want %q", uint16(st), got, want)
+		}
+	}
+}
+
+// TestStartClose: Start measures latency until Close; a bad address is an error that
+// names it.
+func TestStartClose(t *testing.T) {
+	s, m := loopServer(t)
+	resp, err := http.Get("http://" + m.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), metrics.Path) {
+		t.Errorf("index page %q", body)
+	}
+	if _, err := metrics.Start(s, m.Addr().String(), quiet); err == nil || !strings.Contains(err.Error(), m.Addr().String()) {
+		t.Errorf("second Start on %s: %v", m.Addr(), err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dial(t, s, subNQN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := c.Namespace(1)
+	if _, err := n1.WriteAt(ctx(t), make([]byte, 4096), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range s.Target().Namespaces() {
+		if n.NSID == 1 && (n.IO[target.IOWrite].Commands != 1 || n.IO[target.IOWrite].Latency.Count != 0) {
+			t.Errorf("after Close: %+v", n.IO[target.IOWrite])
+		}
+	}
+	if _, err := http.Get("http://" + m.Addr().String() + metrics.Path); err == nil {
+		t.Errorf("still serving after Close")
+	}
+}
