@@ -2,8 +2,10 @@ package target
 
 import (
 	"cmp"
+	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -265,6 +267,33 @@ func (e *errorCounts) snapshot() []ErrorCount {
 		return cmp.Or(cmp.Compare(a.Class, b.Class), cmp.Compare(a.Status, b.Status))
 	})
 	return out
+}
+
+// StatusLabel is the status label of an NVMe status: its name in the NVM command set in
+// snake_case ("lba_out_of_range"), "sct_N_sc_0xNN" for a status without a name, and
+// "other" for ErrorOverflow.
+func StatusLabel(st nvmeproto.Status) string {
+	if st == ErrorOverflow {
+		return "other"
+	}
+	name := st.Code().NameNVM()
+	if name == "" {
+		return fmt.Sprintf("sct_%d_sc_%#02x", uint8(st.SCT()), st.SC())
+	}
+	var b strings.Builder
+	sep := false
+	for _, r := range strings.ToLower(name) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if sep && b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(r)
+			sep = false
+		} else {
+			sep = true
+		}
+	}
+	return b.String()
 }
 
 // clockBase anchors nanotime; time.Since of a time with a monotonic reading reads only the

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/control"
 	pb "github.com/gonvmf/gonvmf/target/control/controlpb"
 )
@@ -386,14 +387,19 @@ func nsRows(nss []*pb.Namespace) [][]string {
 		if c == nil {
 			c = &pb.NamespaceCounters{}
 		}
+		var errs uint64
+		for _, e := range c.Errors {
+			errs += e.Count
+		}
 		rows = append(rows, []string{n.Subsystem, strconv.Itoa(int(n.Nsid)), n.Backend, orDash(n.Path),
 			humanize.IBytes(n.Blocks * uint64(n.LbaSize)), strconv.Itoa(int(n.LbaSize)), ro,
-			fmt.Sprintf("%d/%s", c.ReadCommands, bytesText(c.ReadBytes)), fmt.Sprintf("%d/%s", c.WriteCommands, bytesText(c.WriteBytes))})
+			fmt.Sprintf("%d/%s", c.ReadCommands, bytesText(c.ReadBytes)), fmt.Sprintf("%d/%s", c.WriteCommands, bytesText(c.WriteBytes)),
+			u(c.FlushCommands), u(c.OtherCommands), u(errs)})
 	}
 	return rows
 }
 
-const nsHeader = "SUBSYSTEM\tNSID\tBACKEND\tPATH\tSIZE\tLBA\tMODE\tREADS\tWRITES"
+const nsHeader = "SUBSYSTEM\tNSID\tBACKEND\tPATH\tSIZE\tLBA\tMODE\tREADS\tWRITES\tFLUSHES\tOTHER\tERRORS"
 
 func ctlNsLs(x *ctlCtx) error {
 	a, err := x.args(0, 1)
@@ -723,10 +729,10 @@ func ctlStats(x *ctlCtx) error {
 			t.Connections, t.Completions, t.Polls, t.Sleeps, t.Wakeups, t.BufferWaits, t.ReadCreditWaits, t.SendQueueWaits)
 		var rows [][]string
 		for _, g := range r.PollGroups {
-			rows = append(rows, []string{g.Device, strconv.Itoa(int(g.Group)), strconv.Itoa(int(g.Connections)), u(g.Polls), u(g.Completions),
-				u(g.Sleeps), u(g.Wakeups), u(g.BufferWaits), u(g.ReadCreditWaits), u(g.SendQueueWaits)})
+			rows = append(rows, []string{g.Device, strconv.Itoa(int(g.Group)), strconv.Itoa(int(g.Connections)), u(g.Polls), u(g.IdlePolls),
+				u(g.Completions), u(g.Sleeps), u(g.Wakeups), u(g.BufferWaits), u(g.ReadCreditWaits), u(g.SendQueueWaits)})
 		}
-		table(w, "DEVICE\tGROUP\tQPS\tPOLLS\tCOMPLETIONS\tSLEEPS\tWAKEUPS\tBUF_WAITS\tREAD_WAITS\tSEND_WAITS", rows)
+		table(w, "DEVICE\tGROUP\tQPS\tPOLLS\tIDLE\tCOMPLETIONS\tSLEEPS\tWAKEUPS\tBUF_WAITS\tREAD_WAITS\tSEND_WAITS", rows)
 		fmt.Fprintln(w)
 		rows = nil
 		for _, p := range r.BufferPools {
@@ -741,7 +747,60 @@ func ctlStats(x *ctlCtx) error {
 		table(w, "DEVICE\tBUFFER_POOL\tIN_USE\tPEAK", rows)
 		fmt.Fprintln(w)
 		table(w, nsHeader, nsRows(r.Namespaces))
+		rows = nil
+		for _, n := range r.Namespaces {
+			c := n.GetCounters()
+			for _, e := range c.GetErrors() {
+				rows = append(rows, []string{n.Subsystem, strconv.Itoa(int(n.Nsid)), e.Op, e.Status, u(e.Count)})
+			}
+		}
+		if len(rows) > 0 {
+			fmt.Fprintln(w)
+			table(w, "SUBSYSTEM\tNSID\tOP\tSTATUS\tERRORS", rows)
+		}
+		rows = nil
+		for _, n := range r.Namespaces {
+			for _, l := range n.GetCounters().GetLatency() {
+				var h target.LatencyHistogram
+				h.Count, h.Sum = l.Count, time.Duration(l.SumNs)
+				copy(h.Buckets[:], l.Buckets)
+				rows = append(rows, []string{n.Subsystem, strconv.Itoa(int(n.Nsid)), l.Op, u(l.Count), latText(h.Mean()),
+					"≤" + latText(h.Quantile(0.5)), "≤" + latText(h.Quantile(0.99)), "≤" + latText(h.Quantile(0.999))})
+			}
+		}
+		if len(rows) > 0 {
+			fmt.Fprintln(w)
+			table(w, "SUBSYSTEM\tNSID\tOP\tTIMED\tMEAN\tP50\tP99\tP99.9", rows)
+		}
+		fmt.Fprintf(w, "\nrefused: %s; RDMA connection requests rejected: %s\n", rejectsText(r.ConnectRejects), rejectsText(r.RdmaConnectRejects))
 	})
+}
+
+// latText prints a latency with three significant digits.
+func latText(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.3gs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.3gms", float64(d)/1e6)
+	case d < time.Microsecond:
+		return fmt.Sprintf("%dns", d.Nanoseconds())
+	}
+	return fmt.Sprintf("%.3gµs", float64(d)/1e3)
+}
+
+// rejectsText lists the reasons that counted, or "none".
+func rejectsText(rs []*pb.RejectCount) string {
+	var parts []string
+	for _, r := range rs {
+		if r.Count > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", r.Reason, r.Count))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func u(v uint64) string { return strconv.FormatUint(v, 10) }

@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/target/control"
 	"github.com/gonvmf/gonvmf/target/server"
 )
@@ -205,5 +208,53 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	reload(s, file, log)
 	if s.Config().String() != before || !strings.Contains(logs.String(), "transport.poll_groups: 1 → 2") {
 		t.Errorf("transport change: log\n%s", logs.String())
+	}
+}
+
+// TestCtlStatsIO: gonvmf ctl stats shows what the metrics serve — I/O by class, errors
+// by status, latency quantiles once latency is measured, refused connections.
+func TestCtlStatsIO(t *testing.T) {
+	s, sock := ctlTarget(t, ctlConfig(t, ""))
+	s.Target().MeasureLatency(true)
+	dial := func(nqn string) (*initiator.Controller, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: nqn,
+			HostNQN: "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f", Logger: slog.New(slog.DiscardHandler),
+			Loop: func(depth int) (initiator.LoopConn, error) { return s.Loop().Dial(depth) }})
+	}
+	if _, err := dial(ctlNQN + "-nope"); err == nil {
+		t.Fatal("connected to an unknown subsystem")
+	}
+	c, err := dial(ctlNQN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns, _ := c.Namespace(1)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := ns.WriteAt(ctx, make([]byte, 4096), int64(i)*4096, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ns.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.GetBuffer(ctx, 4096)
+	if err := ns.Read(ctx, b, 1<<30); err == nil {
+		t.Fatal("read past the end succeeded")
+	}
+	b.Release()
+
+	code, out, errOut := gonvmf(t, "ctl", "--socket", sock, "stats")
+	if code != 0 {
+		t.Fatalf("ctl stats: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"READS", "FLUSHES", "ERRORS", "0/-", "3/12 KiB", "lba_out_of_range",
+		"P99", "write", "refused: unknown_subsystem 1", "RDMA connection requests rejected: none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
 	}
 }

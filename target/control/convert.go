@@ -83,8 +83,21 @@ func SubsystemToPB(cs conf.Subsystem) *pb.Subsystem {
 // withLive adds what the running target knows to n: capacity and counters.
 func withLive(n *pb.Namespace, info target.NamespaceInfo) *pb.Namespace {
 	n.Blocks = info.Blocks
+	io := &info.IO
 	n.Counters = &pb.NamespaceCounters{ReadCommands: info.ReadCommands, WriteCommands: info.WriteCommands,
-		ReadBytes: info.ReadBytes, WriteBytes: info.WriteBytes}
+		ReadBytes: info.ReadBytes, WriteBytes: info.WriteBytes,
+		FlushCommands: io[target.IOFlush].Commands - io[target.IOFlush].Errors,
+		OtherCommands: io[target.IOOther].Commands - io[target.IOOther].Errors}
+	for _, e := range info.Errors {
+		n.Counters.Errors = append(n.Counters.Errors, &pb.ErrorCount{Op: e.Class.String(), Status: target.StatusLabel(e.Status),
+			StatusCode: uint32(e.Status), Count: e.Count})
+	}
+	for cl := range target.NumIOClasses {
+		if h := &io[cl].Latency; h.Count > 0 {
+			n.Counters.Latency = append(n.Counters.Latency, &pb.LatencyHistogram{Op: cl.String(), Count: h.Count,
+				SumNs: uint64(h.Sum), Buckets: h.Buckets[:]})
+		}
+	}
 	return n
 }
 

@@ -305,7 +305,7 @@ func (s *Service) GetStats(context.Context, *pb.GetStatsRequest) (*pb.Stats, err
 	}
 	for _, g := range s.srv.GroupStats() {
 		out.PollGroups = append(out.PollGroups, &pb.PollGroupStats{
-			Device: g.Device, Group: uint32(g.Group), Connections: uint32(g.Connections), Polls: g.Polls,
+			Device: g.Device, Group: uint32(g.Group), Connections: uint32(g.Connections), Polls: g.Polls, IdlePolls: g.IdlePolls,
 			Completions: g.Completions, Sleeps: g.Sleeps, Wakeups: g.Wakeups, BufferWaits: g.BufferWaits,
 			ReadCreditWaits: g.ReadWaits, SendQueueWaits: g.SendWaits,
 		})
@@ -319,6 +319,12 @@ func (s *Service) GetStats(context.Context, *pb.GetStatsRequest) (*pb.Stats, err
 	for _, c := range s.srv.Target().Controllers() {
 		out.Controllers++
 		out.Queues += uint32(len(c.Queues))
+	}
+	for r, n := range s.srv.Target().ConnectRejects() {
+		out.ConnectRejects = append(out.ConnectRejects, &pb.RejectCount{Reason: target.ConnectReject(r).String(), Count: n})
+	}
+	for _, r := range s.srv.Rejects() {
+		out.RdmaConnectRejects = append(out.RdmaConnectRejects, &pb.RejectCount{Reason: r.Reason, Count: r.Count})
 	}
 	return out, nil
 }

@@ -33,14 +33,12 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
 )
@@ -218,7 +216,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(nsLatency, h.Count, h.Sum.Seconds(), buckets, sub, nsid, op)
 		}
 		for _, e := range ns.Errors {
-			counter(nsErrors, e.Count, sub, nsid, e.Class.String(), StatusLabel(e.Status))
+			counter(nsErrors, e.Count, sub, nsid, e.Class.String(), target.StatusLabel(e.Status))
 		}
 	}
 	for _, s := range t.Subsystems() {
@@ -226,7 +224,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(subQueues, float64(s.AdminQueues), s.NQN, "admin")
 		gauge(subQueues, float64(s.IOQueues), s.NQN, "io")
 		for _, e := range s.IOErrors {
-			counter(subErrors, e.Count, s.NQN, e.Class.String(), StatusLabel(e.Status))
+			counter(subErrors, e.Count, s.NQN, e.Class.String(), target.StatusLabel(e.Status))
 		}
 	}
 	for r, n := range t.ConnectRejects() {
@@ -255,31 +253,4 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range c.srv.Rejects() {
 		counter(rdmaRejects, r.Count, r.Reason)
 	}
-}
-
-// StatusLabel is the status label of an NVMe status: its name in the NVM command set in
-// snake_case ("lba_out_of_range"), "sct_N_sc_0xNN" for a status without a name, and
-// "other" for target.ErrorOverflow.
-func StatusLabel(st nvmeproto.Status) string {
-	if st == target.ErrorOverflow {
-		return "other"
-	}
-	name := st.Code().NameNVM()
-	if name == "" {
-		return fmt.Sprintf("sct_%d_sc_%#02x", uint8(st.SCT()), st.SC())
-	}
-	var b strings.Builder
-	sep := false
-	for _, r := range strings.ToLower(name) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			if sep && b.Len() > 0 {
-				b.WriteByte('_')
-			}
-			b.WriteRune(r)
-			sep = false
-		} else {
-			sep = true
-		}
-	}
-	return b.String()
 }

@@ -333,7 +333,7 @@ func TestStatusLabel(t *testing.T) {
 		nvmeproto.MakeStatus(nvmeproto.SCTVendor, 0xC1): "sct_7_sc_0xc1",
 		target.ErrorOverflow:                            "other",
 	} {
-		if got := metrics.StatusLabel(st); got != want {
+		if got := target.StatusLabel(st); got != want {
 			t.Errorf("StatusLabel(%#x) = %q, want %q", uint16(st), got, want)
 		}
 	}

@@ -372,13 +372,18 @@ func (x *RBD) GetCreateSize() uint64 {
 	return 0
 }
 
-// NamespaceCounters count a namespace's successful commands since it was added.
+// NamespaceCounters count a namespace's commands since it was added (the counters the
+// Prometheus metrics serve; see the README's Metrics section).
 type NamespaceCounters struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReadCommands  uint64                 `protobuf:"varint,1,opt,name=read_commands,json=readCommands,proto3" json:"read_commands,omitempty"`
-	WriteCommands uint64                 `protobuf:"varint,2,opt,name=write_commands,json=writeCommands,proto3" json:"write_commands,omitempty"`
+	ReadCommands  uint64                 `protobuf:"varint,1,opt,name=read_commands,json=readCommands,proto3" json:"read_commands,omitempty"`    // successful Read and Compare commands
+	WriteCommands uint64                 `protobuf:"varint,2,opt,name=write_commands,json=writeCommands,proto3" json:"write_commands,omitempty"` // successful Write commands
 	ReadBytes     uint64                 `protobuf:"varint,3,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
 	WriteBytes    uint64                 `protobuf:"varint,4,opt,name=write_bytes,json=writeBytes,proto3" json:"write_bytes,omitempty"`
+	FlushCommands uint64                 `protobuf:"varint,5,opt,name=flush_commands,json=flushCommands,proto3" json:"flush_commands,omitempty"` // successful Flush commands
+	OtherCommands uint64                 `protobuf:"varint,6,opt,name=other_commands,json=otherCommands,proto3" json:"other_commands,omitempty"` // successful Write Zeroes and Dataset Management commands
+	Errors        []*ErrorCount          `protobuf:"bytes,7,rep,name=errors,proto3" json:"errors,omitempty"`                                     // commands completed with an error, by op and status
+	Latency       []*LatencyHistogram    `protobuf:"bytes,8,rep,name=latency,proto3" json:"latency,omitempty"`                                   // per op, while metrics are served (empty otherwise)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +446,175 @@ func (x *NamespaceCounters) GetWriteBytes() uint64 {
 	return 0
 }
 
+func (x *NamespaceCounters) GetFlushCommands() uint64 {
+	if x != nil {
+		return x.FlushCommands
+	}
+	return 0
+}
+
+func (x *NamespaceCounters) GetOtherCommands() uint64 {
+	if x != nil {
+		return x.OtherCommands
+	}
+	return 0
+}
+
+func (x *NamespaceCounters) GetErrors() []*ErrorCount {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+func (x *NamespaceCounters) GetLatency() []*LatencyHistogram {
+	if x != nil {
+		return x.Latency
+	}
+	return nil
+}
+
+// ErrorCount counts the commands of one op completed with one status.
+type ErrorCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`                                    // read, write, flush, other
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`                            // the status in snake_case, as the metrics' status label
+	StatusCode    uint32                 `protobuf:"varint,3,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"` // SCT << 8 | SC; 0xFFFF: statuses beyond the table's room
+	Count         uint64                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErrorCount) Reset() {
+	*x = ErrorCount{}
+	mi := &file_control_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErrorCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErrorCount) ProtoMessage() {}
+
+func (x *ErrorCount) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErrorCount.ProtoReflect.Descriptor instead.
+func (*ErrorCount) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ErrorCount) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *ErrorCount) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *ErrorCount) GetStatusCode() uint32 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+func (x *ErrorCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// LatencyHistogram is the distribution of one op's command latency (from the command's
+// arrival at the target core to its completion).
+type LatencyHistogram struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Count uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	SumNs uint64                 `protobuf:"varint,3,opt,name=sum_ns,json=sumNs,proto3" json:"sum_ns,omitempty"`
+	// buckets[i] counts latencies in (10 µs × 2^(i-1), 10 µs × 2^i] (not cumulative); the
+	// last one those above the largest bound.
+	Buckets       []uint64 `protobuf:"varint,4,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencyHistogram) Reset() {
+	*x = LatencyHistogram{}
+	mi := &file_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencyHistogram) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencyHistogram) ProtoMessage() {}
+
+func (x *LatencyHistogram) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencyHistogram.ProtoReflect.Descriptor instead.
+func (*LatencyHistogram) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LatencyHistogram) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *LatencyHistogram) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *LatencyHistogram) GetSumNs() uint64 {
+	if x != nil {
+		return x.SumNs
+	}
+	return 0
+}
+
+func (x *LatencyHistogram) GetBuckets() []uint64 {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
 // Listener is a listener as in the configuration file (listeners[]).
 type Listener struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -454,7 +628,7 @@ type Listener struct {
 
 func (x *Listener) Reset() {
 	*x = Listener{}
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +640,7 @@ func (x *Listener) String() string {
 func (*Listener) ProtoMessage() {}
 
 func (x *Listener) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +653,7 @@ func (x *Listener) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Listener.ProtoReflect.Descriptor instead.
 func (*Listener) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Listener) GetTransport() string {
@@ -530,7 +704,7 @@ type Controller struct {
 
 func (x *Controller) Reset() {
 	*x = Controller{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +716,7 @@ func (x *Controller) String() string {
 func (*Controller) ProtoMessage() {}
 
 func (x *Controller) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +729,7 @@ func (x *Controller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Controller.ProtoReflect.Descriptor instead.
 func (*Controller) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Controller) GetSubsystem() string {
@@ -647,7 +821,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +833,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +846,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Queue) GetQid() uint32 {
@@ -713,13 +887,15 @@ type Stats struct {
 	Controllers         uint32                 `protobuf:"varint,5,opt,name=controllers,proto3" json:"controllers,omitempty"`                                            // I/O and discovery controllers connected
 	Queues              uint32                 `protobuf:"varint,6,opt,name=queues,proto3" json:"queues,omitempty"`                                                      // their queues
 	DiscoveryGeneration uint64                 `protobuf:"varint,7,opt,name=discovery_generation,json=discoveryGeneration,proto3" json:"discovery_generation,omitempty"` // the discovery log's GENCTR
+	ConnectRejects      []*RejectCount         `protobuf:"bytes,8,rep,name=connect_rejects,json=connectRejects,proto3" json:"connect_rejects,omitempty"`                 // queues the target refused (Connect, authentication), by reason
+	RdmaConnectRejects  []*RejectCount         `protobuf:"bytes,9,rep,name=rdma_connect_rejects,json=rdmaConnectRejects,proto3" json:"rdma_connect_rejects,omitempty"`   // RDMA connection requests rejected, by nvme-rdma status
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +907,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +920,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Stats) GetTransport() *TransportStats {
@@ -796,6 +972,72 @@ func (x *Stats) GetDiscoveryGeneration() uint64 {
 	return 0
 }
 
+func (x *Stats) GetConnectRejects() []*RejectCount {
+	if x != nil {
+		return x.ConnectRejects
+	}
+	return nil
+}
+
+func (x *Stats) GetRdmaConnectRejects() []*RejectCount {
+	if x != nil {
+		return x.RdmaConnectRejects
+	}
+	return nil
+}
+
+type RejectCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectCount) Reset() {
+	*x = RejectCount{}
+	mi := &file_control_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectCount) ProtoMessage() {}
+
+func (x *RejectCount) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectCount.ProtoReflect.Descriptor instead.
+func (*RejectCount) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RejectCount) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RejectCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type TransportStats struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Connections     uint32                 `protobuf:"varint,1,opt,name=connections,proto3" json:"connections,omitempty"` // queue pairs
@@ -812,7 +1054,7 @@ type TransportStats struct {
 
 func (x *TransportStats) Reset() {
 	*x = TransportStats{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1066,7 @@ func (x *TransportStats) String() string {
 func (*TransportStats) ProtoMessage() {}
 
 func (x *TransportStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1079,7 @@ func (x *TransportStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStats.ProtoReflect.Descriptor instead.
 func (*TransportStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransportStats) GetConnections() uint32 {
@@ -908,13 +1150,14 @@ type PollGroupStats struct {
 	BufferWaits     uint64                 `protobuf:"varint,8,opt,name=buffer_waits,json=bufferWaits,proto3" json:"buffer_waits,omitempty"`
 	ReadCreditWaits uint64                 `protobuf:"varint,9,opt,name=read_credit_waits,json=readCreditWaits,proto3" json:"read_credit_waits,omitempty"`
 	SendQueueWaits  uint64                 `protobuf:"varint,10,opt,name=send_queue_waits,json=sendQueueWaits,proto3" json:"send_queue_waits,omitempty"`
+	IdlePolls       uint64                 `protobuf:"varint,11,opt,name=idle_polls,json=idlePolls,proto3" json:"idle_polls,omitempty"` // polling rounds that found nothing to do
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PollGroupStats) Reset() {
 	*x = PollGroupStats{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1169,7 @@ func (x *PollGroupStats) String() string {
 func (*PollGroupStats) ProtoMessage() {}
 
 func (x *PollGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1182,7 @@ func (x *PollGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollGroupStats.ProtoReflect.Descriptor instead.
 func (*PollGroupStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PollGroupStats) GetDevice() string {
@@ -1012,6 +1255,13 @@ func (x *PollGroupStats) GetSendQueueWaits() uint64 {
 	return 0
 }
 
+func (x *PollGroupStats) GetIdlePolls() uint64 {
+	if x != nil {
+		return x.IdlePolls
+	}
+	return 0
+}
+
 type BufferPoolStats struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Device          string                 `protobuf:"bytes,1,opt,name=device,proto3" json:"device,omitempty"`
@@ -1024,7 +1274,7 @@ type BufferPoolStats struct {
 
 func (x *BufferPoolStats) Reset() {
 	*x = BufferPoolStats{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1286,7 @@ func (x *BufferPoolStats) String() string {
 func (*BufferPoolStats) ProtoMessage() {}
 
 func (x *BufferPoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1299,7 @@ func (x *BufferPoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferPoolStats.ProtoReflect.Descriptor instead.
 func (*BufferPoolStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BufferPoolStats) GetDevice() string {
@@ -1088,7 +1338,7 @@ type ListSubsystemsRequest struct {
 
 func (x *ListSubsystemsRequest) Reset() {
 	*x = ListSubsystemsRequest{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1350,7 @@ func (x *ListSubsystemsRequest) String() string {
 func (*ListSubsystemsRequest) ProtoMessage() {}
 
 func (x *ListSubsystemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1363,7 @@ func (x *ListSubsystemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubsystemsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubsystemsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 type ListSubsystemsResponse struct {
@@ -1125,7 +1375,7 @@ type ListSubsystemsResponse struct {
 
 func (x *ListSubsystemsResponse) Reset() {
 	*x = ListSubsystemsResponse{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1387,7 @@ func (x *ListSubsystemsResponse) String() string {
 func (*ListSubsystemsResponse) ProtoMessage() {}
 
 func (x *ListSubsystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1400,7 @@ func (x *ListSubsystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubsystemsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubsystemsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListSubsystemsResponse) GetSubsystems() []*Subsystem {
@@ -1169,7 +1419,7 @@ type AddSubsystemRequest struct {
 
 func (x *AddSubsystemRequest) Reset() {
 	*x = AddSubsystemRequest{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1431,7 @@ func (x *AddSubsystemRequest) String() string {
 func (*AddSubsystemRequest) ProtoMessage() {}
 
 func (x *AddSubsystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1444,7 @@ func (x *AddSubsystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubsystemRequest.ProtoReflect.Descriptor instead.
 func (*AddSubsystemRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AddSubsystemRequest) GetSubsystem() *Subsystem {
@@ -1213,7 +1463,7 @@ type RemoveSubsystemRequest struct {
 
 func (x *RemoveSubsystemRequest) Reset() {
 	*x = RemoveSubsystemRequest{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1475,7 @@ func (x *RemoveSubsystemRequest) String() string {
 func (*RemoveSubsystemRequest) ProtoMessage() {}
 
 func (x *RemoveSubsystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1488,7 @@ func (x *RemoveSubsystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubsystemRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSubsystemRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveSubsystemRequest) GetNqn() string {
@@ -1257,7 +1507,7 @@ type RemoveSubsystemResponse struct {
 
 func (x *RemoveSubsystemResponse) Reset() {
 	*x = RemoveSubsystemResponse{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1519,7 @@ func (x *RemoveSubsystemResponse) String() string {
 func (*RemoveSubsystemResponse) ProtoMessage() {}
 
 func (x *RemoveSubsystemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1532,7 @@ func (x *RemoveSubsystemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubsystemResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSubsystemResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemoveSubsystemResponse) GetDisconnectedControllers() uint32 {
@@ -1301,7 +1551,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1563,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1576,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListNamespacesRequest) GetSubsystem() string {
@@ -1345,7 +1595,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1607,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1620,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -1390,7 +1640,7 @@ type AddNamespaceRequest struct {
 
 func (x *AddNamespaceRequest) Reset() {
 	*x = AddNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1652,7 @@ func (x *AddNamespaceRequest) String() string {
 func (*AddNamespaceRequest) ProtoMessage() {}
 
 func (x *AddNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1665,7 @@ func (x *AddNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*AddNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddNamespaceRequest) GetSubsystem() string {
@@ -1442,7 +1692,7 @@ type RemoveNamespaceRequest struct {
 
 func (x *RemoveNamespaceRequest) Reset() {
 	*x = RemoveNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1704,7 @@ func (x *RemoveNamespaceRequest) String() string {
 func (*RemoveNamespaceRequest) ProtoMessage() {}
 
 func (x *RemoveNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1717,7 @@ func (x *RemoveNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveNamespaceRequest) GetSubsystem() string {
@@ -1492,7 +1742,7 @@ type RemoveNamespaceResponse struct {
 
 func (x *RemoveNamespaceResponse) Reset() {
 	*x = RemoveNamespaceResponse{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1754,7 @@ func (x *RemoveNamespaceResponse) String() string {
 func (*RemoveNamespaceResponse) ProtoMessage() {}
 
 func (x *RemoveNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1767,7 @@ func (x *RemoveNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 type ResizeNamespaceRequest struct {
@@ -1531,7 +1781,7 @@ type ResizeNamespaceRequest struct {
 
 func (x *ResizeNamespaceRequest) Reset() {
 	*x = ResizeNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1793,7 @@ func (x *ResizeNamespaceRequest) String() string {
 func (*ResizeNamespaceRequest) ProtoMessage() {}
 
 func (x *ResizeNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1806,7 @@ func (x *ResizeNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*ResizeNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResizeNamespaceRequest) GetSubsystem() string {
@@ -1591,7 +1841,7 @@ type SetNamespaceReadOnlyRequest struct {
 
 func (x *SetNamespaceReadOnlyRequest) Reset() {
 	*x = SetNamespaceReadOnlyRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1853,7 @@ func (x *SetNamespaceReadOnlyRequest) String() string {
 func (*SetNamespaceReadOnlyRequest) ProtoMessage() {}
 
 func (x *SetNamespaceReadOnlyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1866,7 @@ func (x *SetNamespaceReadOnlyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespaceReadOnlyRequest.ProtoReflect.Descriptor instead.
 func (*SetNamespaceReadOnlyRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetNamespaceReadOnlyRequest) GetSubsystem() string {
@@ -1650,7 +1900,7 @@ type AllowHostRequest struct {
 
 func (x *AllowHostRequest) Reset() {
 	*x = AllowHostRequest{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1912,7 @@ func (x *AllowHostRequest) String() string {
 func (*AllowHostRequest) ProtoMessage() {}
 
 func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1925,7 @@ func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostRequest.ProtoReflect.Descriptor instead.
 func (*AllowHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AllowHostRequest) GetSubsystem() string {
@@ -1702,7 +1952,7 @@ type DenyHostRequest struct {
 
 func (x *DenyHostRequest) Reset() {
 	*x = DenyHostRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1964,7 @@ func (x *DenyHostRequest) String() string {
 func (*DenyHostRequest) ProtoMessage() {}
 
 func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1977,7 @@ func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostRequest.ProtoReflect.Descriptor instead.
 func (*DenyHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DenyHostRequest) GetSubsystem() string {
@@ -1755,7 +2005,7 @@ type SetHostsRequest struct {
 
 func (x *SetHostsRequest) Reset() {
 	*x = SetHostsRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +2017,7 @@ func (x *SetHostsRequest) String() string {
 func (*SetHostsRequest) ProtoMessage() {}
 
 func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +2030,7 @@ func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostsRequest.ProtoReflect.Descriptor instead.
 func (*SetHostsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetHostsRequest) GetSubsystem() string {
@@ -1812,7 +2062,7 @@ type ListListenersRequest struct {
 
 func (x *ListListenersRequest) Reset() {
 	*x = ListListenersRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2074,7 @@ func (x *ListListenersRequest) String() string {
 func (*ListListenersRequest) ProtoMessage() {}
 
 func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2087,7 @@ func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersRequest.ProtoReflect.Descriptor instead.
 func (*ListListenersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 type ListListenersResponse struct {
@@ -1849,7 +2099,7 @@ type ListListenersResponse struct {
 
 func (x *ListListenersResponse) Reset() {
 	*x = ListListenersResponse{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2111,7 @@ func (x *ListListenersResponse) String() string {
 func (*ListListenersResponse) ProtoMessage() {}
 
 func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2124,7 @@ func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersResponse.ProtoReflect.Descriptor instead.
 func (*ListListenersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListListenersResponse) GetListeners() []*Listener {
@@ -1893,7 +2143,7 @@ type AddListenerRequest struct {
 
 func (x *AddListenerRequest) Reset() {
 	*x = AddListenerRequest{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2155,7 @@ func (x *AddListenerRequest) String() string {
 func (*AddListenerRequest) ProtoMessage() {}
 
 func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2168,7 @@ func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddListenerRequest.ProtoReflect.Descriptor instead.
 func (*AddListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AddListenerRequest) GetListener() *Listener {
@@ -1937,7 +2187,7 @@ type RemoveListenerRequest struct {
 
 func (x *RemoveListenerRequest) Reset() {
 	*x = RemoveListenerRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2199,7 @@ func (x *RemoveListenerRequest) String() string {
 func (*RemoveListenerRequest) ProtoMessage() {}
 
 func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2212,7 @@ func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveListenerRequest) GetListener() *Listener {
@@ -1980,7 +2230,7 @@ type RemoveListenerResponse struct {
 
 func (x *RemoveListenerResponse) Reset() {
 	*x = RemoveListenerResponse{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2242,7 @@ func (x *RemoveListenerResponse) String() string {
 func (*RemoveListenerResponse) ProtoMessage() {}
 
 func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2255,7 @@ func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveListenerResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 type ListControllersRequest struct {
@@ -2017,7 +2267,7 @@ type ListControllersRequest struct {
 
 func (x *ListControllersRequest) Reset() {
 	*x = ListControllersRequest{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2279,7 @@ func (x *ListControllersRequest) String() string {
 func (*ListControllersRequest) ProtoMessage() {}
 
 func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2292,7 @@ func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersRequest.ProtoReflect.Descriptor instead.
 func (*ListControllersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListControllersRequest) GetSubsystem() string {
@@ -2061,7 +2311,7 @@ type ListControllersResponse struct {
 
 func (x *ListControllersResponse) Reset() {
 	*x = ListControllersResponse{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2323,7 @@ func (x *ListControllersResponse) String() string {
 func (*ListControllersResponse) ProtoMessage() {}
 
 func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2336,7 @@ func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersResponse.ProtoReflect.Descriptor instead.
 func (*ListControllersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListControllersResponse) GetControllers() []*Controller {
@@ -2104,7 +2354,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2366,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2379,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 type SaveConfigRequest struct {
@@ -2140,7 +2390,7 @@ type SaveConfigRequest struct {
 
 func (x *SaveConfigRequest) Reset() {
 	*x = SaveConfigRequest{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2402,7 @@ func (x *SaveConfigRequest) String() string {
 func (*SaveConfigRequest) ProtoMessage() {}
 
 func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2415,7 @@ func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigRequest.ProtoReflect.Descriptor instead.
 func (*SaveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{37}
 }
 
 type SaveConfigResponse struct {
@@ -2177,7 +2427,7 @@ type SaveConfigResponse struct {
 
 func (x *SaveConfigResponse) Reset() {
 	*x = SaveConfigResponse{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2439,7 @@ func (x *SaveConfigResponse) String() string {
 func (*SaveConfigResponse) ProtoMessage() {}
 
 func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2452,7 @@ func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigResponse.ProtoReflect.Descriptor instead.
 func (*SaveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SaveConfigResponse) GetYaml() string {
@@ -2251,14 +2501,30 @@ const file_control_proto_rawDesc = "" +
 	"\x04user\x18\x05 \x01(\tR\x04user\x12\x18\n" +
 	"\akeyring\x18\x06 \x01(\tR\akeyring\x12\x1f\n" +
 	"\vcreate_size\x18\a \x01(\x04R\n" +
-	"createSize\"\x9f\x01\n" +
+	"createSize\"\xe3\x02\n" +
 	"\x11NamespaceCounters\x12#\n" +
 	"\rread_commands\x18\x01 \x01(\x04R\freadCommands\x12%\n" +
 	"\x0ewrite_commands\x18\x02 \x01(\x04R\rwriteCommands\x12\x1d\n" +
 	"\n" +
 	"read_bytes\x18\x03 \x01(\x04R\treadBytes\x12\x1f\n" +
 	"\vwrite_bytes\x18\x04 \x01(\x04R\n" +
-	"writeBytes\"n\n" +
+	"writeBytes\x12%\n" +
+	"\x0eflush_commands\x18\x05 \x01(\x04R\rflushCommands\x12%\n" +
+	"\x0eother_commands\x18\x06 \x01(\x04R\rotherCommands\x125\n" +
+	"\x06errors\x18\a \x03(\v2\x1d.gonvmf.control.v1.ErrorCountR\x06errors\x12=\n" +
+	"\alatency\x18\b \x03(\v2#.gonvmf.control.v1.LatencyHistogramR\alatency\"k\n" +
+	"\n" +
+	"ErrorCount\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1f\n" +
+	"\vstatus_code\x18\x03 \x01(\rR\n" +
+	"statusCode\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"i\n" +
+	"\x10LatencyHistogram\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x15\n" +
+	"\x06sum_ns\x18\x03 \x01(\x04R\x05sumNs\x12\x18\n" +
+	"\abuckets\x18\x04 \x03(\x04R\abuckets\"n\n" +
 	"\bListener\x12\x1c\n" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -2282,7 +2548,7 @@ const file_control_proto_rawDesc = "" +
 	"\x03qid\x18\x01 \x01(\rR\x03qid\x12\x14\n" +
 	"\x05depth\x18\x02 \x01(\rR\x05depth\x12\x1b\n" +
 	"\tin_flight\x18\x03 \x01(\rR\binFlight\x12%\n" +
-	"\x0eremote_address\x18\x04 \x01(\tR\rremoteAddress\"\xfe\x02\n" +
+	"\x0eremote_address\x18\x04 \x01(\tR\rremoteAddress\"\x99\x04\n" +
 	"\x05Stats\x12?\n" +
 	"\ttransport\x18\x01 \x01(\v2!.gonvmf.control.v1.TransportStatsR\ttransport\x12B\n" +
 	"\vpoll_groups\x18\x02 \x03(\v2!.gonvmf.control.v1.PollGroupStatsR\n" +
@@ -2293,7 +2559,12 @@ const file_control_proto_rawDesc = "" +
 	"namespaces\x12 \n" +
 	"\vcontrollers\x18\x05 \x01(\rR\vcontrollers\x12\x16\n" +
 	"\x06queues\x18\x06 \x01(\rR\x06queues\x121\n" +
-	"\x14discovery_generation\x18\a \x01(\x04R\x13discoveryGeneration\"\x95\x02\n" +
+	"\x14discovery_generation\x18\a \x01(\x04R\x13discoveryGeneration\x12G\n" +
+	"\x0fconnect_rejects\x18\b \x03(\v2\x1e.gonvmf.control.v1.RejectCountR\x0econnectRejects\x12P\n" +
+	"\x14rdma_connect_rejects\x18\t \x03(\v2\x1e.gonvmf.control.v1.RejectCountR\x12rdmaConnectRejects\";\n" +
+	"\vRejectCount\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\x95\x02\n" +
 	"\x0eTransportStats\x12 \n" +
 	"\vconnections\x18\x01 \x01(\rR\vconnections\x12 \n" +
 	"\vcompletions\x18\x02 \x01(\x04R\vcompletions\x12\x14\n" +
@@ -2302,7 +2573,7 @@ const file_control_proto_rawDesc = "" +
 	"\awakeups\x18\x05 \x01(\x04R\awakeups\x12!\n" +
 	"\fbuffer_waits\x18\x06 \x01(\x04R\vbufferWaits\x12*\n" +
 	"\x11read_credit_waits\x18\a \x01(\x04R\x0freadCreditWaits\x12(\n" +
-	"\x10send_queue_waits\x18\b \x01(\x04R\x0esendQueueWaits\"\xc3\x02\n" +
+	"\x10send_queue_waits\x18\b \x01(\x04R\x0esendQueueWaits\"\xe2\x02\n" +
 	"\x0ePollGroupStats\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12 \n" +
@@ -2314,7 +2585,9 @@ const file_control_proto_rawDesc = "" +
 	"\fbuffer_waits\x18\b \x01(\x04R\vbufferWaits\x12*\n" +
 	"\x11read_credit_waits\x18\t \x01(\x04R\x0freadCreditWaits\x12(\n" +
 	"\x10send_queue_waits\x18\n" +
-	" \x01(\x04R\x0esendQueueWaits\"\x95\x01\n" +
+	" \x01(\x04R\x0esendQueueWaits\x12\x1d\n" +
+	"\n" +
+	"idle_polls\x18\v \x01(\x04R\tidlePolls\"\x95\x01\n" +
 	"\x0fBufferPoolStats\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
@@ -2412,101 +2685,108 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_control_proto_goTypes = []any{
 	(*Subsystem)(nil),                   // 0: gonvmf.control.v1.Subsystem
 	(*Namespace)(nil),                   // 1: gonvmf.control.v1.Namespace
 	(*RBD)(nil),                         // 2: gonvmf.control.v1.RBD
 	(*NamespaceCounters)(nil),           // 3: gonvmf.control.v1.NamespaceCounters
-	(*Listener)(nil),                    // 4: gonvmf.control.v1.Listener
-	(*Controller)(nil),                  // 5: gonvmf.control.v1.Controller
-	(*Queue)(nil),                       // 6: gonvmf.control.v1.Queue
-	(*Stats)(nil),                       // 7: gonvmf.control.v1.Stats
-	(*TransportStats)(nil),              // 8: gonvmf.control.v1.TransportStats
-	(*PollGroupStats)(nil),              // 9: gonvmf.control.v1.PollGroupStats
-	(*BufferPoolStats)(nil),             // 10: gonvmf.control.v1.BufferPoolStats
-	(*ListSubsystemsRequest)(nil),       // 11: gonvmf.control.v1.ListSubsystemsRequest
-	(*ListSubsystemsResponse)(nil),      // 12: gonvmf.control.v1.ListSubsystemsResponse
-	(*AddSubsystemRequest)(nil),         // 13: gonvmf.control.v1.AddSubsystemRequest
-	(*RemoveSubsystemRequest)(nil),      // 14: gonvmf.control.v1.RemoveSubsystemRequest
-	(*RemoveSubsystemResponse)(nil),     // 15: gonvmf.control.v1.RemoveSubsystemResponse
-	(*ListNamespacesRequest)(nil),       // 16: gonvmf.control.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),      // 17: gonvmf.control.v1.ListNamespacesResponse
-	(*AddNamespaceRequest)(nil),         // 18: gonvmf.control.v1.AddNamespaceRequest
-	(*RemoveNamespaceRequest)(nil),      // 19: gonvmf.control.v1.RemoveNamespaceRequest
-	(*RemoveNamespaceResponse)(nil),     // 20: gonvmf.control.v1.RemoveNamespaceResponse
-	(*ResizeNamespaceRequest)(nil),      // 21: gonvmf.control.v1.ResizeNamespaceRequest
-	(*SetNamespaceReadOnlyRequest)(nil), // 22: gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	(*AllowHostRequest)(nil),            // 23: gonvmf.control.v1.AllowHostRequest
-	(*DenyHostRequest)(nil),             // 24: gonvmf.control.v1.DenyHostRequest
-	(*SetHostsRequest)(nil),             // 25: gonvmf.control.v1.SetHostsRequest
-	(*ListListenersRequest)(nil),        // 26: gonvmf.control.v1.ListListenersRequest
-	(*ListListenersResponse)(nil),       // 27: gonvmf.control.v1.ListListenersResponse
-	(*AddListenerRequest)(nil),          // 28: gonvmf.control.v1.AddListenerRequest
-	(*RemoveListenerRequest)(nil),       // 29: gonvmf.control.v1.RemoveListenerRequest
-	(*RemoveListenerResponse)(nil),      // 30: gonvmf.control.v1.RemoveListenerResponse
-	(*ListControllersRequest)(nil),      // 31: gonvmf.control.v1.ListControllersRequest
-	(*ListControllersResponse)(nil),     // 32: gonvmf.control.v1.ListControllersResponse
-	(*GetStatsRequest)(nil),             // 33: gonvmf.control.v1.GetStatsRequest
-	(*SaveConfigRequest)(nil),           // 34: gonvmf.control.v1.SaveConfigRequest
-	(*SaveConfigResponse)(nil),          // 35: gonvmf.control.v1.SaveConfigResponse
+	(*ErrorCount)(nil),                  // 4: gonvmf.control.v1.ErrorCount
+	(*LatencyHistogram)(nil),            // 5: gonvmf.control.v1.LatencyHistogram
+	(*Listener)(nil),                    // 6: gonvmf.control.v1.Listener
+	(*Controller)(nil),                  // 7: gonvmf.control.v1.Controller
+	(*Queue)(nil),                       // 8: gonvmf.control.v1.Queue
+	(*Stats)(nil),                       // 9: gonvmf.control.v1.Stats
+	(*RejectCount)(nil),                 // 10: gonvmf.control.v1.RejectCount
+	(*TransportStats)(nil),              // 11: gonvmf.control.v1.TransportStats
+	(*PollGroupStats)(nil),              // 12: gonvmf.control.v1.PollGroupStats
+	(*BufferPoolStats)(nil),             // 13: gonvmf.control.v1.BufferPoolStats
+	(*ListSubsystemsRequest)(nil),       // 14: gonvmf.control.v1.ListSubsystemsRequest
+	(*ListSubsystemsResponse)(nil),      // 15: gonvmf.control.v1.ListSubsystemsResponse
+	(*AddSubsystemRequest)(nil),         // 16: gonvmf.control.v1.AddSubsystemRequest
+	(*RemoveSubsystemRequest)(nil),      // 17: gonvmf.control.v1.RemoveSubsystemRequest
+	(*RemoveSubsystemResponse)(nil),     // 18: gonvmf.control.v1.RemoveSubsystemResponse
+	(*ListNamespacesRequest)(nil),       // 19: gonvmf.control.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),      // 20: gonvmf.control.v1.ListNamespacesResponse
+	(*AddNamespaceRequest)(nil),         // 21: gonvmf.control.v1.AddNamespaceRequest
+	(*RemoveNamespaceRequest)(nil),      // 22: gonvmf.control.v1.RemoveNamespaceRequest
+	(*RemoveNamespaceResponse)(nil),     // 23: gonvmf.control.v1.RemoveNamespaceResponse
+	(*ResizeNamespaceRequest)(nil),      // 24: gonvmf.control.v1.ResizeNamespaceRequest
+	(*SetNamespaceReadOnlyRequest)(nil), // 25: gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	(*AllowHostRequest)(nil),            // 26: gonvmf.control.v1.AllowHostRequest
+	(*DenyHostRequest)(nil),             // 27: gonvmf.control.v1.DenyHostRequest
+	(*SetHostsRequest)(nil),             // 28: gonvmf.control.v1.SetHostsRequest
+	(*ListListenersRequest)(nil),        // 29: gonvmf.control.v1.ListListenersRequest
+	(*ListListenersResponse)(nil),       // 30: gonvmf.control.v1.ListListenersResponse
+	(*AddListenerRequest)(nil),          // 31: gonvmf.control.v1.AddListenerRequest
+	(*RemoveListenerRequest)(nil),       // 32: gonvmf.control.v1.RemoveListenerRequest
+	(*RemoveListenerResponse)(nil),      // 33: gonvmf.control.v1.RemoveListenerResponse
+	(*ListControllersRequest)(nil),      // 34: gonvmf.control.v1.ListControllersRequest
+	(*ListControllersResponse)(nil),     // 35: gonvmf.control.v1.ListControllersResponse
+	(*GetStatsRequest)(nil),             // 36: gonvmf.control.v1.GetStatsRequest
+	(*SaveConfigRequest)(nil),           // 37: gonvmf.control.v1.SaveConfigRequest
+	(*SaveConfigResponse)(nil),          // 38: gonvmf.control.v1.SaveConfigResponse
 }
 var file_control_proto_depIdxs = []int32{
 	1,  // 0: gonvmf.control.v1.Subsystem.namespaces:type_name -> gonvmf.control.v1.Namespace
 	2,  // 1: gonvmf.control.v1.Namespace.rbd:type_name -> gonvmf.control.v1.RBD
 	3,  // 2: gonvmf.control.v1.Namespace.counters:type_name -> gonvmf.control.v1.NamespaceCounters
-	6,  // 3: gonvmf.control.v1.Controller.queues:type_name -> gonvmf.control.v1.Queue
-	8,  // 4: gonvmf.control.v1.Stats.transport:type_name -> gonvmf.control.v1.TransportStats
-	9,  // 5: gonvmf.control.v1.Stats.poll_groups:type_name -> gonvmf.control.v1.PollGroupStats
-	10, // 6: gonvmf.control.v1.Stats.buffer_pools:type_name -> gonvmf.control.v1.BufferPoolStats
-	1,  // 7: gonvmf.control.v1.Stats.namespaces:type_name -> gonvmf.control.v1.Namespace
-	0,  // 8: gonvmf.control.v1.ListSubsystemsResponse.subsystems:type_name -> gonvmf.control.v1.Subsystem
-	0,  // 9: gonvmf.control.v1.AddSubsystemRequest.subsystem:type_name -> gonvmf.control.v1.Subsystem
-	1,  // 10: gonvmf.control.v1.ListNamespacesResponse.namespaces:type_name -> gonvmf.control.v1.Namespace
-	1,  // 11: gonvmf.control.v1.AddNamespaceRequest.namespace:type_name -> gonvmf.control.v1.Namespace
-	4,  // 12: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
-	4,  // 13: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	4,  // 14: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	5,  // 15: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
-	11, // 16: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
-	13, // 17: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
-	14, // 18: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
-	16, // 19: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
-	18, // 20: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
-	19, // 21: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
-	21, // 22: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
-	22, // 23: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	23, // 24: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
-	24, // 25: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
-	25, // 26: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
-	26, // 27: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
-	28, // 28: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
-	29, // 29: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
-	31, // 30: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
-	33, // 31: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
-	34, // 32: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
-	12, // 33: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
-	0,  // 34: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
-	15, // 35: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
-	17, // 36: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
-	1,  // 37: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
-	20, // 38: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
-	1,  // 39: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
-	1,  // 40: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
-	0,  // 41: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 42: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 43: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
-	27, // 44: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
-	4,  // 45: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
-	30, // 46: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
-	32, // 47: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
-	7,  // 48: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
-	35, // 49: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
-	33, // [33:50] is the sub-list for method output_type
-	16, // [16:33] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	4,  // 3: gonvmf.control.v1.NamespaceCounters.errors:type_name -> gonvmf.control.v1.ErrorCount
+	5,  // 4: gonvmf.control.v1.NamespaceCounters.latency:type_name -> gonvmf.control.v1.LatencyHistogram
+	8,  // 5: gonvmf.control.v1.Controller.queues:type_name -> gonvmf.control.v1.Queue
+	11, // 6: gonvmf.control.v1.Stats.transport:type_name -> gonvmf.control.v1.TransportStats
+	12, // 7: gonvmf.control.v1.Stats.poll_groups:type_name -> gonvmf.control.v1.PollGroupStats
+	13, // 8: gonvmf.control.v1.Stats.buffer_pools:type_name -> gonvmf.control.v1.BufferPoolStats
+	1,  // 9: gonvmf.control.v1.Stats.namespaces:type_name -> gonvmf.control.v1.Namespace
+	10, // 10: gonvmf.control.v1.Stats.connect_rejects:type_name -> gonvmf.control.v1.RejectCount
+	10, // 11: gonvmf.control.v1.Stats.rdma_connect_rejects:type_name -> gonvmf.control.v1.RejectCount
+	0,  // 12: gonvmf.control.v1.ListSubsystemsResponse.subsystems:type_name -> gonvmf.control.v1.Subsystem
+	0,  // 13: gonvmf.control.v1.AddSubsystemRequest.subsystem:type_name -> gonvmf.control.v1.Subsystem
+	1,  // 14: gonvmf.control.v1.ListNamespacesResponse.namespaces:type_name -> gonvmf.control.v1.Namespace
+	1,  // 15: gonvmf.control.v1.AddNamespaceRequest.namespace:type_name -> gonvmf.control.v1.Namespace
+	6,  // 16: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
+	6,  // 17: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	6,  // 18: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	7,  // 19: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
+	14, // 20: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
+	16, // 21: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
+	17, // 22: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
+	19, // 23: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
+	21, // 24: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
+	22, // 25: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
+	24, // 26: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
+	25, // 27: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	26, // 28: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
+	27, // 29: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
+	28, // 30: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
+	29, // 31: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
+	31, // 32: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
+	32, // 33: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
+	34, // 34: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
+	36, // 35: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
+	37, // 36: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
+	15, // 37: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
+	0,  // 38: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
+	18, // 39: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
+	20, // 40: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
+	1,  // 41: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
+	23, // 42: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
+	1,  // 43: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
+	1,  // 44: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
+	0,  // 45: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 46: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 47: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
+	30, // 48: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
+	6,  // 49: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
+	33, // 50: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
+	35, // 51: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
+	9,  // 52: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
+	38, // 53: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
+	37, // [37:54] is the sub-list for method output_type
+	20, // [20:37] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2520,7 +2800,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
