@@ -6,7 +6,8 @@
 # subsystem added at run time is in nvme discover and connectable, and so is a listener.
 # SIGHUP applies an edit
 # of the configuration file. gonvmf ctl save's output, restarted from, serves the same
-# subsystems and data.
+# subsystems and data. The Prometheus metrics (scraped with curl) show namespace 2 while it
+# exists, and count fio's reads and writes on namespace 1 to within 1 %.
 # vm: --timeout 1500 --disk 2G
 . "$SRC/integration/vm/guest-lib.sh"
 
@@ -18,6 +19,7 @@ OTHER=nqn.2014-08.org.nvmexpress:uuid:00000000-1111-2222-3333-444444444444
 PORT=4420
 CFG=$SCRATCH/live.yaml
 SOCK=/run/gonvmf-live/ctl.sock
+METRICS_PORT=9469
 
 [ -x "$GONVMF_BIN" ] || { fail gonvmf-binary "no executable $GONVMF_BIN"; finish; }
 [ -n "${SCRATCH:-}" ] || { fail scratch "no scratch disk (run with --disk)"; finish; }
@@ -36,6 +38,7 @@ subsystems:
       - {nsid: 1, backend: null, size: 1GiB}
 transport: {buffer_pool_size: 32MiB}
 control: {socket: $SOCK}
+metrics: {address: 127.0.0.1:$METRICS_PORT}
 EOF
 cp "$CFG" "$OUT/live.yaml"
 
@@ -53,12 +56,20 @@ ns_dev() {
 }
 has_ns() { [ -n "$(ns_dev "$1" "$2")" ]; }
 no_ns() { [ -z "$(ns_dev "$1" "$2")" ]; }
+scrape() { curl -sf --max-time 20 "http://127.0.0.1:$METRICS_PORT/metrics"; }
+# ns_metric <name> <nsid> <op>: a namespace counter of $NQN from a scrape on stdin.
+ns_metric() { grep -F "$1{nsid=\"$2\",op=\"$3\",subsystem=\"$NQN\"}" | awk '{print $2}'; }
 
 on_exit gonvmf_stop
 on_exit nvme_disconnect_all
 check gonvmf-start gonvmf_start gonvmf-1 "$CFG" "$RXE_IP" $PORT || finish
 wait_for 20 test -S "$SOCK"
 if [ "$(stat -c %a "$SOCK")" = 600 ]; then pass control-socket "$SOCK mode 600"; else fail control-socket "mode $(stat -c %a "$SOCK")"; fi
+if wait_for 20 scrape > /dev/null && [ "$(scrape | ns_metric gonvmf_namespace_commands_total 1 write)" = 0 ]; then
+	pass metrics-up "http://127.0.0.1:$METRICS_PORT/metrics serves namespace 1"
+else
+	fail metrics-up "$(scrape 2>&1 | grep gonvmf_namespace_commands_total | head -n 2)"
+fi
 sleep 1
 
 # ---- namespaces come and go under fio ----
@@ -86,6 +97,9 @@ fi
 check ns2-write-read sh -c "dd if=/dev/urandom of=$OUT/pat bs=4096 count=16 status=none &&
 	dd if=$OUT/pat of=${NS2:-/nonexistent} bs=4096 count=16 oflag=direct status=none &&
 	dd if=${NS2:-/nonexistent} bs=4096 count=16 iflag=direct status=none | cmp - $OUT/pat"
+w=$(scrape | ns_metric gonvmf_namespace_commands_total 2 write)
+[ "${w:-0}" -ge 16 ] 2> /dev/null && pass metrics-ns-added "namespace 2 in the metrics: $w writes" ||
+	fail metrics-ns-added "namespace 2's writes in the metrics: '${w}'"
 if ctl ns resize "$NQN" 2 128MiB > "$OUT/ns-resize.txt" 2>&1 && wait_for 60 size_is "${NS2:-/nonexistent}" $((128 << 20)); then
 	pass ns-resize "$(cat "$OUT/ns-resize.txt"); host: $(blockdev --getsize64 "$NS2") bytes"
 else
@@ -96,6 +110,12 @@ if ctl ns rm "$NQN" 2 > "$OUT/ns-rm.txt" 2>&1 && wait_for 60 no_ns "$NQN" 2; the
 	pass ns-rm "the host's namespace 2 is gone"
 else
 	fail ns-rm "$(tail -n 1 "$OUT/ns-rm.txt")"
+fi
+scrape > "$OUT/metrics-ns-rm.txt"
+if grep -q 'gonvmf_namespace_commands_total{nsid="1"' "$OUT/metrics-ns-rm.txt" && ! grep -q "nsid=\"2\",.*subsystem=\"$NQN\"" "$OUT/metrics-ns-rm.txt"; then
+	pass metrics-ns-removed "namespace 2 left the metrics"
+else
+	fail metrics-ns-removed "$(grep "nsid=\"2\"" "$OUT/metrics-ns-rm.txt" | head -n 2)"
 fi
 read -r c < /sys/class/nvme/$CTRL/cntlid
 read -r st < /sys/class/nvme/$CTRL/state
@@ -120,6 +140,52 @@ PY
 else
 	fail fio-ns1 "fio exit $rc: $(grep -E 'error|verify' "$OUT/fio-ns1.log" | head -n 2 | tr '\n' ' ')"
 fi
+
+# ---- the metrics count what fio did ----
+scrape > "$OUT/metrics-before.txt"
+if timeout -k 10 300 fio --name=count --filename="$NS1" --ioengine=libaio --direct=1 --rw=randrw --bs=4k --iodepth=8 \
+	--offset=192M --size=16M --output-format=json --output="$OUT/fio-count.json" && scrape > "$OUT/metrics-after.txt" &&
+	python3 - "$OUT/fio-count.json" "$OUT/metrics-before.txt" "$OUT/metrics-after.txt" "$NQN" > "$OUT/metrics-count.txt" 2>&1 << 'PY'; then
+import json, re, sys
+fio = json.load(open(sys.argv[1]))["jobs"][0]
+nqn = sys.argv[4]
+def parse(path):
+    m = {}
+    for line in open(path):
+        r = re.match(r'^(\w+)\{([^}]*)\} (\S+)$', line.strip())
+        if r:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', r.group(2)))
+            if labels.get("subsystem") == nqn and labels.get("nsid") == "1":
+                key = (r.group(1), labels.get("op", ""), labels.get("status", ""), labels.get("le", ""))
+                m[key] = float(r.group(3))
+    return m
+before, after = parse(sys.argv[2]), parse(sys.argv[3])
+d = lambda *k: after.get(k, 0) - before.get(k, 0)
+bad = []
+for op in ("read", "write"):
+    want = fio[op]["total_ios"]
+    cmds = d("gonvmf_namespace_commands_total", op, "", "")
+    nbytes = d("gonvmf_namespace_bytes_total", op, "", "")
+    timed = d("gonvmf_namespace_command_duration_seconds_count", op, "", "")
+    inf = d("gonvmf_namespace_command_duration_seconds_bucket", op, "", "+Inf")
+    print("%s: fio %d I/Os, %d bytes; metrics %d commands, %d bytes, %d timed, %d in +Inf" % (op, want, fio[op]["io_bytes"], cmds, nbytes, timed, inf))
+    if want == 0 or abs(cmds - want) > 0.01 * want:
+        bad.append("%s commands %d vs fio %d" % (op, cmds, want))
+    if abs(nbytes - fio[op]["io_bytes"]) > 0.01 * fio[op]["io_bytes"]:
+        bad.append("%s bytes %d vs fio %d" % (op, nbytes, fio[op]["io_bytes"]))
+    if timed != cmds or inf != cmds:
+        bad.append("%s latency histogram counts %d (+Inf %d), commands %d" % (op, timed, inf, cmds))
+errs = sum(v for k, v in after.items() if k[0] == "gonvmf_namespace_errors_total") - sum(v for k, v in before.items() if k[0] == "gonvmf_namespace_errors_total")
+if errs:
+    bad.append("%d errors" % errs)
+print("; ".join(bad) or "within 1 %")
+sys.exit(1 if bad else 0)
+PY
+	pass metrics-match-fio "$(paste -sd ' ' "$OUT/metrics-count.txt")"
+else
+	fail metrics-match-fio "$(paste -sd ' ' "$OUT/metrics-count.txt" 2> /dev/null)"
+fi
+
 # Data to check after the restart from the saved configuration.
 check fio-ns1-write timeout -k 10 300 fio --name=keep --filename="$NS1" --ioengine=libaio --direct=1 --rw=write \
 	--bs=64k --iodepth=8 --offset=128M --size=32M --verify=crc32c --verify_fatal=1 --output="$OUT/fio-keep-write.txt"

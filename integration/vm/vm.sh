@@ -79,7 +79,7 @@ check_host() {
 			"truncate:coreutils" "mkfs.ext4:e2fsprogs"
 			# what the guest runs, from the host's userland
 			"bash:bash" "setsid:util-linux" "ip:iproute2" "rdma:iproute2" "ibv_devinfo:ibverbs-utils"
-			"rping:rdmacm-utils" "nvme:nvme-cli" "fio:fio" "ps:procps" "python3:python3"
+			"rping:rdmacm-utils" "nvme:nvme-cli" "fio:fio" "ps:procps" "python3:python3" "curl:curl"
 		)
 	fi
 	for c in "${need[@]}"; do
