@@ -240,6 +240,9 @@ func (g *Ring) finish(i int32, res int64) bool {
 	switch {
 	case res < 0:
 		err = g.ioError(sl, unix.Errno(-res))
+		if r.Op == OpWrite && r.FUA {
+			err = sl.s.syncWriteError(err)
+		}
 	case res == 0:
 		if r.Op == OpRead {
 			err = fmt.Errorf("backend: read %s at byte %d, %d bytes: %w (file truncated?)", sl.s.path, sl.off+int64(sl.done), len(r.Buf)-sl.done, io.ErrUnexpectedEOF)
@@ -256,8 +259,8 @@ func (g *Ring) finish(i int32, res int64) bool {
 			off := sl.off + int64(sl.done)
 			if r.Op == OpRead {
 				err = sl.s.readFull(r.Buf[sl.done:], off)
-			} else {
-				err = sl.s.writeFull(sl.fd, r.Buf[sl.done:], off)
+			} else if err = sl.s.writeFull(sl.fd, r.Buf[sl.done:], off); r.FUA {
+				err = sl.s.syncWriteError(err)
 			}
 		}
 	}

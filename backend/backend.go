@@ -89,6 +89,9 @@ type Spec struct {
 	// it from then on. It is called from the backend's own goroutine, one call at a time;
 	// it must not block on the backend's I/O.
 	OnResize func(blocks uint64)
+	// Faults, when set, makes the file and block backends' system calls fail as it says:
+	// for tests of how the layers above handle I/O errors. Never set in production.
+	Faults *Faults
 
 	// sys, when set, replaces the system calls of the file and block backends (tests
 	// inject faults and count calls with it).
@@ -127,6 +130,17 @@ type Info struct {
 	// them in Submit and needs no workers, and the number in flight is bounded by the
 	// callers, not by threads (rbd).
 	Async bool
+	// ThinProvisioned reports that storage is allocated as blocks are written (a sparse
+	// file): writes can fail for lack of space (ENOSPC) before the namespace is full, and
+	// Usage says how much is allocated and how much more can be.
+	ThinProvisioned bool
+}
+
+// Usager is implemented by thin-provisioned backends (Info.ThinProvisioned).
+type Usager interface {
+	// Usage returns the bytes of the namespace that are allocated, and the bytes that can
+	// still be allocated (the free space of the filesystem, which other files share).
+	Usage() (allocated, available uint64, err error)
 }
 
 // Describer is implemented by backends that describe themselves; every backend in this
@@ -161,6 +175,12 @@ var (
 	// ErrShrink: a Resize to less than the current capacity. Hosts may have data in the
 	// blocks that would go, so a namespace only grows.
 	ErrShrink = errors.New("backend: a namespace cannot shrink")
+	// ErrSync: making completed writes durable failed (fdatasync, or a write through the
+	// O_DSYNC descriptor, reported an error). Writes the backend had already reported as
+	// complete may be lost, and the kernel reports such an error once: a retried
+	// fdatasync succeeds without the data. Status maps it to Write Fault with DNR, and the
+	// target stops reporting success for writes to the namespace until it is reopened.
+	ErrSync = errors.New("syncing to stable storage failed; completed writes may be lost")
 )
 
 // Resizer is implemented by backends whose capacity can grow while they are open (every

@@ -41,10 +41,7 @@ func openBlock(s Spec) (Backend, error) {
 		}
 		return nil, fmt.Errorf("backend: %q is not a block device (mode %v)", s.Path, st.Mode())
 	}
-	sys := s.sys
-	if sys == nil {
-		sys = realSys{}
-	}
+	sys := sysFor(s)
 	flag := unix.O_RDWR
 	if s.ReadOnly {
 		flag = unix.O_RDONLY

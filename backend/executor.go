@@ -45,7 +45,9 @@ type Request struct {
 	NLB uint64
 	// Buf is the data of OpRead and OpWrite (see Backend for the alignment rules).
 	Buf []byte
-	// FUA makes an OpWrite durable before Done.
+	// FUA makes an OpWrite, OpWriteZeroes or OpDeallocate durable before Done (the
+	// target sets it for every write when the host disabled the volatile write cache).
+	// For write zeroes and deallocate the backend is flushed after the operation.
 	FUA bool
 	// Ranges are the blocks of an OpDeallocate (a caller-owned slice, reused); when empty,
 	// SLBA and NLB are used. Every range is checked before any is deallocated, so an
@@ -232,10 +234,10 @@ func Execute(b Backend, r *Request) error {
 	case OpFlush:
 		return b.Flush()
 	case OpWriteZeroes:
-		return b.WriteZeroes(r.SLBA, r.NLB)
+		return syncIf(b, r.FUA, b.WriteZeroes(r.SLBA, r.NLB))
 	case OpDeallocate:
 		if len(r.Ranges) == 0 {
-			return b.Deallocate(r.SLBA, r.NLB)
+			return syncIf(b, r.FUA, b.Deallocate(r.SLBA, r.NLB))
 		}
 		if b.ReadOnly() {
 			return ErrReadOnly
@@ -251,9 +253,18 @@ func Execute(b Backend, r *Request) error {
 				return err
 			}
 		}
-		return nil
+		return syncIf(b, r.FUA, nil)
 	}
 	return fmt.Errorf("%w %d", ErrInvalidOp, uint8(r.Op))
+}
+
+// syncIf flushes b after a successful operation when fua is set: what makes a write
+// zeroes or deallocate durable (the file's extents, the device's cache).
+func syncIf(b Backend, fua bool, err error) error {
+	if err != nil || !fua {
+		return err
+	}
+	return b.Flush()
 }
 
 func nlbMismatch(r *Request, lba uint32) error {

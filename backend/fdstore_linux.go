@@ -40,7 +40,7 @@ func (s *fdStore) WriteBlocks(buf []byte, slba uint64, fua bool) error {
 	if fua && s.syncF != nil {
 		// The O_DSYNC descriptor: the data and the metadata needed to read it back
 		// (allocation, size) are on stable media when pwrite returns.
-		return s.writeFull(s.syncFD, buf, off)
+		return s.syncWriteError(s.writeFull(s.syncFD, buf, off))
 	}
 	if err := s.writeFull(s.fd, buf, off); err != nil {
 		return err
@@ -65,10 +65,25 @@ func (s *fdStore) datasync() error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("backend: fdatasync %s: %w", s.path, err)
+			return fmt.Errorf("backend: fdatasync %s: %w: %w", s.path, ErrSync, err)
 		}
 		return nil
 	}
+}
+
+// syncWriteError classifies the error of a write through the O_DSYNC descriptor. Such a
+// write syncs, and the sync can report the loss of earlier writes (a failed writeback,
+// a journal commit that failed), which the kernel then clears: every error is ErrSync
+// except a direct write refused for lack of space, which fails before anything is
+// written or synced.
+func (s *fdStore) syncWriteError(err error) error {
+	if err == nil || errors.Is(err, ErrSync) {
+		return err
+	}
+	if s.direct && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrSync, err)
 }
 
 func (s *fdStore) readFull(buf []byte, off int64) error {

@@ -48,10 +48,7 @@ func openFile(s Spec) (Backend, error) {
 			return nil, err
 		}
 	}
-	sys := s.sys
-	if sys == nil {
-		sys = realSys{}
-	}
+	sys := sysFor(s)
 	create := false
 	st, err := os.Stat(s.Path)
 	switch {
@@ -352,5 +349,22 @@ func (b *fileBackend) Info() Info {
 		VolatileWriteCache:    true,
 		PhysicalBlockSize:     b.pbs,
 		Workers:               b.workers,
+		ThinProvisioned:       true,
 	}
+}
+
+// Usage returns the bytes allocated to the file (up to the namespace size) and the bytes
+// its filesystem can still allocate to an unprivileged writer (statfs f_bavail; gonvmf
+// running as root may get the reserved blocks too, so this errs low).
+func (b *fileBackend) Usage() (allocated, available uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(b.fd, &st); err != nil {
+		return 0, 0, fmt.Errorf("backend: fstat %s: %w", b.path, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(b.fd, &fs); err != nil {
+		return 0, 0, fmt.Errorf("backend: statfs %s: %w", b.path, err)
+	}
+	allocated = min(uint64(st.Blocks)*512, b.NumBlocks()<<b.lbaShift)
+	return allocated, fs.Bavail * uint64(fs.Bsize), nil
 }

@@ -664,6 +664,12 @@ func TestFileShortTransfers(t *testing.T) {
 	}
 }
 
+// Ops of TestFileErrors that are an Op with FUA set.
+const (
+	opFUAWrite Op = 100 + iota
+	opFUAWriteZeroes
+)
+
 // TestFileErrors checks kernel errors come back wrapped and map to the right statuses.
 func TestFileErrors(t *testing.T) {
 	dir := t.TempDir()
@@ -678,14 +684,26 @@ func TestFileErrors(t *testing.T) {
 		{"write ENOSPC", &faultSys{pwriteErr: unix.ENOSPC}, OpWrite, nvmeproto.StatusCapacityExceeded.WithDNR()},
 		{"write EDQUOT", &faultSys{pwriteErr: unix.EDQUOT}, OpWrite, nvmeproto.StatusCapacityExceeded.WithDNR()},
 		{"write EROFS", &faultSys{pwriteErr: unix.EROFS}, OpWrite, nvmeproto.StatusNSWriteProtected.WithDNR()},
-		{"flush EIO", &faultSys{fsyncErr: unix.EIO}, OpFlush, nvmeproto.StatusWriteFault},
+		{"flush EIO", &faultSys{fsyncErr: unix.EIO}, OpFlush, nvmeproto.StatusWriteFault.WithDNR()},
+		{"flush ENOSPC", &faultSys{fsyncErr: unix.ENOSPC}, OpFlush, nvmeproto.StatusWriteFault.WithDNR()},
 		{"read EBADF", &faultSys{preadErr: unix.EBADF}, OpRead, nvmeproto.StatusInternalError},
+		// A write through the O_DSYNC descriptor syncs: its EIO may report earlier writes lost.
+		{"FUA write EIO", &faultSys{pwriteErr: unix.EIO}, opFUAWrite, nvmeproto.StatusWriteFault.WithDNR()},
+		// ... but lack of space refuses the write before anything is written or synced.
+		{"FUA write ENOSPC", &faultSys{pwriteErr: unix.ENOSPC}, opFUAWrite, nvmeproto.StatusCapacityExceeded.WithDNR()},
+		{"write zeroes FUA sync EIO", &faultSys{fsyncErr: unix.EIO}, opFUAWriteZeroes, nvmeproto.StatusWriteFault.WithDNR()},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(dir, "e"+string(rune('a'+i)))
 			b := openTestFile(t, Spec{Path: path, Size: 1 << 20, sys: c.sys})
 			r := &Request{Op: c.op, SLBA: 3, Buf: alignedBuf(4096)}
+			switch c.op {
+			case opFUAWrite:
+				r.Op, r.FUA = OpWrite, true
+			case opFUAWriteZeroes:
+				r.Op, r.FUA, r.NLB, r.Buf = OpWriteZeroes, true, 8, nil
+			}
 			err := Execute(b, r)
 			if err == nil {
 				t.Fatal("no error")
@@ -693,7 +711,7 @@ func TestFileErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), path) {
 				t.Errorf("error %q does not name the file", err)
 			}
-			if s := Status(c.op, err); s != c.want {
+			if s := Status(r.Op, err); s != c.want {
 				t.Errorf("Status = %v, want %v (err %v)", s, c.want, err)
 			}
 		})
@@ -767,6 +785,99 @@ func TestFileDIOAlignment(t *testing.T) {
 		}
 		if err := b.WriteBlocks(alignedBuf(4096), 0, true); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestFileSyncFailureIsErrSync: a failed fdatasync (injected with the exported Faults, as
+// the target's tests do) is ErrSync, Write Fault with DNR, and names the file; the next
+// fdatasync reaches the kernel and succeeds, as after a real writeback error, which is why
+// the target must remember the failure.
+func TestFileSyncFailureIsErrSync(t *testing.T) {
+	f := &Faults{}
+	path := filepath.Join(t.TempDir(), "f")
+	b := openTestFile(t, Spec{Path: path, Size: 1 << 20, Faults: f})
+	if err := b.WriteBlocks(alignedBuf(4096), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	f.FailSyncs(unix.EIO)
+	err := b.Flush()
+	if !errors.Is(err, ErrSync) || !errors.Is(err, unix.EIO) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("flush with fdatasync failing: %v, want ErrSync wrapping EIO naming %s", err, path)
+	}
+	if st := Status(OpFlush, err); st != nvmeproto.StatusWriteFault.WithDNR() {
+		t.Errorf("status %v, want Write Fault with DNR", st)
+	}
+	if err := b.Flush(); err != nil {
+		t.Errorf("second flush: %v; the injected failure was for one call", err)
+	}
+	if n := f.Syncs(); n != 2 {
+		t.Errorf("%d fdatasync calls, want 2", n)
+	}
+	f.FailWrites(unix.EIO, 1)
+	if err := b.WriteBlocks(alignedBuf(4096), 0, false); !errors.Is(err, unix.EIO) || errors.Is(err, ErrSync) {
+		t.Errorf("plain write failing with EIO: %v, want EIO and not ErrSync (the write itself failed; nothing completed was lost)", err)
+	}
+}
+
+// TestExecuteFUASyncsZeroesAndDeallocate: with FUA (the target sets it when the host
+// disabled the volatile write cache) write zeroes and deallocate are followed by an
+// fdatasync; without it they are not.
+func TestExecuteFUASyncsZeroesAndDeallocate(t *testing.T) {
+	f := &Faults{}
+	b := openTestFile(t, Spec{Path: filepath.Join(t.TempDir(), "f"), Size: 1 << 20, Faults: f})
+	for _, c := range []struct {
+		r     Request
+		syncs int
+	}{
+		{Request{Op: OpWriteZeroes, SLBA: 8, NLB: 8}, 0},
+		{Request{Op: OpWriteZeroes, SLBA: 8, NLB: 8, FUA: true}, 1},
+		{Request{Op: OpDeallocate, SLBA: 8, NLB: 8}, 0},
+		{Request{Op: OpDeallocate, SLBA: 8, NLB: 8, FUA: true}, 1},
+		{Request{Op: OpDeallocate, Ranges: []Range{{0, 8}, {16, 8}}, FUA: true}, 1},
+		{Request{Op: OpWrite, SLBA: 0, Buf: alignedBuf(4096), FUA: true}, 0}, // the O_DSYNC descriptor
+	} {
+		before := f.Syncs()
+		if err := Execute(b, &c.r); err != nil {
+			t.Fatalf("%v fua=%v: %v", c.r.Op, c.r.FUA, err)
+		}
+		if n := f.Syncs() - before; n != c.syncs {
+			t.Errorf("%v fua=%v: %d fdatasync calls, want %d", c.r.Op, c.r.FUA, n, c.syncs)
+		}
+	}
+}
+
+// TestFileUsage: a sparse file reports what it has allocated, which grows with writes and
+// shrinks with deallocate, never more than the namespace, and the filesystem's free space.
+func TestFileUsage(t *testing.T) {
+	b := openTestFile(t, Spec{Path: filepath.Join(t.TempDir(), "f"), Size: 8 << 20})
+	if !Describe(b).ThinProvisioned {
+		t.Fatal("file backend does not report thin provisioning")
+	}
+	var u Usager = b
+	a0, avail, err := u.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if avail == 0 {
+		t.Errorf("available 0 bytes on the test's filesystem")
+	}
+	if err := b.WriteBlocks(alignedBuf(1<<20), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	a1, _, err := u.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a1 < a0+1<<20 || a1 > 8<<20 {
+		t.Errorf("allocated %d bytes after writing 1 MiB to a file that had %d; want at least %d and at most the namespace", a1, a0, a0+1<<20)
+	}
+	if Describe(b).DeallocateReadsZeroes { // hole punching works here
+		if err := b.Deallocate(0, 2048); err != nil {
+			t.Fatal(err)
+		}
+		if a2, _, _ := u.Usage(); a2 >= a1 {
+			t.Errorf("allocated %d bytes after deallocating the 1 MiB written, had %d", a2, a1)
 		}
 	}
 }

@@ -11,9 +11,11 @@ import (
 // target returns:
 //
 //	nil                          Successful Completion
+//	ErrSync                      Write Fault, DNR (completed writes may be lost: see ErrSync)
 //	ErrLBAOutOfRange             LBA Out of Range, DNR
 //	ErrReadOnly, EROFS           Namespace is Write Protected, DNR
-//	ENOSPC, EDQUOT               Capacity Exceeded, DNR (a sparse file on a full filesystem)
+//	ENOSPC, EDQUOT               Capacity Exceeded, DNR (a sparse file on a full filesystem;
+//	                             the Linux host turns it into ENOSPC for the application)
 //	EIO on read                  Unrecovered Read Error
 //	EIO on write, write zeroes
 //	or flush                     Write Fault
@@ -27,6 +29,8 @@ func Status(op Op, err error) nvmeproto.Status {
 	switch {
 	case err == nil:
 		return nvmeproto.StatusSuccess
+	case errors.Is(err, ErrSync):
+		return nvmeproto.StatusWriteFault.WithDNR()
 	case errors.Is(err, ErrLBAOutOfRange):
 		return nvmeproto.StatusLBAOutOfRange.WithDNR()
 	case errors.Is(err, ErrReadOnly), errors.Is(err, syscall.EROFS):

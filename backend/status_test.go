@@ -27,6 +27,11 @@ func TestStatus(t *testing.T) {
 		{OpWriteZeroes, wrap(syscall.EIO), nvmeproto.StatusWriteFault},
 		{OpFlush, wrap(syscall.EIO), nvmeproto.StatusWriteFault},
 		{OpDeallocate, wrap(syscall.EIO), nvmeproto.StatusInternalError},
+		// A failed sync may have lost completed writes: never retried into silence.
+		{OpFlush, fmt.Errorf("backend: fdatasync f: %w: %w", ErrSync, syscall.EIO), nvmeproto.StatusWriteFault.WithDNR()},
+		{OpFlush, fmt.Errorf("backend: fdatasync f: %w: %w", ErrSync, syscall.ENOSPC), nvmeproto.StatusWriteFault.WithDNR()},
+		{OpWrite, fmt.Errorf("%w: %w", ErrSync, wrap(syscall.EIO)), nvmeproto.StatusWriteFault.WithDNR()},
+		{OpWriteZeroes, fmt.Errorf("backend: fdatasync f: %w: %w", ErrSync, syscall.EIO), nvmeproto.StatusWriteFault.WithDNR()},
 		{OpRead, wrap(ErrUnaligned), nvmeproto.StatusInternalError.WithDNR()},
 		{Op(42), fmt.Errorf("%w 42", ErrInvalidOp), nvmeproto.StatusInvalidOpcode.WithDNR()},
 		{OpRead, ErrClosed, nvmeproto.StatusInternalError},

@@ -46,6 +46,38 @@ func (realSys) ioctlRange(fd int, req uint, off, n uint64) error {
 	return nil
 }
 
+// faultSysOps is the real system-call layer with the errors a Faults injects.
+type faultSysOps struct {
+	realSys
+	f *Faults
+}
+
+func (s faultSysOps) pwrite(fd int, p []byte, off int64) (int, error) {
+	if err := s.f.write(); err != nil {
+		return 0, err
+	}
+	return s.realSys.pwrite(fd, p, off)
+}
+
+func (s faultSysOps) fdatasync(fd int) error {
+	if err := s.f.sync(); err != nil {
+		return err
+	}
+	return s.realSys.fdatasync(fd)
+}
+
+// sysFor returns the system-call layer for s: the test's, one with injected faults, or
+// the kernel's.
+func sysFor(s Spec) sysOps {
+	switch {
+	case s.sys != nil:
+		return s.sys
+	case s.Faults != nil:
+		return faultSysOps{f: s.Faults}
+	}
+	return realSys{}
+}
+
 // notSupported reports whether err says the kernel or filesystem lacks the operation.
 func notSupported(err error) bool {
 	return errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.ENOTTY)

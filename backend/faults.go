@@ -1,0 +1,74 @@
+package backend
+
+import (
+	"sync"
+)
+
+// Faults injects errors into the system calls of the file and block backends (Spec.Faults),
+// in the manner of pebble's error-injecting filesystem: tests of the layers above use it
+// to see how they handle a failed fdatasync or write without a failing disk. The zero
+// value injects nothing and counts calls. It is safe for concurrent use; a Backend must
+// not share one Faults with another test.
+type Faults struct {
+	mu       sync.Mutex
+	syncErrs []error // returned by the next fdatasync calls, in order
+	writeErr error   // returned by the next writeN pwrite calls
+	writeN   int
+	syncs    int
+	writes   int
+}
+
+// FailSyncs makes the next len(errs) fdatasync calls fail with errs, in order, without
+// calling the kernel; later calls reach it again. A kernel reports a writeback error to
+// one fdatasync and then succeeds, so FailSyncs(syscall.EIO) is that failure.
+func (f *Faults) FailSyncs(errs ...error) {
+	f.mu.Lock()
+	f.syncErrs = append(f.syncErrs, errs...)
+	f.mu.Unlock()
+}
+
+// FailWrites makes the next n pwrite calls fail with err without writing.
+func (f *Faults) FailWrites(err error, n int) {
+	f.mu.Lock()
+	f.writeErr, f.writeN = err, n
+	f.mu.Unlock()
+}
+
+// Syncs returns the number of fdatasync calls made so far, failed ones included.
+func (f *Faults) Syncs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.syncs
+}
+
+// Writes returns the number of pwrite calls made so far, failed ones included.
+func (f *Faults) Writes() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.writes
+}
+
+// sync counts an fdatasync and returns the error to inject, if any.
+func (f *Faults) sync() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.syncs++
+	if len(f.syncErrs) == 0 {
+		return nil
+	}
+	err := f.syncErrs[0]
+	f.syncErrs = f.syncErrs[1:]
+	return err
+}
+
+// write counts a pwrite and returns the error to inject, if any.
+func (f *Faults) write() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.writes++
+	if f.writeN == 0 {
+		return nil
+	}
+	f.writeN--
+	return f.writeErr
+}
