@@ -25,8 +25,11 @@
 // eventfd like for its own completions. Images opened with the same cluster and client
 // share one RADOS connection. An image watch reports `rbd resize` to Spec.OnResize.
 //
-// Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned or an errno from the kernel;
-// Status turns any of them into the NVMe completion status the target reports.
+// Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned, ErrSync or an errno from the kernel;
+// Status turns any of them into the NVMe completion status the target reports. A failed
+// sync (ErrSync: fdatasync, or a write through the O_DSYNC descriptor) is sticky: the file
+// and block backends remember it and fail every later Flush until they are opened again,
+// since the kernel reports a writeback error only once.
 //
 // The package imports nvmeproto for status codes and nothing else from gonvmf; the ceph
 // build adds github.com/ceph/go-ceph (and links librados and librbd).

@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,6 +25,13 @@ type fdStore struct {
 	syncF  *os.File // opened with O_DSYNC for FUA writes; nil means FUA by fdatasync
 	syncFD int
 	direct bool
+
+	// syncMu serializes fdatasync calls: of two concurrent calls the kernel reports a
+	// writeback error to one only, and the other must not succeed before the first has
+	// recorded it. syncErr is the first sync failure (ErrSync); every later Flush returns
+	// it without asking the kernel, which would say all is well. Only a new open clears it.
+	syncMu  sync.Mutex
+	syncErr atomic.Pointer[error]
 }
 
 func (s *fdStore) ReadBlocks(buf []byte, slba uint64) error {
@@ -59,16 +68,30 @@ func (s *fdStore) Flush() error {
 }
 
 func (s *fdStore) datasync() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if p := s.syncErr.Load(); p != nil {
+		return *p
+	}
 	for {
 		err := s.sys.fdatasync(s.fd)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("backend: fdatasync %s: %w: %w", s.path, ErrSync, err)
+			return s.syncFailed(fmt.Errorf("backend: fdatasync %s: %w: %w", s.path, ErrSync, err))
 		}
 		return nil
 	}
+}
+
+// syncFailed records the first sync failure (see syncErr) and returns err.
+func (s *fdStore) syncFailed(err error) error {
+	if s.syncErr.CompareAndSwap(nil, &err) {
+		s.log.Error("backend: syncing to stable storage failed: writes reported complete may be lost; "+
+			"every later flush fails until the namespace is reopened", "path", s.path, "err", err)
+	}
+	return err
 }
 
 // syncWriteError classifies the error of a write through the O_DSYNC descriptor. Such a
@@ -83,7 +106,7 @@ func (s *fdStore) syncWriteError(err error) error {
 	if s.direct && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrSync, err)
+	return s.syncFailed(fmt.Errorf("%w: %w", ErrSync, err))
 }
 
 func (s *fdStore) readFull(buf []byte, off int64) error {

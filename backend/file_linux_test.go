@@ -790,9 +790,9 @@ func TestFileDIOAlignment(t *testing.T) {
 }
 
 // TestFileSyncFailureIsErrSync: a failed fdatasync (injected with the exported Faults, as
-// the target's tests do) is ErrSync, Write Fault with DNR, and names the file; the next
-// fdatasync reaches the kernel and succeeds, as after a real writeback error, which is why
-// the target must remember the failure.
+// the target's tests do) is ErrSync, Write Fault with DNR, and names the file. The kernel
+// would let the next fdatasync succeed (it reports a writeback error once): the backend
+// remembers the failure and fails every later flush without asking it, until reopened.
 func TestFileSyncFailureIsErrSync(t *testing.T) {
 	f := &Faults{}
 	path := filepath.Join(t.TempDir(), "f")
@@ -808,11 +808,16 @@ func TestFileSyncFailureIsErrSync(t *testing.T) {
 	if st := Status(OpFlush, err); st != nvmeproto.StatusWriteFault.WithDNR() {
 		t.Errorf("status %v, want Write Fault with DNR", st)
 	}
-	if err := b.Flush(); err != nil {
-		t.Errorf("second flush: %v; the injected failure was for one call", err)
+	if err2 := b.Flush(); !errors.Is(err2, ErrSync) {
+		t.Errorf("second flush: %v, want the first failure again (ErrSync)", err2)
 	}
-	if n := f.Syncs(); n != 2 {
-		t.Errorf("%d fdatasync calls, want 2", n)
+	if n := f.Syncs(); n != 1 {
+		t.Errorf("%d fdatasync calls, want 1: a flush after a failure must not ask the kernel, which says all is well", n)
+	}
+	b.Close()
+	b = openTestFile(t, Spec{Path: path, Size: 1 << 20, Faults: f})
+	if err := b.Flush(); err != nil {
+		t.Errorf("flush after reopening: %v", err)
 	}
 	f.FailWrites(unix.EIO, 1)
 	if err := b.WriteBlocks(alignedBuf(4096), 0, false); !errors.Is(err, unix.EIO) || errors.Is(err, ErrSync) {
