@@ -3,6 +3,7 @@ package target
 import (
 	"slices"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
@@ -226,6 +227,27 @@ func (s *subsystem) volatileWriteCache() bool {
 	return slices.ContainsFunc(s.namespaces(), func(ns *namespace) bool { return ns.info.VolatileWriteCache })
 }
 
+// thinUsage reports a thin-provisioned namespace (a sparse file) as such: NSFEAT thin
+// provisioning, NUSE the blocks allocated, NCAP what is allocated plus what the
+// filesystem can still give (so a host can see a write will fail with Capacity Exceeded
+// before the namespace is full). NCAP is at least 1: the Linux host takes an NCAP of 0 for
+// a namespace that is not there. When the backend cannot say, NCAP = NUSE = NSZE.
+func (ns *namespace) thinUsage(id *nvmeproto.IdentifyNamespace) {
+	u, ok := ns.be.(backend.Usager)
+	if !ok || !ns.info.ThinProvisioned {
+		return
+	}
+	alloc, avail, err := u.Usage()
+	if err != nil {
+		ns.t.log.Debug("namespace usage unknown: reporting it fully allocated", "subsystem", ns.subNQN, "nsid", ns.nsid, "err", err)
+		return
+	}
+	id.NSFEAT |= nvmeproto.NSFEATThinProvisioning
+	nblocks := ns.blocks.Load()
+	id.NUSE = min(alloc>>ns.shift, nblocks)
+	id.NCAP = max(min(id.NUSE+avail>>ns.shift, nblocks), id.NUSE, 1)
+}
+
 // identify builds the Identify Namespace data of ns.
 func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
 	nblocks := ns.blocks.Load()
@@ -239,6 +261,7 @@ func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
 		NVMCAP: nvmeproto.U128(nblocks << ns.shift),
 	}
 	id.LBAF[0] = nvmeproto.LBAFormatFor(ns.lbaSize())
+	ns.thinUsage(id)
 	if ns.info.DeallocateReadsZeroes {
 		id.DLFEAT = nvmeproto.DLFEATReadZeroes
 	}

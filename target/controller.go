@@ -368,6 +368,10 @@ func (c *controller) resetDone() {
 
 // beginShutdown handles a shutdown notification: I/O queues are disconnected, their
 // commands drain, every namespace's backend is flushed, then CSTS.SHST reads complete.
+// A flush that fails is reported, not only logged: CSTS.CFS is set with SHST complete
+// (shutdown processing is over, and it failed: the host must not assume its data is on
+// stable storage), and a sync failure also fails the namespace (see namespace.fail), so
+// the next association finds writes and flushes refused rather than a clean state.
 // Called with mu held.
 func (c *controller) beginShutdown() func() {
 	c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTOccurring)
@@ -387,18 +391,19 @@ func (c *controller) beginShutdown() func() {
 			for _, q := range qs {
 				<-q.drained
 			}
+			failed := false
 			for _, ns := range c.subsys.namespaces() {
-				if !ns.acquire() {
-					continue
+				if err := ns.flush(); err != nil {
+					failed = true
+					c.log.Error("flushing namespace at shutdown failed: reporting CSTS.CFS with the shutdown", "nsid", ns.nsid, "err", err)
 				}
-				if err := ns.be.Flush(); err != nil {
-					c.log.Error("flushing namespace at shutdown", "nsid", ns.nsid, "err", err)
-				}
-				ns.release()
 			}
 			c.mu.Lock()
 			if c.resetGen == gen {
 				c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTComplete)
+				if failed {
+					c.csts |= nvmeproto.CSTSBitCFS
+				}
 			}
 			c.mu.Unlock()
 		}()

@@ -89,9 +89,15 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		if cmd.Opcode == nvmeproto.OpWrite && ns.readOnly.Load() {
 			return nvmeproto.StatusNSWriteProtected.WithDNR()
 		}
+		if cmd.Opcode == nvmeproto.OpWrite && ns.failed() {
+			return nvmeproto.StatusWriteFault.WithDNR()
+		}
 	case nvmeproto.OpFlush:
 		if r.Length != 0 {
 			return nvmeproto.StatusDataSGLLengthInvalid.WithDNR()
+		}
+		if ns.failed() {
+			return nvmeproto.StatusWriteFault.WithDNR()
 		}
 	case nvmeproto.OpWriteZeroes:
 		if r.Length != 0 {
@@ -105,6 +111,9 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		if ns.readOnly.Load() {
 			return nvmeproto.StatusNSWriteProtected.WithDNR()
 		}
+		if ns.failed() {
+			return nvmeproto.StatusWriteFault.WithDNR()
+		}
 	case nvmeproto.OpDatasetManagement:
 		nr := cmd.CDW10&0xFF + 1
 		if r.Length < nr*dsmRangeSize {
@@ -112,6 +121,9 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		}
 		if cmd.CDW11&dsmAD != 0 && ns.readOnly.Load() {
 			return nvmeproto.StatusNSWriteProtected.WithDNR()
+		}
+		if cmd.CDW11&dsmAD != 0 && ns.failed() {
+			return nvmeproto.StatusWriteFault.WithDNR()
 		}
 	case nvmeproto.OpReservationRegister, nvmeproto.OpReservationAcquire:
 		if r.Length < nvmeproto.ResvRegisterDataSize {
@@ -190,6 +202,7 @@ func (q *Queue) execIO(r *Request, c *controller) {
 	case nvmeproto.OpWriteZeroes:
 		br.Op = backend.OpWriteZeroes
 		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
+		br.FUA = !c.wce.Load() // no volatile write cache: durable before the completion
 	case nvmeproto.OpDatasetManagement:
 		if cmd.CDW11&dsmAD == 0 { // only hints (integral read/write): nothing to do
 			q.finish(r, nvmeproto.StatusSuccess)
@@ -214,6 +227,7 @@ func (q *Queue) execIO(r *Request, c *controller) {
 		}
 		br.Op = backend.OpDeallocate
 		br.Ranges = r.ranges
+		br.FUA = !c.wce.Load()
 	}
 	if async {
 		ns.exec.SubmitRing(q.ring, br)
@@ -226,8 +240,13 @@ func (q *Queue) execIO(r *Request, c *controller) {
 func (r *Request) ioDone(br *backend.Request) {
 	q, ns := r.q, r.ns
 	st := backend.Status(br.Op, br.Err)
-	if br.Err != nil && errors.Is(br.Err, backend.ErrClosed) {
-		st = nvmeproto.StatusInvalidNamespace.WithDNR() // removed while the command was on its way
+	if br.Err != nil {
+		switch {
+		case errors.Is(br.Err, backend.ErrClosed):
+			st = nvmeproto.StatusInvalidNamespace.WithDNR() // removed while the command was on its way
+		case errors.Is(br.Err, backend.ErrSync):
+			ns.fail(br.Err)
+		}
 	}
 	if st == nvmeproto.StatusSuccess {
 		switch {

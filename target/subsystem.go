@@ -194,6 +194,41 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	return err
 }
 
+// reopenNamespace closes the namespace old's backend and opens it again from cn, its
+// running configuration: a fresh start that clears a failure (see namespace.fail).
+// Commands that arrive meanwhile fail with Invalid Namespace; controllers are told the
+// namespace changed. If the backend cannot be opened the namespace stays inactive
+// (listed in the configuration, refusing commands) until a reopen succeeds or it is
+// removed.
+func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
+	nsid := old.nsid
+	reason := old.failureReason()
+	if err := old.close(); err != nil {
+		s.t.log.Warn("closing namespace to reopen it", "subsystem", s.nqn, "nsid", nsid, "err", err)
+	}
+	ns, err := openNamespace(s.t, s.nqn, cn)
+	if err != nil {
+		s.t.log.Error("reopening namespace failed: it stays inactive until a reopen succeeds", "subsystem", s.nqn, "nsid", nsid, "err", err)
+		return fmt.Errorf("target: reopening namespace %d of %q (it stays inactive until a reopen succeeds or it is removed): %w", nsid, s.nqn, err)
+	}
+	s.mu.Lock()
+	tab := *s.ns.Load()
+	i := slices.Index(tab, old)
+	if s.closed || i < 0 {
+		s.mu.Unlock()
+		ns.close()
+		return fmt.Errorf("%w: nsid %d in %q was removed while it was reopened", ErrNoSuchNamespace, nsid, s.nqn)
+	}
+	tab = slices.Clone(tab)
+	tab[i] = ns
+	s.ns.Store(&tab)
+	s.mu.Unlock()
+	s.t.log.Info("namespace reopened", "subsystem", s.nqn, "nsid", nsid, "path", ns.cfg.Path, "was_failed", reason != nil,
+		"blocks", ns.blocks.Load())
+	s.notifyNamespaceChanged(nsid)
+	return nil
+}
+
 // close fails every controller and closes every namespace.
 func (s *subsystem) close() error {
 	s.mu.Lock()
@@ -220,12 +255,14 @@ func (s *subsystem) close() error {
 // namespace is one namespace: its backend, the executor that runs commands on it, and
 // the counters behind the SMART log.
 type namespace struct {
-	nsid  uint32
-	cfg   conf.Namespace
-	be    backend.Backend
-	exec  *backend.Executor
-	info  backend.Info
-	shift uint8 // log2 of the LBA size
+	t      *Target
+	subNQN string
+	nsid   uint32
+	cfg    conf.Namespace
+	be     backend.Backend
+	exec   *backend.Executor
+	info   backend.Info
+	shift  uint8 // log2 of the LBA size
 	// blocks is the capacity the command path checks against (Identify NSZE); it only
 	// grows (ResizeNamespace), after the backend has grown.
 	blocks atomic.Uint64
@@ -235,6 +272,11 @@ type namespace struct {
 	beReadOnly bool
 
 	resv nsResv // registrations and reservation
+
+	// failure is why the namespace refuses writes and flushes (Write Fault, DNR): a sync
+	// of its backend failed, so writes it reported complete may be lost. nil while
+	// healthy; set once and never cleared: ReopenNamespace replaces the namespace.
+	failure atomic.Pointer[error]
 
 	// state counts the references admin commands hold (Identify, the shutdown flush) |
 	// closingBit. I/O commands take none: they reach the backend only through exec,
@@ -249,6 +291,52 @@ type namespace struct {
 
 // closing reports whether the namespace is being removed.
 func (ns *namespace) closing() bool { return ns.state.Load()&closingBit != 0 }
+
+// failed reports whether a sync failure made the namespace refuse writes and flushes.
+func (ns *namespace) failed() bool { return ns.failure.Load() != nil }
+
+// fail records a sync failure of the namespace's backend (an error wrapping
+// backend.ErrSync): from now on it refuses writes, write zeroes, deallocate and flush
+// with Write Fault and DNR, so that no later success covers data that may be lost. Reads
+// still work, so that what is on stable storage can be salvaged. The first failure is
+// logged at Error.
+func (ns *namespace) fail(err error) {
+	if ns.failure.CompareAndSwap(nil, &err) {
+		ns.t.log.Error("namespace failed: syncing to stable storage failed and writes reported complete may be lost; "+
+			"writes and flushes fail with Write Fault (DNR) until the namespace is reopened (restart gonvmf, or ReopenNamespace)",
+			"subsystem", ns.subNQN, "nsid", ns.nsid, "path", ns.cfg.Path, "err", err)
+	}
+}
+
+// flush makes the namespace's completed writes durable outside any command (controller
+// shutdown, the target's drain). A namespace being removed is skipped (its close waits
+// for its commands); one that failed returns its failure without syncing; a sync failure
+// fails it.
+func (ns *namespace) flush() error {
+	if !ns.acquire() {
+		return nil
+	}
+	defer ns.release()
+	if err := ns.failureReason(); err != nil {
+		return err
+	}
+	err := ns.be.Flush()
+	if errors.Is(err, backend.ErrSync) {
+		ns.fail(err)
+	}
+	if err != nil {
+		return fmt.Errorf("namespace %d: %w", ns.nsid, err)
+	}
+	return nil
+}
+
+// failureReason returns why the namespace failed, or nil.
+func (ns *namespace) failureReason() error {
+	if p := ns.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error) {
 	spec := backend.Spec{
@@ -290,6 +378,8 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 		return nil, fmt.Errorf("namespace %d: backend reports LBA size %d; want a power of two from 512 to 4096", cn.NSID, lba)
 	}
 	ns := &namespace{
+		t:          t,
+		subNQN:     nqn,
 		nsid:       cn.NSID,
 		cfg:        cn,
 		be:         be,

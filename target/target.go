@@ -388,6 +388,77 @@ func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 	return nil
 }
 
+// ReopenNamespace closes a namespace's backend and opens it again from its configuration
+// (the running configuration does not change). It is how a namespace that failed — a
+// sync of its backend failed, so it refuses writes and flushes with Write Fault (DNR)
+// because writes it reported complete may be lost — is put back into service once the
+// operator has dealt with the storage and the possible loss; a restart does the same.
+// Commands that arrive during the reopen fail with Invalid Namespace, and the
+// subsystem's controllers get a Namespace Attribute Changed event. If the backend cannot
+// be opened the namespace stays inactive until a later reopen succeeds or it is removed.
+func (t *Target) ReopenNamespace(subNQN string, nsid uint32) error {
+	t.cfgMu.Lock() // serialized with configuration changes (RemoveNamespace, ...)
+	defer t.cfgMu.Unlock()
+	t.mu.Lock()
+	closed := t.closed
+	c := t.cfg // replaced, never modified: safe to read after unlocking
+	t.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	s, ns, si, ni, err := t.findNamespace(c, subNQN, nsid)
+	if err != nil {
+		return err
+	}
+	// The running configuration: a resize or a change of write protection since the
+	// namespace was added is kept.
+	return s.reopenNamespace(ns, c.Subsystems[si].Namespaces[ni])
+}
+
+// FailedNamespace is a namespace that refuses writes and flushes because a sync of its
+// backend failed (see ReopenNamespace).
+type FailedNamespace struct {
+	SubNQN string
+	NSID   uint32
+	Reason error // the backend's error, wrapping backend.ErrSync
+}
+
+// FailedNamespaces lists the namespaces that failed, by subsystem in configuration order
+// and NSID.
+func (t *Target) FailedNamespaces() []FailedNamespace {
+	t.mu.Lock()
+	subs := slices.Clone(t.order)
+	t.mu.Unlock()
+	var out []FailedNamespace
+	for _, s := range subs {
+		for _, ns := range s.namespaces() {
+			if err := ns.failureReason(); err != nil {
+				out = append(out, FailedNamespace{SubNQN: s.nqn, NSID: ns.nsid, Reason: err})
+			}
+		}
+	}
+	return out
+}
+
+// Flush makes every namespace's completed writes durable (a backend Flush, as the Flush
+// command does): the last step of an orderly shutdown before hosts are disconnected. A
+// namespace whose sync fails is failed (see ReopenNamespace); the errors are returned
+// joined.
+func (t *Target) Flush() error {
+	t.mu.Lock()
+	subs := slices.Clone(t.order)
+	t.mu.Unlock()
+	var errs []error
+	for _, s := range subs {
+		for _, ns := range s.namespaces() {
+			if err := ns.flush(); err != nil {
+				errs = append(errs, fmt.Errorf("subsystem %q: %w", s.nqn, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (t *Target) subsystem(nqn string) *subsystem {
 	t.mu.Lock()
 	defer t.mu.Unlock()
