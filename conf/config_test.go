@@ -162,6 +162,30 @@ func TestEmptySubsystemWarns(t *testing.T) {
 	}
 }
 
+// TestNonStandardNQNWarns: names outside the NVMe NQN form, which the Linux host and
+// target accept (blktests' default subsystem, tutorials' "testnqn"), are accepted with a
+// warning that names the field and says they are not portable; the fatal problems stay
+// errors (TestBadConfigs: too long, control characters, the discovery NQN).
+func TestNonStandardNQNWarns(t *testing.T) {
+	for _, nqn := range []string{"blktests-subsystem-1", "testnqn", "iqn.2024-01.com.example:t", "nqn.2024-13.com.example:t",
+		"nqn.2024-01.com.exa_mple:t", "nqn.2014-08.org.nvmexpress:uuid:1234"} {
+		c := mustParse(t, "listeners: [{address: '::'}]\nsubsystems:\n  - nqn: \""+nqn+"\"\n    hosts: [testhost]\n    namespaces: [{nsid: 1, backend: null, size: 1GiB}]\n")
+		if c.Subsystems[0].NQN != nqn {
+			t.Fatalf("NQN %q became %q", nqn, c.Subsystems[0].NQN)
+		}
+		if len(c.Warnings) != 2 {
+			t.Fatalf("%s: %d warnings, want 2 (subsystem and host NQN): %v", nqn, len(c.Warnings), c.Warnings)
+		}
+		if w := c.Warnings[0].Error(); !strings.Contains(w, "test.yaml:3: subsystems[0].nqn:") || !strings.Contains(w, "not portable") ||
+			!strings.Contains(w, "SPDK") || !strings.Contains(w, "nqn.yyyy-mm.<reverse domain>:<name>") {
+			t.Errorf("%s: warning %q", nqn, w)
+		}
+		if w := c.Warnings[1].Error(); !strings.Contains(w, "test.yaml:4: subsystems[0].hosts[0]:") || !strings.Contains(w, "not portable") {
+			t.Errorf("host testhost: warning %q", w)
+		}
+	}
+}
+
 // TestClone: a clone is equal to its original and shares no memory with it; it resolves
 // again to the same configuration; errors about it name fields without the original
 // file's lines.

@@ -21,8 +21,9 @@ const nqnExample = "nqn.2024-01.com.example:disk0"
 //
 // or the discovery NQN itself. The domain's labels are 1..63 letters, digits and hyphens,
 // not starting or ending with a hyphen (RFC 1123). This is what the NVMe Base
-// specification (NVMe Qualified Names) asks and what SPDK enforces; the Linux target checks
-// only the length.
+// specification (NVMe Qualified Names) asks and what SPDK enforces; the Linux host and
+// target check only the length. A configuration accepts any name that passes
+// UsableNQN, with a warning when ValidateNQN refuses it.
 func ValidateNQN(s string) error {
 	if p := nqnProblem(s); p != "" {
 		return fmt.Errorf("invalid NQN %q: %s", s, p)
@@ -30,8 +31,19 @@ func ValidateNQN(s string) error {
 	return nil
 }
 
-// nqnProblem says what is wrong with s as an NQN, or "" when nothing is.
-func nqnProblem(s string) string {
+// UsableNQN reports whether s can name a subsystem or host at all: 1 to 223 bytes of
+// UTF-8 without control characters. Anything more (the form ValidateNQN checks) is a
+// matter of portability: the Linux host and target accept names such as "testnqn" or
+// "blktests-subsystem-1", SPDK refuses them.
+func UsableNQN(s string) error {
+	if p := nqnUnusable(s); p != "" {
+		return fmt.Errorf("invalid NQN %q: %s", s, p)
+	}
+	return nil
+}
+
+// nqnUnusable says why s cannot be an NQN on the wire, or "" when it can.
+func nqnUnusable(s string) string {
 	switch {
 	case s == "":
 		return "it is empty"
@@ -41,6 +53,17 @@ func nqnProblem(s string) string {
 		return "it is not valid UTF-8"
 	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return "it contains a control character"
+	}
+	return ""
+}
+
+// nqnProblem says what is wrong with s as an NQN in the specification's form, or "" when
+// nothing is.
+func nqnProblem(s string) string {
+	if p := nqnUnusable(s); p != "" {
+		return p
+	}
+	switch {
 	case s == DiscoveryNQN:
 		return ""
 	case strings.HasPrefix(s, uuidNQNPrefix):

@@ -406,7 +406,7 @@ func (v *validator) subsystem(s *Subsystem, p string, own *idOwners) {
 		v.fail(p+".nqn", s.NQN, fmt.Sprintf("%s is the well-known discovery subsystem, which gonvmf serves on every listener by itself", s.NQN),
 			"give the subsystem its own NQN, e.g. "+nqnExample)
 	default:
-		if prob := nqnProblem(s.NQN); prob != "" {
+		if prob := nqnUnusable(s.NQN); prob != "" {
 			v.fail(p+".nqn", s.NQN, fmt.Sprintf("%q is not a valid NQN: %s", s.NQN, prob),
 				"use the form nqn.yyyy-mm.<reverse domain>:<name>, e.g. "+nqnExample)
 		} else if prev, dup := own.nqn[s.NQN]; dup {
@@ -414,6 +414,11 @@ func (v *validator) subsystem(s *Subsystem, p string, own *idOwners) {
 		} else {
 			own.nqn[s.NQN] = p
 			nqnOK = true
+			if prob := nqnProblem(s.NQN); prob != "" {
+				v.warn(p+".nqn", s.NQN, fmt.Sprintf("%q is not in the NVMe NQN form (%s): the Linux host and target accept it, "+
+					"but it is not portable (SPDK and other strict hosts refuse it)", s.NQN, prob),
+					"for a name every host accepts use nqn.yyyy-mm.<reverse domain>:<name>, e.g. "+nqnExample)
+			}
 		}
 	}
 
@@ -446,10 +451,14 @@ func (v *validator) subsystem(s *Subsystem, p string, own *idOwners) {
 			v.fail(hp, h, "the discovery NQN names a subsystem, not a host", "use the host's own NQN (its /etc/nvme/hostnqn)")
 			continue
 		}
-		if prob := nqnProblem(h); prob != "" {
+		if prob := nqnUnusable(h); prob != "" {
 			v.fail(hp, h, fmt.Sprintf("%q is not a valid host NQN: %s", h, prob),
 				"use the host's NQN as in its /etc/nvme/hostnqn, e.g. nqn.2014-08.org.nvmexpress:uuid:<uuid>")
 			continue
+		}
+		if prob := nqnProblem(h); prob != "" {
+			v.warn(hp, h, fmt.Sprintf("%q is not in the NVMe NQN form (%s): the Linux host accepts it, but it is not portable", h, prob),
+				"check it is the host's NQN as in its /etc/nvme/hostnqn (usually nqn.2014-08.org.nvmexpress:uuid:<uuid>)")
 		}
 		if prev, dup := hosts[h]; dup {
 			v.fail(hp, h, fmt.Sprintf("host %s is already listed as %s", h, v.where(prev)), "remove the repeated entry")

@@ -19,8 +19,10 @@ const (
 	UUIDNQNPrefix = "nqn.2014-08.org.nvmexpress:uuid:"
 )
 
-// CheckNQN reports whether s is a well-formed NQN: at most MaxNQNLen bytes, no NUL, and
-// either "nqn.yyyy-mm.reverse-domain[:anything]" or the UUID form. The error says why not.
+// CheckNQN reports whether s can be used as an NQN on the wire: 1 to MaxNQNLen bytes
+// with no control characters (a NUL would truncate it). That is all the Linux host and
+// target ask; names like "testnqn" or "blktests-subsystem-1" pass. PortableNQN checks the
+// form the specification prescribes. The error says why not.
 func CheckNQN(s string) error {
 	switch {
 	case s == "":
@@ -29,7 +31,20 @@ func CheckNQN(s string) error {
 		return fmt.Errorf("nvmeproto: NQN %.40q... is %d bytes, longer than the %d allowed", s, len(s), MaxNQNLen)
 	case strings.IndexByte(s, 0) >= 0:
 		return fmt.Errorf("nvmeproto: NQN %q contains a NUL byte", s)
-	case !strings.HasPrefix(s, "nqn."):
+	case strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		return fmt.Errorf("nvmeproto: NQN %q contains a control character", s)
+	}
+	return nil
+}
+
+// PortableNQN reports whether s is an NQN in the form the NVMe Base specification
+// prescribes, which strict implementations (SPDK) insist on: CheckNQN's rules, and either
+// "nqn.yyyy-mm.reverse-domain[:anything]" or the UUID form. The error says why not.
+func PortableNQN(s string) error {
+	if err := CheckNQN(s); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(s, "nqn.") {
 		return fmt.Errorf("nvmeproto: NQN %q does not start with \"nqn.\"", s)
 	}
 	if rest, ok := strings.CutPrefix(s, UUIDNQNPrefix); ok {

@@ -321,18 +321,35 @@ func TestDisconnectAuthGolden(t *testing.T) {
 }
 
 func TestCheckNQN(t *testing.T) {
-	good := []string{DiscoveryNQN, "nqn.2024-01.io.gonvmf:sub1", "nqn.2014-08.org.nvmexpress:uuid:0f8fad5b-d9cb-469f-a165-70867728950e",
+	portable := []string{DiscoveryNQN, "nqn.2024-01.io.gonvmf:sub1", "nqn.2014-08.org.nvmexpress:uuid:0f8fad5b-d9cb-469f-a165-70867728950e",
 		"nqn.2016-06.io.spdk:cnode1", "nqn." + "2020-01.a" + strings.Repeat("b", MaxNQNLen-13)}
-	for _, s := range good {
+	// What the Linux host and target accept, and SPDK does not.
+	usable := []string{"testnqn", "blktests-subsystem-1", "iqn.2020-01.com.x", "nqn.20-01.x", "nqn.2020-01.",
+		"nqn.2014-08.org.nvmexpress:uuid:xyz", "a b/ü", strings.Repeat("x", MaxNQNLen)}
+	broken := []string{"", "nqn.2020-01.a" + strings.Repeat("b", MaxNQNLen), "nqn.2020-01.a\x00b", "test\nnqn", "x\x7f",
+		strings.Repeat("x", MaxNQNLen+1)}
+	for _, s := range portable {
 		if err := CheckNQN(s); err != nil {
-			t.Errorf("%q: %v", s, err)
+			t.Errorf("CheckNQN(%q): %v", s, err)
+		}
+		if err := PortableNQN(s); err != nil {
+			t.Errorf("PortableNQN(%q): %v", s, err)
 		}
 	}
-	bad := []string{"", "iqn.2020-01.com.x", "nqn.20-01.x", "nqn.2020-01.", "nqn.2014-08.org.nvmexpress:uuid:xyz",
-		"nqn.2020-01.a" + strings.Repeat("b", MaxNQNLen), "nqn.2020-01.a\x00b"}
-	for _, s := range bad {
+	for _, s := range usable {
+		if err := CheckNQN(s); err != nil {
+			t.Errorf("CheckNQN(%q): %v", s, err)
+		}
+		if err := PortableNQN(s); err == nil {
+			t.Errorf("PortableNQN(%q) accepted", s)
+		}
+	}
+	for _, s := range broken {
 		if err := CheckNQN(s); err == nil {
-			t.Errorf("%q accepted", s)
+			t.Errorf("CheckNQN(%q) accepted", s)
+		}
+		if err := PortableNQN(s); err == nil {
+			t.Errorf("PortableNQN(%q) accepted", s)
 		}
 	}
 }

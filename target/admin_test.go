@@ -288,7 +288,7 @@ func TestNewErrors(t *testing.T) {
 		t.Fatal("New(nil) succeeded")
 	}
 	bad := baseConfig(memNS(1, 1<<20))
-	bad.Subsystems[0].NQN = "not an nqn"
+	bad.Subsystems[0].NQN = "not\tan nqn" // a control character
 	if _, err := target.New(bad); err == nil {
 		t.Fatal("New accepted an invalid configuration")
 	}

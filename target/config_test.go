@@ -74,7 +74,7 @@ func TestRuntimeChangesAreValidated(t *testing.T) {
 		{"bad lba size", e.tgt.AddNamespace(subNQN, conf.Namespace{NSID: 3, Backend: conf.BackendMemory, Size: 1 << 20, LBASize: 1000}),
 			"subsystems[0].namespaces[2].lba_size: 1000 is not a supported LBA size"},
 		{"existing nsid", e.tgt.AddNamespace(subNQN, memNS(1, 1<<20)), "namespace already exists"},
-		{"bad host", e.tgt.SetAllowedHosts(subNQN, false, []string{"host-1"}), `"host-1" is not a valid host NQN`},
+		{"bad host", e.tgt.SetAllowedHosts(subNQN, false, []string{"host\x01"}), `"host\x01" is not a valid host NQN`},
 		{"bad subsystem", e.tgt.AddSubsystem(conf.Subsystem{NQN: "nqn.2024-01.io.gonvmf:two", AllowAnyHost: true,
 			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendNull}}}), "subsystems[1].namespaces[0].size: missing"},
 		// Valid as configuration, but the backend cannot be opened: nothing of it stays.
