@@ -295,11 +295,17 @@ func TestConnectErrors(t *testing.T) {
 	}
 
 	h := e.dial(32)
-	check("disallowed host", h.connect(0, 31, 0, 0xFFFF, subNQN, otherNQN),
-		nvmeproto.StatusConnectInvalidHost, &ipo{512, 1})
-	check("unknown subsystem", h.connect(0, 31, 0, 0xFFFF, "nqn.2024-01.io.gonvmf:nope", hostNQN),
-		nvmeproto.StatusConnectInvalidParameters, &ipo{256, 1})
-	check("bad host NQN", h.connect(0, 31, 0, 0xFFFF, subNQN, "not-an-nqn"),
+	// A disallowed host and an unknown subsystem look the same to the host (status, DNR,
+	// IPO, IATTR): it cannot tell which subsystems exist.
+	disallowed := h.connect(0, 31, 0, 0xFFFF, subNQN, otherNQN)
+	check("disallowed host", disallowed, nvmeproto.StatusConnectInvalidParameters, &ipo{256, 1})
+	unknown := h.connect(0, 31, 0, 0xFFFF, "nqn.2024-01.io.gonvmf:nope", hostNQN)
+	check("unknown subsystem", unknown, nvmeproto.StatusConnectInvalidParameters, &ipo{256, 1})
+	if disallowed.Status != unknown.Status || disallowed.DW0 != unknown.DW0 || disallowed.DW1 != unknown.DW1 {
+		t.Errorf("disallowed host: %v dw0 %#x dw1 %#x; unknown subsystem: %v dw0 %#x dw1 %#x: they must not differ",
+			disallowed.Status, disallowed.DW0, disallowed.DW1, unknown.Status, unknown.DW0, unknown.DW1)
+	}
+	check("host NQN with a control character", h.connect(0, 31, 0, 0xFFFF, subNQN, "bad\x01host"),
 		nvmeproto.StatusConnectInvalidParameters, &ipo{512, 1})
 	check("admin cntlid not 0xFFFF", h.connect(0, 31, 0, 5, subNQN, hostNQN),
 		nvmeproto.StatusConnectInvalidParameters, &ipo{16, 1})
@@ -351,7 +357,7 @@ func TestConnectErrors(t *testing.T) {
 	check("I/O connect unknown cntlid", q1.connect(1, 127, 0, cntlid+1, subNQN, hostNQN),
 		nvmeproto.StatusConnectInvalidParameters, &ipo{16, 1})
 	check("I/O connect other host", q1.connect(1, 127, 0, cntlid, subNQN, otherNQN),
-		nvmeproto.StatusConnectInvalidHost, &ipo{512, 1})
+		nvmeproto.StatusConnectInvalidParameters, &ipo{256, 1})
 	check("I/O qid beyond granted", q1.connect(3, 127, 0, cntlid, subNQN, hostNQN),
 		nvmeproto.StatusConnectInvalidParameters, &ipo{42, 0})
 	big := e.dial(256)
@@ -371,4 +377,28 @@ func TestConnectErrors(t *testing.T) {
 	if uint16(c.DW0) == cntlid {
 		t.Errorf("two controllers share cntlid %d", cntlid)
 	}
+}
+
+// TestNonStandardNQNs: a subsystem and a host named outside the NVMe NQN form (as the
+// Linux target allows: blktests' "blktests-subsystem-1", "testnqn") connect and work; a
+// host of the allow list connects, another does not.
+func TestNonStandardNQNs(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Subsystems[0].NQN = "blktests-subsystem-1"
+	cfg.Subsystems[0].AllowAnyHost = false
+	cfg.Subsystems[0].Hosts = []string{"testhost"}
+	e := newEnv(t, cfg)
+	h, _ := e.adminConnect("blktests-subsystem-1", "testhost", 0)
+	buf, c := h.identify(nvmeproto.CNSController, 0, 0)
+	expectOK(t, "identify controller", c)
+	var id nvmeproto.IdentifyController
+	if err := id.Unmarshal(buf); err != nil {
+		t.Fatal(err)
+	}
+	if id.SubNQN != "blktests-subsystem-1" {
+		t.Errorf("SUBNQN %q", id.SubNQN)
+	}
+	o := e.dial(32)
+	expect(t, "connect from a host not listed", o.connect(0, 31, 0, 0xFFFF, "blktests-subsystem-1", "otherhost"),
+		nvmeproto.StatusConnectInvalidParameters)
 }

@@ -98,16 +98,18 @@ func (q *Queue) connectCheck(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 		}
 		return invalidData(0, err.Error())
 	}
-	if d.HostNQN == "" || nvmeproto.CheckNQN(d.HostNQN) != nil {
+	if nvmeproto.CheckNQN(d.HostNQN) != nil {
 		return invalidData(nvmeproto.ConnectDataOffHostNQN, "malformed host NQN")
 	}
+	// An unknown subsystem and one the host may not access get the same answer, so that a
+	// host cannot find out which subsystems exist (the discovery log lists only the ones
+	// it may access, too); the log says which it was.
 	s := q.t.subsystem(d.SubNQN)
 	if s == nil {
 		return invalidData(nvmeproto.ConnectDataOffSubNQN, "no such subsystem")
 	}
 	if !s.allowed(d.HostNQN) {
-		return &connectError{st: nvmeproto.StatusConnectInvalidHost.WithDNR(), ipo: nvmeproto.ConnectDataOffHostNQN,
-			iattr: nvmeproto.ConnectIAttrData, msg: "host is not allowed to access the subsystem"}
+		return invalidData(nvmeproto.ConnectDataOffSubNQN, "host is not allowed to access the subsystem")
 	}
 	if cc.SQSize == 0 {
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue size 0")
