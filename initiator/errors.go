@@ -17,7 +17,9 @@ var (
 	ErrTimeout = errors.New("initiator: command timed out")
 	// ErrDisconnected: the target or the fabric dropped a queue's connection.
 	ErrDisconnected = errors.New("initiator: connection lost")
-	// ErrSubsystemNotFound: the target has no subsystem with the NQN we asked for.
+	// ErrSubsystemNotFound: the target has no subsystem with the NQN we asked for. A target
+	// that hides its subsystems from hosts that may not access them gives the same answer
+	// for both: the error then wraps ErrHostNotAllowed too.
 	ErrSubsystemNotFound = errors.New("initiator: subsystem not found")
 	// ErrHostNotAllowed: the subsystem does not allow our host NQN.
 	ErrHostNotAllowed = errors.New("initiator: host not allowed")
@@ -92,8 +94,11 @@ func connectStatusError(o *Options, qid uint16, se *StatusError) *ConnectError {
 	case nvmeproto.StatusConnectInvalidParameters.Code():
 		switch {
 		case iattr == nvmeproto.ConnectIAttrData && ipo == nvmeproto.ConnectDataOffSubNQN:
-			ce.Reason = fmt.Sprintf("the target has no subsystem %s (Connect Invalid Parameters: SUBNQN)", o.SubNQN)
-			ce.Err = errors.Join(ErrSubsystemNotFound, se)
+			// Targets that hide which subsystems exist (gonvmf) answer a host that may not
+			// access a subsystem as if it did not exist: the host cannot tell the two apart.
+			ce.Reason = fmt.Sprintf("the target has no subsystem %s, or host %s is not allowed to access it (Connect Invalid Parameters: SUBNQN)",
+				o.SubNQN, o.HostNQN)
+			ce.Err = errors.Join(ErrSubsystemNotFound, ErrHostNotAllowed, se)
 		case iattr == nvmeproto.ConnectIAttrData && ipo == nvmeproto.ConnectDataOffHostNQN:
 			ce.Reason = fmt.Sprintf("the target refused host NQN %s (Connect Invalid Parameters: HOSTNQN)", o.HostNQN)
 			ce.Err = errors.Join(ErrHostNotAllowed, se)

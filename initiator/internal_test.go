@@ -63,7 +63,7 @@ func TestConnectStatusError(t *testing.T) {
 		is   error
 		want string
 	}{
-		{nvmeproto.StatusConnectInvalidParameters, nvmeproto.ConnectInvalidParamDW0(nvmeproto.ConnectDataOffSubNQN, nvmeproto.ConnectIAttrData), ErrSubsystemNotFound, "has no subsystem nqn.2024-01.io.gonvmf:x"},
+		{nvmeproto.StatusConnectInvalidParameters, nvmeproto.ConnectInvalidParamDW0(nvmeproto.ConnectDataOffSubNQN, nvmeproto.ConnectIAttrData), ErrSubsystemNotFound, "has no subsystem nqn.2024-01.io.gonvmf:x, or host nqn.2024-01.io.gonvmf:h is not allowed"},
 		{nvmeproto.StatusConnectInvalidParameters, nvmeproto.ConnectInvalidParamDW0(nvmeproto.ConnectDataOffHostNQN, nvmeproto.ConnectIAttrData), ErrHostNotAllowed, "refused host NQN"},
 		{nvmeproto.StatusConnectInvalidHost, 0, ErrHostNotAllowed, "is not allowed"},
 		{nvmeproto.StatusConnectInvalidParameters, nvmeproto.ConnectInvalidParamDW0(nvmeproto.ConnectSQEOffSQSize, nvmeproto.ConnectIAttrSQE), nil, "queue size"},

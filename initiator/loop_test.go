@@ -534,7 +534,7 @@ func TestLoopOptions(t *testing.T) {
 		{initiator.Options{SubNQN: subNQN}, "no target address"},
 		{initiator.Options{Addr: "host.example", SubNQN: subNQN}, "not an IP address"},
 		{initiator.Options{Addr: "10.0.0.1"}, "no subsystem NQN"},
-		{initiator.Options{Addr: "10.0.0.1", SubNQN: "bogus"}, "subsystem NQN"},
+		{initiator.Options{Addr: "10.0.0.1", SubNQN: "bo\ngus"}, "subsystem NQN"},
 		{initiator.Options{Transport: "tcp", SubNQN: subNQN}, "unknown transport"},
 		{initiator.Options{Transport: "loop", SubNQN: subNQN}, "needs Options.Loop"},
 		{initiator.Options{Addr: "10.0.0.1", SubNQN: subNQN, QueueSize: 5000}, "queue size"},

@@ -173,6 +173,9 @@ func dialError(err error) error {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "initiator: ")
 	switch {
+	case errors.Is(err, initiator.ErrSubsystemNotFound) && errors.Is(err, initiator.ErrHostNotAllowed):
+		msg += "; list the subsystems this host may access with 'gonvmf discover' (same --hostnqn); if it is not there, " +
+			"check the NQN, or add the host NQN to the subsystem's allowed hosts"
 	case errors.Is(err, initiator.ErrSubsystemNotFound):
 		msg += "; list the target's subsystems with 'gonvmf discover'"
 	case errors.Is(err, initiator.ErrHostNotAllowed):
