@@ -166,8 +166,8 @@ func (c *controller) keepAliveTick(gen uint64) {
 		c.mu.Unlock()
 		return
 	}
-	if c.kaSeen.Swap(false) {
-		c.kaMiss = 0
+	if c.kaSeen.Swap(false) || c.t.quiesced.Load() {
+		c.kaMiss = 0 // quiesced: the transport holds the host's commands back
 	} else {
 		c.kaMiss++
 	}

@@ -130,6 +130,15 @@ func (q *Queue) ControllerID() uint16 {
 	return 0
 }
 
+// HostNQN returns the NQN of the host whose Connect created or joined the queue's
+// controller, or "" before a successful Connect.
+func (q *Queue) HostNQN() string {
+	if b := q.bind.Load(); b != nil {
+		return b.ctrl.hostNQN
+	}
+	return ""
+}
+
 // Size returns the number of entries the host's Connect asked for (SQSIZE+1), or the
 // transport's depth before Connect.
 func (q *Queue) Size() int {

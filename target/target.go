@@ -102,6 +102,8 @@ type Target struct {
 
 	timing  atomic.Bool // measure I/O latency (MeasureLatency)
 	rejects connectRejects
+
+	quiesced atomic.Bool // shutting down: transports hold new commands back (Quiesce)
 }
 
 // New builds a target from a configuration: it resolves a copy of cfg (conf.Load output is
@@ -387,6 +389,13 @@ func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 	}
 	return nil
 }
+
+// Quiesce tells the target that it is shutting down and its transports have stopped
+// starting new commands (the first step of an orderly shutdown, see
+// target/rdma.Transport.Drain): hosts look silent meanwhile, so keep-alive timers no
+// longer fail controllers, which would disconnect queues whose commands are still
+// finishing. It cannot be undone; Close follows.
+func (t *Target) Quiesce() { t.quiesced.Store(true) }
 
 // ReopenNamespace closes a namespace's backend and opens it again from its configuration
 // (the running configuration does not change). It is how a namespace that failed — a

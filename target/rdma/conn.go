@@ -293,9 +293,11 @@ func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
 		c.requestCloseLocal(errShortCapsule)
 		return
 	}
-	if c.recvWait.len() > 0 || len(c.freeCtx) == 0 {
-		c.g.stats.ctxWaits.Add(1)
-		c.recvWait.push(int32(i), wc.ByteLen)
+	if c.recvWait.len() > 0 || len(c.freeCtx) == 0 || c.g.quiescing {
+		if !c.g.quiescing {
+			c.g.stats.ctxWaits.Add(1)
+		}
+		c.recvWait.push(int32(i), wc.ByteLen) // quiescing: never started (see group.quiesce)
 		return
 	}
 	c.start(c.takeCtx(), i, int(wc.ByteLen))
@@ -600,7 +602,7 @@ const (
 // pile up (count, pool bytes, send queue or context room), and when the pool runs
 // short, so that what they hold is not kept from others.
 func (c *conn) signalResponse(held int) bool {
-	if c.admin || c.unsig.len()+1 >= unsigMax || held > unsigMaxBuf || c.unsigBytes+held > unsigMaxBytes ||
+	if c.admin || c.g.quiescing || c.unsig.len()+1 >= unsigMax || held > unsigMaxBuf || c.unsigBytes+held > unsigMaxBytes ||
 		2*c.sqUsed > c.cfg.sqSize || 4*len(c.freeCtx) < len(c.ctxs) {
 		return true
 	}
@@ -695,12 +697,28 @@ func (c *conn) recycle(x *rctx) {
 	r.Data, r.ICD, r.SGL = nil, nil, nil
 	x.state = stFree
 	x.sqSlots = 0
-	if c.state == stateLive && c.recvWait.len() > 0 {
+	if c.state == stateLive && c.recvWait.len() > 0 && !c.g.quiescing {
 		i, n := c.recvWait.pop()
 		c.start(x, int(i), int(n))
 		return
 	}
 	c.freeCtx = append(c.freeCtx, int32(x.idx))
+}
+
+// owesResponse reports whether the host still waits for x's response: x was begun and
+// its response has not been sent (a response posted unsignaled counts as sent: nothing
+// may come to retire it), and it is not an Asynchronous Event Request, which the core
+// holds until an event or the queue's end.
+func (x *rctx) owesResponse() bool {
+	switch x.state {
+	case stFree:
+		return false
+	case stSend:
+		return !x.unsigned
+	case stCore:
+		return !(x.c.admin && x.req.Cmd.Opcode == nvmeproto.OpAsyncEventRequest)
+	}
+	return true
 }
 
 // ---- staging and posting ----
@@ -808,7 +826,14 @@ func (c *conn) beginClose() {
 	c.drainDeadline = time.Now().Add(drainTimeout)
 	c.g.draining = append(c.g.draining, c)
 	reason := c.reason()
-	c.log.Debug("closing connection", "qid", c.cfg.qid, "cntlid", c.q.ControllerID(), "reason", reason)
+	if ok, suppressed := c.g.closeLog.allow(); ok {
+		attrs := []any{"qid", c.cfg.qid, "cntlid", c.q.ControllerID(), "host", c.q.HostNQN(), "reason", reason,
+			"in_flight", c.busyContexts()}
+		if suppressed > 0 {
+			attrs = append(attrs, "suppressed", suppressed)
+		}
+		c.log.Info("queue torn down", attrs...)
+	}
 	if err := c.ep.Disconnect(); err != nil {
 		c.log.Debug("rdma_disconnect", "qid", c.cfg.qid, "err", err)
 	}

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -397,6 +398,7 @@ type engineOpts struct {
 	nss       []conf.Namespace
 
 	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
+	connLog    *slog.Logger           // the connections' logger (default: the test's)
 	wrapEP     func(*fakeEP) endpoint // wraps each connection's queue pair (checks of the work requests)
 }
 
@@ -499,7 +501,11 @@ func (e *engine) dial(qid uint16, depth int) *fconn {
 	if e.o.wrapEP != nil {
 		qp = e.o.wrapEP(ep)
 	}
-	c := newConn(cfg, reg, qp, e.pool, testLogger(e.t))
+	log := e.o.connLog
+	if log == nil {
+		log = testLogger(e.t)
+	}
+	c := newConn(cfg, reg, qp, e.pool, log)
 	if err := e.g.attach(c); err != nil {
 		e.t.Fatal(err)
 	}

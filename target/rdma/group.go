@@ -110,6 +110,20 @@ type group struct {
 	cqGone   bool // the completion queue was closed under the group
 	stopped  chan struct{}
 
+	// Quiescing (Transport.Drain): the target is shutting down. The group starts no new
+	// command — capsules that arrive stay in their receive buffers, unanswered, and the
+	// host resends them after it reconnects — while the commands already begun finish
+	// and their responses go out (every response SEND signaled, so that its completion
+	// is seen). busy is then the number of begun commands without a completed response
+	// (held Asynchronous Event Requests and responses already posted unsignaled
+	// excepted), recounted after every round with work; -1 until first counted.
+	quiesce   atomic.Bool
+	quiescing bool // the group's copy of quiesce
+	busy      atomic.Int64
+	counted   atomic.Bool // busy has been counted since quiesce was seen
+
+	closeLog logLimit // "queue torn down" lines
+
 	stats groupStats
 	m     groupMetrics // metrics.go
 }
@@ -311,7 +325,36 @@ func (g *group) iterate() bool {
 	if len(g.draining) > 0 && work {
 		g.housekeeping()
 	}
+	if g.quiescing || g.quiesce.Load() {
+		g.countBusy(work)
+	}
 	return work
+}
+
+// countBusy counts the commands a quiescing group still owes a response (see quiesce),
+// when a round did work or nothing was counted yet.
+func (g *group) countBusy(work bool) {
+	if !g.quiescing {
+		g.quiescing = true
+		g.busy.Store(-1)
+	}
+	if !work && g.counted.Load() {
+		return
+	}
+	n := 0
+	for i := range g.conns {
+		c := g.conns[i].Load()
+		if c == nil || c.state != stateLive {
+			continue
+		}
+		for j := range c.ctxs {
+			if c.ctxs[j].owesResponse() {
+				n++
+			}
+		}
+	}
+	g.busy.Store(int64(n))
+	g.counted.Store(true)
 }
 
 // sleep arms the completion queue and waits for a completion, a wake-up or a timeout.
@@ -336,7 +379,7 @@ func (g *group) sleep() {
 		return
 	}
 	timeout := idleWakeEvery
-	if len(g.draining) > 0 {
+	if len(g.draining) > 0 || g.quiesce.Load() != g.quiescing {
 		timeout = drainCheck
 	}
 	g.stats.sleeps.Add(1)
@@ -500,6 +543,36 @@ func (g *group) removeDraining(c *conn) {
 			return
 		}
 	}
+}
+
+// logLimit lets through a few log lines per second and counts the rest, so that churn
+// (a host connecting and disconnecting in a loop) cannot flood the log. Safe for
+// concurrent use.
+type logLimit struct {
+	mu         sync.Mutex
+	second     int64
+	n          int
+	suppressed int
+}
+
+const logLinesPerSecond = 10
+
+// allow reports whether a line may be logged now and, if so, how many were suppressed
+// since the last one that was.
+func (l *logLimit) allow() (ok bool, suppressed int) {
+	now := time.Now().Unix()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now != l.second {
+		l.second, l.n = now, 0
+	}
+	if l.n >= logLinesPerSecond {
+		l.suppressed++
+		return false, 0
+	}
+	l.n++
+	suppressed, l.suppressed = l.suppressed, 0
+	return true, suppressed
 }
 
 // fifo is an intrusive queue of request contexts (linked through rctx.next).

@@ -83,6 +83,7 @@ type Transport struct {
 	conns     map[*rdmacm.CMID]*conn
 	live      sync.WaitGroup // connections not yet released
 	closed    bool
+	draining  bool // Drain started: no new connections
 
 	m transportMetrics
 }
@@ -240,8 +241,90 @@ func describeDevices() string {
 	return "RDMA devices: " + strings.Join(parts, "; ")
 }
 
+// Drain is the first step of an orderly shutdown: it stops listening (new connection
+// requests are rejected), stops starting commands — capsules that arrive stay in their
+// receive buffers unanswered, so hosts resend them after they reconnect, to this target
+// once it is back or to another path — and waits until every command already begun has
+// completed and its response was sent, or until ctx is done. It then returns, leaving
+// every host connected: flush the target (target.Target.Flush) and Close the transport.
+// The target is told (target.Target.Quiesce), so keep-alive does not fail controllers
+// whose hosts now look silent. A Drain that ran out of time returns an error saying how
+// many commands were still in flight; Close then disconnects their queues, and their
+// responses are lost.
+func (tr *Transport) Drain(ctx context.Context) error {
+	tr.mu.Lock()
+	if tr.closed {
+		tr.mu.Unlock()
+		return ErrClosed
+	}
+	tr.draining = true
+	lis := make([]*Listener, 0, len(tr.listeners))
+	for _, l := range tr.listeners {
+		lis = append(lis, l)
+	}
+	devs := make([]*device, 0, len(tr.devices))
+	for _, d := range tr.devices {
+		devs = append(devs, d)
+	}
+	tr.mu.Unlock()
+	for _, l := range lis {
+		l.id.Close() // Close closes it again: a no-op
+	}
+	tr.t.Quiesce()
+	var groups []*group
+	for _, d := range devs {
+		groups = append(groups, d.groups...)
+	}
+	return drainGroups(ctx, groups, tr.log)
+}
+
+// drainGroups quiesces the groups and waits until none owes a response (or ctx is done).
+func drainGroups(ctx context.Context, groups []*group, log *slog.Logger) error {
+	for _, g := range groups {
+		g.quiesce.Store(true)
+		g.kick()
+	}
+	start := time.Now()
+	first := -1
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		busy, counted := 0, true
+		for _, g := range groups {
+			if n := g.busy.Load(); n < 0 || !g.counted.Load() {
+				counted = false
+			} else {
+				busy += int(n)
+			}
+		}
+		if counted {
+			if first < 0 {
+				first = busy
+				log.Info("draining: no new connections or commands; waiting for the commands in flight", "commands", busy)
+			}
+			if busy == 0 {
+				log.Info("drained: every command begun has completed and been answered", "commands", first, "took", time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if !counted {
+				busy = -1
+			}
+			log.Warn("drain ended with commands still in flight: their queues are disconnected without their responses",
+				"commands", busy, "took", time.Since(start).Round(time.Millisecond))
+			return fmt.Errorf("rdma: drain: %d commands still in flight: %w", busy, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
 // Close stops listening, disconnects every host, waits (bounded) for their queues to be
-// torn down and releases every RDMA resource. The target itself stays open.
+// torn down and releases every RDMA resource. Memory a request may still touch — a
+// connection not yet released, a pool buffer not yet given back (a backend call that
+// never returned) — is never unmapped: then the device and its memory are left for the
+// process's exit, and Close says so. The target itself stays open.
 func (tr *Transport) Close() error {
 	tr.mu.Lock()
 	if tr.closed {
@@ -267,10 +350,15 @@ func (tr *Transport) Close() error {
 	}
 	done := make(chan struct{})
 	go func() { tr.live.Wait(); close(done) }()
+	open := 0
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
-		tr.log.Error("connections still open 30 s after the transport started closing; releasing the devices anyway")
+	case <-time.After(closeWait):
+		tr.mu.Lock()
+		open = len(tr.conns)
+		tr.mu.Unlock()
+		tr.log.Error("connections still open after the transport started closing: their memory stays mapped",
+			"connections", open, "waited", closeWait)
 	}
 	tr.mu.Lock()
 	devs := make([]*device, 0, len(tr.devices))
@@ -280,7 +368,7 @@ func (tr *Transport) Close() error {
 	tr.mu.Unlock()
 	var errs []error
 	for _, d := range devs {
-		errs = append(errs, d.close())
+		errs = append(errs, d.close(open))
 	}
 	tr.cmCancel()
 	errs = append(errs, tr.ch.Close())
@@ -426,10 +514,20 @@ type device struct {
 	pool   *pool
 	groups []*group
 	cqs    []*rdmacm.CQ
+	// release frees the buffer pool's memory, the protection domain (and with it every
+	// connection's memory) and the device; tests replace it to see whether it is called.
+	release func() error
 
 	mu   sync.Mutex
 	next int
 }
+
+// closeWait bounds how long Close waits for connections to be released; groupStopWait how
+// long a device's close waits for each poll group to stop. Variables for tests.
+var (
+	closeWait     = 30 * time.Second
+	groupStopWait = 5 * time.Second
+)
 
 // maxCQE bounds each poll group's completion queue.
 const maxCQE = 32768
@@ -454,9 +552,10 @@ func (tr *Transport) device(name string) (*device, error) {
 
 func (tr *Transport) openDevice(name string) (d *device, err error) {
 	d = &device{name: name}
+	d.release = func() error { return errors.Join(d.arena.Close(), d.pd.Close(), d.dev.Close()) }
 	defer func() {
 		if err != nil {
-			d.close()
+			d.close(0)
 		}
 	}()
 	if d.dev, err = rdmacm.OpenDevice(name); err != nil {
@@ -533,33 +632,44 @@ func (d *device) pickGroup(cqe int) *group {
 	return best
 }
 
-// close stops the poll groups and releases the device's resources.
-func (d *device) close() error {
+// close stops the poll groups and releases the device's resources — unless memory of it
+// may still be in use: connsOpen connections of the transport were not released (their
+// memory belongs to the protection domain), or pool buffers are still held (by a
+// request a backend worker or an asynchronous I/O may still write into, or the device
+// read from). Then nothing is unmapped: the memory is left to the process's exit, and
+// the error says why (unmapping it would turn that late write into a crash).
+func (d *device) close(connsOpen int) error {
 	for _, g := range d.groups {
 		g.stop()
 	}
 	var errs []error
+	running := 0
 	for _, g := range d.groups {
 		select {
 		case <-g.stopped:
 			if g.ring != nil {
 				errs = append(errs, g.ring.Close())
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(groupStopWait):
 			// Still running: its ring (if any) stays open rather than be pulled from under it.
+			running++
 		}
+	}
+	held := 0
+	if d.pool != nil {
+		free, total, _ := d.pool.stats()
+		held = total - free
+	}
+	if connsOpen > 0 || held > 0 || running > 0 {
+		return errors.Join(append(errs, fmt.Errorf("rdma: device %s: not releasing its memory: %d connections open, "+
+			"%d buffer pool bytes held by requests that have not completed, %d poll groups running; "+
+			"it is freed when the process exits", d.name, connsOpen, held*pageSize, running))...)
 	}
 	for _, cq := range d.cqs {
 		errs = append(errs, cq.Close())
 	}
-	if d.arena != nil {
-		errs = append(errs, d.arena.Close())
-	}
-	if d.pd != nil {
-		errs = append(errs, d.pd.Close())
-	}
-	if d.dev != nil {
-		errs = append(errs, d.dev.Close())
+	if d.release != nil {
+		errs = append(errs, d.release())
 	}
 	return errors.Join(errs...)
 }
@@ -637,7 +747,7 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 	lis := tr.listeners[ev.Listener]
 	closed := tr.closed
 	tr.mu.Unlock()
-	if lis == nil || closed {
+	if lis == nil || closed || tr.draining {
 		tr.rejectConn(id, remote, reject(nvmeproto.RDMARejectNoResources, "the listener is closing"), nil)
 		return
 	}
