@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/target/control"
 	"github.com/gonvmf/gonvmf/target/metrics"
@@ -23,8 +25,10 @@ func serveCommand() *cli.Command {
 		Usage: "run the NVMe-oF target described by a configuration file",
 		Description: `serve loads and checks the configuration (as check does), opens every namespace's
 backend, listens on every listener with the RDMA transport and serves hosts until it
-gets SIGINT or SIGTERM. Then it stops listening, disconnects the hosts, waits for their
-commands and closes the backends, and exits 0.
+gets SIGINT or SIGTERM. Then it drains: it stops listening and starts no new command
+(hosts resend those after reconnecting), lets the commands in flight finish and answers
+them (at most 10 s), flushes every namespace, disconnects the hosts and closes the
+backends, and exits 0 (1 if a flush failed).
 
 While it runs, gonvmf ctl changes it through the control API (control.socket in the
 configuration, /run/gonvmf/gonvmf.sock by default), Prometheus scrapes its metrics at
@@ -63,8 +67,13 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 	}
 }
 
-// shutdownGrace bounds the orderly shutdown; a second signal ends it at once.
-const shutdownGrace = 60 * time.Second
+// shutdownGrace bounds the orderly shutdown; a second signal ends it at once. drainTimeout
+// bounds its first step, waiting for the commands in flight: well under the hosts' I/O
+// timeout (30 s on Linux), which the commands held back meanwhile count against.
+const (
+	shutdownGrace = 60 * time.Second
+	drainTimeout  = 10 * time.Second
+)
 
 // serve runs the target until ctx is done, then shuts it down in order.
 func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
@@ -115,7 +124,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 		met.Close()
 	}
 
-	log.Info("shutting down: no new connections, disconnecting hosts")
+	log.Info("shutting down: no new connections or commands; draining the commands in flight, flushing, then disconnecting hosts")
 	// A second signal, or a shutdown that takes too long, ends the process at once.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -125,13 +134,20 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	log.Info("transport statistics", "connections", st.Connections, "completions", st.Completions,
 		"polls", st.Polls, "sleeps", st.Sleeps, "event_wakeups", st.Wakeups, "buffer_waits", st.BufferWaits, "read_credit_waits", st.ReadWaits,
 		"send_queue_waits", st.SendWaits, "pool_bytes", st.PoolTotalBytes, "pool_lowest_free_bytes", st.PoolLowestBytes)
-	go func() { done <- s.Close() }()
+	go func() {
+		dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		done <- s.Shutdown(dctx)
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
 			log.Error("shutdown finished with errors", "err", err)
 		}
 		log.Info("stopped")
+		if errors.Is(err, backend.ErrSync) {
+			return fmt.Errorf("a namespace failed to sync, so writes it reported complete may be lost: %w", err)
+		}
 		return nil
 	case s := <-sig:
 		return fmt.Errorf("shutdown interrupted by a second %v", s)

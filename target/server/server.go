@@ -26,6 +26,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -287,9 +288,39 @@ func (s *Server) Rejects() []rdma.RejectCount {
 	return s.tr.Rejects()
 }
 
+// Shutdown stops serving in order, as gonvmf serve does on SIGTERM: no new connections
+// and no new commands (the RDMA transport's Drain: capsules that arrive stay unanswered,
+// hosts resend them after reconnecting), the commands in flight finish and get their
+// responses (bounded by ctx: the ones still running then are cut off by the disconnect),
+// every namespace is flushed (a sync that fails fails its namespace, see
+// target.Target.Flush), then Close. It returns the errors of every step, joined.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil
+	}
+	var errs []error
+	if s.tr != nil {
+		if err := s.tr.Drain(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		s.t.Quiesce()
+	}
+	if err := s.t.Flush(); err != nil {
+		s.log.Error("flushing the namespaces before shutdown failed", "err", err)
+		errs = append(errs, fmt.Errorf("server: flushing before shutdown: %w", err))
+	}
+	errs = append(errs, s.Close())
+	return errors.Join(errs...)
+}
+
 // Close stops serving: no new connections, every host disconnected and its commands
 // finished, the transport's resources released, then the target closed (its namespaces'
-// backends with it). It returns the first errors of each step, joined.
+// backends with it). It returns the first errors of each step, joined. Commands in flight
+// lose their responses: Shutdown drains them first.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	if s.closed {

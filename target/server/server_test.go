@@ -1,19 +1,25 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/rdmacm/rdmatest"
+	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
 )
 
@@ -179,5 +185,148 @@ func TestRDMAServer(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// gatedNS is a memory backend whose writes wait at a gate, on worker goroutines.
+type gatedNS struct {
+	backend.Backend
+	gate    chan struct{}
+	entered atomic.Int32
+}
+
+func (g *gatedNS) WriteBlocks(buf []byte, slba uint64, fua bool) error {
+	g.entered.Add(1)
+	<-g.gate
+	return g.Backend.WriteBlocks(buf, slba, fua)
+}
+
+func (g *gatedNS) Info() backend.Info {
+	i := backend.Describe(g.Backend)
+	i.Inline, i.Workers = false, 8
+	return i
+}
+
+// TestRDMAShutdownAnswersInFlightWrites: what gonvmf serve does on SIGTERM. Writes in
+// flight when the shutdown starts (held in a slow backend) get their successful
+// responses before the host is disconnected; a write sent during the drain is not
+// executed (the host resends it after reconnecting) and fails on the host only when the
+// connection goes; new connections are refused; Shutdown returns once the writes are
+// answered.
+func TestRDMAShutdownAnswersInFlightWrites(t *testing.T) {
+	ip := rdmatest.RequireAddr(t)
+	port := uint16(4950 + time.Now().Unix()%40)
+	g := &gatedNS{gate: make(chan struct{})}
+	defer func() {
+		select {
+		case <-g.gate:
+		default:
+			close(g.gate)
+		}
+	}()
+	opener := target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(spec)
+		if err != nil {
+			return nil, err
+		}
+		g.Backend = b
+		return g, nil
+	})
+	s, err := server.New(config(ip.String(), port), server.Options{Logger: quiet, Target: []target.Option{opener}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	o := initiator.Options{Transport: initiator.TransportRDMA, Addr: ip.String(), Port: int(port), SubNQN: subNQN, Logger: quiet,
+		Queues: 1, CommandTimeout: 60 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, err := initiator.Dial(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns := c.Namespaces()[0]
+	const inflight = 4
+	errs := make(chan error, inflight)
+	for i := range inflight {
+		go func() {
+			_, err := ns.WriteAt(ctx, bytes.Repeat([]byte{byte(i + 1)}, 4096), int64(i)*4096, 0)
+			errs <- err
+		}()
+	}
+	for g.entered.Load() < inflight {
+		if ctx.Err() != nil {
+			t.Fatalf("only %d writes reached the backend", g.entered.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		shut <- s.Shutdown(sctx)
+	}()
+	time.Sleep(500 * time.Millisecond) // the drain has begun
+	late := make(chan error, 1)
+	go func() {
+		_, err := ns.WriteAt(ctx, make([]byte, 4096), 64<<10, 0)
+		late <- err
+	}()
+	if _, err := initiator.Dial(ctx, o); err == nil {
+		t.Error("a new connection was accepted during the drain")
+	}
+	if n := g.entered.Load(); n != inflight {
+		t.Errorf("%d writes reached the backend: the one sent during the drain was started", n)
+	}
+	close(g.gate)
+	for i := range inflight {
+		if err := <-errs; err != nil {
+			t.Errorf("write %d in flight across the shutdown: %v", i, err)
+		}
+	}
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	select {
+	case err := <-late:
+		if err == nil {
+			t.Error("the write sent during the drain succeeded")
+		}
+	case <-time.After(60 * time.Second):
+		t.Error("the write sent during the drain never ended")
+	}
+	if n := g.entered.Load(); n != inflight {
+		t.Errorf("%d writes reached the backend, want %d", n, inflight)
+	}
+}
+
+// TestLoopShutdownReportsSyncFailure: the flush of an orderly shutdown syncs every
+// namespace; one whose sync fails makes Shutdown fail with backend.ErrSync (gonvmf serve
+// then exits 1 instead of reporting a clean stop).
+func TestLoopShutdownReportsSyncFailure(t *testing.T) {
+	f := &backend.Faults{}
+	cfg := config("10.99.0.1", 0)
+	cfg.Subsystems[0].Namespaces = []conf.Namespace{{NSID: 1, Backend: conf.BackendFile, Path: filepath.Join(t.TempDir(), "ns.img"), Size: 1 << 20}}
+	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true, Target: []target.Option{
+		target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+			spec.Faults = f
+			return backend.Open(spec)
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.FailSyncs(syscall.EIO)
+	err = s.Shutdown(context.Background())
+	if !errors.Is(err, backend.ErrSync) {
+		t.Errorf("Shutdown with a failing sync: %v, want backend.ErrSync", err)
+	}
+	if f.Syncs() != 1 {
+		t.Errorf("%d syncs at shutdown, want 1", f.Syncs())
 	}
 }
