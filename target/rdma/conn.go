@@ -827,7 +827,7 @@ func (c *conn) beginClose() {
 	c.g.draining = append(c.g.draining, c)
 	reason := c.reason()
 	if ok, suppressed := c.g.closeLog.allow(); ok {
-		attrs := []any{"qid", c.cfg.qid, "cntlid", c.q.ControllerID(), "host", c.q.HostNQN(), "reason", reason,
+		attrs := []any{"cntlid", c.q.ControllerID(), "host", c.q.HostNQN(), "reason", reason, // the logger has remote and qid
 			"in_flight", c.busyContexts()}
 		if suppressed > 0 {
 			attrs = append(attrs, "suppressed", suppressed)

@@ -237,7 +237,8 @@ func (s *syncBuffer) String() string {
 // and the next line says how many were left out.
 func TestEngineTeardownLoggedAtInfo(t *testing.T) {
 	var buf syncBuffer
-	e := newEngine(t, engineOpts{connLog: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	// The transport's connection loggers carry the remote address and the qid.
+	e := newEngine(t, engineOpts{connLog: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})).With("qid", 1)})
 	a, cntlid := e.adminConnect(0)
 	io := e.ioConnect(1, cntlid, 8)
 	e.closeAll(io)
