@@ -402,3 +402,18 @@ func TestNonStandardNQNs(t *testing.T) {
 	expect(t, "connect from a host not listed", o.connect(0, 31, 0, 0xFFFF, "blktests-subsystem-1", "otherhost"),
 		nvmeproto.StatusConnectInvalidParameters)
 }
+
+// TestConnectRefusalsLookAlike: every host the subsystem does not admit — not in its
+// hosts list, or without a secret where authentication is required — gets the answer an
+// unknown subsystem gets, so no host can find out which subsystems exist.
+func TestConnectRefusalsLookAlike(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithAuthKeys(oneHostKeys{nil})) // required, nobody has a key
+	h := e.dial(32)
+	unknown := h.connect(0, 31, 0, 0xFFFF, "nqn.2024-01.io.gonvmf:nope", hostNQN)
+	noSecret := h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN)
+	expect(t, "unknown subsystem", unknown, nvmeproto.StatusConnectInvalidParameters)
+	if noSecret.Status != unknown.Status || noSecret.DW0 != unknown.DW0 {
+		t.Errorf("host without a secret where authentication is required: %v dw0 %#x; unknown subsystem: %v dw0 %#x",
+			noSecret.Status, noSecret.DW0, unknown.Status, unknown.DW0)
+	}
+}

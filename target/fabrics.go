@@ -133,8 +133,8 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	if !s.disc {
 		keys, required := q.t.lookupAuthKeys(s.nqn, d.HostNQN)
 		if keys == nil && required {
-			return &connectError{st: nvmeproto.StatusConnectInvalidHost.WithDNR(), ipo: nvmeproto.ConnectDataOffHostNQN,
-				iattr: nvmeproto.ConnectIAttrData, msg: "the subsystem requires authentication and the host has no DH-HMAC-CHAP secret"}
+			// Not admitted: the same answer as for an unknown subsystem (see connectCheck).
+			return invalidData(nvmeproto.ConnectDataOffSubNQN, "the subsystem requires authentication and the host has no DH-HMAC-CHAP secret")
 		}
 		if keys != nil && keys.Host == nil {
 			return &connectError{st: nvmeproto.StatusInternalError, msg: "the host's authentication keys lack the host secret"}
