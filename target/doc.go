@@ -154,5 +154,17 @@
 //
 // log/slog (WithLogger). Refused Connects and rejected commands are logged at Warn with
 // their values, rate limited per queue (a misbehaving host cannot flood the log);
-// controller life-cycle events at Info; backend errors of single I/Os at Debug.
+// controller life-cycle events at Info; backend errors of single I/Os at Debug; a
+// namespace failing (a sync of its backend failed) at Error, once.
+//
+// # Durability
+//
+// A backend error wrapping backend.ErrSync (fdatasync failed: writes reported complete may
+// be lost, and the kernel says so only once) fails the namespace: writes, write zeroes,
+// deallocate and flushes get Write Fault with DNR until ReopenNamespace (or a restart);
+// reads still work. FailedNamespaces lists such namespaces. A CC.SHN shutdown whose flush
+// fails sets CSTS.CFS with SHST complete. With the volatile write cache disabled every
+// write, write zeroes and deallocate is durable before it completes. An unknown
+// subsystem, a host not admitted and a host lacking a required secret get the same
+// Connect status (Invalid Parameters, SUBNQN).
 package target

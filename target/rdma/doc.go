@@ -8,8 +8,17 @@
 //	        lis, err := tr.Listen(l)               // rdma_listen + target port (discovery log)
 //	}
 //	...
+//	tr.Drain(ctx)                                  // orderly shutdown: no new connections or commands, answer those in flight
+//	t.Flush()
 //	tr.Close()                                     // stop listening, disconnect hosts, free RDMA resources
 //	t.Close()
+//
+// Drain leaves the capsules that arrive meanwhile unanswered in their receive buffers
+// (hosts resend them after reconnecting) and waits for every command already begun to
+// complete and its response to be sent. Close never unmaps memory a request may still
+// touch: while a connection is not released or a pool buffer is held (a backend call
+// that never returned), the device's memory stays mapped until the process exits. Why
+// each queue was torn down is logged at Info, rate limited per poll group.
 //
 // # Connections
 //

@@ -7,6 +7,7 @@
 //	s, err := server.New(cfg, server.Options{Logger: log}) // cfg: *conf.Config, not changed
 //	...
 //	s.Config()                                             // what is being served, as a resolved conf.Config
+//	s.Shutdown(ctx)                                        // drain the commands in flight, flush, then Close
 //	s.Close()                                              // listeners, hosts, then the target
 //
 // # Ownership and the running configuration
