@@ -78,10 +78,14 @@ func TestFlushFailureFailsNamespace(t *testing.T) {
 		t.Fatalf("FailedNamespaces = %+v, want namespace 1 failing with ErrSync", fns)
 	}
 
+	if nis := e.tgt.Namespaces(); len(nis) != 1 || !errors.Is(nis[0].Failure, backend.ErrSync) {
+		t.Errorf("Namespaces() = %+v, want namespace 1 with its failure", nis)
+	}
+
 	if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
 		t.Fatal(err)
 	}
-	if fns := e.tgt.FailedNamespaces(); len(fns) != 0 {
+	if fns := e.tgt.FailedNamespaces(); len(fns) != 0 || e.tgt.Namespaces()[0].Failure != nil {
 		t.Errorf("FailedNamespaces after reopening = %+v", fns)
 	}
 	expectOK(t, "write after reopening", q.do(&w, data))
@@ -278,4 +282,24 @@ func TestCapacityExceededOnFullFilesystem(t *testing.T) {
 	expectOK(t, "deallocate", q.do(&dsm, ranges))
 	w.CDW10 = uint32(n * 128)
 	expectOK(t, "write after deallocating", q.do(&w, pattern(64<<10, 9)))
+}
+
+// TestReopenKeepsRunningConfiguration: a namespace grown at run time is reopened at its
+// new size (from the running configuration, not the one it was added with), and a reopen
+// of a namespace that never failed is harmless.
+func TestReopenKeepsRunningConfiguration(t *testing.T) {
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)))
+	if err := e.tgt.ResizeNamespace(subNQN, 1, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
+		t.Fatal(err)
+	}
+	if nis := e.tgt.Namespaces(); len(nis) != 1 || nis[0].Blocks != 4<<20/512 {
+		t.Errorf("after a resize to 4 MiB and a reopen: %+v", nis)
+	}
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	w := rw(nvmeproto.OpWrite, 1, 4<<20/512-8, 8, 4096)
+	expectOK(t, "write at the end of the grown namespace", q.do(&w, pattern(4096, 7)))
 }

@@ -96,6 +96,9 @@ type NamespaceInfo struct {
 	Blocks    uint64 // capacity in logical blocks (Identify NSZE)
 	LBASize   uint32
 	ReadOnly  bool
+	// Failure is why the namespace refuses writes and flushes (a sync of its backend
+	// failed: see ReopenNamespace), nil while it is healthy.
+	Failure error
 	// Successful commands and the bytes they moved (the SMART log's counters).
 	ReadCommands, WriteCommands uint64
 	ReadBytes, WriteBytes       uint64
@@ -120,7 +123,7 @@ func (t *Target) Namespaces() []NamespaceInfo {
 			io, errs := ns.counters()
 			out = append(out, NamespaceInfo{
 				Subsystem: s.nqn, NSID: ns.nsid, Backend: ns.cfg.Backend, Path: ns.cfg.Path,
-				Blocks: ns.blocks.Load(), LBASize: ns.lbaSize(), ReadOnly: ns.readOnly.Load(),
+				Blocks: ns.blocks.Load(), LBASize: ns.lbaSize(), ReadOnly: ns.readOnly.Load(), Failure: ns.failureReason(),
 				ReadCommands: rc, WriteCommands: wc, ReadBytes: ru * dataUnitBytes, WriteBytes: wu * dataUnitBytes,
 				IO: io, Errors: errs,
 			})

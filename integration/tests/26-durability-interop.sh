@@ -1,5 +1,5 @@
 #!/bin/bash
-# 25-durability-interop: what issue 17's durability and interop items look like from the
+# 26-durability-interop: what issue 17's durability and interop items look like from the
 # Linux host.
 #   - a subsystem named outside the NVMe NQN form (blktests' "blktests-subsystem-1") is
 #     accepted with a portability warning, listed by nvme discover and connected to; an
