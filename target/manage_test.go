@@ -198,7 +198,8 @@ func TestDenyHostDisconnects(t *testing.T) {
 	_, c := other.propGet(nvmeproto.PropCSTS, false)
 	expectOK(t, "the other host's controller", c)
 	h := e.dial(32)
-	expect(t, "reconnect of the denied host", h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN), nvmeproto.StatusConnectInvalidHost)
+	// Refused as an unknown subsystem would be (TestConnectRefusalsLookAlike).
+	expect(t, "reconnect of the denied host", h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN), nvmeproto.StatusConnectInvalidParameters)
 
 	if err := e.tgt.DenyHost(subNQN, hostNQN); !errors.Is(err, target.ErrNoSuchHost) {
 		t.Errorf("denying a host that is not listed: %v", err)
@@ -206,7 +207,7 @@ func TestDenyHostDisconnects(t *testing.T) {
 	if err := e.tgt.DenyHost(subNQN, otherNQN); err == nil || !strings.Contains(err.Error(), "no host may connect") {
 		t.Errorf("denying the last host: %v", err)
 	}
-	if err := e.tgt.AllowHost(subNQN, "host-1"); err == nil || !strings.Contains(err.Error(), "is not a valid host NQN") {
+	if err := e.tgt.AllowHost(subNQN, "host\x01"); err == nil || !strings.Contains(err.Error(), "is not a valid host NQN") {
 		t.Errorf("allowing a malformed host NQN: %v", err)
 	}
 	if err := e.tgt.AllowHost(subNQN, hostNQN); err != nil {
