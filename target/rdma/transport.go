@@ -158,7 +158,7 @@ func (tr *Transport) Listen(l conf.Listener) (*Listener, error) {
 	}
 	ap := netip.AddrPortFrom(ip, l.Port)
 	tr.mu.Lock()
-	closed := tr.closed
+	closed := tr.closed || tr.draining // shutting down: no new listeners
 	tr.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
