@@ -670,3 +670,20 @@ func TestResvStateFileNone(t *testing.T) {
 		t.Error("a file named none was created")
 	}
 }
+
+// TestResvSurvivesReopen: reopening a namespace (ReopenNamespace, after a failed sync) is
+// not a power loss: registrations and the reservation stay.
+func TestResvSurvivesReopen(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)))
+	a := e.connectHost(1)
+	expectOK(t, "register", a.register(nvmeproto.ResvRegister, false, 0, 0, 0x1111))
+	expectOK(t, "acquire", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0x1111, 0))
+	if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
+		t.Fatal(err)
+	}
+	st := a.report()
+	if st.RegCtl != 1 || st.RType != nvmeproto.ResvWriteExclusive || st.Controllers[0].RKey != 0x1111 {
+		t.Errorf("reservation after a reopen: %+v", st)
+	}
+	expectStatus(t, "the holder writes after the reopen", a.ioOp("write"), nvmeproto.StatusSuccess)
+}

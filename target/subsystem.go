@@ -195,7 +195,8 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 }
 
 // reopenNamespace closes the namespace old's backend and opens it again from cn, its
-// running configuration: a fresh start that clears a failure (see namespace.fail).
+// running configuration: a fresh start of its backend that clears a failure (see
+// namespace.fail); its reservations are kept.
 // Commands that arrive meanwhile fail with Invalid Namespace; controllers are told the
 // namespace changed. If the backend cannot be opened the namespace stays inactive
 // (listed in the configuration, refusing commands) until a reopen succeeds or it is
@@ -211,6 +212,12 @@ func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 		s.t.log.Error("reopening namespace failed: it stays inactive until a reopen succeeds", "subsystem", s.nqn, "nsid", nsid, "err", err)
 		return fmt.Errorf("target: reopening namespace %d of %q (it stays inactive until a reopen succeeds or it is removed): %w", nsid, s.nqn, err)
 	}
+	// A reopen is not a power loss: registrations and the reservation carry over (old
+	// takes no command any more). Its I/O counters start again, as after RemoveNamespace
+	// and AddNamespace.
+	old.resv.mu.Lock()
+	ns.resv.state.Store(old.resv.state.Load())
+	old.resv.mu.Unlock()
 	s.mu.Lock()
 	tab := *s.ns.Load()
 	i := slices.Index(tab, old)
