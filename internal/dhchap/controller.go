@@ -191,6 +191,20 @@ func (c *Controller) Send(b []byte) error {
 	return c.fail(nvmeproto.AuthFailIncorrectProtocol, fmt.Errorf("dhchap: %s received while %v", name, c.step))
 }
 
+// Refuse ends the transaction that the AUTH_Negotiate b starts, without running it: the
+// next Receive returns Failure1 (authentication failed) for its T_ID, and the queue is no
+// longer authenticated. The target uses it when the host has lost its keys since the
+// queue authenticated (a re-authentication after the host's secret was removed). err
+// says why, for the log.
+func (c *Controller) Refuse(b []byte, err error) error {
+	c.clearSecrets()
+	c.c2, c.s2 = nil, 0
+	if len(b) >= 6 {
+		c.tx.TID = binary.LittleEndian.Uint16(b[4:])
+	}
+	return c.fail(nvmeproto.AuthFailFailed, err)
+}
+
 func (c *Controller) negotiate(b []byte) error {
 	c.clearSecrets()
 	c.c2, c.s2, c.failure, c.lastErr = nil, 0, 0, nil

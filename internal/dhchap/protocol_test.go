@@ -395,6 +395,31 @@ func TestReauthentication(t *testing.T) {
 	}
 }
 
+// TestRefuse: a refused re-authentication answers the Negotiate's transaction with
+// Failure1 (authentication failed) and leaves the queue unauthenticated.
+func TestRefuse(t *testing.T) {
+	keys := HostKeys{Host: mustSecret(t, 1, 0, 32)}
+	c, _ := NewController(keys, pHost, pSub, nil, nil)
+	h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 1)
+	if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
+		t.Fatal(herr, cerr)
+	}
+	h, _ = NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 0x1234)
+	why := errors.New("the host has no secret any more")
+	if err := c.Refuse(h.Negotiate(), why); err != why || c.Authenticated() || !c.FailurePending() {
+		t.Fatalf("Refuse: %v, authenticated %v, failure pending %v", err, c.Authenticated(), c.FailurePending())
+	}
+	b, err := c.Receive(4096)
+	var f nvmeproto.AuthFailure
+	if err != nil || f.Unmarshal(b) != nil || f.AuthID != nvmeproto.AuthMsgFailure1 || f.TID != 0x1234 ||
+		f.Reason != nvmeproto.AuthFailReasonFailed || f.Explanation != nvmeproto.AuthFailFailed {
+		t.Fatalf("after Refuse, Receive: %v %+v", err, f)
+	}
+	if expl, cause := c.Failure(); expl != nvmeproto.AuthFailFailed || cause != why {
+		t.Errorf("Failure: %v %v", expl, cause)
+	}
+}
+
 func TestHostRejectsBadChallenges(t *testing.T) {
 	key := mustSecret(t, 1, 0, 32)
 	h, _ := NewHost(HostConfig{Secret: key, HostNQN: pHost, SubNQN: pSub, Hashes: []nvmeproto.AuthHashID{1},
