@@ -96,6 +96,33 @@ func (h *Host) DHGroups() []nvmeproto.AuthDHGroupID {
 	return out
 }
 
+// RedactSecret describes a dhchap_secret or dhchap_ctrl_secret value without revealing
+// the key, for listings and logs: a "file:" secret is its path (which holds the key, and
+// is not one), an inline one its DHHC-1 prefix, transformation hash and key length
+// ("DHHC-1:01:<32-byte key>:"), "" stays "".
+func RedactSecret(v string) string {
+	switch {
+	case v == "":
+		return ""
+	case strings.HasPrefix(v, SecretFilePrefix):
+		return v
+	}
+	s, err := dhchap.ParseSecret(v)
+	if err != nil {
+		return "<invalid secret>"
+	}
+	return s.String()
+}
+
+// SameAs reports whether h and o describe the host alike: the same NQN and secrets (as
+// written: a file: secret is the same while it names the same file), and the same hash
+// functions and DH groups in the same order once defaults and spellings ("hmac(sha256)")
+// are resolved.
+func (h *Host) SameAs(o *Host) bool {
+	return h.NQN == o.NQN && h.DHCHAPSecret == o.DHCHAPSecret && h.DHCHAPCtrlSecret == o.DHCHAPCtrlSecret &&
+		slices.Equal(h.Hashes(), o.Hashes()) && slices.Equal(h.DHGroups(), o.DHGroups())
+}
+
 // Keys reads the host's secrets (from their files for "file:" secrets, so a rewritten
 // file takes effect the next time Keys is called) and returns what the target needs to
 // authenticate the host. The error names the field and never quotes a secret.

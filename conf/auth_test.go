@@ -143,3 +143,34 @@ func TestAuthInlineSecretWarning(t *testing.T) {
 		t.Errorf("mode 0600: %v %v", err, c.Warnings)
 	}
 }
+
+func TestRedactSecretAndSameAs(t *testing.T) {
+	const inline = "DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7/:"
+	for in, want := range map[string]string{
+		"": "", inline: "DHHC-1:01:<32-byte key>:", "file:/etc/gonvmf/h.key": "file:/etc/gonvmf/h.key",
+		"DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5fr:": "<invalid secret>",
+	} {
+		if got := RedactSecret(in); got != want {
+			t.Errorf("RedactSecret(%q) = %q, want %q", in, got, want)
+		}
+	}
+	a := Host{NQN: "h", DHCHAPSecret: inline}
+	b := a
+	b.DHCHAPHashes = []string{"hmac(sha512)", "sha384", "sha256"} // the default, spelled out
+	b.DHCHAPDHGroups = []string{"ffdhe2048", "ffdhe3072", "ffdhe4096", "ffdhe6144", "ffdhe8192", "null"}
+	if !a.SameAs(&b) {
+		t.Errorf("the default lists spelled out differ from the default")
+	}
+	for _, edit := range []func(h *Host){
+		func(h *Host) { h.DHCHAPSecret = "file:/k" },
+		func(h *Host) { h.DHCHAPCtrlSecret = inline },
+		func(h *Host) { h.DHCHAPHashes = []string{"sha256", "sha384", "sha512"} },
+		func(h *Host) { h.DHCHAPDHGroups = []string{"null"} },
+	} {
+		c := a
+		edit(&c)
+		if a.SameAs(&c) {
+			t.Errorf("%+v is the same as %+v", c, a)
+		}
+	}
+}
