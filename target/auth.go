@@ -2,6 +2,9 @@ package target
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,10 +27,15 @@ import (
 // the Failure1 message. A new AUTH_Negotiate on an authenticated queue re-authenticates it;
 // the queue stays authenticated while that runs and loses it if it fails.
 //
-// Keys come from AuthKeys. A controller takes its host's keys at the admin queue's
-// Connect, and takes them again when the admin queue re-authenticates; its I/O queues use
-// the controller's current keys. So a key rotation applies to new connections and to
-// re-authentications, and leaves authenticated queues alone until they reconnect.
+// Keys come from AuthKeys: by default the running configuration's hosts section and the
+// subsystems' auth_required, which change at run time (SetHostKeys, RemoveHostKeys,
+// SetAuthRequired). A controller takes its host's keys at the admin queue's Connect, and
+// takes them again when the admin queue re-authenticates (as the Linux target does); its
+// I/O queues use the controller's current keys. So a key rotation applies to new
+// connections and to re-authentications, and leaves authenticated queues alone until
+// they reconnect or re-authenticate. A re-authentication is judged as a new connection
+// would be: when the host has no keys any more (its entry removed, its secret file
+// unreadable), the re-authentication fails (AUTH_Failure1) and the queue is disconnected.
 
 // AuthKeys tells the target which hosts authenticate and with which keys. Implementations
 // must be safe for concurrent use.
@@ -155,16 +163,26 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 	if r.Cmd.FabricsType() == nvmeproto.FabricsAuthSend {
 		data := r.Data[:r.Length]
 		if len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate {
+			var refuse error
 			if b.qid == 0 && wasOK {
 				// Re-authentication of the admin queue: take the host's keys again.
 				if keys, _ := q.t.lookupAuthKeys(c.subsys.nqn, c.hostNQN); keys != nil && keys.Host != nil {
 					c.auth.mu.Lock()
 					c.auth.keys = *keys
 					c.auth.mu.Unlock()
+				} else {
+					refuse = errors.New("re-authentication refused: the host has no DH-HMAC-CHAP secret any more")
 				}
 			}
 			// Every transaction uses the controller's current keys.
 			a.ctl.SetKeys(c.auth.current())
+			if refuse != nil {
+				a.ctl.Refuse(data, refuse)
+				q.authFailed(a, c, b.qid, "answered with AUTH_Failure1", refuse, true)
+				a.mu.Unlock()
+				q.finish(r, nvmeproto.StatusSuccess)
+				return
+			}
 		}
 		if err := a.ctl.Send(data); err != nil {
 			msg := "the host sent AUTH_Failure2"
@@ -240,25 +258,39 @@ func (t *Target) lookupAuthKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool)
 	return t.authKeys.HostKeys(subNQN, hostNQN)
 }
 
-// configAuthKeys serves the keys of the configuration's hosts section and the subsystems'
-// auth_required. A host's secrets are read again at every lookup (admin Connect,
-// re-authentication), so rewriting a file: secret rotates the key without a restart. A
-// secret that cannot be read fails closed: the host is refused at Connect, and an
-// authenticated controller keeps the keys it had.
+// configAuthKeys serves the keys of the running configuration's hosts section and the
+// subsystems' auth_required. A host's secrets are read again at every lookup (admin
+// Connect, re-authentication), so rewriting a file: secret rotates the key without a
+// restart, as does a change of the hosts section (SetHostKeys, RemoveHostKeys, a
+// reload). A secret that cannot be read fails closed: the host is refused at Connect,
+// and its re-authentications fail.
 type configAuthKeys struct {
 	t     *Target
-	hosts map[string]conf.Host // by host NQN
+	mu    sync.Mutex
+	hosts map[string]conf.Host // by host NQN; replaced whole by set
 }
 
+// newConfigAuthKeys serves cfg's hosts, each of whose secrets must be readable.
 func newConfigAuthKeys(t *Target, cfg *conf.Config) (*configAuthKeys, error) {
-	k := &configAuthKeys{t: t, hosts: make(map[string]conf.Host, len(cfg.Hosts))}
+	k := &configAuthKeys{t: t}
 	for _, h := range cfg.Hosts {
 		if _, err := h.Keys(); err != nil {
 			return nil, err
 		}
-		k.hosts[h.NQN] = h
 	}
+	k.set(cfg.Hosts)
 	return k, nil
+}
+
+// set replaces the hosts served (a resolved hosts section).
+func (k *configAuthKeys) set(hosts []conf.Host) {
+	m := make(map[string]conf.Host, len(hosts))
+	for _, h := range hosts {
+		m[h.NQN] = h
+	}
+	k.mu.Lock()
+	k.hosts = m
+	k.mu.Unlock()
 }
 
 func (k *configAuthKeys) HostKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool) {
@@ -268,7 +300,9 @@ func (k *configAuthKeys) HostKeys(subNQN, hostNQN string) (*dhchap.HostKeys, boo
 		required = s.authRequired
 		s.mu.Unlock()
 	}
+	k.mu.Lock()
 	h, ok := k.hosts[hostNQN]
+	k.mu.Unlock()
 	if !ok {
 		return nil, required
 	}
@@ -278,4 +312,168 @@ func (k *configAuthKeys) HostKeys(subNQN, hostNQN string) (*dhchap.HostKeys, boo
 		return nil, true
 	}
 	return keys, required
+}
+
+// --- run-time changes of the hosts section and auth_required ---
+
+// ErrNoHostKeys: RemoveHostKeys of a host that has no entry in the hosts section.
+var ErrNoHostKeys = errors.New("target: host has no entry in the hosts section")
+
+// errExternalAuthKeys: the keys come from WithAuthKeys, which the hosts section does not
+// feed.
+var errExternalAuthKeys = errors.New("target: the hosts' keys come from WithAuthKeys, not from the configuration's hosts section; change them there")
+
+// HostKeysChange is a change of one entry of the configuration's hosts section. Nil
+// fields keep their value (a new entry starts empty); a set field replaces it. Values are
+// written as in the configuration file.
+type HostKeysChange struct {
+	// DHCHAPSecret is the host's secret: the DHHC-1 text, or "file:<path>". Required for
+	// a new entry; cannot be emptied (remove the entry instead).
+	DHCHAPSecret *string
+	// DHCHAPCtrlSecret is the controller's secret (same forms); "" removes it.
+	DHCHAPCtrlSecret *string
+	// DHCHAPHashes and DHCHAPDHGroups replace the lists (empty: the defaults).
+	DHCHAPHashes   *[]string
+	DHCHAPDHGroups *[]string
+}
+
+// Fields names the fields the change sets, by their configuration keys (for logs: no
+// values, so no secrets).
+func (ch HostKeysChange) Fields() []string {
+	var out []string
+	if ch.DHCHAPSecret != nil {
+		out = append(out, "dhchap_secret")
+	}
+	if ch.DHCHAPCtrlSecret != nil {
+		out = append(out, "dhchap_ctrl_secret")
+	}
+	if ch.DHCHAPHashes != nil {
+		out = append(out, "dhchap_hashes")
+	}
+	if ch.DHCHAPDHGroups != nil {
+		out = append(out, "dhchap_dhgroups")
+	}
+	return out
+}
+
+// SetHostKeys adds or changes the entry of host hostNQN in the hosts section: its
+// DH-HMAC-CHAP secret (a key rotation), its controller secret, its hash functions and DH
+// groups. The result is validated as the configuration file would be, and the secrets
+// are read (a file: secret's file must exist, belong to the target's user and be closed
+// to others) before anything changes. From then on the host's new connections and
+// re-authentications use the new entry; its authenticated queues keep working. It
+// reports whether the entry is new.
+func (t *Target) SetHostKeys(hostNQN string, ch HostKeysChange) (created bool, err error) {
+	what := fmt.Sprintf("host %q: keys", hostNQN)
+	k, _ := t.authKeys.(*configAuthKeys)
+	err = t.change(what, true, func(c *conf.Config) error {
+		if k == nil {
+			return fmt.Errorf("%s: %w", what, errExternalAuthKeys)
+		}
+		i := slices.IndexFunc(c.Hosts, func(h conf.Host) bool { return h.NQN == hostNQN })
+		created = i < 0
+		if created {
+			c.Hosts = append(c.Hosts, conf.Host{NQN: hostNQN})
+			i = len(c.Hosts) - 1
+		}
+		h := &c.Hosts[i]
+		if ch.DHCHAPSecret != nil {
+			// Whitespace around a secret (the newline of a key file) is not part of it.
+			h.DHCHAPSecret = strings.TrimSpace(*ch.DHCHAPSecret)
+			if h.DHCHAPSecret == "" && !created {
+				return fmt.Errorf("target: %s: dhchap_secret cannot be emptied: a host listed under hosts authenticates; remove the host's entry instead", what)
+			}
+		}
+		if ch.DHCHAPCtrlSecret != nil {
+			h.DHCHAPCtrlSecret = strings.TrimSpace(*ch.DHCHAPCtrlSecret)
+		}
+		if ch.DHCHAPHashes != nil {
+			h.DHCHAPHashes = slices.Clone(*ch.DHCHAPHashes)
+		}
+		if ch.DHCHAPDHGroups != nil {
+			h.DHCHAPDHGroups = slices.Clone(*ch.DHCHAPDHGroups)
+		}
+		return nil
+	}, func(c *conf.Config) error {
+		h := c.HostByNQN(hostNQN)
+		if _, err := h.Keys(); err != nil {
+			return fmt.Errorf("target: %w", err)
+		}
+		k.set(c.Hosts)
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	t.log.Info("host keys set", "host", hostNQN, "new", created, "fields", ch.Fields())
+	return created, nil
+}
+
+// RemoveHostKeys removes host hostNQN's entry from the hosts section: its new
+// connections no longer authenticate, and are refused by subsystems that require
+// authentication (a subsystem that requires it and lists the host is an error: take the
+// host off its list, or turn auth_required off, first). Its authenticated queues keep
+// working until they reconnect; a re-authentication fails. ErrNoHostKeys when the host
+// has no entry.
+func (t *Target) RemoveHostKeys(hostNQN string) error {
+	what := fmt.Sprintf("host %q: removing its keys", hostNQN)
+	k, _ := t.authKeys.(*configAuthKeys)
+	err := t.change(what, true, func(c *conf.Config) error {
+		if k == nil {
+			return fmt.Errorf("%s: %w", what, errExternalAuthKeys)
+		}
+		i := slices.IndexFunc(c.Hosts, func(h conf.Host) bool { return h.NQN == hostNQN })
+		if i < 0 {
+			return fmt.Errorf("%w: %q", ErrNoHostKeys, hostNQN)
+		}
+		c.Hosts = slices.Delete(c.Hosts, i, i+1)
+		return nil
+	}, func(c *conf.Config) error {
+		k.set(c.Hosts)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	t.log.Info("host keys removed", "host", hostNQN)
+	return nil
+}
+
+// SetAuthRequired changes whether a subsystem admits only hosts that authenticate
+// (auth_required; validated as in the configuration file: with it on, every host on the
+// subsystem's list needs an entry in the hosts section). It applies to new connections:
+// controllers already connected keep working, authenticated or not, until they
+// reconnect (ControllerInfo.Authenticated tells them apart; DenyHost disconnects a
+// host at once).
+func (t *Target) SetAuthRequired(nqn string, required bool) error {
+	var s *subsystem
+	err := t.change(fmt.Sprintf("subsystem %q: auth_required %t", nqn, required), true, func(c *conf.Config) error {
+		i := subsystemIndex(c, nqn)
+		if s = t.subsystem(nqn); s == nil || s.disc || i < 0 {
+			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, nqn)
+		}
+		c.Subsystems[i].AuthRequired = required
+		return nil
+	}, func(*conf.Config) error {
+		s.mu.Lock()
+		s.authRequired = required
+		s.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	unauth := 0
+	for _, c := range s.controllers() {
+		if c.auth == nil {
+			unauth++
+		}
+	}
+	if required && unauth > 0 {
+		t.log.Warn("authentication now required; controllers connected without authenticating keep working until they reconnect",
+			"subsystem", nqn, "controllers", unauth)
+	} else {
+		t.log.Info("auth_required changed", "subsystem", nqn, "auth_required", required)
+	}
+	return nil
 }

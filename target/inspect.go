@@ -30,6 +30,10 @@ type ControllerInfo struct {
 	Connected time.Time
 	// Ready reports CSTS.RDY: the host enabled the controller.
 	Ready bool
+	// Authenticated reports that the host authenticated the admin queue with
+	// DH-HMAC-CHAP (in-band authentication) and has not failed a re-authentication
+	// since; false for a host that connected without authenticating.
+	Authenticated bool
 	// Queues are the connected queues, admin queue (ID 0) first.
 	Queues []QueueInfo
 }
@@ -77,6 +81,11 @@ func (c *controller) info() ControllerInfo {
 			qi.RemoteAddr = ra.RemoteAddr()
 		}
 		ci.Queues = append(ci.Queues, qi)
+		if qi.ID == 0 && c.auth != nil {
+			if b := q.bind.Load(); b != nil && b.auth != nil {
+				ci.Authenticated = b.auth.ok.Load()
+			}
+		}
 	}
 	if len(ci.Queues) > 0 && ci.Queues[0].ID == 0 {
 		ci.RemoteAddr = ci.Queues[0].RemoteAddr

@@ -78,7 +78,7 @@ type Target struct {
 	log         *slog.Logger
 	openBackend func(backend.Spec) (backend.Backend, error)
 	workers     int
-	authKeys    AuthKeys       // DH-HMAC-CHAP keys of the hosts; nil: no host authenticates
+	authKeys    AuthKeys       // DH-HMAC-CHAP keys of the hosts: WithAuthKeys, or *configAuthKeys
 	tr          conf.Transport // resolved transport settings; fixed for the Target's life
 	mdtsBytes   uint32         // largest transfer: tr.MaxIOSize
 	mdts        uint8          // log2(mdtsBytes / 4 KiB)
@@ -133,7 +133,7 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		o(t)
 	}
 	t.log = t.log.With("component", "target")
-	if t.authKeys == nil && len(rc.Hosts) > 0 {
+	if t.authKeys == nil {
 		k, err := newConfigAuthKeys(t, rc)
 		if err != nil {
 			return nil, fmt.Errorf("target: configuration: %w", err)
