@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
 )
 
 // The run-time operations of a Server. Each is one change of the target's running
@@ -75,4 +76,28 @@ func (s *Server) DenyHost(nqn, host string) error {
 	s.chg.Lock()
 	defer s.chg.Unlock()
 	return s.t.DenyHost(nqn, host)
+}
+
+// SetHostKeys adds or changes a host's entry in the hosts section: its DH-HMAC-CHAP
+// secrets, hash functions and DH groups (target.Target.SetHostKeys). New connections and
+// re-authentications use it; authenticated connections keep working.
+func (s *Server) SetHostKeys(hostNQN string, ch target.HostKeysChange) (created bool, err error) {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.SetHostKeys(hostNQN, ch)
+}
+
+// RemoveHostKeys removes a host's entry from the hosts section
+// (target.Target.RemoveHostKeys).
+func (s *Server) RemoveHostKeys(hostNQN string) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.RemoveHostKeys(hostNQN)
+}
+
+// SetAuthRequired changes a subsystem's auth_required (target.Target.SetAuthRequired).
+func (s *Server) SetAuthRequired(nqn string, required bool) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.SetAuthRequired(nqn, required)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
 )
 
 // Reload brings the running target in line with next (a configuration file read again,
@@ -15,21 +16,26 @@ import (
 // with the same operations the control API uses, in an order that keeps every
 // intermediate state valid —
 //
-//  1. listeners that are new start listening;
+//  1. listeners that are new start listening; hosts new to the hosts section, or whose
+//     entry changed (secrets, hash functions, DH groups), get their new entry;
 //  2. namespaces that are gone, or whose identity changed (backend, path, lba_size,
 //     uuid, nguid, eui64: hosts would see another namespace), are removed, then
 //     subsystems that are gone (their hosts are disconnected);
 //  3. new subsystems are added, then new (and re-identified) namespaces;
-//  4. allowed hosts change (hosts taken off a list are disconnected), namespaces'
+//  4. subsystems stop requiring authentication, allowed hosts change (hosts taken off
+//     a list are disconnected), subsystems start requiring authentication, namespaces'
 //     write protection changes, namespaces grow to a larger size;
-//  5. listeners that are gone stop (their queues are disconnected).
+//  5. entries gone from the hosts section are removed, listeners that are gone stop
+//     (their queues are disconnected).
 //
-// Settings that cannot change while the target runs are errors that change nothing: the
-// transport section, the control and metrics sections, a subsystem's serial or model, a smaller
-// namespace size. next is validated as a file is (an invalid next changes nothing and the
-// error says why). When a step fails, the steps already applied are undone in reverse
-// order (a namespace that grew stays grown; hosts disconnected by a removal reconnect)
-// and the error names the step and the reason. Reload returns a description of each
+// Host key and auth_required changes apply as SetHostKeys and SetAuthRequired do: to
+// new connections and re-authentications; established connections keep working until
+// they reconnect. Settings that cannot change while the target runs are errors that
+// change nothing: the transport section, the control and metrics sections, a subsystem's
+// serial or model, a smaller namespace size. next is validated as a file is (an invalid
+// next changes nothing and the error says why). When a step fails, the steps already
+// applied are undone in reverse order (a namespace that grew stays grown; hosts
+// disconnected by a removal reconnect) and the error names the step and the reason. Reload returns a description of each
 // change applied, in order (none when next is what runs).
 func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	s.chg.Lock()
@@ -100,7 +106,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	{
 		a, b := *cur.Clone(), *next.Clone()
 		for _, c := range []*conf.Config{&a, &b} {
-			c.Listeners, c.Subsystems, c.Transport, c.Control, c.File, c.Warnings = nil, nil, conf.Transport{}, conf.Control{}, "", nil
+			c.Listeners, c.Subsystems, c.Hosts, c.Transport, c.Control, c.File, c.Warnings = nil, nil, nil, conf.Transport{}, conf.Control{}, "", nil
 			c.Metrics = conf.Metrics{}
 		}
 		if d := fieldDiffs("", a, b); len(d) > 0 {
@@ -108,7 +114,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 
-	var add, rmNS, rmSub, addSub, addNS, hosts, ro, grow, rmLis []step
+	var add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, rmKeys, rmLis []step
 	// Listeners.
 	if s.tr != nil {
 		for _, l := range next.Listeners {
@@ -127,6 +133,31 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 	t := s.t
+	// The hosts section (descriptions show secrets redacted).
+	for _, nh := range next.Hosts {
+		i := slices.IndexFunc(cur.Hosts, func(x conf.Host) bool { return x.NQN == nh.NQN })
+		if i < 0 {
+			setKeys = append(setKeys, step{what: fmt.Sprintf("add host %s to the hosts section (%s)", nh.NQN, hostText(nh)),
+				do:   func() error { _, err := t.SetHostKeys(nh.NQN, wholeHost(nh)); return err },
+				undo: func() error { return t.RemoveHostKeys(nh.NQN) }})
+			continue
+		}
+		ch := cur.Hosts[i]
+		if ch.SameAs(&nh) {
+			continue
+		}
+		setKeys = append(setKeys, step{what: fmt.Sprintf("host %s: %s", nh.NQN, hostDiff(ch, nh)),
+			do:   func() error { _, err := t.SetHostKeys(nh.NQN, wholeHost(nh)); return err },
+			undo: func() error { _, err := t.SetHostKeys(ch.NQN, wholeHost(ch)); return err }})
+	}
+	for _, ch := range cur.Hosts {
+		if slices.ContainsFunc(next.Hosts, func(x conf.Host) bool { return x.NQN == ch.NQN }) {
+			continue
+		}
+		rmKeys = append(rmKeys, step{what: fmt.Sprintf("remove host %s from the hosts section", ch.NQN),
+			do:   func() error { return t.RemoveHostKeys(ch.NQN) },
+			undo: func() error { _, err := t.SetHostKeys(ch.NQN, wholeHost(ch)); return err }})
+	}
 	// Subsystems.
 	for _, cs := range cur.Subsystems {
 		if slices.ContainsFunc(next.Subsystems, func(x conf.Subsystem) bool { return x.NQN == cs.NQN }) {
@@ -152,13 +183,25 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		if cs.Model != ns.Model {
 			errs = append(errs, fmt.Sprintf("subsystem %s: model %q → %q: hosts identify a subsystem's controllers by serial and model, which cannot change while they are connected; remove the subsystem and add it again, or restart", nqn, cs.Model, ns.Model))
 		}
-		{ // Fields Reload does not know how to apply (auth_required, fields added later).
+		{ // Fields Reload does not know how to apply (fields added later).
 			x, y := cs, ns
 			for _, s := range []*conf.Subsystem{&x, &y} {
-				s.NQN, s.Serial, s.Model, s.AllowAnyHost, s.Hosts, s.Namespaces = "", "", "", false, nil, nil
+				s.NQN, s.Serial, s.Model, s.AllowAnyHost, s.Hosts, s.AuthRequired, s.Namespaces = "", "", "", false, nil, false, nil
 			}
 			if d := fieldDiffs("subsystem "+nqn, x, y); len(d) > 0 {
 				errs = append(errs, strings.Join(d, ", ")+": cannot change while hosts are connected; remove the subsystem and add it again, or restart")
+			}
+		}
+		if cs.AuthRequired != ns.AuthRequired {
+			st := step{what: fmt.Sprintf("subsystem %s: auth_required %t → %t", nqn, cs.AuthRequired, ns.AuthRequired),
+				do:   func() error { return t.SetAuthRequired(nqn, ns.AuthRequired) },
+				undo: func() error { return t.SetAuthRequired(nqn, cs.AuthRequired) }}
+			// Off before the host lists change, on after: each intermediate state is valid
+			// (a host list under auth_required must have keys for every host).
+			if ns.AuthRequired {
+				authOn = append(authOn, st)
+			} else {
+				authOff = append(authOff, st)
 			}
 		}
 		if cs.AllowAnyHost != ns.AllowAnyHost || !slices.Equal(cs.Hosts, ns.Hosts) {
@@ -206,10 +249,51 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	var steps []step
-	for _, group := range [][]step{add, rmNS, rmSub, addSub, addNS, hosts, ro, grow, rmLis} {
+	for _, group := range [][]step{add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, rmKeys, rmLis} {
 		steps = append(steps, group...)
 	}
 	return steps, nil
+}
+
+// wholeHost is the change that makes a host's entry h.
+func wholeHost(h conf.Host) target.HostKeysChange {
+	hashes, groups := slices.Clone(h.DHCHAPHashes), slices.Clone(h.DHCHAPDHGroups)
+	return target.HostKeysChange{DHCHAPSecret: &h.DHCHAPSecret, DHCHAPCtrlSecret: &h.DHCHAPCtrlSecret,
+		DHCHAPHashes: &hashes, DHCHAPDHGroups: &groups}
+}
+
+// hostText describes a host's entry with its secrets redacted.
+func hostText(h conf.Host) string {
+	t := "dhchap_secret " + conf.RedactSecret(h.DHCHAPSecret)
+	if h.DHCHAPCtrlSecret != "" {
+		t += ", dhchap_ctrl_secret " + conf.RedactSecret(h.DHCHAPCtrlSecret)
+	}
+	return t
+}
+
+// hostDiff describes how host entry b differs from a, secrets redacted.
+func hostDiff(a, b conf.Host) string {
+	var d []string
+	secret := func(key, x, y string) {
+		switch {
+		case x == y:
+		case y == "":
+			d = append(d, key+" removed")
+		case x == "":
+			d = append(d, key+" added ("+conf.RedactSecret(y)+")")
+		default:
+			d = append(d, key+" replaced (now "+conf.RedactSecret(y)+")")
+		}
+	}
+	secret("dhchap_secret", a.DHCHAPSecret, b.DHCHAPSecret)
+	secret("dhchap_ctrl_secret", a.DHCHAPCtrlSecret, b.DHCHAPCtrlSecret)
+	if x, y := a.Hashes(), b.Hashes(); !slices.Equal(x, y) {
+		d = append(d, fmt.Sprintf("dhchap_hashes %v → %v", x, y))
+	}
+	if x, y := a.DHGroups(), b.DHGroups(); !slices.Equal(x, y) {
+		d = append(d, fmt.Sprintf("dhchap_dhgroups %v → %v", x, y))
+	}
+	return strings.Join(d, ", ")
 }
 
 // identityChange says which field makes b another namespace than a ("" when it is the

@@ -102,11 +102,11 @@ func TestReload(t *testing.T) {
 		{"control", func(c *conf.Config) { c.Control.Socket = "/run/other.sock" }, "control.socket: /run/gonvmf/gonvmf.sock → /run/other.sock"},
 		{"metrics", func(c *conf.Config) { c.Metrics.Address = "127.0.0.1:9469" }, "metrics.address:  → 127.0.0.1:9469: the metrics endpoint listens where it started"},
 		{"serial", func(c *conf.Config) { c.Subsystems[0].Serial = "X1" }, `serial "` + conf.DeriveSerial(subNQN) + `" → "X1"`},
-		{"auth_required", func(c *conf.Config) {
+		{"unreadable secret file", func(c *conf.Config) {
 			h := "nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc"
-			c.Hosts = []conf.Host{{NQN: h, DHCHAPSecret: "DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7/:"}}
+			c.Hosts = []conf.Host{{NQN: h, DHCHAPSecret: "file:" + filepath.Join(dir, "no-such.key")}}
 			c.Subsystems[0].AllowAnyHost, c.Subsystems[0].Hosts, c.Subsystems[0].AuthRequired = false, []string{h}, true
-		}, "subsystem " + subNQN + ".auth_required: false → true: cannot change while hosts are connected"},
+		}, "add host nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc to the hosts section (dhchap_secret file:"},
 		{"shrink", func(c *conf.Config) { c.Subsystems[0].Namespaces[1].Size = 1 << 20 }, "namespace 2: size 1MiB is smaller than the 2GiB it has"},
 		{"invalid", func(c *conf.Config) { c.Subsystems[0].Namespaces[0].LBASize = 1000 }, "lba_size: 1000 is not a supported LBA size"},
 		{"a step fails", func(c *conf.Config) {
@@ -117,6 +117,9 @@ func TestReload(t *testing.T) {
 				Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendNull, Size: 1 << 20}}})
 			c.Subsystems[0].Namespaces = append(c.Subsystems[0].Namespaces, conf.Namespace{NSID: 9, Backend: conf.BackendFile,
 				Path: filepath.Join(dir, "no", "such", "dir.img"), Size: 1 << 20})
+			// A host entry added before the failing step is taken out again.
+			c.Hosts = []conf.Host{{NQN: "nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc",
+				DHCHAPSecret: "DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7/:"}}
 		}, "add namespace 9 (file"},
 	} {
 		next := back.Clone()
