@@ -1,8 +1,9 @@
 // Package control serves gonvmf's live control API: the gRPC service of controlpb
 // (control.proto, the reference in controlpb/API.md) on a running target/server.Server,
 // through which gonvmf ctl and orchestrators add and remove subsystems, namespaces, hosts
-// and listeners, resize namespaces, inspect controllers and statistics, and save the
-// running configuration.
+// and listeners, resize namespaces, set and rotate hosts' authentication keys, inspect
+// controllers and statistics, and save the running configuration. Answers and logs
+// never carry a host's secret (SaveConfig's YAML excepted).
 //
 //	c, err := control.Start(srv, cfg.Control, log) // Unix socket (mode 0600); TCP with mutual TLS when configured
 //	...

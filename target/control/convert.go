@@ -111,3 +111,38 @@ func ListenerFromPB(l *pb.Listener) (conf.Listener, error) {
 	}
 	return conf.Listener{Transport: l.Transport, Address: l.Address, Port: uint16(l.Port)}, nil
 }
+
+// HostKeysChangeFromPB converts a SetHostKeys request to the change it asks for: the
+// fields it sets.
+func HostKeysChangeFromPB(r *pb.SetHostKeysRequest) target.HostKeysChange {
+	var ch target.HostKeysChange
+	ch.DHCHAPSecret, ch.DHCHAPCtrlSecret = r.DhchapSecret, r.DhchapCtrlSecret
+	if r.DhchapHashes != nil {
+		l := slices.Clone(r.DhchapHashes.Names)
+		ch.DHCHAPHashes = &l
+	}
+	if r.DhchapDhgroups != nil {
+		l := slices.Clone(r.DhchapDhgroups.Names)
+		ch.DHCHAPDHGroups = &l
+	}
+	return ch
+}
+
+// HostKeysToPB describes host entry h of cfg with its secrets redacted (conf.RedactSecret)
+// and its hash functions and DH groups resolved; controllers is how many it has connected.
+func HostKeysToPB(cfg *conf.Config, h *conf.Host, controllers int) *pb.HostKeys {
+	out := &pb.HostKeys{Nqn: h.NQN, DhchapSecret: conf.RedactSecret(h.DHCHAPSecret),
+		DhchapCtrlSecret: conf.RedactSecret(h.DHCHAPCtrlSecret), Controllers: uint32(controllers)}
+	for _, x := range h.Hashes() {
+		out.DhchapHashes = append(out.DhchapHashes, x.String())
+	}
+	for _, x := range h.DHGroups() {
+		out.DhchapDhgroups = append(out.DhchapDhgroups, x.String())
+	}
+	for _, s := range cfg.Subsystems {
+		if s.AllowAnyHost || slices.Contains(s.Hosts, h.NQN) {
+			out.Subsystems = append(out.Subsystems, s.NQN)
+		}
+	}
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,7 @@ func errStatus(err error) error {
 	code := codes.FailedPrecondition
 	switch {
 	case errors.Is(err, target.ErrNoSuchSubsystem), errors.Is(err, target.ErrNoSuchNamespace),
-		errors.Is(err, target.ErrNoSuchHost), errors.Is(err, server.ErrNoSuchListener):
+		errors.Is(err, target.ErrNoSuchHost), errors.Is(err, target.ErrNoHostKeys), errors.Is(err, server.ErrNoSuchListener):
 		code = codes.NotFound
 	case errors.Is(err, target.ErrSubsystemExists), errors.Is(err, target.ErrNamespaceExists):
 		code = codes.AlreadyExists
@@ -235,6 +236,61 @@ func (s *Service) SetHosts(_ context.Context, r *pb.SetHostsRequest) (*pb.Subsys
 	return s.subsystem(r.Subsystem)
 }
 
+// --- in-band authentication: the hosts section, auth_required ---
+
+func (s *Service) ListHostKeys(context.Context, *pb.ListHostKeysRequest) (*pb.ListHostKeysResponse, error) {
+	cfg := s.srv.Config()
+	ctrls := map[string]int{}
+	for _, c := range s.srv.Target().Controllers() {
+		if !c.Discovery {
+			ctrls[c.HostNQN]++
+		}
+	}
+	out := &pb.ListHostKeysResponse{}
+	for i := range cfg.Hosts {
+		out.Hosts = append(out.Hosts, HostKeysToPB(cfg, &cfg.Hosts[i], ctrls[cfg.Hosts[i].NQN]))
+	}
+	return out, nil
+}
+
+func (s *Service) SetHostKeys(_ context.Context, r *pb.SetHostKeysRequest) (*pb.HostKeys, error) {
+	ch := HostKeysChangeFromPB(r)
+	fields := ch.Fields()
+	if len(fields) == 0 {
+		return nil, invalid("host %q: the request sets nothing; set dhchap_secret, dhchap_ctrl_secret, dhchap_hashes or dhchap_dhgroups", r.Nqn)
+	}
+	if ch.DHCHAPSecret != nil && strings.TrimSpace(*ch.DHCHAPSecret) == "" {
+		return nil, invalid("host %q: dhchap_secret is empty: a host under hosts authenticates with a secret; give one, or remove the host's entry (RemoveHostKeys)", r.Nqn)
+	}
+	created, err := s.srv.SetHostKeys(r.Nqn, ch)
+	// Field names only: the values are secrets.
+	if err := s.logged("host keys set", err, "host", r.Nqn, "fields", fields, "new", created); err != nil {
+		return nil, err
+	}
+	hs, _ := s.ListHostKeys(context.Background(), nil)
+	for _, h := range hs.Hosts {
+		if h.Nqn == r.Nqn {
+			return h, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "host %q has no entry in the hosts section", r.Nqn)
+}
+
+func (s *Service) RemoveHostKeys(_ context.Context, r *pb.RemoveHostKeysRequest) (*pb.RemoveHostKeysResponse, error) {
+	if err := s.logged("host keys removed", s.srv.RemoveHostKeys(r.Nqn), "host", r.Nqn); err != nil {
+		return nil, err
+	}
+	return &pb.RemoveHostKeysResponse{}, nil
+}
+
+func (s *Service) SetAuthRequired(_ context.Context, r *pb.SetAuthRequiredRequest) (*pb.Subsystem, error) {
+	err := s.srv.SetAuthRequired(r.Subsystem, r.AuthRequired)
+	if err := s.logged("auth_required set", err, "subsystem", r.Subsystem, "auth_required", r.AuthRequired); err != nil {
+		return nil, err
+	}
+	return s.subsystem(r.Subsystem)
+}
+
 // --- listeners ---
 
 func (s *Service) ListListeners(context.Context, *pb.ListListenersRequest) (*pb.ListListenersResponse, error) {
@@ -285,6 +341,7 @@ func (s *Service) ListControllers(_ context.Context, r *pb.ListControllersReques
 			Subsystem: c.Subsystem, Cntlid: uint32(c.ID), Discovery: c.Discovery, HostNqn: c.HostNQN,
 			HostId: conf.FormatUUID(c.HostID), Listener: portText(c.Port), RemoteAddress: c.RemoteAddr,
 			KeepAliveTimeoutMs: uint64(c.KeepAlive / time.Millisecond), ConnectedUnixNano: c.Connected.UnixNano(), Ready: c.Ready,
+			Authenticated: c.Authenticated,
 		}
 		for _, q := range c.Queues {
 			pc.Queues = append(pc.Queues, &pb.Queue{Qid: uint32(q.ID), Depth: uint32(q.Size), InFlight: uint32(q.InFlight), RemoteAddress: q.RemoteAddr})

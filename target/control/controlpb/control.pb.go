@@ -698,6 +698,7 @@ type Controller struct {
 	ConnectedUnixNano  int64                  `protobuf:"varint,9,opt,name=connected_unix_nano,json=connectedUnixNano,proto3" json:"connected_unix_nano,omitempty"`      // when the admin queue connected
 	Ready              bool                   `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`                                                        // CSTS.RDY
 	Queues             []*Queue               `protobuf:"bytes,11,rep,name=queues,proto3" json:"queues,omitempty"`                                                       // admin queue (qid 0) first
+	Authenticated      bool                   `protobuf:"varint,12,opt,name=authenticated,proto3" json:"authenticated,omitempty"`                                        // the host authenticated (DH-HMAC-CHAP) the admin queue
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -807,6 +808,13 @@ func (x *Controller) GetQueues() []*Queue {
 		return x.Queues
 	}
 	return nil
+}
+
+func (x *Controller) GetAuthenticated() bool {
+	if x != nil {
+		return x.Authenticated
+	}
+	return false
 }
 
 type Queue struct {
@@ -2346,6 +2354,439 @@ func (x *ListControllersResponse) GetControllers() []*Controller {
 	return nil
 }
 
+// HostKeys is an entry of the configuration's top-level hosts section (hosts[]): a host
+// that authenticates with DH-HMAC-CHAP, as the target knows it. Secrets are redacted:
+// an inline secret shows as its DHHC-1 prefix, transformation hash and key length
+// ("DHHC-1:01:<32-byte key>:"), a secret kept in a file as "file:<path>".
+type HostKeys struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Nqn              string                 `protobuf:"bytes,1,opt,name=nqn,proto3" json:"nqn,omitempty"`
+	DhchapSecret     string                 `protobuf:"bytes,2,opt,name=dhchap_secret,json=dhchapSecret,proto3" json:"dhchap_secret,omitempty"`               // redacted
+	DhchapCtrlSecret string                 `protobuf:"bytes,3,opt,name=dhchap_ctrl_secret,json=dhchapCtrlSecret,proto3" json:"dhchap_ctrl_secret,omitempty"` // redacted; "": none (no bidirectional authentication)
+	DhchapHashes     []string               `protobuf:"bytes,4,rep,name=dhchap_hashes,json=dhchapHashes,proto3" json:"dhchap_hashes,omitempty"`               // in order of preference, defaults filled in
+	DhchapDhgroups   []string               `protobuf:"bytes,5,rep,name=dhchap_dhgroups,json=dhchapDhgroups,proto3" json:"dhchap_dhgroups,omitempty"`         // in order of preference, defaults filled in
+	Subsystems       []string               `protobuf:"bytes,6,rep,name=subsystems,proto3" json:"subsystems,omitempty"`                                       // subsystems that list the host or allow any host
+	Controllers      uint32                 `protobuf:"varint,7,opt,name=controllers,proto3" json:"controllers,omitempty"`                                    // the host's controllers connected now
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *HostKeys) Reset() {
+	*x = HostKeys{}
+	mi := &file_control_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostKeys) ProtoMessage() {}
+
+func (x *HostKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostKeys.ProtoReflect.Descriptor instead.
+func (*HostKeys) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *HostKeys) GetNqn() string {
+	if x != nil {
+		return x.Nqn
+	}
+	return ""
+}
+
+func (x *HostKeys) GetDhchapSecret() string {
+	if x != nil {
+		return x.DhchapSecret
+	}
+	return ""
+}
+
+func (x *HostKeys) GetDhchapCtrlSecret() string {
+	if x != nil {
+		return x.DhchapCtrlSecret
+	}
+	return ""
+}
+
+func (x *HostKeys) GetDhchapHashes() []string {
+	if x != nil {
+		return x.DhchapHashes
+	}
+	return nil
+}
+
+func (x *HostKeys) GetDhchapDhgroups() []string {
+	if x != nil {
+		return x.DhchapDhgroups
+	}
+	return nil
+}
+
+func (x *HostKeys) GetSubsystems() []string {
+	if x != nil {
+		return x.Subsystems
+	}
+	return nil
+}
+
+func (x *HostKeys) GetControllers() uint32 {
+	if x != nil {
+		return x.Controllers
+	}
+	return 0
+}
+
+type ListHostKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostKeysRequest) Reset() {
+	*x = ListHostKeysRequest{}
+	mi := &file_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostKeysRequest) ProtoMessage() {}
+
+func (x *ListHostKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListHostKeysRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{37}
+}
+
+type ListHostKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hosts         []*HostKeys            `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostKeysResponse) Reset() {
+	*x = ListHostKeysResponse{}
+	mi := &file_control_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostKeysResponse) ProtoMessage() {}
+
+func (x *ListHostKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListHostKeysResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListHostKeysResponse) GetHosts() []*HostKeys {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// SetHostKeysRequest changes the fields it sets of host nqn's entry, or creates the
+// entry (dhchap_secret required). Secrets are the DHHC-1 text nvme gen-dhchap-key
+// prints, or "file:<path>" of a file that holds it (an absolute path; the file must
+// belong to the target's user and be closed to others, chmod 600).
+type SetHostKeysRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Nqn              string                 `protobuf:"bytes,1,opt,name=nqn,proto3" json:"nqn,omitempty"`
+	DhchapSecret     *string                `protobuf:"bytes,2,opt,name=dhchap_secret,json=dhchapSecret,proto3,oneof" json:"dhchap_secret,omitempty"`               // unset: unchanged
+	DhchapCtrlSecret *string                `protobuf:"bytes,3,opt,name=dhchap_ctrl_secret,json=dhchapCtrlSecret,proto3,oneof" json:"dhchap_ctrl_secret,omitempty"` // unset: unchanged; "": removed
+	DhchapHashes     *Names                 `protobuf:"bytes,4,opt,name=dhchap_hashes,json=dhchapHashes,proto3" json:"dhchap_hashes,omitempty"`                     // unset: unchanged; empty: the default
+	DhchapDhgroups   *Names                 `protobuf:"bytes,5,opt,name=dhchap_dhgroups,json=dhchapDhgroups,proto3" json:"dhchap_dhgroups,omitempty"`               // unset: unchanged; empty: the default
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SetHostKeysRequest) Reset() {
+	*x = SetHostKeysRequest{}
+	mi := &file_control_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostKeysRequest) ProtoMessage() {}
+
+func (x *SetHostKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostKeysRequest.ProtoReflect.Descriptor instead.
+func (*SetHostKeysRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetHostKeysRequest) GetNqn() string {
+	if x != nil {
+		return x.Nqn
+	}
+	return ""
+}
+
+func (x *SetHostKeysRequest) GetDhchapSecret() string {
+	if x != nil && x.DhchapSecret != nil {
+		return *x.DhchapSecret
+	}
+	return ""
+}
+
+func (x *SetHostKeysRequest) GetDhchapCtrlSecret() string {
+	if x != nil && x.DhchapCtrlSecret != nil {
+		return *x.DhchapCtrlSecret
+	}
+	return ""
+}
+
+func (x *SetHostKeysRequest) GetDhchapHashes() *Names {
+	if x != nil {
+		return x.DhchapHashes
+	}
+	return nil
+}
+
+func (x *SetHostKeysRequest) GetDhchapDhgroups() *Names {
+	if x != nil {
+		return x.DhchapDhgroups
+	}
+	return nil
+}
+
+// Names is a list whose presence means something (set, possibly to nothing).
+type Names struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Names         []string               `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Names) Reset() {
+	*x = Names{}
+	mi := &file_control_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Names) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Names) ProtoMessage() {}
+
+func (x *Names) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Names.ProtoReflect.Descriptor instead.
+func (*Names) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Names) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+type RemoveHostKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nqn           string                 `protobuf:"bytes,1,opt,name=nqn,proto3" json:"nqn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveHostKeysRequest) Reset() {
+	*x = RemoveHostKeysRequest{}
+	mi := &file_control_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveHostKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveHostKeysRequest) ProtoMessage() {}
+
+func (x *RemoveHostKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveHostKeysRequest.ProtoReflect.Descriptor instead.
+func (*RemoveHostKeysRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RemoveHostKeysRequest) GetNqn() string {
+	if x != nil {
+		return x.Nqn
+	}
+	return ""
+}
+
+type RemoveHostKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveHostKeysResponse) Reset() {
+	*x = RemoveHostKeysResponse{}
+	mi := &file_control_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveHostKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveHostKeysResponse) ProtoMessage() {}
+
+func (x *RemoveHostKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveHostKeysResponse.ProtoReflect.Descriptor instead.
+func (*RemoveHostKeysResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{42}
+}
+
+type SetAuthRequiredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subsystem     string                 `protobuf:"bytes,1,opt,name=subsystem,proto3" json:"subsystem,omitempty"`
+	AuthRequired  bool                   `protobuf:"varint,2,opt,name=auth_required,json=authRequired,proto3" json:"auth_required,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAuthRequiredRequest) Reset() {
+	*x = SetAuthRequiredRequest{}
+	mi := &file_control_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAuthRequiredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAuthRequiredRequest) ProtoMessage() {}
+
+func (x *SetAuthRequiredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAuthRequiredRequest.ProtoReflect.Descriptor instead.
+func (*SetAuthRequiredRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *SetAuthRequiredRequest) GetSubsystem() string {
+	if x != nil {
+		return x.Subsystem
+	}
+	return ""
+}
+
+func (x *SetAuthRequiredRequest) GetAuthRequired() bool {
+	if x != nil {
+		return x.AuthRequired
+	}
+	return false
+}
+
 type GetStatsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2354,7 +2795,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2366,7 +2807,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2379,7 +2820,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{36}
+	return file_control_proto_rawDescGZIP(), []int{44}
 }
 
 type SaveConfigRequest struct {
@@ -2390,7 +2831,7 @@ type SaveConfigRequest struct {
 
 func (x *SaveConfigRequest) Reset() {
 	*x = SaveConfigRequest{}
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2843,7 @@ func (x *SaveConfigRequest) String() string {
 func (*SaveConfigRequest) ProtoMessage() {}
 
 func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2856,7 @@ func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigRequest.ProtoReflect.Descriptor instead.
 func (*SaveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{37}
+	return file_control_proto_rawDescGZIP(), []int{45}
 }
 
 type SaveConfigResponse struct {
@@ -2427,7 +2868,7 @@ type SaveConfigResponse struct {
 
 func (x *SaveConfigResponse) Reset() {
 	*x = SaveConfigResponse{}
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2880,7 @@ func (x *SaveConfigResponse) String() string {
 func (*SaveConfigResponse) ProtoMessage() {}
 
 func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2893,7 @@ func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigResponse.ProtoReflect.Descriptor instead.
 func (*SaveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{38}
+	return file_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SaveConfigResponse) GetYaml() string {
@@ -2529,7 +2970,7 @@ const file_control_proto_rawDesc = "" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x16\n" +
-	"\x06device\x18\x04 \x01(\tR\x06device\"\x82\x03\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\"\xa8\x03\n" +
 	"\n" +
 	"Controller\x12\x1c\n" +
 	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\x12\x16\n" +
@@ -2543,7 +2984,8 @@ const file_control_proto_rawDesc = "" +
 	"\x13connected_unix_nano\x18\t \x01(\x03R\x11connectedUnixNano\x12\x14\n" +
 	"\x05ready\x18\n" +
 	" \x01(\bR\x05ready\x120\n" +
-	"\x06queues\x18\v \x03(\v2\x18.gonvmf.control.v1.QueueR\x06queues\"s\n" +
+	"\x06queues\x18\v \x03(\v2\x18.gonvmf.control.v1.QueueR\x06queues\x12$\n" +
+	"\rauthenticated\x18\f \x01(\bR\rauthenticated\"s\n" +
 	"\x05Queue\x12\x10\n" +
 	"\x03qid\x18\x01 \x01(\rR\x03qid\x12\x14\n" +
 	"\x05depth\x18\x02 \x01(\rR\x05depth\x12\x1b\n" +
@@ -2648,11 +3090,40 @@ const file_control_proto_rawDesc = "" +
 	"\x16ListControllersRequest\x12\x1c\n" +
 	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\"Z\n" +
 	"\x17ListControllersResponse\x12?\n" +
-	"\vcontrollers\x18\x01 \x03(\v2\x1d.gonvmf.control.v1.ControllerR\vcontrollers\"\x11\n" +
+	"\vcontrollers\x18\x01 \x03(\v2\x1d.gonvmf.control.v1.ControllerR\vcontrollers\"\xff\x01\n" +
+	"\bHostKeys\x12\x10\n" +
+	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x12#\n" +
+	"\rdhchap_secret\x18\x02 \x01(\tR\fdhchapSecret\x12,\n" +
+	"\x12dhchap_ctrl_secret\x18\x03 \x01(\tR\x10dhchapCtrlSecret\x12#\n" +
+	"\rdhchap_hashes\x18\x04 \x03(\tR\fdhchapHashes\x12'\n" +
+	"\x0fdhchap_dhgroups\x18\x05 \x03(\tR\x0edhchapDhgroups\x12\x1e\n" +
+	"\n" +
+	"subsystems\x18\x06 \x03(\tR\n" +
+	"subsystems\x12 \n" +
+	"\vcontrollers\x18\a \x01(\rR\vcontrollers\"\x15\n" +
+	"\x13ListHostKeysRequest\"I\n" +
+	"\x14ListHostKeysResponse\x121\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x1b.gonvmf.control.v1.HostKeysR\x05hosts\"\xae\x02\n" +
+	"\x12SetHostKeysRequest\x12\x10\n" +
+	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x12(\n" +
+	"\rdhchap_secret\x18\x02 \x01(\tH\x00R\fdhchapSecret\x88\x01\x01\x121\n" +
+	"\x12dhchap_ctrl_secret\x18\x03 \x01(\tH\x01R\x10dhchapCtrlSecret\x88\x01\x01\x12=\n" +
+	"\rdhchap_hashes\x18\x04 \x01(\v2\x18.gonvmf.control.v1.NamesR\fdhchapHashes\x12A\n" +
+	"\x0fdhchap_dhgroups\x18\x05 \x01(\v2\x18.gonvmf.control.v1.NamesR\x0edhchapDhgroupsB\x10\n" +
+	"\x0e_dhchap_secretB\x15\n" +
+	"\x13_dhchap_ctrl_secret\"\x1d\n" +
+	"\x05Names\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\")\n" +
+	"\x15RemoveHostKeysRequest\x12\x10\n" +
+	"\x03nqn\x18\x01 \x01(\tR\x03nqn\"\x18\n" +
+	"\x16RemoveHostKeysResponse\"[\n" +
+	"\x16SetAuthRequiredRequest\x12\x1c\n" +
+	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\x12#\n" +
+	"\rauth_required\x18\x02 \x01(\bR\fauthRequired\"\x11\n" +
 	"\x0fGetStatsRequest\"\x13\n" +
 	"\x11SaveConfigRequest\"(\n" +
 	"\x12SaveConfigResponse\x12\x12\n" +
-	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\xb2\f\n" +
+	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\xa9\x0f\n" +
 	"\aControl\x12e\n" +
 	"\x0eListSubsystems\x12(.gonvmf.control.v1.ListSubsystemsRequest\x1a).gonvmf.control.v1.ListSubsystemsResponse\x12T\n" +
 	"\fAddSubsystem\x12&.gonvmf.control.v1.AddSubsystemRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12h\n" +
@@ -2671,7 +3142,11 @@ const file_control_proto_rawDesc = "" +
 	"\x0fListControllers\x12).gonvmf.control.v1.ListControllersRequest\x1a*.gonvmf.control.v1.ListControllersResponse\x12H\n" +
 	"\bGetStats\x12\".gonvmf.control.v1.GetStatsRequest\x1a\x18.gonvmf.control.v1.Stats\x12Y\n" +
 	"\n" +
-	"SaveConfig\x12$.gonvmf.control.v1.SaveConfigRequest\x1a%.gonvmf.control.v1.SaveConfigResponseB3Z1github.com/gonvmf/gonvmf/target/control/controlpbb\x06proto3"
+	"SaveConfig\x12$.gonvmf.control.v1.SaveConfigRequest\x1a%.gonvmf.control.v1.SaveConfigResponse\x12_\n" +
+	"\fListHostKeys\x12&.gonvmf.control.v1.ListHostKeysRequest\x1a'.gonvmf.control.v1.ListHostKeysResponse\x12Q\n" +
+	"\vSetHostKeys\x12%.gonvmf.control.v1.SetHostKeysRequest\x1a\x1b.gonvmf.control.v1.HostKeys\x12e\n" +
+	"\x0eRemoveHostKeys\x12(.gonvmf.control.v1.RemoveHostKeysRequest\x1a).gonvmf.control.v1.RemoveHostKeysResponse\x12Z\n" +
+	"\x0fSetAuthRequired\x12).gonvmf.control.v1.SetAuthRequiredRequest\x1a\x1c.gonvmf.control.v1.SubsystemB3Z1github.com/gonvmf/gonvmf/target/control/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -2685,7 +3160,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_control_proto_goTypes = []any{
 	(*Subsystem)(nil),                   // 0: gonvmf.control.v1.Subsystem
 	(*Namespace)(nil),                   // 1: gonvmf.control.v1.Namespace
@@ -2723,9 +3198,17 @@ var file_control_proto_goTypes = []any{
 	(*RemoveListenerResponse)(nil),      // 33: gonvmf.control.v1.RemoveListenerResponse
 	(*ListControllersRequest)(nil),      // 34: gonvmf.control.v1.ListControllersRequest
 	(*ListControllersResponse)(nil),     // 35: gonvmf.control.v1.ListControllersResponse
-	(*GetStatsRequest)(nil),             // 36: gonvmf.control.v1.GetStatsRequest
-	(*SaveConfigRequest)(nil),           // 37: gonvmf.control.v1.SaveConfigRequest
-	(*SaveConfigResponse)(nil),          // 38: gonvmf.control.v1.SaveConfigResponse
+	(*HostKeys)(nil),                    // 36: gonvmf.control.v1.HostKeys
+	(*ListHostKeysRequest)(nil),         // 37: gonvmf.control.v1.ListHostKeysRequest
+	(*ListHostKeysResponse)(nil),        // 38: gonvmf.control.v1.ListHostKeysResponse
+	(*SetHostKeysRequest)(nil),          // 39: gonvmf.control.v1.SetHostKeysRequest
+	(*Names)(nil),                       // 40: gonvmf.control.v1.Names
+	(*RemoveHostKeysRequest)(nil),       // 41: gonvmf.control.v1.RemoveHostKeysRequest
+	(*RemoveHostKeysResponse)(nil),      // 42: gonvmf.control.v1.RemoveHostKeysResponse
+	(*SetAuthRequiredRequest)(nil),      // 43: gonvmf.control.v1.SetAuthRequiredRequest
+	(*GetStatsRequest)(nil),             // 44: gonvmf.control.v1.GetStatsRequest
+	(*SaveConfigRequest)(nil),           // 45: gonvmf.control.v1.SaveConfigRequest
+	(*SaveConfigResponse)(nil),          // 46: gonvmf.control.v1.SaveConfigResponse
 }
 var file_control_proto_depIdxs = []int32{
 	1,  // 0: gonvmf.control.v1.Subsystem.namespaces:type_name -> gonvmf.control.v1.Namespace
@@ -2748,45 +3231,56 @@ var file_control_proto_depIdxs = []int32{
 	6,  // 17: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
 	6,  // 18: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
 	7,  // 19: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
-	14, // 20: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
-	16, // 21: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
-	17, // 22: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
-	19, // 23: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
-	21, // 24: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
-	22, // 25: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
-	24, // 26: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
-	25, // 27: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	26, // 28: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
-	27, // 29: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
-	28, // 30: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
-	29, // 31: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
-	31, // 32: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
-	32, // 33: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
-	34, // 34: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
-	36, // 35: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
-	37, // 36: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
-	15, // 37: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
-	0,  // 38: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
-	18, // 39: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
-	20, // 40: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
-	1,  // 41: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
-	23, // 42: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
-	1,  // 43: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
-	1,  // 44: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
-	0,  // 45: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 46: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 47: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
-	30, // 48: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
-	6,  // 49: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
-	33, // 50: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
-	35, // 51: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
-	9,  // 52: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
-	38, // 53: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
-	37, // [37:54] is the sub-list for method output_type
-	20, // [20:37] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	36, // 20: gonvmf.control.v1.ListHostKeysResponse.hosts:type_name -> gonvmf.control.v1.HostKeys
+	40, // 21: gonvmf.control.v1.SetHostKeysRequest.dhchap_hashes:type_name -> gonvmf.control.v1.Names
+	40, // 22: gonvmf.control.v1.SetHostKeysRequest.dhchap_dhgroups:type_name -> gonvmf.control.v1.Names
+	14, // 23: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
+	16, // 24: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
+	17, // 25: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
+	19, // 26: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
+	21, // 27: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
+	22, // 28: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
+	24, // 29: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
+	25, // 30: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	26, // 31: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
+	27, // 32: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
+	28, // 33: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
+	29, // 34: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
+	31, // 35: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
+	32, // 36: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
+	34, // 37: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
+	44, // 38: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
+	45, // 39: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
+	37, // 40: gonvmf.control.v1.Control.ListHostKeys:input_type -> gonvmf.control.v1.ListHostKeysRequest
+	39, // 41: gonvmf.control.v1.Control.SetHostKeys:input_type -> gonvmf.control.v1.SetHostKeysRequest
+	41, // 42: gonvmf.control.v1.Control.RemoveHostKeys:input_type -> gonvmf.control.v1.RemoveHostKeysRequest
+	43, // 43: gonvmf.control.v1.Control.SetAuthRequired:input_type -> gonvmf.control.v1.SetAuthRequiredRequest
+	15, // 44: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
+	0,  // 45: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
+	18, // 46: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
+	20, // 47: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
+	1,  // 48: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
+	23, // 49: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
+	1,  // 50: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
+	1,  // 51: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
+	0,  // 52: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 53: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 54: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
+	30, // 55: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
+	6,  // 56: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
+	33, // 57: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
+	35, // 58: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
+	9,  // 59: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
+	46, // 60: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
+	38, // 61: gonvmf.control.v1.Control.ListHostKeys:output_type -> gonvmf.control.v1.ListHostKeysResponse
+	36, // 62: gonvmf.control.v1.Control.SetHostKeys:output_type -> gonvmf.control.v1.HostKeys
+	42, // 63: gonvmf.control.v1.Control.RemoveHostKeys:output_type -> gonvmf.control.v1.RemoveHostKeysResponse
+	0,  // 64: gonvmf.control.v1.Control.SetAuthRequired:output_type -> gonvmf.control.v1.Subsystem
+	44, // [44:65] is the sub-list for method output_type
+	23, // [23:44] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2794,13 +3288,14 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
+	file_control_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

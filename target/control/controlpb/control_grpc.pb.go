@@ -51,6 +51,10 @@ const (
 	Control_ListControllers_FullMethodName      = "/gonvmf.control.v1.Control/ListControllers"
 	Control_GetStats_FullMethodName             = "/gonvmf.control.v1.Control/GetStats"
 	Control_SaveConfig_FullMethodName           = "/gonvmf.control.v1.Control/SaveConfig"
+	Control_ListHostKeys_FullMethodName         = "/gonvmf.control.v1.Control/ListHostKeys"
+	Control_SetHostKeys_FullMethodName          = "/gonvmf.control.v1.Control/SetHostKeys"
+	Control_RemoveHostKeys_FullMethodName       = "/gonvmf.control.v1.Control/RemoveHostKeys"
+	Control_SetAuthRequired_FullMethodName      = "/gonvmf.control.v1.Control/SetAuthRequired"
 )
 
 // ControlClient is the client API for Control service.
@@ -90,6 +94,20 @@ type ControlClient interface {
 	// SaveConfig returns the running configuration as YAML in the configuration file's
 	// schema: gonvmf check accepts it and gonvmf serve --config serves the same target.
 	SaveConfig(ctx context.Context, in *SaveConfigRequest, opts ...grpc.CallOption) (*SaveConfigResponse, error)
+	// In-band authentication (DH-HMAC-CHAP): the configuration's top-level hosts section
+	// and the subsystems' auth_required. A change applies to new connections and to
+	// re-authentications of the admin queue (the host's new key); established
+	// connections keep working until they reconnect or re-authenticate. Secrets are
+	// never returned (listings show them redacted), except by SaveConfig.
+	ListHostKeys(ctx context.Context, in *ListHostKeysRequest, opts ...grpc.CallOption) (*ListHostKeysResponse, error)
+	// SetHostKeys adds a host to the hosts section, or changes the fields of its entry
+	// that the request sets (a key rotation sets dhchap_secret).
+	SetHostKeys(ctx context.Context, in *SetHostKeysRequest, opts ...grpc.CallOption) (*HostKeys, error)
+	// RemoveHostKeys removes a host from the hosts section: its new connections do not
+	// authenticate, and subsystems that require authentication refuse them.
+	RemoveHostKeys(ctx context.Context, in *RemoveHostKeysRequest, opts ...grpc.CallOption) (*RemoveHostKeysResponse, error)
+	// SetAuthRequired changes a subsystem's auth_required, for new connections.
+	SetAuthRequired(ctx context.Context, in *SetAuthRequiredRequest, opts ...grpc.CallOption) (*Subsystem, error)
 }
 
 type controlClient struct {
@@ -270,6 +288,46 @@ func (c *controlClient) SaveConfig(ctx context.Context, in *SaveConfigRequest, o
 	return out, nil
 }
 
+func (c *controlClient) ListHostKeys(ctx context.Context, in *ListHostKeysRequest, opts ...grpc.CallOption) (*ListHostKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListHostKeysResponse)
+	err := c.cc.Invoke(ctx, Control_ListHostKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) SetHostKeys(ctx context.Context, in *SetHostKeysRequest, opts ...grpc.CallOption) (*HostKeys, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HostKeys)
+	err := c.cc.Invoke(ctx, Control_SetHostKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) RemoveHostKeys(ctx context.Context, in *RemoveHostKeysRequest, opts ...grpc.CallOption) (*RemoveHostKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveHostKeysResponse)
+	err := c.cc.Invoke(ctx, Control_RemoveHostKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) SetAuthRequired(ctx context.Context, in *SetAuthRequiredRequest, opts ...grpc.CallOption) (*Subsystem, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Subsystem)
+	err := c.cc.Invoke(ctx, Control_SetAuthRequired_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -307,6 +365,20 @@ type ControlServer interface {
 	// SaveConfig returns the running configuration as YAML in the configuration file's
 	// schema: gonvmf check accepts it and gonvmf serve --config serves the same target.
 	SaveConfig(context.Context, *SaveConfigRequest) (*SaveConfigResponse, error)
+	// In-band authentication (DH-HMAC-CHAP): the configuration's top-level hosts section
+	// and the subsystems' auth_required. A change applies to new connections and to
+	// re-authentications of the admin queue (the host's new key); established
+	// connections keep working until they reconnect or re-authenticate. Secrets are
+	// never returned (listings show them redacted), except by SaveConfig.
+	ListHostKeys(context.Context, *ListHostKeysRequest) (*ListHostKeysResponse, error)
+	// SetHostKeys adds a host to the hosts section, or changes the fields of its entry
+	// that the request sets (a key rotation sets dhchap_secret).
+	SetHostKeys(context.Context, *SetHostKeysRequest) (*HostKeys, error)
+	// RemoveHostKeys removes a host from the hosts section: its new connections do not
+	// authenticate, and subsystems that require authentication refuse them.
+	RemoveHostKeys(context.Context, *RemoveHostKeysRequest) (*RemoveHostKeysResponse, error)
+	// SetAuthRequired changes a subsystem's auth_required, for new connections.
+	SetAuthRequired(context.Context, *SetAuthRequiredRequest) (*Subsystem, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -367,6 +439,18 @@ func (UnimplementedControlServer) GetStats(context.Context, *GetStatsRequest) (*
 }
 func (UnimplementedControlServer) SaveConfig(context.Context, *SaveConfigRequest) (*SaveConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SaveConfig not implemented")
+}
+func (UnimplementedControlServer) ListHostKeys(context.Context, *ListHostKeysRequest) (*ListHostKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListHostKeys not implemented")
+}
+func (UnimplementedControlServer) SetHostKeys(context.Context, *SetHostKeysRequest) (*HostKeys, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetHostKeys not implemented")
+}
+func (UnimplementedControlServer) RemoveHostKeys(context.Context, *RemoveHostKeysRequest) (*RemoveHostKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveHostKeys not implemented")
+}
+func (UnimplementedControlServer) SetAuthRequired(context.Context, *SetAuthRequiredRequest) (*Subsystem, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetAuthRequired not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -695,6 +779,78 @@ func _Control_SaveConfig_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_ListHostKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListHostKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ListHostKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ListHostKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ListHostKeys(ctx, req.(*ListHostKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_SetHostKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetHostKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SetHostKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SetHostKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SetHostKeys(ctx, req.(*SetHostKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_RemoveHostKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveHostKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).RemoveHostKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_RemoveHostKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).RemoveHostKeys(ctx, req.(*RemoveHostKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_SetAuthRequired_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetAuthRequiredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SetAuthRequired(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SetAuthRequired_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SetAuthRequired(ctx, req.(*SetAuthRequiredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -769,6 +925,22 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SaveConfig",
 			Handler:    _Control_SaveConfig_Handler,
+		},
+		{
+			MethodName: "ListHostKeys",
+			Handler:    _Control_ListHostKeys_Handler,
+		},
+		{
+			MethodName: "SetHostKeys",
+			Handler:    _Control_SetHostKeys_Handler,
+		},
+		{
+			MethodName: "RemoveHostKeys",
+			Handler:    _Control_RemoveHostKeys_Handler,
+		},
+		{
+			MethodName: "SetAuthRequired",
+			Handler:    _Control_SetAuthRequired_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
