@@ -30,7 +30,7 @@ import (
 func ctlCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "ctl",
-		Usage: "change and inspect a running gonvmf serve (subsystems, namespaces, hosts, listeners, controllers, statistics)",
+		Usage: "change and inspect a running gonvmf serve (subsystems, namespaces, hosts and their keys, listeners, controllers, statistics)",
 		Description: `ctl talks to the control API of a running gonvmf serve: on its Unix socket
 (control.socket in its configuration, /run/gonvmf/gonvmf.sock by default; root only), or
 over TCP with mutual TLS when the target serves that. Every change is atomic: it applies
@@ -42,6 +42,7 @@ namespace changes without reconnecting, and discovery log changes as they happen
   gonvmf ctl ns add nqn.2024-01.com.example:vol7 --nsid 2 --backend block --path /dev/vg0/vol7b
   gonvmf ctl ns resize nqn.2024-01.com.example:vol7 1 200GiB
   gonvmf ctl host deny nqn.2024-01.com.example:vol7 <host NQN>
+  nvme gen-dhchap-key --nqn <host NQN> | gonvmf ctl host key set <host NQN> --dhchap-secret -
   gonvmf ctl ctrl ls
   gonvmf ctl save > /etc/gonvmf/target.yaml
 
@@ -65,10 +66,12 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 					&cli.StringFlag{Name: "serial", Usage: "Identify serial `SN` (default: derived from the NQN)"},
 					&cli.StringFlag{Name: "model", Usage: "Identify model `MN` (default: gonvmf)"},
 					&cli.BoolFlag{Name: "allow-any-host", Usage: "let every host connect"},
+					&cli.BoolFlag{Name: "auth-required", Usage: "admit only hosts that authenticate (DH-HMAC-CHAP keys: see host key set)"},
 					&cli.StringSliceFlag{Name: "host", Usage: "host `NQN` allowed to connect (repeat for more)"},
 					&cli.StringSliceFlag{Name: "ns", Usage: "a namespace as `KEY=VALUE,...` with the configuration's keys, e.g. nsid=1,backend=null,size=1GiB (repeat for more)"},
 					&cli.StringFlag{Name: "yaml", Usage: "read the whole subsystem from `FILE` (one subsystems[] item of the configuration; - for standard input)"}),
 				leaf("rm", "remove a subsystem (its controllers are disconnected first)", "NQN", ctlSubsystemRm),
+				leaf("auth", "require in-band authentication of new connections (on: only hosts with keys, see host key) or stop requiring it (off)", "NQN on|off", ctlSubsystemAuth),
 			}},
 			{Name: "ns", Aliases: []string{"namespace"}, Usage: "list, add, remove, resize and write-protect namespaces", Subcommands: []*cli.Command{
 				leaf("ls", "list namespaces (of one subsystem, or all) with their I/O counters", "[NQN]", ctlNsLs),
@@ -86,12 +89,24 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("resize", "grow a namespace to SIZE, or without SIZE take its file's or device's current size", "NQN NSID [SIZE]", ctlNsResize),
 				leaf("ro", "write-protect a namespace (on) or lift the protection (off)", "NQN NSID on|off", ctlNsRO),
 			}},
-			{Name: "host", Usage: "allow and deny hosts", Subcommands: []*cli.Command{
+			{Name: "host", Usage: "allow and deny hosts; their authentication keys", Subcommands: []*cli.Command{
 				leaf("ls", "list the hosts allowed on each subsystem", "[NQN]", ctlHostLs),
 				leaf("allow", "allow hosts to connect to a subsystem", "NQN HOSTNQN...", ctlHostAllow),
 				leaf("deny", "take hosts off a subsystem's list; their controllers there are disconnected", "NQN HOSTNQN...", ctlHostDeny),
 				leaf("set", "replace a subsystem's host list, or --any to let every host connect", "NQN [HOSTNQN...]", ctlHostSet,
 					&cli.BoolFlag{Name: "any", Usage: "allow any host (allow_any_host)"}),
+				{Name: "key", Usage: "the hosts that authenticate (DH-HMAC-CHAP): secrets, hash functions, DH groups", Description: hostKeyHelp,
+					Subcommands: []*cli.Command{
+						leaf("ls", "list the hosts that authenticate, secrets redacted", "", ctlHostKeyLs),
+						leaf("set", "add a host that authenticates, or change its entry (a key rotation: --dhchap-secret)", "HOSTNQN", ctlHostKeySet,
+							&cli.StringFlag{Name: "dhchap-secret", Aliases: []string{"S"},
+								Usage: "the host's `SECRET`: the DHHC-1:... text nvme gen-dhchap-key prints, file:PATH of a file holding it (chmod 600; the target reads it), or - to read the text from standard input"},
+							&cli.StringFlag{Name: "dhchap-ctrl-secret", Aliases: []string{"C"},
+								Usage: "the controller's `SECRET` for bidirectional authentication (same forms); none removes it"},
+							&cli.StringFlag{Name: "dhchap-hashes", Usage: "accepted hash functions in order of preference, `LIST` of sha256, sha384, sha512 (default: all, strongest first)"},
+							&cli.StringFlag{Name: "dhchap-dhgroups", Usage: "accepted DH groups in order of preference, `LIST` of null, ffdhe2048 ... ffdhe8192 (default: all, null last)"}),
+						leaf("rm", "remove a host's entry: it no longer authenticates (subsystems that require authentication refuse it)", "HOSTNQN", ctlHostKeyRm),
+					}},
 			}},
 			{Name: "listener", Usage: "list, add and remove listeners", Subcommands: []*cli.Command{
 				leaf("ls", "list the listeners", "", ctlListenerLs),
@@ -263,9 +278,13 @@ func ctlSubsystemLs(x *ctlCtx) error {
 			if !s.AllowAnyHost {
 				hosts = strconv.Itoa(len(s.Hosts))
 			}
-			rows = append(rows, []string{s.Nqn, s.Serial, s.Model, hosts, strconv.Itoa(len(s.Namespaces)), strconv.Itoa(int(s.Controllers))})
+			auth := "-"
+			if s.AuthRequired {
+				auth = "required"
+			}
+			rows = append(rows, []string{s.Nqn, s.Serial, s.Model, hosts, auth, strconv.Itoa(len(s.Namespaces)), strconv.Itoa(int(s.Controllers))})
 		}
-		table(w, "NQN\tSERIAL\tMODEL\tHOSTS\tNAMESPACES\tCONTROLLERS", rows)
+		table(w, "NQN\tSERIAL\tMODEL\tHOSTS\tAUTH\tNAMESPACES\tCONTROLLERS", rows)
 	})
 }
 
@@ -305,6 +324,9 @@ func ctlSubsystemAdd(x *ctlCtx) error {
 	}
 	if x.c.Bool("allow-any-host") {
 		cs.AllowAnyHost = true
+	}
+	if x.c.Bool("auth-required") {
+		cs.AuthRequired = true
 	}
 	cs.Hosts = append(cs.Hosts, x.c.StringSlice("host")...)
 	for _, spec := range x.c.StringSlice("ns") {
@@ -609,6 +631,168 @@ func ctlHostSet(x *ctlCtx) error {
 	})
 }
 
+// --- in-band authentication ---
+
+const hostKeyHelp = `The top-level hosts section of the running configuration: hosts that authenticate
+with DH-HMAC-CHAP, their secret, the controller's secret (bidirectional
+authentication), and the hash functions and DH groups they may use. A change applies
+to new connections and to re-authentications; connections already authenticated keep
+working until they reconnect or re-authenticate. Rotating a host's key:
+
+  gonvmf ctl host key set <host NQN> --dhchap-secret "$(nvme gen-dhchap-key --nqn <host NQN>)"
+  nvme gen-dhchap-key --nqn <host NQN> | gonvmf ctl host key set <host NQN> --dhchap-secret -
+  gonvmf ctl host key set <host NQN> --dhchap-secret file:/etc/gonvmf/host1.key
+  gonvmf ctl subsystem auth <NQN> on      # admit only hosts with keys
+
+A secret on the command line is visible to other users in the process list: prefer -
+(standard input) or file:. Listings never print a secret (an inline one shows as its
+hash and key length, a file: one as its path); gonvmf ctl save writes them as given.`
+
+func ctlSubsystemAuth(x *ctlCtx) error {
+	a, err := x.args(2, 2)
+	if err != nil {
+		return err
+	}
+	var on bool
+	switch a[1] {
+	case "on":
+		on = true
+	case "off":
+	default:
+		return usageError("%q: write on (require authentication) or off", a[1])
+	}
+	r, err := x.cl.SetAuthRequired(x.ctx, &pb.SetAuthRequiredRequest{Subsystem: a[0], AuthRequired: on})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		if r.AuthRequired {
+			fmt.Fprintf(w, "%s: new connections must authenticate (%d controllers connected keep working)\n", a[0], r.Controllers)
+		} else {
+			fmt.Fprintf(w, "%s: hosts without keys may connect\n", a[0])
+		}
+	})
+}
+
+func ctlHostKeyLs(x *ctlCtx) error {
+	if _, err := x.args(0, 0); err != nil {
+		return err
+	}
+	r, err := x.cl.ListHostKeys(x.ctx, &pb.ListHostKeysRequest{})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		var rows [][]string
+		for _, h := range r.Hosts {
+			rows = append(rows, []string{h.Nqn, h.DhchapSecret, orDash(h.DhchapCtrlSecret), strings.Join(h.DhchapHashes, ","),
+				strings.Join(h.DhchapDhgroups, ","), strconv.Itoa(len(h.Subsystems)), strconv.Itoa(int(h.Controllers))})
+		}
+		table(w, "HOST\tSECRET\tCTRL_SECRET\tHASHES\tDHGROUPS\tSUBSYSTEMS\tCONTROLLERS", rows)
+	})
+}
+
+// secretArg reads a --dhchap-secret style value: - reads the DHHC-1 text from standard
+// input; file:PATH is made absolute against the current directory (the target reads the
+// file); anything else is sent as it is (the target checks it).
+func secretArg(x *ctlCtx, flag string) (string, error) {
+	v := x.c.String(flag)
+	switch {
+	case v == "-":
+		b, err := io.ReadAll(io.LimitReader(x.c.App.Reader, 4096))
+		if err != nil {
+			return "", cli.Exit(fmt.Sprintf("%s: --%s -: reading standard input: %v", x.name(), flag, err), exitFailure)
+		}
+		v = strings.TrimSpace(string(b))
+		if v == "" {
+			return "", usageError("--%s -: standard input was empty; pipe the DHHC-1:... text nvme gen-dhchap-key prints", flag)
+		}
+	case strings.HasPrefix(v, conf.SecretFilePrefix):
+		p := strings.TrimPrefix(v, conf.SecretFilePrefix)
+		if p == "" {
+			return "", usageError("--%s file: names no file; write file:PATH", flag)
+		}
+		v = conf.SecretFilePrefix + absPath(".", p)
+	}
+	return v, nil
+}
+
+// names splits a comma-separated list; "default" (or an empty value) is the empty list,
+// which means the defaults.
+func names(v string) []string {
+	var out []string
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n != "" && n != "default" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func ctlHostKeySet(x *ctlCtx) error {
+	a, err := x.args(1, 1)
+	if err != nil {
+		return err
+	}
+	if x.c.String("dhchap-secret") == "-" && x.c.String("dhchap-ctrl-secret") == "-" {
+		return usageError("only one secret can come from standard input; give the other as file:PATH")
+	}
+	req := &pb.SetHostKeysRequest{Nqn: a[0]}
+	var changed []string
+	if x.c.IsSet("dhchap-secret") {
+		v, err := secretArg(x, "dhchap-secret")
+		if err != nil {
+			return err
+		}
+		req.DhchapSecret = &v
+		changed = append(changed, "secret")
+	}
+	if x.c.IsSet("dhchap-ctrl-secret") {
+		v, err := secretArg(x, "dhchap-ctrl-secret")
+		if err != nil {
+			return err
+		}
+		if v == "none" {
+			v = ""
+		}
+		req.DhchapCtrlSecret = &v
+		changed = append(changed, "controller secret")
+	}
+	if x.c.IsSet("dhchap-hashes") {
+		req.DhchapHashes = &pb.Names{Names: names(x.c.String("dhchap-hashes"))}
+		changed = append(changed, "hash functions")
+	}
+	if x.c.IsSet("dhchap-dhgroups") {
+		req.DhchapDhgroups = &pb.Names{Names: names(x.c.String("dhchap-dhgroups"))}
+		changed = append(changed, "DH groups")
+	}
+	if len(changed) == 0 {
+		return usageError("nothing to set: give --dhchap-secret, --dhchap-ctrl-secret, --dhchap-hashes or --dhchap-dhgroups")
+	}
+	r, err := x.cl.SetHostKeys(x.ctx, req)
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "host %s: %s set (secret %s, controller secret %s); new connections and re-authentications use them\n",
+			r.Nqn, strings.Join(changed, ", "), r.DhchapSecret, orDash(r.DhchapCtrlSecret))
+	})
+}
+
+func ctlHostKeyRm(x *ctlCtx) error {
+	a, err := x.args(1, 1)
+	if err != nil {
+		return err
+	}
+	r, err := x.cl.RemoveHostKeys(x.ctx, &pb.RemoveHostKeysRequest{Nqn: a[0]})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "host %s no longer authenticates (its connected controllers keep working until they reconnect)\n", a[0])
+	})
+}
+
 // --- listeners ---
 
 func ctlListenerLs(x *ctlCtx) error {
@@ -707,10 +891,14 @@ func ctlCtrlLs(x *ctlCtx) error {
 			if c.KeepAliveTimeoutMs > 0 {
 				kato = (time.Duration(c.KeepAliveTimeoutMs) * time.Millisecond).String()
 			}
+			auth := "-"
+			if c.Authenticated {
+				auth = "yes"
+			}
 			rows = append(rows, []string{c.Subsystem, strconv.Itoa(int(c.Cntlid)), c.HostNqn, orDash(c.RemoteAddress), c.Listener,
-				queues, kato, since.Format("2006-01-02 15:04:05") + " (" + now.Sub(since).Round(time.Second).String() + ")"})
+				queues, kato, auth, since.Format("2006-01-02 15:04:05") + " (" + now.Sub(since).Round(time.Second).String() + ")"})
 		}
-		table(w, "SUBSYSTEM\tCNTLID\tHOST\tREMOTE\tLISTENER\tQUEUES\tKATO\tCONNECTED", rows)
+		table(w, "SUBSYSTEM\tCNTLID\tHOST\tREMOTE\tLISTENER\tQUEUES\tKATO\tAUTH\tCONNECTED", rows)
 	})
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/internal/dhchap"
+	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target/control"
 	"github.com/gonvmf/gonvmf/target/server"
 )
@@ -255,6 +258,148 @@ func TestCtlStatsIO(t *testing.T) {
 		"P99", "write", "refused: unknown_subsystem 1", "RDMA connection requests rejected: none"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+}
+
+// TestCtlHostKeys: gonvmf ctl host key and subsystem auth as a user runs them: a secret
+// from standard input or a file, listings that never print a secret, save that writes
+// them back, errors with exit statuses; then a SIGHUP reload of the hosts section. No
+// output and no log line shows a key.
+func TestCtlHostKeys(t *testing.T) {
+	file := ctlConfig(t, "")
+	cfg, err := conf.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := server.New(cfg, server.Options{Loop: true, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	c, err := control.Start(s, s.Config().Control, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	sock := s.Config().Control.Socket
+
+	key := func(h nvmeproto.AuthHashID, n int) string {
+		k, err := dhchap.GenerateSecret(rand.Reader, h, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.Encode()
+	}
+	key1, key2, ckey := key(nvmeproto.AuthHashSHA256, 32), key(nvmeproto.AuthHashSHA384, 48), key(0, 64)
+	var keys []string
+	for _, k := range []string{key1, key2, ckey} {
+		keys = append(keys, strings.Split(k, ":")[2])
+	}
+	var outputs []string
+	ctl := func(want int, stdin string, args ...string) (string, string) {
+		t.Helper()
+		if stdin != "" {
+			f := filepath.Join(t.TempDir(), "stdin")
+			os.WriteFile(f, []byte(stdin), 0o600)
+			in, err := os.Open(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			saved := os.Stdin
+			os.Stdin = in
+			defer func() { os.Stdin = saved }()
+		}
+		code, out, errOut := gonvmf(t, append([]string{"ctl", "--socket", sock}, args...)...)
+		if code != want {
+			t.Fatalf("gonvmf ctl %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, want, out, errOut)
+		}
+		if args[0] != "save" {
+			outputs = append(outputs, out, errOut)
+		}
+		return out, errOut
+	}
+	contains := func(what, text string, subs ...string) {
+		t.Helper()
+		for _, sub := range subs {
+			if !strings.Contains(text, sub) {
+				t.Errorf("%s: no %q in\n%s", what, sub, text)
+			}
+		}
+	}
+	host := "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"
+
+	out, _ := ctl(0, key1+"\n", "host", "key", "set", host, "--dhchap-secret", "-", "--dhchap-dhgroups", "ffdhe2048,null")
+	contains("host key set", out, "host "+host+": secret, DH groups set (secret DHHC-1:01:<32-byte key>:, controller secret -)")
+	kf := filepath.Join(t.TempDir(), "host.key")
+	os.WriteFile(kf, []byte(key2+"\n"), 0o600)
+	out, _ = ctl(0, "", "host", "key", "set", host, "--dhchap-secret", "file:"+kf, "-C", ckey, "--dhchap-hashes", "sha384")
+	contains("host key set file:", out, "secret file:"+kf, "controller secret DHHC-1:00:<64-byte key>:")
+	out, _ = ctl(0, "", "host", "key", "ls")
+	contains("host key ls", out, "HOST", "SECRET", "CTRL_SECRET", host, "file:"+kf, "DHHC-1:00:<64-byte key>:", "sha384", "ffdhe2048,null")
+	out, _ = ctl(0, "", "host", "key", "ls", "--json")
+	var hkl struct {
+		Hosts []struct {
+			Nqn          string   `json:"nqn"`
+			DhchapSecret string   `json:"dhchap_secret"`
+			DhchapHashes []string `json:"dhchap_hashes"`
+			Subsystems   []string `json:"subsystems"`
+		} `json:"hosts"`
+	}
+	if err := json.Unmarshal([]byte(out), &hkl); err != nil || len(hkl.Hosts) != 1 || hkl.Hosts[0].DhchapSecret != "file:"+kf ||
+		len(hkl.Hosts[0].DhchapHashes) != 1 || len(hkl.Hosts[0].Subsystems) != 1 {
+		t.Errorf("host key ls --json: %v %+v\n%s", err, hkl, out)
+	}
+
+	out, _ = ctl(0, "", "subsystem", "auth", ctlNQN, "on")
+	contains("subsystem auth on", out, "new connections must authenticate")
+	out, _ = ctl(0, "", "subsystem", "ls")
+	contains("subsystem ls", out, "AUTH", "required")
+	_, errOut := ctl(1, "", "host", "key", "rm", host)
+	contains("host key rm under auth_required", errOut, "gonvmf: ctl host key rm:", "auth_required", "no host can connect")
+	_, errOut = ctl(2, "", "subsystem", "auth", ctlNQN, "maybe")
+	contains("subsystem auth maybe", errOut, "write on (require authentication) or off")
+	_, errOut = ctl(2, "", "host", "key", "set", host)
+	contains("host key set nothing", errOut, "nothing to set")
+	_, errOut = ctl(1, "", "host", "key", "set", host, "--dhchap-secret", "DHHC-1:01:"+keys[0][:30]+":")
+	contains("host key set, a mangled secret", errOut, "dhchap_secret", "copy it again")
+	_, errOut = ctl(2, "", "host", "key", "set", host, "--dhchap-secret", "-")
+	contains("host key set - with nothing on standard input", errOut, "standard input was empty")
+	out, _ = ctl(0, "", "host", "key", "set", host, "--dhchap-ctrl-secret", "none", "--dhchap-hashes", "default")
+	contains("host key set: no controller secret", out, "controller secret -")
+
+	saved := filepath.Join(t.TempDir(), "saved.yaml")
+	ctl(0, "", "save", "-o", saved)
+	rc, err := conf.Load(saved)
+	if err != nil || len(rc.Hosts) != 1 || rc.Hosts[0].DHCHAPSecret != "file:"+kf || rc.Hosts[0].DHCHAPCtrlSecret != "" || !rc.Subsystems[0].AuthRequired {
+		t.Errorf("saved configuration: %v %+v", err, rc)
+	}
+
+	ctl(0, "", "subsystem", "auth", ctlNQN, "off")
+	out, _ = ctl(0, "", "host", "key", "rm", host)
+	contains("host key rm", out, "no longer authenticates")
+	_, errOut = ctl(1, "", "host", "key", "rm", host)
+	contains("host key rm again", errOut, "no entry in the hosts section")
+
+	// SIGHUP: the file gains the host with an inline secret and auth_required.
+	text, _ := os.ReadFile(file)
+	next := strings.Replace(string(text), "    allow_any_host: true\n", "    allow_any_host: true\n    auth_required: true\n", 1) +
+		"hosts:\n  - nqn: " + host + "\n    dhchap_secret: \"" + key1 + "\"\n"
+	os.WriteFile(file, []byte(next), 0o600)
+	reload(s, file, log)
+	contains("reload log", logs.String(), "reload: 2 changes applied", "add host "+host+" to the hosts section (dhchap_secret DHHC-1:01:<32-byte key>:)")
+	if h := s.Config().HostByNQN(host); h == nil || h.DHCHAPSecret != key1 || !s.Config().Subsystems[0].AuthRequired {
+		t.Errorf("after the reload: %+v", s.Config())
+	}
+
+	for _, text := range append(outputs, logs.String()) {
+		for _, k := range keys {
+			if strings.Contains(text, k) || strings.Contains(text, k[:30]) {
+				t.Fatalf("a key shows in an output or the log:\n%s", text)
+			}
 		}
 	}
 }
