@@ -8,7 +8,10 @@
 #     succeeds with the right keys and fails with a wrong one; fio verify runs over the
 #     authenticated connection; rewriting the host's key file and the Linux host's sysfs
 #     dhchap_secret re-authenticates the live connection with the new key; gonvmf's own
-#     initiator authenticates to gonvmf too.
+#     initiator authenticates to gonvmf too;
+#   - gonvmf ctl host key set rotates the host's key on the running target: the connected
+#     host keeps working, a new nvme connect with the old key is refused and one with the
+#     new key succeeds; listings and the log never show the key; ctl save round-trips it.
 # vm: --kernel 6.12 --timeout 1500 --disk 1G
 . "$SRC/integration/vm/guest-lib.sh"
 
@@ -18,6 +21,7 @@ KNQN=nqn.2024-01.io.gonvmf:k-auth
 GNQN=nqn.2024-01.io.gonvmf:g-auth
 GOPEN=nqn.2024-01.io.gonvmf:g-open
 GPORT=4430
+SOCK=/run/gonvmf-auth/ctl.sock
 export GONVMF_LOG_LEVEL=warn
 
 [ -x "$G" ] || {
@@ -114,6 +118,7 @@ hosts:
     dhchap_secret: file:$KEYS/host.key
     dhchap_ctrl_secret: "$GCKEY"
     dhchap_dhgroups: [ffdhe2048, null]
+control: {socket: $SOCK}
 EOF
 check g-check "$G" check --config "$OUT/gonvmf.yaml" --quiet
 GONVMF_LOG_LEVEL=info bg_start gonvmf-serve "$G" serve --config "$OUT/gonvmf.yaml"
@@ -193,6 +198,37 @@ check g-open-without-auth sh -c "'$G' identify -a '$RXE_IP' -s $GPORT -n '$GOPEN
 check g-gonvmf-initiator sh -c "'$G' identify -a '$RXE_IP' -s $GPORT -n '$GNQN' --hostnqn '$HOSTNQN' -S '$HKEY2' -C '$GCKEY' > '$OUT/g-identify.txt' && grep -q '^Namespace 1: 128 MiB' '$OUT/g-identify.txt'"
 check g-gonvmf-perf-verify timeout -k 5 300 "$G" perf --progress=false -a "$RXE_IP" -s "$GPORT" -n "$GNQN" --hostnqn "$HOSTNQN" \
 	-S "$HKEY2" --rw randrw -o 4k -q 8 -j 2 --verify --size 16m -T 3s
-grep -h 'authentication failed\|queue authenticated' "$OUT/gonvmf-serve.log" | cut -c1-400 > "$OUT/g-auth-log.txt"
+
+log "key rotation through gonvmf ctl: the file: secret replaced by a new inline one"
+ctl() { "$G" ctl --socket "$SOCK" "$@"; }
+HKEY3=$(key 1 32 "$HOSTNQN")
+B64=$(echo "$HKEY3" | cut -d: -f3)
+if g_connect g-ctl-connected --dhchap-secret "$HKEY2"; then
+	rotate() { echo "$HKEY3" | ctl host key set "$HOSTNQN" --dhchap-secret - > "$OUT/g-ctl-rotate.txt" 2>&1; }
+	check g-ctl-rotate rotate
+	ctl host key ls > "$OUT/g-ctl-key-ls.txt" 2>&1
+	ctl ctrl ls > "$OUT/g-ctl-ctrl-ls.txt" 2>&1
+	if grep -q "DHHC-1:01:<32-byte key>:" "$OUT/g-ctl-key-ls.txt" && ! grep -qF "$B64" "$OUT/g-ctl-key-ls.txt" "$OUT/g-ctl-rotate.txt"; then
+		pass g-ctl-ls-redacted "$(grep "$HOSTNQN" "$OUT/g-ctl-key-ls.txt" | tr -s ' ' | cut -c1-200)"
+	else
+		fail g-ctl-ls-redacted "$(cat "$OUT/g-ctl-key-ls.txt" | tr '\n' ' ' | cut -c1-300)"
+	fi
+	check g-ctl-connected-keeps-working timeout -k 5 120 dd if="$dev" of=/dev/null bs=1M count=8 iflag=direct
+	check g-ctl-disconnect nvme_disconnect_all
+fi
+expect_fail g-ctl-old-key-refused "" nvme connect -t rdma -a "$RXE_IP" -s "$GPORT" -n "$GNQN" --hostnqn "$HOSTNQN" --dhchap-secret "$HKEY2"
+nvme_disconnect_all
+if g_connect g-ctl-new-key --dhchap-secret "$HKEY3"; then
+	check g-ctl-new-key-io timeout -k 5 120 dd if="$dev" of=/dev/null bs=1M count=8 iflag=direct
+	check g-ctl-new-key-disconnect nvme_disconnect_all
+fi
+if ctl save -o "$OUT/g-saved.yaml" 2> /dev/null && grep -qF "$HKEY3" "$OUT/g-saved.yaml" &&
+	"$G" check --static --quiet --config "$OUT/g-saved.yaml" > "$OUT/g-saved-check.txt" 2>&1; then
+	pass g-ctl-save "the saved configuration holds the rotated key and passes gonvmf check"
+else
+	fail g-ctl-save "$(tail -n 3 "$OUT/g-saved-check.txt" 2> /dev/null | tr '\n' ' ' | cut -c1-300)"
+fi
+if grep -qF "$B64" "$OUT/gonvmf-serve.log"; then fail g-ctl-key-not-logged "the key is in gonvmf's log"; else pass g-ctl-key-not-logged; fi
+grep -h 'authentication failed\|queue authenticated\|host keys' "$OUT/gonvmf-serve.log" | cut -c1-400 > "$OUT/g-auth-log.txt"
 
 finish
