@@ -20,6 +20,7 @@
 //	...
 //	t.AddNamespace(nqn, ns) / t.RemoveNamespace(nqn, nsid) / t.ResizeNamespace / t.SetNamespaceReadOnly
 //	t.AddSubsystem / t.RemoveSubsystem / t.SetAllowedHosts / t.AllowHost / t.DenyHost
+//	t.SetHostKeys / t.RemoveHostKeys / t.SetAuthRequired   // in-band authentication (auth.go)
 //	t.Controllers() / t.Namespaces()      // inspection snapshots (hosts, queues; capacity, I/O counters)
 //	t.Subsystems() / t.ConnectRejects()   // connections per subsystem, refused queues by reason
 //	t.Config()                            // the running configuration, changes included
