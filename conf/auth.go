@@ -269,6 +269,26 @@ func (v *validator) hosts() {
 		if len(h.DHCHAPDHGroups) == 0 && v.explicit(p+".dhchap_dhgroups") {
 			v.fail(p+".dhchap_dhgroups", "", "empty: no DH group is accepted", "list at least one group, or remove dhchap_dhgroups for all of them")
 		}
+		h.canonicalize()
+	}
+}
+
+// canonicalize spells the host's hash functions and DH groups out as String prints them:
+// defaults filled in, "hmac(sha256)" written sha256. Names that did not validate are kept
+// as written, so that the error quotes them.
+func (h *Host) canonicalize() {
+	hs, gs := h.Hashes(), h.DHGroups()
+	if len(hs) == len(h.DHCHAPHashes) || len(h.DHCHAPHashes) == 0 {
+		h.DHCHAPHashes = h.DHCHAPHashes[:0]
+		for _, x := range hs {
+			h.DHCHAPHashes = append(h.DHCHAPHashes, x.String())
+		}
+	}
+	if len(gs) == len(h.DHCHAPDHGroups) || len(h.DHCHAPDHGroups) == 0 {
+		h.DHCHAPDHGroups = h.DHCHAPDHGroups[:0]
+		for _, x := range gs {
+			h.DHCHAPDHGroups = append(h.DHCHAPDHGroups, x.String())
+		}
 	}
 }
 

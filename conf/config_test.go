@@ -489,6 +489,9 @@ func FuzzParse(f *testing.F) {
 		b, _ := os.ReadFile(file)
 		f.Add(b)
 	}
+	for _, tc := range hostSpellings {
+		f.Add([]byte(tc))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data, "fuzz.yaml")
 		if err != nil {
@@ -505,9 +508,41 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("resolved config does not parse: %v\n%s", err, text)
 		}
 		if !reflect.DeepEqual(exported(c), exported(again)) {
-			t.Fatalf("round trip changed the config:\n%s", text)
+			t.Fatalf("round trip changed the config:\ninput %q\nfirst  %#v\nsecond %#v\n%s", data, exported(c), exported(again), text)
 		}
 	})
+}
+
+// hostSpellings are host entries whose hash and group lists are defaulted or spelled in
+// another accepted form.
+var hostSpellings = []string{
+	sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n",
+	sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n    dhchap_hashes: [hmac(sha256), sha512]\n    dhchap_dhgroups: [null]\n",
+}
+
+// TestHostCanonical: a resolved host entry lists its hash functions and DH groups as
+// String prints them (defaults filled in, hmac() dropped), so the printed configuration
+// parses back to the same Config.
+func TestHostCanonical(t *testing.T) {
+	c := mustParse(t, hostSpellings[0])
+	if h := c.Hosts[0]; !reflect.DeepEqual(h.DHCHAPHashes, []string{"sha512", "sha384", "sha256"}) ||
+		!reflect.DeepEqual(h.DHCHAPDHGroups, []string{"ffdhe2048", "ffdhe3072", "ffdhe4096", "ffdhe6144", "ffdhe8192", "null"}) {
+		t.Errorf("defaults not spelled out: %+v", h)
+	}
+	c = mustParse(t, hostSpellings[1])
+	if h := c.Hosts[0]; !reflect.DeepEqual(h.DHCHAPHashes, []string{"sha256", "sha512"}) || !reflect.DeepEqual(h.DHCHAPDHGroups, []string{"null"}) {
+		t.Errorf("spellings not canonical: %+v", h)
+	}
+	for _, text := range hostSpellings {
+		c := mustParse(t, text)
+		again := mustParse(t, c.String())
+		if !reflect.DeepEqual(exported(c), exported(again)) {
+			t.Errorf("round trip changed the config:\n%#v\n%#v", exported(c), exported(again))
+		}
+		if err := again.Resolve(); err != nil || !reflect.DeepEqual(exported(c), exported(again)) {
+			t.Errorf("Resolve not idempotent: %v", err)
+		}
+	}
 }
 
 // TestMergeBomb makes sure nested merge keys cost linear time: 12 levels that each merge the
