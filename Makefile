@@ -1,6 +1,6 @@
 # gonvmf — common tasks. `make test` is the README's test command; `make demo` the main job.
 GO       ?= go
-FUZZTIME ?= 30s
+FUZZTIME ?= 15s
 BUILD    ?= $(CURDIR)/build
 # Build tags of the ceph build (the rbd backend, linked with librbd and librados): `pacific`
 # matches Debian 12's Ceph 16.2; drop it (CEPH_TAGS=ceph) against Ceph 17 or later.

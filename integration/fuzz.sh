@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run every `go test -fuzz` target in the module for a fixed time each (default 30s).
+# Run every `go test -fuzz` target in the module for a fixed time each (default 15s).
 # usage: integration/fuzz.sh [fuzztime]          e.g. integration/fuzz.sh 5s
 #   env: FUZZ_PARALLEL (workers per target, default 2), FUZZ_PKGS (packages, default ./...)
 #
@@ -13,7 +13,7 @@
 # pages) do not spend the whole budget minimizing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-T=${1:-${FUZZTIME:-30s}}
+T=${1:-${FUZZTIME:-15s}}
 PAR=${FUZZ_PARALLEL:-2}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
