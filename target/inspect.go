@@ -108,6 +108,9 @@ type NamespaceInfo struct {
 	// Failure is why the namespace refuses writes and flushes (a sync of its backend
 	// failed: see ReopenNamespace), nil while it is healthy.
 	Failure error
+	// Inactive: the namespace's backend is closed and commands get Invalid Namespace
+	// (it is being removed, or ReopenNamespace could not open its backend again).
+	Inactive bool
 	// Successful commands and the bytes they moved (the SMART log's counters).
 	ReadCommands, WriteCommands uint64
 	ReadBytes, WriteBytes       uint64
@@ -132,7 +135,7 @@ func (t *Target) Namespaces() []NamespaceInfo {
 			io, errs := ns.counters()
 			out = append(out, NamespaceInfo{
 				Subsystem: s.nqn, NSID: ns.nsid, Backend: ns.cfg.Backend, Path: ns.cfg.Path,
-				Blocks: ns.blocks.Load(), LBASize: ns.lbaSize(), ReadOnly: ns.readOnly.Load(), Failure: ns.failureReason(),
+				Blocks: ns.blocks.Load(), LBASize: ns.lbaSize(), ReadOnly: ns.readOnly.Load(), Failure: ns.failureReason(), Inactive: ns.closing(),
 				ReadCommands: rc, WriteCommands: wc, ReadBytes: ru * dataUnitBytes, WriteBytes: wu * dataUnitBytes,
 				IO: io, Errors: errs,
 			})

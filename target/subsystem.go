@@ -310,8 +310,9 @@ func (ns *namespace) failed() bool { return ns.failure.Load() != nil }
 func (ns *namespace) fail(err error) {
 	if ns.failure.CompareAndSwap(nil, &err) {
 		ns.t.log.Error("namespace failed: syncing to stable storage failed and writes reported complete may be lost; "+
-			"writes and flushes fail with Write Fault (DNR) until the namespace is reopened (restart gonvmf, or ReopenNamespace)",
-			"subsystem", ns.subNQN, "nsid", ns.nsid, "path", ns.cfg.Path, "err", err)
+			"writes and flushes fail with Write Fault (DNR) until the namespace is reopened (restart gonvmf, or the control API: see reopen)",
+			"subsystem", ns.subNQN, "nsid", ns.nsid, "path", ns.cfg.Path, "err", err,
+			"reopen", fmt.Sprintf("gonvmf ctl ns reopen %s %d", ns.subNQN, ns.nsid))
 	}
 }
 

@@ -80,9 +80,26 @@ func SubsystemToPB(cs conf.Subsystem) *pb.Subsystem {
 	return s
 }
 
-// withLive adds what the running target knows to n: capacity and counters.
+// Namespace states (pb.Namespace.State).
+const (
+	StateOK       = "ok"
+	StateFailed   = "failed"
+	StateInactive = "inactive"
+)
+
+// withLive adds what the running target knows to n: capacity, state and counters.
 func withLive(n *pb.Namespace, info target.NamespaceInfo) *pb.Namespace {
 	n.Blocks = info.Blocks
+	n.State = StateOK
+	switch {
+	case info.Inactive, info.Subsystem == "": // closed, or not served at all
+		n.State = StateInactive
+	case info.Failure != nil:
+		n.State = StateFailed
+	}
+	if info.Failure != nil {
+		n.Failure = info.Failure.Error()
+	}
 	io := &info.IO
 	n.Counters = &pb.NamespaceCounters{ReadCommands: info.ReadCommands, WriteCommands: info.WriteCommands,
 		ReadBytes: info.ReadBytes, WriteBytes: info.WriteBytes,

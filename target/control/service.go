@@ -212,6 +212,24 @@ func (s *Service) SetNamespaceReadOnly(_ context.Context, r *pb.SetNamespaceRead
 	return s.namespace(r.Subsystem, r.Nsid)
 }
 
+// ReopenNamespace reopens a namespace's backend from the running configuration, which
+// clears a sync failure; the answer says which failure was cleared.
+func (s *Service) ReopenNamespace(_ context.Context, r *pb.ReopenNamespaceRequest) (*pb.ReopenNamespaceResponse, error) {
+	var cleared string
+	if info, ok := s.liveNamespaces()[nsKey{r.Subsystem, r.Nsid}]; ok && info.Failure != nil {
+		cleared = info.Failure.Error()
+	}
+	err := s.srv.ReopenNamespace(r.Subsystem, r.Nsid)
+	if err := s.logged("namespace reopened", err, "subsystem", r.Subsystem, "nsid", r.Nsid, "cleared_failure", cleared); err != nil {
+		return nil, err
+	}
+	ns, err := s.namespace(r.Subsystem, r.Nsid)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ReopenNamespaceResponse{Namespace: ns, ClearedFailure: cleared}, nil
+}
+
 // --- hosts ---
 
 func (s *Service) AllowHost(_ context.Context, r *pb.AllowHostRequest) (*pb.Subsystem, error) {

@@ -101,3 +101,11 @@ func (s *Server) SetAuthRequired(nqn string, required bool) error {
 	defer s.chg.Unlock()
 	return s.t.SetAuthRequired(nqn, required)
 }
+
+// ReopenNamespace closes a namespace's backend and opens it again from the running
+// configuration, which clears a failure (target.Target.ReopenNamespace).
+func (s *Server) ReopenNamespace(nqn string, nsid uint32) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.t.ReopenNamespace(nqn, nsid)
+}

@@ -140,20 +140,26 @@ func (x *Subsystem) GetAuthRequired() bool {
 // Namespace is a namespace as in the configuration file (subsystems[].namespaces[]); on
 // output also its subsystem, capacity and I/O counters.
 type Namespace struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nsid          uint32                 `protobuf:"varint,1,opt,name=nsid,proto3" json:"nsid,omitempty"`
-	Backend       string                 `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`                 // file, block, null, memory
-	Path          string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`                       // file and block: absolute path
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`                      // bytes; 0: the file's or device's own size
-	LbaSize       uint32                 `protobuf:"varint,5,opt,name=lba_size,json=lbaSize,proto3" json:"lba_size,omitempty"` // 0: 512
-	ReadOnly      bool                   `protobuf:"varint,6,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	Uuid          string                 `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`            // "": derived from (subsystem NQN, nsid)
-	Nguid         string                 `protobuf:"bytes,8,opt,name=nguid,proto3" json:"nguid,omitempty"`          // "": derived
-	Eui64         string                 `protobuf:"bytes,9,opt,name=eui64,proto3" json:"eui64,omitempty"`          // "": derived
-	Rbd           *RBD                   `protobuf:"bytes,13,opt,name=rbd,proto3" json:"rbd,omitempty"`             // backend rbd (the ceph build): the image
-	Subsystem     string                 `protobuf:"bytes,10,opt,name=subsystem,proto3" json:"subsystem,omitempty"` // output only
-	Blocks        uint64                 `protobuf:"varint,11,opt,name=blocks,proto3" json:"blocks,omitempty"`      // output only: capacity in logical blocks
-	Counters      *NamespaceCounters     `protobuf:"bytes,12,opt,name=counters,proto3" json:"counters,omitempty"`   // output only
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Nsid      uint32                 `protobuf:"varint,1,opt,name=nsid,proto3" json:"nsid,omitempty"`
+	Backend   string                 `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`                 // file, block, null, memory, rbd
+	Path      string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`                       // file and block: absolute path
+	Size      uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`                      // bytes; 0: the file's or device's own size
+	LbaSize   uint32                 `protobuf:"varint,5,opt,name=lba_size,json=lbaSize,proto3" json:"lba_size,omitempty"` // 0: 512
+	ReadOnly  bool                   `protobuf:"varint,6,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	Uuid      string                 `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`            // "": derived from (subsystem NQN, nsid)
+	Nguid     string                 `protobuf:"bytes,8,opt,name=nguid,proto3" json:"nguid,omitempty"`          // "": derived
+	Eui64     string                 `protobuf:"bytes,9,opt,name=eui64,proto3" json:"eui64,omitempty"`          // "": derived
+	Rbd       *RBD                   `protobuf:"bytes,13,opt,name=rbd,proto3" json:"rbd,omitempty"`             // backend rbd (the ceph build): the image
+	Subsystem string                 `protobuf:"bytes,10,opt,name=subsystem,proto3" json:"subsystem,omitempty"` // output only
+	Blocks    uint64                 `protobuf:"varint,11,opt,name=blocks,proto3" json:"blocks,omitempty"`      // output only: capacity in logical blocks
+	Counters  *NamespaceCounters     `protobuf:"bytes,12,opt,name=counters,proto3" json:"counters,omitempty"`   // output only
+	// Output only: "ok"; "failed": a sync of its backend failed (writes reported complete
+	// may be lost), so writes, write zeroes, deallocate and flushes get Write Fault (DNR)
+	// until ReopenNamespace, reads still work; "inactive": its backend is closed and
+	// commands get Invalid Namespace (being removed, or a reopen could not open it).
+	State         string `protobuf:"bytes,14,opt,name=state,proto3" json:"state,omitempty"`
+	Failure       string `protobuf:"bytes,15,opt,name=failure,proto3" json:"failure,omitempty"` // output only: why it failed ("" unless failed)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +283,20 @@ func (x *Namespace) GetCounters() *NamespaceCounters {
 		return x.Counters
 	}
 	return nil
+}
+
+func (x *Namespace) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Namespace) GetFailure() string {
+	if x != nil {
+		return x.Failure
+	}
+	return ""
 }
 
 // RBD names a Ceph RBD image (namespaces[].rbd in the configuration).
@@ -1898,6 +1918,110 @@ func (x *SetNamespaceReadOnlyRequest) GetReadOnly() bool {
 	return false
 }
 
+type ReopenNamespaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subsystem     string                 `protobuf:"bytes,1,opt,name=subsystem,proto3" json:"subsystem,omitempty"`
+	Nsid          uint32                 `protobuf:"varint,2,opt,name=nsid,proto3" json:"nsid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReopenNamespaceRequest) Reset() {
+	*x = ReopenNamespaceRequest{}
+	mi := &file_control_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReopenNamespaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReopenNamespaceRequest) ProtoMessage() {}
+
+func (x *ReopenNamespaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReopenNamespaceRequest.ProtoReflect.Descriptor instead.
+func (*ReopenNamespaceRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReopenNamespaceRequest) GetSubsystem() string {
+	if x != nil {
+		return x.Subsystem
+	}
+	return ""
+}
+
+func (x *ReopenNamespaceRequest) GetNsid() uint32 {
+	if x != nil {
+		return x.Nsid
+	}
+	return 0
+}
+
+type ReopenNamespaceResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Namespace      *Namespace             `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`                                 // as it runs after the reopen
+	ClearedFailure string                 `protobuf:"bytes,2,opt,name=cleared_failure,json=clearedFailure,proto3" json:"cleared_failure,omitempty"` // the failure the reopen cleared ("" if it was healthy)
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReopenNamespaceResponse) Reset() {
+	*x = ReopenNamespaceResponse{}
+	mi := &file_control_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReopenNamespaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReopenNamespaceResponse) ProtoMessage() {}
+
+func (x *ReopenNamespaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReopenNamespaceResponse.ProtoReflect.Descriptor instead.
+func (*ReopenNamespaceResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReopenNamespaceResponse) GetNamespace() *Namespace {
+	if x != nil {
+		return x.Namespace
+	}
+	return nil
+}
+
+func (x *ReopenNamespaceResponse) GetClearedFailure() string {
+	if x != nil {
+		return x.ClearedFailure
+	}
+	return ""
+}
+
 type AllowHostRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Subsystem     string                 `protobuf:"bytes,1,opt,name=subsystem,proto3" json:"subsystem,omitempty"`
@@ -1908,7 +2032,7 @@ type AllowHostRequest struct {
 
 func (x *AllowHostRequest) Reset() {
 	*x = AllowHostRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2044,7 @@ func (x *AllowHostRequest) String() string {
 func (*AllowHostRequest) ProtoMessage() {}
 
 func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2057,7 @@ func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostRequest.ProtoReflect.Descriptor instead.
 func (*AllowHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AllowHostRequest) GetSubsystem() string {
@@ -1960,7 +2084,7 @@ type DenyHostRequest struct {
 
 func (x *DenyHostRequest) Reset() {
 	*x = DenyHostRequest{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2096,7 @@ func (x *DenyHostRequest) String() string {
 func (*DenyHostRequest) ProtoMessage() {}
 
 func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2109,7 @@ func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostRequest.ProtoReflect.Descriptor instead.
 func (*DenyHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DenyHostRequest) GetSubsystem() string {
@@ -2013,7 +2137,7 @@ type SetHostsRequest struct {
 
 func (x *SetHostsRequest) Reset() {
 	*x = SetHostsRequest{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2149,7 @@ func (x *SetHostsRequest) String() string {
 func (*SetHostsRequest) ProtoMessage() {}
 
 func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2162,7 @@ func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostsRequest.ProtoReflect.Descriptor instead.
 func (*SetHostsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetHostsRequest) GetSubsystem() string {
@@ -2070,7 +2194,7 @@ type ListListenersRequest struct {
 
 func (x *ListListenersRequest) Reset() {
 	*x = ListListenersRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2206,7 @@ func (x *ListListenersRequest) String() string {
 func (*ListListenersRequest) ProtoMessage() {}
 
 func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2219,7 @@ func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersRequest.ProtoReflect.Descriptor instead.
 func (*ListListenersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 type ListListenersResponse struct {
@@ -2107,7 +2231,7 @@ type ListListenersResponse struct {
 
 func (x *ListListenersResponse) Reset() {
 	*x = ListListenersResponse{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2243,7 @@ func (x *ListListenersResponse) String() string {
 func (*ListListenersResponse) ProtoMessage() {}
 
 func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2256,7 @@ func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersResponse.ProtoReflect.Descriptor instead.
 func (*ListListenersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListListenersResponse) GetListeners() []*Listener {
@@ -2151,7 +2275,7 @@ type AddListenerRequest struct {
 
 func (x *AddListenerRequest) Reset() {
 	*x = AddListenerRequest{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2287,7 @@ func (x *AddListenerRequest) String() string {
 func (*AddListenerRequest) ProtoMessage() {}
 
 func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2300,7 @@ func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddListenerRequest.ProtoReflect.Descriptor instead.
 func (*AddListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AddListenerRequest) GetListener() *Listener {
@@ -2195,7 +2319,7 @@ type RemoveListenerRequest struct {
 
 func (x *RemoveListenerRequest) Reset() {
 	*x = RemoveListenerRequest{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2331,7 @@ func (x *RemoveListenerRequest) String() string {
 func (*RemoveListenerRequest) ProtoMessage() {}
 
 func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2344,7 @@ func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveListenerRequest) GetListener() *Listener {
@@ -2238,7 +2362,7 @@ type RemoveListenerResponse struct {
 
 func (x *RemoveListenerResponse) Reset() {
 	*x = RemoveListenerResponse{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2374,7 @@ func (x *RemoveListenerResponse) String() string {
 func (*RemoveListenerResponse) ProtoMessage() {}
 
 func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2387,7 @@ func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveListenerResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 type ListControllersRequest struct {
@@ -2275,7 +2399,7 @@ type ListControllersRequest struct {
 
 func (x *ListControllersRequest) Reset() {
 	*x = ListControllersRequest{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2411,7 @@ func (x *ListControllersRequest) String() string {
 func (*ListControllersRequest) ProtoMessage() {}
 
 func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2424,7 @@ func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersRequest.ProtoReflect.Descriptor instead.
 func (*ListControllersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListControllersRequest) GetSubsystem() string {
@@ -2319,7 +2443,7 @@ type ListControllersResponse struct {
 
 func (x *ListControllersResponse) Reset() {
 	*x = ListControllersResponse{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2455,7 @@ func (x *ListControllersResponse) String() string {
 func (*ListControllersResponse) ProtoMessage() {}
 
 func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2468,7 @@ func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersResponse.ProtoReflect.Descriptor instead.
 func (*ListControllersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListControllersResponse) GetControllers() []*Controller {
@@ -2373,7 +2497,7 @@ type HostKeys struct {
 
 func (x *HostKeys) Reset() {
 	*x = HostKeys{}
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2509,7 @@ func (x *HostKeys) String() string {
 func (*HostKeys) ProtoMessage() {}
 
 func (x *HostKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2522,7 @@ func (x *HostKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostKeys.ProtoReflect.Descriptor instead.
 func (*HostKeys) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{36}
+	return file_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HostKeys) GetNqn() string {
@@ -2458,7 +2582,7 @@ type ListHostKeysRequest struct {
 
 func (x *ListHostKeysRequest) Reset() {
 	*x = ListHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2594,7 @@ func (x *ListHostKeysRequest) String() string {
 func (*ListHostKeysRequest) ProtoMessage() {}
 
 func (x *ListHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2607,7 @@ func (x *ListHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{37}
+	return file_control_proto_rawDescGZIP(), []int{39}
 }
 
 type ListHostKeysResponse struct {
@@ -2495,7 +2619,7 @@ type ListHostKeysResponse struct {
 
 func (x *ListHostKeysResponse) Reset() {
 	*x = ListHostKeysResponse{}
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2631,7 @@ func (x *ListHostKeysResponse) String() string {
 func (*ListHostKeysResponse) ProtoMessage() {}
 
 func (x *ListHostKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2644,7 @@ func (x *ListHostKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListHostKeysResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{38}
+	return file_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListHostKeysResponse) GetHosts() []*HostKeys {
@@ -2547,7 +2671,7 @@ type SetHostKeysRequest struct {
 
 func (x *SetHostKeysRequest) Reset() {
 	*x = SetHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2683,7 @@ func (x *SetHostKeysRequest) String() string {
 func (*SetHostKeysRequest) ProtoMessage() {}
 
 func (x *SetHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2696,7 @@ func (x *SetHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*SetHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{39}
+	return file_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetHostKeysRequest) GetNqn() string {
@@ -2620,7 +2744,7 @@ type Names struct {
 
 func (x *Names) Reset() {
 	*x = Names{}
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2756,7 @@ func (x *Names) String() string {
 func (*Names) ProtoMessage() {}
 
 func (x *Names) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2769,7 @@ func (x *Names) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Names.ProtoReflect.Descriptor instead.
 func (*Names) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{40}
+	return file_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Names) GetNames() []string {
@@ -2664,7 +2788,7 @@ type RemoveHostKeysRequest struct {
 
 func (x *RemoveHostKeysRequest) Reset() {
 	*x = RemoveHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2800,7 @@ func (x *RemoveHostKeysRequest) String() string {
 func (*RemoveHostKeysRequest) ProtoMessage() {}
 
 func (x *RemoveHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2813,7 @@ func (x *RemoveHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{41}
+	return file_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveHostKeysRequest) GetNqn() string {
@@ -2707,7 +2831,7 @@ type RemoveHostKeysResponse struct {
 
 func (x *RemoveHostKeysResponse) Reset() {
 	*x = RemoveHostKeysResponse{}
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2843,7 @@ func (x *RemoveHostKeysResponse) String() string {
 func (*RemoveHostKeysResponse) ProtoMessage() {}
 
 func (x *RemoveHostKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2856,7 @@ func (x *RemoveHostKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostKeysResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostKeysResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{42}
+	return file_control_proto_rawDescGZIP(), []int{44}
 }
 
 type SetAuthRequiredRequest struct {
@@ -2745,7 +2869,7 @@ type SetAuthRequiredRequest struct {
 
 func (x *SetAuthRequiredRequest) Reset() {
 	*x = SetAuthRequiredRequest{}
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2881,7 @@ func (x *SetAuthRequiredRequest) String() string {
 func (*SetAuthRequiredRequest) ProtoMessage() {}
 
 func (x *SetAuthRequiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2894,7 @@ func (x *SetAuthRequiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAuthRequiredRequest.ProtoReflect.Descriptor instead.
 func (*SetAuthRequiredRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{43}
+	return file_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetAuthRequiredRequest) GetSubsystem() string {
@@ -2795,7 +2919,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2931,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2944,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{44}
+	return file_control_proto_rawDescGZIP(), []int{46}
 }
 
 type SaveConfigRequest struct {
@@ -2831,7 +2955,7 @@ type SaveConfigRequest struct {
 
 func (x *SaveConfigRequest) Reset() {
 	*x = SaveConfigRequest{}
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2967,7 @@ func (x *SaveConfigRequest) String() string {
 func (*SaveConfigRequest) ProtoMessage() {}
 
 func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2980,7 @@ func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigRequest.ProtoReflect.Descriptor instead.
 func (*SaveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{45}
+	return file_control_proto_rawDescGZIP(), []int{47}
 }
 
 type SaveConfigResponse struct {
@@ -2868,7 +2992,7 @@ type SaveConfigResponse struct {
 
 func (x *SaveConfigResponse) Reset() {
 	*x = SaveConfigResponse{}
-	mi := &file_control_proto_msgTypes[46]
+	mi := &file_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3004,7 @@ func (x *SaveConfigResponse) String() string {
 func (*SaveConfigResponse) ProtoMessage() {}
 
 func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[46]
+	mi := &file_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3017,7 @@ func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigResponse.ProtoReflect.Descriptor instead.
 func (*SaveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{46}
+	return file_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SaveConfigResponse) GetYaml() string {
@@ -2918,7 +3042,7 @@ const file_control_proto_rawDesc = "" +
 	"namespaces\x18\x06 \x03(\v2\x1c.gonvmf.control.v1.NamespaceR\n" +
 	"namespaces\x12 \n" +
 	"\vcontrollers\x18\a \x01(\rR\vcontrollers\x12#\n" +
-	"\rauth_required\x18\b \x01(\bR\fauthRequired\"\xfb\x02\n" +
+	"\rauth_required\x18\b \x01(\bR\fauthRequired\"\xab\x03\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04nsid\x18\x01 \x01(\rR\x04nsid\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x12\n" +
@@ -2933,7 +3057,9 @@ const file_control_proto_rawDesc = "" +
 	"\tsubsystem\x18\n" +
 	" \x01(\tR\tsubsystem\x12\x16\n" +
 	"\x06blocks\x18\v \x01(\x04R\x06blocks\x12@\n" +
-	"\bcounters\x18\f \x01(\v2$.gonvmf.control.v1.NamespaceCountersR\bcounters\"\xc4\x01\n" +
+	"\bcounters\x18\f \x01(\v2$.gonvmf.control.v1.NamespaceCountersR\bcounters\x12\x14\n" +
+	"\x05state\x18\x0e \x01(\tR\x05state\x12\x18\n" +
+	"\afailure\x18\x0f \x01(\tR\afailure\"\xc4\x01\n" +
 	"\x03RBD\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12'\n" +
 	"\x0frados_namespace\x18\x02 \x01(\tR\x0eradosNamespace\x12\x14\n" +
@@ -3068,7 +3194,13 @@ const file_control_proto_rawDesc = "" +
 	"\x1bSetNamespaceReadOnlyRequest\x12\x1c\n" +
 	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\x12\x12\n" +
 	"\x04nsid\x18\x02 \x01(\rR\x04nsid\x12\x1b\n" +
-	"\tread_only\x18\x03 \x01(\bR\breadOnly\"K\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"J\n" +
+	"\x16ReopenNamespaceRequest\x12\x1c\n" +
+	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\x12\x12\n" +
+	"\x04nsid\x18\x02 \x01(\rR\x04nsid\"~\n" +
+	"\x17ReopenNamespaceResponse\x12:\n" +
+	"\tnamespace\x18\x01 \x01(\v2\x1c.gonvmf.control.v1.NamespaceR\tnamespace\x12'\n" +
+	"\x0fcleared_failure\x18\x02 \x01(\tR\x0eclearedFailure\"K\n" +
 	"\x10AllowHostRequest\x12\x1c\n" +
 	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\x12\x19\n" +
 	"\bhost_nqn\x18\x02 \x01(\tR\ahostNqn\"J\n" +
@@ -3123,7 +3255,7 @@ const file_control_proto_rawDesc = "" +
 	"\x0fGetStatsRequest\"\x13\n" +
 	"\x11SaveConfigRequest\"(\n" +
 	"\x12SaveConfigResponse\x12\x12\n" +
-	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\xa9\x0f\n" +
+	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\x93\x10\n" +
 	"\aControl\x12e\n" +
 	"\x0eListSubsystems\x12(.gonvmf.control.v1.ListSubsystemsRequest\x1a).gonvmf.control.v1.ListSubsystemsResponse\x12T\n" +
 	"\fAddSubsystem\x12&.gonvmf.control.v1.AddSubsystemRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12h\n" +
@@ -3132,7 +3264,8 @@ const file_control_proto_rawDesc = "" +
 	"\fAddNamespace\x12&.gonvmf.control.v1.AddNamespaceRequest\x1a\x1c.gonvmf.control.v1.Namespace\x12h\n" +
 	"\x0fRemoveNamespace\x12).gonvmf.control.v1.RemoveNamespaceRequest\x1a*.gonvmf.control.v1.RemoveNamespaceResponse\x12Z\n" +
 	"\x0fResizeNamespace\x12).gonvmf.control.v1.ResizeNamespaceRequest\x1a\x1c.gonvmf.control.v1.Namespace\x12d\n" +
-	"\x14SetNamespaceReadOnly\x12..gonvmf.control.v1.SetNamespaceReadOnlyRequest\x1a\x1c.gonvmf.control.v1.Namespace\x12N\n" +
+	"\x14SetNamespaceReadOnly\x12..gonvmf.control.v1.SetNamespaceReadOnlyRequest\x1a\x1c.gonvmf.control.v1.Namespace\x12h\n" +
+	"\x0fReopenNamespace\x12).gonvmf.control.v1.ReopenNamespaceRequest\x1a*.gonvmf.control.v1.ReopenNamespaceResponse\x12N\n" +
 	"\tAllowHost\x12#.gonvmf.control.v1.AllowHostRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12L\n" +
 	"\bDenyHost\x12\".gonvmf.control.v1.DenyHostRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12L\n" +
 	"\bSetHosts\x12\".gonvmf.control.v1.SetHostsRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12b\n" +
@@ -3160,7 +3293,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_control_proto_goTypes = []any{
 	(*Subsystem)(nil),                   // 0: gonvmf.control.v1.Subsystem
 	(*Namespace)(nil),                   // 1: gonvmf.control.v1.Namespace
@@ -3188,27 +3321,29 @@ var file_control_proto_goTypes = []any{
 	(*RemoveNamespaceResponse)(nil),     // 23: gonvmf.control.v1.RemoveNamespaceResponse
 	(*ResizeNamespaceRequest)(nil),      // 24: gonvmf.control.v1.ResizeNamespaceRequest
 	(*SetNamespaceReadOnlyRequest)(nil), // 25: gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	(*AllowHostRequest)(nil),            // 26: gonvmf.control.v1.AllowHostRequest
-	(*DenyHostRequest)(nil),             // 27: gonvmf.control.v1.DenyHostRequest
-	(*SetHostsRequest)(nil),             // 28: gonvmf.control.v1.SetHostsRequest
-	(*ListListenersRequest)(nil),        // 29: gonvmf.control.v1.ListListenersRequest
-	(*ListListenersResponse)(nil),       // 30: gonvmf.control.v1.ListListenersResponse
-	(*AddListenerRequest)(nil),          // 31: gonvmf.control.v1.AddListenerRequest
-	(*RemoveListenerRequest)(nil),       // 32: gonvmf.control.v1.RemoveListenerRequest
-	(*RemoveListenerResponse)(nil),      // 33: gonvmf.control.v1.RemoveListenerResponse
-	(*ListControllersRequest)(nil),      // 34: gonvmf.control.v1.ListControllersRequest
-	(*ListControllersResponse)(nil),     // 35: gonvmf.control.v1.ListControllersResponse
-	(*HostKeys)(nil),                    // 36: gonvmf.control.v1.HostKeys
-	(*ListHostKeysRequest)(nil),         // 37: gonvmf.control.v1.ListHostKeysRequest
-	(*ListHostKeysResponse)(nil),        // 38: gonvmf.control.v1.ListHostKeysResponse
-	(*SetHostKeysRequest)(nil),          // 39: gonvmf.control.v1.SetHostKeysRequest
-	(*Names)(nil),                       // 40: gonvmf.control.v1.Names
-	(*RemoveHostKeysRequest)(nil),       // 41: gonvmf.control.v1.RemoveHostKeysRequest
-	(*RemoveHostKeysResponse)(nil),      // 42: gonvmf.control.v1.RemoveHostKeysResponse
-	(*SetAuthRequiredRequest)(nil),      // 43: gonvmf.control.v1.SetAuthRequiredRequest
-	(*GetStatsRequest)(nil),             // 44: gonvmf.control.v1.GetStatsRequest
-	(*SaveConfigRequest)(nil),           // 45: gonvmf.control.v1.SaveConfigRequest
-	(*SaveConfigResponse)(nil),          // 46: gonvmf.control.v1.SaveConfigResponse
+	(*ReopenNamespaceRequest)(nil),      // 26: gonvmf.control.v1.ReopenNamespaceRequest
+	(*ReopenNamespaceResponse)(nil),     // 27: gonvmf.control.v1.ReopenNamespaceResponse
+	(*AllowHostRequest)(nil),            // 28: gonvmf.control.v1.AllowHostRequest
+	(*DenyHostRequest)(nil),             // 29: gonvmf.control.v1.DenyHostRequest
+	(*SetHostsRequest)(nil),             // 30: gonvmf.control.v1.SetHostsRequest
+	(*ListListenersRequest)(nil),        // 31: gonvmf.control.v1.ListListenersRequest
+	(*ListListenersResponse)(nil),       // 32: gonvmf.control.v1.ListListenersResponse
+	(*AddListenerRequest)(nil),          // 33: gonvmf.control.v1.AddListenerRequest
+	(*RemoveListenerRequest)(nil),       // 34: gonvmf.control.v1.RemoveListenerRequest
+	(*RemoveListenerResponse)(nil),      // 35: gonvmf.control.v1.RemoveListenerResponse
+	(*ListControllersRequest)(nil),      // 36: gonvmf.control.v1.ListControllersRequest
+	(*ListControllersResponse)(nil),     // 37: gonvmf.control.v1.ListControllersResponse
+	(*HostKeys)(nil),                    // 38: gonvmf.control.v1.HostKeys
+	(*ListHostKeysRequest)(nil),         // 39: gonvmf.control.v1.ListHostKeysRequest
+	(*ListHostKeysResponse)(nil),        // 40: gonvmf.control.v1.ListHostKeysResponse
+	(*SetHostKeysRequest)(nil),          // 41: gonvmf.control.v1.SetHostKeysRequest
+	(*Names)(nil),                       // 42: gonvmf.control.v1.Names
+	(*RemoveHostKeysRequest)(nil),       // 43: gonvmf.control.v1.RemoveHostKeysRequest
+	(*RemoveHostKeysResponse)(nil),      // 44: gonvmf.control.v1.RemoveHostKeysResponse
+	(*SetAuthRequiredRequest)(nil),      // 45: gonvmf.control.v1.SetAuthRequiredRequest
+	(*GetStatsRequest)(nil),             // 46: gonvmf.control.v1.GetStatsRequest
+	(*SaveConfigRequest)(nil),           // 47: gonvmf.control.v1.SaveConfigRequest
+	(*SaveConfigResponse)(nil),          // 48: gonvmf.control.v1.SaveConfigResponse
 }
 var file_control_proto_depIdxs = []int32{
 	1,  // 0: gonvmf.control.v1.Subsystem.namespaces:type_name -> gonvmf.control.v1.Namespace
@@ -3227,60 +3362,63 @@ var file_control_proto_depIdxs = []int32{
 	0,  // 13: gonvmf.control.v1.AddSubsystemRequest.subsystem:type_name -> gonvmf.control.v1.Subsystem
 	1,  // 14: gonvmf.control.v1.ListNamespacesResponse.namespaces:type_name -> gonvmf.control.v1.Namespace
 	1,  // 15: gonvmf.control.v1.AddNamespaceRequest.namespace:type_name -> gonvmf.control.v1.Namespace
-	6,  // 16: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
-	6,  // 17: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	6,  // 18: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	7,  // 19: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
-	36, // 20: gonvmf.control.v1.ListHostKeysResponse.hosts:type_name -> gonvmf.control.v1.HostKeys
-	40, // 21: gonvmf.control.v1.SetHostKeysRequest.dhchap_hashes:type_name -> gonvmf.control.v1.Names
-	40, // 22: gonvmf.control.v1.SetHostKeysRequest.dhchap_dhgroups:type_name -> gonvmf.control.v1.Names
-	14, // 23: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
-	16, // 24: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
-	17, // 25: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
-	19, // 26: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
-	21, // 27: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
-	22, // 28: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
-	24, // 29: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
-	25, // 30: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	26, // 31: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
-	27, // 32: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
-	28, // 33: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
-	29, // 34: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
-	31, // 35: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
-	32, // 36: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
-	34, // 37: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
-	44, // 38: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
-	45, // 39: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
-	37, // 40: gonvmf.control.v1.Control.ListHostKeys:input_type -> gonvmf.control.v1.ListHostKeysRequest
-	39, // 41: gonvmf.control.v1.Control.SetHostKeys:input_type -> gonvmf.control.v1.SetHostKeysRequest
-	41, // 42: gonvmf.control.v1.Control.RemoveHostKeys:input_type -> gonvmf.control.v1.RemoveHostKeysRequest
-	43, // 43: gonvmf.control.v1.Control.SetAuthRequired:input_type -> gonvmf.control.v1.SetAuthRequiredRequest
-	15, // 44: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
-	0,  // 45: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
-	18, // 46: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
-	20, // 47: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
-	1,  // 48: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
-	23, // 49: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
-	1,  // 50: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
-	1,  // 51: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
-	0,  // 52: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 53: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 54: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
-	30, // 55: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
-	6,  // 56: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
-	33, // 57: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
-	35, // 58: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
-	9,  // 59: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
-	46, // 60: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
-	38, // 61: gonvmf.control.v1.Control.ListHostKeys:output_type -> gonvmf.control.v1.ListHostKeysResponse
-	36, // 62: gonvmf.control.v1.Control.SetHostKeys:output_type -> gonvmf.control.v1.HostKeys
-	42, // 63: gonvmf.control.v1.Control.RemoveHostKeys:output_type -> gonvmf.control.v1.RemoveHostKeysResponse
-	0,  // 64: gonvmf.control.v1.Control.SetAuthRequired:output_type -> gonvmf.control.v1.Subsystem
-	44, // [44:65] is the sub-list for method output_type
-	23, // [23:44] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	1,  // 16: gonvmf.control.v1.ReopenNamespaceResponse.namespace:type_name -> gonvmf.control.v1.Namespace
+	6,  // 17: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
+	6,  // 18: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	6,  // 19: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	7,  // 20: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
+	38, // 21: gonvmf.control.v1.ListHostKeysResponse.hosts:type_name -> gonvmf.control.v1.HostKeys
+	42, // 22: gonvmf.control.v1.SetHostKeysRequest.dhchap_hashes:type_name -> gonvmf.control.v1.Names
+	42, // 23: gonvmf.control.v1.SetHostKeysRequest.dhchap_dhgroups:type_name -> gonvmf.control.v1.Names
+	14, // 24: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
+	16, // 25: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
+	17, // 26: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
+	19, // 27: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
+	21, // 28: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
+	22, // 29: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
+	24, // 30: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
+	25, // 31: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	26, // 32: gonvmf.control.v1.Control.ReopenNamespace:input_type -> gonvmf.control.v1.ReopenNamespaceRequest
+	28, // 33: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
+	29, // 34: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
+	30, // 35: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
+	31, // 36: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
+	33, // 37: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
+	34, // 38: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
+	36, // 39: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
+	46, // 40: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
+	47, // 41: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
+	39, // 42: gonvmf.control.v1.Control.ListHostKeys:input_type -> gonvmf.control.v1.ListHostKeysRequest
+	41, // 43: gonvmf.control.v1.Control.SetHostKeys:input_type -> gonvmf.control.v1.SetHostKeysRequest
+	43, // 44: gonvmf.control.v1.Control.RemoveHostKeys:input_type -> gonvmf.control.v1.RemoveHostKeysRequest
+	45, // 45: gonvmf.control.v1.Control.SetAuthRequired:input_type -> gonvmf.control.v1.SetAuthRequiredRequest
+	15, // 46: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
+	0,  // 47: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
+	18, // 48: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
+	20, // 49: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
+	1,  // 50: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
+	23, // 51: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
+	1,  // 52: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
+	1,  // 53: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
+	27, // 54: gonvmf.control.v1.Control.ReopenNamespace:output_type -> gonvmf.control.v1.ReopenNamespaceResponse
+	0,  // 55: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 56: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 57: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
+	32, // 58: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
+	6,  // 59: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
+	35, // 60: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
+	37, // 61: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
+	9,  // 62: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
+	48, // 63: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
+	40, // 64: gonvmf.control.v1.Control.ListHostKeys:output_type -> gonvmf.control.v1.ListHostKeysResponse
+	38, // 65: gonvmf.control.v1.Control.SetHostKeys:output_type -> gonvmf.control.v1.HostKeys
+	44, // 66: gonvmf.control.v1.Control.RemoveHostKeys:output_type -> gonvmf.control.v1.RemoveHostKeysResponse
+	0,  // 67: gonvmf.control.v1.Control.SetAuthRequired:output_type -> gonvmf.control.v1.Subsystem
+	46, // [46:68] is the sub-list for method output_type
+	24, // [24:46] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -3288,14 +3426,14 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[39].OneofWrappers = []any{}
+	file_control_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	Control_RemoveNamespace_FullMethodName      = "/gonvmf.control.v1.Control/RemoveNamespace"
 	Control_ResizeNamespace_FullMethodName      = "/gonvmf.control.v1.Control/ResizeNamespace"
 	Control_SetNamespaceReadOnly_FullMethodName = "/gonvmf.control.v1.Control/SetNamespaceReadOnly"
+	Control_ReopenNamespace_FullMethodName      = "/gonvmf.control.v1.Control/ReopenNamespace"
 	Control_AllowHost_FullMethodName            = "/gonvmf.control.v1.Control/AllowHost"
 	Control_DenyHost_FullMethodName             = "/gonvmf.control.v1.Control/DenyHost"
 	Control_SetHosts_FullMethodName             = "/gonvmf.control.v1.Control/SetHosts"
@@ -79,6 +80,11 @@ type ControlClient interface {
 	// backing store has now (a grown block device). A namespace never shrinks.
 	ResizeNamespace(ctx context.Context, in *ResizeNamespaceRequest, opts ...grpc.CallOption) (*Namespace, error)
 	SetNamespaceReadOnly(ctx context.Context, in *SetNamespaceReadOnlyRequest, opts ...grpc.CallOption) (*Namespace, error)
+	// ReopenNamespace closes a namespace's backend and opens it again from the running
+	// configuration. It puts a failed namespace (state "failed": a sync of its backend
+	// failed, so writes and flushes get Write Fault until then) back into service once the
+	// operator has dealt with the storage and the writes that may be lost.
+	ReopenNamespace(ctx context.Context, in *ReopenNamespaceRequest, opts ...grpc.CallOption) (*ReopenNamespaceResponse, error)
 	// Hosts. Taking a host off a subsystem disconnects its controllers there; hosts see
 	// the discovery log change.
 	AllowHost(ctx context.Context, in *AllowHostRequest, opts ...grpc.CallOption) (*Subsystem, error)
@@ -192,6 +198,16 @@ func (c *controlClient) SetNamespaceReadOnly(ctx context.Context, in *SetNamespa
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Namespace)
 	err := c.cc.Invoke(ctx, Control_SetNamespaceReadOnly_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *controlClient) ReopenNamespace(ctx context.Context, in *ReopenNamespaceRequest, opts ...grpc.CallOption) (*ReopenNamespaceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReopenNamespaceResponse)
+	err := c.cc.Invoke(ctx, Control_ReopenNamespace_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -350,6 +366,11 @@ type ControlServer interface {
 	// backing store has now (a grown block device). A namespace never shrinks.
 	ResizeNamespace(context.Context, *ResizeNamespaceRequest) (*Namespace, error)
 	SetNamespaceReadOnly(context.Context, *SetNamespaceReadOnlyRequest) (*Namespace, error)
+	// ReopenNamespace closes a namespace's backend and opens it again from the running
+	// configuration. It puts a failed namespace (state "failed": a sync of its backend
+	// failed, so writes and flushes get Write Fault until then) back into service once the
+	// operator has dealt with the storage and the writes that may be lost.
+	ReopenNamespace(context.Context, *ReopenNamespaceRequest) (*ReopenNamespaceResponse, error)
 	// Hosts. Taking a host off a subsystem disconnects its controllers there; hosts see
 	// the discovery log change.
 	AllowHost(context.Context, *AllowHostRequest) (*Subsystem, error)
@@ -412,6 +433,9 @@ func (UnimplementedControlServer) ResizeNamespace(context.Context, *ResizeNamesp
 }
 func (UnimplementedControlServer) SetNamespaceReadOnly(context.Context, *SetNamespaceReadOnlyRequest) (*Namespace, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetNamespaceReadOnly not implemented")
+}
+func (UnimplementedControlServer) ReopenNamespace(context.Context, *ReopenNamespaceRequest) (*ReopenNamespaceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReopenNamespace not implemented")
 }
 func (UnimplementedControlServer) AllowHost(context.Context, *AllowHostRequest) (*Subsystem, error) {
 	return nil, status.Error(codes.Unimplemented, "method AllowHost not implemented")
@@ -613,6 +637,24 @@ func _Control_SetNamespaceReadOnly_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ControlServer).SetNamespaceReadOnly(ctx, req.(*SetNamespaceReadOnlyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Control_ReopenNamespace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReopenNamespaceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).ReopenNamespace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_ReopenNamespace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).ReopenNamespace(ctx, req.(*ReopenNamespaceRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -889,6 +931,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetNamespaceReadOnly",
 			Handler:    _Control_SetNamespaceReadOnly_Handler,
+		},
+		{
+			MethodName: "ReopenNamespace",
+			Handler:    _Control_ReopenNamespace_Handler,
 		},
 		{
 			MethodName: "AllowHost",
