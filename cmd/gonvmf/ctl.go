@@ -41,6 +41,7 @@ namespace changes without reconnecting, and discovery log changes as they happen
   gonvmf ctl subsystem add nqn.2024-01.com.example:vol7 --host <host NQN> --ns nsid=1,backend=file,path=/srv/vol7.img,size=100GiB
   gonvmf ctl ns add nqn.2024-01.com.example:vol7 --nsid 2 --backend block --path /dev/vg0/vol7b
   gonvmf ctl ns resize nqn.2024-01.com.example:vol7 1 200GiB
+  gonvmf ctl ns reopen nqn.2024-01.com.example:vol7 1      # after a failed sync (STATE failed in ns ls)
   gonvmf ctl host deny nqn.2024-01.com.example:vol7 <host NQN>
   nvme gen-dhchap-key --nqn <host NQN> | gonvmf ctl host key set <host NQN> --dhchap-secret -
   gonvmf ctl ctrl ls
@@ -73,7 +74,7 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("rm", "remove a subsystem (its controllers are disconnected first)", "NQN", ctlSubsystemRm),
 				leaf("auth", "require in-band authentication of new connections (on: only hosts with keys, see host key) or stop requiring it (off)", "NQN on|off", ctlSubsystemAuth),
 			}},
-			{Name: "ns", Aliases: []string{"namespace"}, Usage: "list, add, remove, resize and write-protect namespaces", Subcommands: []*cli.Command{
+			{Name: "ns", Aliases: []string{"namespace"}, Usage: "list, add, remove, resize, write-protect and reopen namespaces", Subcommands: []*cli.Command{
 				leaf("ls", "list namespaces (of one subsystem, or all) with their I/O counters", "[NQN]", ctlNsLs),
 				leaf("add", "add a namespace to a subsystem", "NQN", ctlNsAdd,
 					&cli.UintFlag{Name: "nsid", Usage: "namespace `ID`, 1..1024 (required)"},
@@ -88,6 +89,7 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("rm", "remove a namespace (waits for its commands in flight)", "NQN NSID", ctlNsRm),
 				leaf("resize", "grow a namespace to SIZE, or without SIZE take its file's or device's current size", "NQN NSID [SIZE]", ctlNsResize),
 				leaf("ro", "write-protect a namespace (on) or lift the protection (off)", "NQN NSID on|off", ctlNsRO),
+				leaf("reopen", "close a namespace's backend and open it again: puts a failed namespace (a sync failed) back into service", "NQN NSID", ctlNsReopen),
 			}},
 			{Name: "host", Usage: "allow and deny hosts; their authentication keys", Subcommands: []*cli.Command{
 				leaf("ls", "list the hosts allowed on each subsystem", "[NQN]", ctlHostLs),
@@ -413,15 +415,37 @@ func nsRows(nss []*pb.Namespace) [][]string {
 		for _, e := range c.Errors {
 			errs += e.Count
 		}
-		rows = append(rows, []string{n.Subsystem, strconv.Itoa(int(n.Nsid)), n.Backend, orDash(n.Path),
-			humanize.IBytes(n.Blocks * uint64(n.LbaSize)), strconv.Itoa(int(n.LbaSize)), ro,
+		rows = append(rows, []string{n.Subsystem, strconv.Itoa(int(n.Nsid)), n.Backend, orDash(nsPath(n)),
+			humanize.IBytes(n.Blocks * uint64(n.LbaSize)), strconv.Itoa(int(n.LbaSize)), ro, orDash(n.State),
 			fmt.Sprintf("%d/%s", c.ReadCommands, bytesText(c.ReadBytes)), fmt.Sprintf("%d/%s", c.WriteCommands, bytesText(c.WriteBytes)),
 			u(c.FlushCommands), u(c.OtherCommands), u(errs)})
 	}
 	return rows
 }
 
-const nsHeader = "SUBSYSTEM\tNSID\tBACKEND\tPATH\tSIZE\tLBA\tMODE\tREADS\tWRITES\tFLUSHES\tOTHER\tERRORS"
+const nsHeader = "SUBSYSTEM\tNSID\tBACKEND\tPATH\tSIZE\tLBA\tMODE\tSTATE\tREADS\tWRITES\tFLUSHES\tOTHER\tERRORS"
+
+// nsPath is where a namespace's data lives: its file or device, or its rbd image.
+func nsPath(n *pb.Namespace) string {
+	if r := n.Rbd; r != nil && r.Image != "" {
+		if r.RadosNamespace != "" {
+			return r.Pool + "/" + r.RadosNamespace + "/" + r.Image
+		}
+		return r.Pool + "/" + r.Image
+	}
+	return n.Path
+}
+
+// nsFailures writes, below a table of namespaces, why each failed one failed and how to
+// put it back into service.
+func nsFailures(w io.Writer, nss []*pb.Namespace) {
+	for _, n := range nss {
+		if n.State == control.StateFailed {
+			fmt.Fprintf(w, "\nnamespace %d of %s failed: %s\n  writes and flushes get Write Fault until it is reopened: deal with the storage, then gonvmf ctl ns reopen %s %d\n",
+				n.Nsid, n.Subsystem, n.Failure, n.Subsystem, n.Nsid)
+		}
+	}
+}
 
 func ctlNsLs(x *ctlCtx) error {
 	a, err := x.args(0, 1)
@@ -436,7 +460,10 @@ func ctlNsLs(x *ctlCtx) error {
 	if err != nil {
 		return err
 	}
-	return x.print(r, func(w io.Writer) { table(w, nsHeader, nsRows(r.Namespaces)) })
+	return x.print(r, func(w io.Writer) {
+		table(w, nsHeader, nsRows(r.Namespaces))
+		nsFailures(w, r.Namespaces)
+	})
 }
 
 func ctlNsAdd(x *ctlCtx) error {
@@ -541,6 +568,28 @@ func ctlNsRO(x *ctlCtx) error {
 			mode = "write-protected"
 		}
 		fmt.Fprintf(w, "namespace %d of %s is %s\n", nsid, a[0], mode)
+	})
+}
+
+func ctlNsReopen(x *ctlCtx) error {
+	a, err := x.args(2, 2)
+	if err != nil {
+		return err
+	}
+	nsid, err := parseNSID(a[1])
+	if err != nil {
+		return err
+	}
+	r, err := x.cl.ReopenNamespace(x.ctx, &pb.ReopenNamespaceRequest{Subsystem: a[0], Nsid: nsid})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		if r.ClearedFailure != "" {
+			fmt.Fprintf(w, "reopened namespace %d of %s (state %s); cleared the failure: %s\n", nsid, a[0], r.GetNamespace().GetState(), r.ClearedFailure)
+		} else {
+			fmt.Fprintf(w, "reopened namespace %d of %s (state %s); it had not failed\n", nsid, a[0], r.GetNamespace().GetState())
+		}
 	})
 }
 
@@ -935,6 +984,7 @@ func ctlStats(x *ctlCtx) error {
 		table(w, "DEVICE\tBUFFER_POOL\tIN_USE\tPEAK", rows)
 		fmt.Fprintln(w)
 		table(w, nsHeader, nsRows(r.Namespaces))
+		nsFailures(w, r.Namespaces)
 		rows = nil
 		for _, n := range r.Namespaces {
 			c := n.GetCounters()

@@ -9,13 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/internal/dhchap"
 	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/control"
 	"github.com/gonvmf/gonvmf/target/server"
 )
@@ -26,11 +29,18 @@ const ctlNQN = "nqn.2024-01.io.gonvmf:ctl-cli"
 // a socket of its own, and returns the server and the socket.
 func ctlTarget(t *testing.T, file string) (*server.Server, string) {
 	t.Helper()
+	return ctlTargetWith(t, file, server.Options{})
+}
+
+// ctlTargetWith is ctlTarget with further server options (Loop and Logger are set).
+func ctlTargetWith(t *testing.T, file string, o server.Options) (*server.Server, string) {
+	t.Helper()
 	cfg, err := conf.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(cfg, server.Options{Loop: true, Logger: slog.New(slog.DiscardHandler)})
+	o.Loop, o.Logger = true, slog.New(slog.DiscardHandler)
+	s, err := server.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,5 +411,94 @@ func TestCtlHostKeys(t *testing.T) {
 				t.Fatalf("a key shows in an output or the log:\n%s", text)
 			}
 		}
+	}
+}
+
+// TestCtlNsReopen: after a flush whose fdatasync failed (EIO injected into a real file
+// backend), gonvmf ctl ns ls shows the namespace failed, why, and the command that puts it
+// back; gonvmf ctl ns reopen does, and writes and flushes succeed again.
+func TestCtlNsReopen(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "b.img")
+	f := &backend.Faults{}
+	s, sock := ctlTargetWith(t, ctlConfig(t, "      - {nsid: 2, backend: file, path: "+img+", size: 1MiB}"), server.Options{
+		Target: []target.Option{target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+			spec.Faults = f
+			return backend.Open(spec)
+		})}})
+	ctl := func(want int, args ...string) string {
+		t.Helper()
+		code, out, errOut := gonvmf(t, append([]string{"ctl", "--socket", sock}, args...)...)
+		if code != want {
+			t.Fatalf("gonvmf ctl %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, want, out, errOut)
+		}
+		return out + errOut
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: ctlNQN,
+		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f", Logger: slog.New(slog.DiscardHandler),
+		Loop: func(depth int) (initiator.LoopConn, error) { return s.Loop().Dial(depth) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns, _ := c.Namespace(2)
+	if _, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out := ctl(0, "ns", "ls"); !strings.Contains(out, "STATE") || strings.Contains(out, "failed") {
+		t.Errorf("ns ls before the failure:\n%s", out)
+	}
+	f.FailSyncs(syscall.EIO)
+	if err := ns.Flush(ctx); err == nil {
+		t.Fatal("flush succeeded with fdatasync failing")
+	}
+	out := ctl(0, "ns", "ls", ctlNQN)
+	for _, want := range []string{"failed", "namespace 2 of " + ctlNQN + " failed:", "fdatasync " + img, "input/output error",
+		"gonvmf ctl ns reopen " + ctlNQN + " 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ns ls of a failed namespace: no %q in\n%s", want, out)
+		}
+	}
+	var nsl struct {
+		Namespaces []struct {
+			Nsid    uint32 `json:"nsid"`
+			State   string `json:"state"`
+			Failure string `json:"failure"`
+		} `json:"namespaces"`
+	}
+	out = ctl(0, "ns", "ls", "--json")
+	if err := json.Unmarshal([]byte(out), &nsl); err != nil || len(nsl.Namespaces) != 2 || nsl.Namespaces[0].State != "ok" ||
+		nsl.Namespaces[1].State != "failed" || !strings.Contains(nsl.Namespaces[1].Failure, "fdatasync") {
+		t.Errorf("ns ls --json: %v %+v\n%s", err, nsl, out)
+	}
+	if _, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0); err == nil {
+		t.Error("write to the failed namespace succeeded")
+	}
+
+	ctl(1, "ns", "reopen", ctlNQN, "9")
+	ctl(2, "ns", "reopen", ctlNQN)
+	out = ctl(0, "ns", "reopen", ctlNQN, "2")
+	if !strings.Contains(out, "reopened namespace 2 of "+ctlNQN+" (state ok); cleared the failure:") || !strings.Contains(out, "fdatasync") {
+		t.Errorf("ns reopen:\n%s", out)
+	}
+	if out := ctl(0, "ns", "ls"); strings.Contains(out, "failed") {
+		t.Errorf("ns ls after the reopen:\n%s", out)
+	}
+	if _, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0); err != nil {
+		t.Errorf("write after the reopen: %v", err)
+	}
+	if err := ns.Flush(ctx); err != nil {
+		t.Errorf("flush after the reopen: %v", err)
+	}
+	var rr struct {
+		Namespace struct {
+			State string `json:"state"`
+		} `json:"namespace"`
+		ClearedFailure *string `json:"cleared_failure"`
+	}
+	out = ctl(0, "ns", "reopen", ctlNQN, "2", "--json")
+	if err := json.Unmarshal([]byte(out), &rr); err != nil || rr.ClearedFailure == nil || *rr.ClearedFailure != "" || rr.Namespace.State != "ok" {
+		t.Errorf("ns reopen --json of a healthy namespace: %v\n%s", err, out)
 	}
 }
