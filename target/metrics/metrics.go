@@ -139,6 +139,7 @@ var (
 	nsLatency = desc("namespace_command_duration_seconds", "Time from a command's arrival at the target core to its completion, by class.",
 		append(nsLabels, "op")...)
 	nsCapacity = desc("namespace_capacity_bytes", "The namespace's capacity (Identify NSZE times the LBA size).", nsLabels...)
+	nsFailed   = desc("namespace_failed", "1 when a sync of the namespace's backend failed (writes reported complete may be lost): writes and flushes get Write Fault until it is reopened (gonvmf ctl ns reopen); 0 otherwise.", nsLabels...)
 
 	subControllers = desc("subsystem_controllers", "Controllers connected to the subsystem (host associations).", "subsystem")
 	subQueues      = desc("subsystem_queues", "Queues connected to the subsystem's controllers, by type (admin, io).", "subsystem", "type")
@@ -164,7 +165,7 @@ var (
 )
 
 var allDescs = []*prometheus.Desc{
-	nsCommands, nsBytes, nsErrors, nsLatency, nsCapacity,
+	nsCommands, nsBytes, nsErrors, nsLatency, nsCapacity, nsFailed,
 	subControllers, subQueues, subErrors,
 	pgQueuePairs, pgPolls, pgIdlePolls, pgCompletions, pgSleeps, pgWakeups, pgReadWaits, pgSendWaits,
 	poolSize, poolInUse, poolPeak, poolWaits,
@@ -199,6 +200,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, ns := range t.Namespaces() {
 		sub, nsid := ns.Subsystem, strconv.FormatUint(uint64(ns.NSID), 10)
 		gauge(nsCapacity, float64(ns.Blocks)*float64(ns.LBASize), sub, nsid)
+		failed := 0.0
+		if ns.Failure != nil {
+			failed = 1
+		}
+		gauge(nsFailed, failed, sub, nsid)
 		for cl := range target.NumIOClasses {
 			io := &ns.IO[cl]
 			op := cl.String()

@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -373,5 +376,59 @@ func TestStartClose(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + m.Addr().String() + metrics.Path); err == nil {
 		t.Errorf("still serving after Close")
+	}
+}
+
+// TestNamespaceFailedGauge: gonvmf_namespace_failed is 0 for a healthy namespace, 1 once a
+// flush's fdatasync failed (EIO injected into a real file backend), next to the Write
+// Fault the flush counted, and 0 again after ReopenNamespace.
+func TestNamespaceFailedGauge(t *testing.T) {
+	f := &backend.Faults{}
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: subNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{
+			{NSID: 1, Backend: conf.BackendFile, Path: filepath.Join(t.TempDir(), "f"), Size: 1 << 20},
+		}}},
+		Transport: conf.Transport{InCapsuleDataSize: conf.DefaultInCapsuleDataSize},
+	}
+	s, err := server.New(cfg, server.Options{Loop: true, Logger: quiet, Target: []target.Option{
+		target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+			spec.Faults = f
+			return backend.Open(spec)
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	m, err := metrics.Start(s, "127.0.0.1:0", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	c, err := dial(t, s, subNQN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1, _ := c.Namespace(1)
+	id := L{"subsystem": subNQN, "nsid": "1"}
+	if v := value(find(scrape(t, m), "gonvmf_namespace_failed", id)); v != 0 {
+		t.Errorf("healthy namespace: gonvmf_namespace_failed %v, want 0", v)
+	}
+	f.FailSyncs(syscall.EIO)
+	if err := n1.Flush(ctx(t)); err == nil {
+		t.Fatal("flush succeeded with fdatasync failing")
+	}
+	fams := scrape(t, m)
+	if v := value(find(fams, "gonvmf_namespace_failed", id)); v != 1 {
+		t.Errorf("after a failed flush: gonvmf_namespace_failed %v, want 1", v)
+	}
+	if v := value(find(fams, "gonvmf_namespace_errors_total", L{"nsid": "1", "op": "flush", "status": "write_fault"})); v != 1 {
+		t.Errorf("flush write faults counted: %v, want 1", v)
+	}
+	if err := s.ReopenNamespace(subNQN, 1); err != nil {
+		t.Fatal(err)
+	}
+	if v := value(find(scrape(t, m), "gonvmf_namespace_failed", id)); v != 0 {
+		t.Errorf("after the reopen: gonvmf_namespace_failed %v, want 0", v)
 	}
 }
