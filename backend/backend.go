@@ -89,8 +89,9 @@ type Spec struct {
 	// it from then on. It is called from the backend's own goroutine, one call at a time;
 	// it must not block on the backend's I/O.
 	OnResize func(blocks uint64)
-	// Faults, when set, makes the file and block backends' system calls fail as it says:
-	// for tests of how the layers above handle I/O errors. Never set in production.
+	// Faults, when set, makes the file and block backends' system calls, and the rbd
+	// backend's librbd writes and flushes, fail as it says: for tests of how the layers
+	// above handle I/O errors. Never set in production.
 	Faults *Faults
 
 	// sys, when set, replaces the system calls of the file and block backends (tests

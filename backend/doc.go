@@ -27,9 +27,12 @@
 //
 // Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned, ErrSync or an errno from the kernel;
 // Status turns any of them into the NVMe completion status the target reports. A failed
-// sync (ErrSync: fdatasync, or a write through the O_DSYNC descriptor) is sticky: the file
-// and block backends remember it and fail every later Flush until they are opened again,
-// since the kernel reports a writeback error only once.
+// sync (ErrSync: fdatasync, or a write through the O_DSYNC descriptor; for rbd a flush,
+// or a FUA write) is sticky: the file, block and rbd backends remember it and fail every
+// later Flush until they are opened again, since the kernel reports a writeback error
+// only once, and so does librbd the failure of a write its cache had completed early.
+// With Request.FUA every backend makes write zeroes and deallocate durable too (a flush
+// after them where they could complete from a cache).
 //
 // The package imports nvmeproto for status codes and nothing else from gonvmf; the ceph
 // build adds github.com/ceph/go-ceph (and links librados and librbd).

@@ -6,9 +6,12 @@ import (
 
 // Faults injects errors into the system calls of the file and block backends (Spec.Faults),
 // in the manner of pebble's error-injecting filesystem: tests of the layers above use it
-// to see how they handle a failed fdatasync or write without a failing disk. The zero
-// value injects nothing and counts calls. It is safe for concurrent use; a Backend must
-// not share one Faults with another test.
+// to see how they handle a failed fdatasync or write without a failing disk. The rbd
+// backend takes it too: there a librbd flush is a sync and a librbd write a write, and the
+// error (an errno; anything else counts as EIO) replaces the result librbd gives the
+// operation, so a test sees a failing cluster. The zero value injects nothing
+// and counts calls. It is safe for concurrent use; a Backend must not share one Faults
+// with another test.
 type Faults struct {
 	mu       sync.Mutex
 	syncErrs []error // returned by the next fdatasync calls, in order
@@ -19,7 +22,8 @@ type Faults struct {
 }
 
 // FailSyncs makes the next len(errs) fdatasync calls fail with errs, in order, without
-// calling the kernel; later calls reach it again. A kernel reports a writeback error to
+// calling the kernel (rbd: the next flushes started, with librbd's result replaced); later
+// calls reach it again. A kernel reports a writeback error to
 // one fdatasync and then succeeds, so FailSyncs(syscall.EIO) is that failure.
 func (f *Faults) FailSyncs(errs ...error) {
 	f.mu.Lock()
@@ -27,7 +31,8 @@ func (f *Faults) FailSyncs(errs ...error) {
 	f.mu.Unlock()
 }
 
-// FailWrites makes the next n pwrite calls fail with err without writing.
+// FailWrites makes the next n pwrite calls fail with err without writing (rbd: the next n
+// writes started, which do write, with librbd's result replaced).
 func (f *Faults) FailWrites(err error, n int) {
 	f.mu.Lock()
 	f.writeErr, f.writeN = err, n

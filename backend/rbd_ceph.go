@@ -122,6 +122,15 @@ static int gonvmf_rbd_start(rbd_image_t img, gonvmf_rbd_op *op, gonvmf_rbd_cq *c
 	return r;
 }
 
+// gonvmf_rbd_complete completes op on cq with ret without librbd: an operation that rode
+// on another's flush, or one librbd refused to start.
+static void gonvmf_rbd_complete(gonvmf_rbd_op *op, gonvmf_rbd_cq *cq, int64_t ret) {
+	op->cq = cq;
+	op->next = NULL;
+	op->ret = ret;
+	gonvmf_rbd_post(op);
+}
+
 static int gonvmf_rbd_watch(rbd_image_t img, gonvmf_rbd_op *op, uint64_t *handle) {
 	return rbd_update_watch(img, handle, gonvmf_rbd_updated, op);
 }
@@ -205,11 +214,18 @@ type rbdSlot struct {
 	r    *Request
 	e    *Executor
 	img  *rbdImage
-	ring *Ring // where it completes; nil: the connection's reaper
+	ring *Ring            // whose goroutine completes it; nil: the connection's reaper
+	cq   *C.gonvmf_rbd_cq // the completion queue of ring or the reaper
 	op   *C.gonvmf_rbd_op
 	idx  uint32
-	step int // Deallocate: the range in flight; FUA write: 1 once its flush is in flight
-	pin  runtime.Pinner
+	step int // Deallocate: the range in flight
+	// flushing: the request waits for a flush of the image (an OpFlush, or the flush
+	// that makes a FUA write, write zeroes or deallocate durable); see rbdImage.flush.
+	// rider: its completion is the result of a flush another request started.
+	flushing, rider bool
+	nextFlush       *rbdSlot // under rbdImage.fmu: the next request of a flush batch
+	fault           int64    // tests: the -errno to complete the operation in flight with (Faults)
+	pin             runtime.Pinner
 	// seq is stored before each operation is started and loaded when it completes: the
 	// hand-off happens in C (librbd, the queue's atomics), which the race detector does
 	// not see; this makes it visible.
@@ -404,7 +420,8 @@ func (c *rbdConn) slot(idx uint32) *rbdSlot {
 }
 
 func (c *rbdConn) freeSlot(s *rbdSlot) {
-	s.r, s.e, s.img, s.ring, s.step = nil, nil, nil, nil, 0
+	s.r, s.e, s.img, s.ring, s.cq, s.step = nil, nil, nil, nil, nil, 0
+	s.flushing, s.rider, s.nextFlush, s.fault = false, false, nil, 0
 	c.mu.Lock()
 	c.free = append(c.free, s.idx)
 	c.mu.Unlock()
@@ -513,9 +530,22 @@ type rbdImage struct {
 	ioctx    *rados.IOContext
 	img      C.rbd_image_t
 	fuaFlush bool // FUA writes are followed by a flush (writeback cache)
-	vwc      bool
+	vwc      bool // librbd's cache completes writes, discards or write zeroes before the OSDs have them
 	log      *slog.Logger
 	onResize func(uint64)
+	faults   *Faults // tests: errors replacing librbd's results
+
+	// The image's flushes run one at a time: librbd reports the failure of a write it
+	// had completed early (write-around, write-back) to one flush only, and later ones
+	// succeed. While one is in flight (fbusy) the requests that need a flush wait in a
+	// list (fwaitHead..fwaitTail, linked by nextFlush) and then share the next flush,
+	// which the completion of the one in flight starts. syncErr is the first flush
+	// failure (ErrSync), recorded before any other flush can complete: every later flush
+	// returns it without asking librbd. Only a new open clears it.
+	fmu                  sync.Mutex
+	fbusy                bool
+	fwaitHead, fwaitTail *rbdSlot
+	syncErr              atomic.Pointer[error]
 
 	watch  *C.gonvmf_rbd_op // C memory; freed by Close or, if queued then, by the reaper
 	handle C.uint64_t
@@ -541,7 +571,7 @@ func openRBD(s Spec) (Backend, error) {
 		return nil, err
 	}
 	m := &rbdImage{lbaSize: lba, lbaShift: shift, readOnly: s.ReadOnly, c: c, spec: rs, name: rs.Name(),
-		log: s.Logger, onResize: s.OnResize}
+		log: s.Logger, onResize: s.OnResize, faults: s.Faults}
 	if err := m.open(timeout); err != nil {
 		if !errors.Is(err, errOpenAbandoned) { // else the open's goroutine releases c
 			c.release()
@@ -865,6 +895,10 @@ func (m *rbdImage) start(r *Request, e *Executor, g *Ring) {
 	}
 	s := m.c.alloc()
 	s.r, s.e, s.img, s.ring, s.step = r, e, m, g, 0
+	s.cq = m.c.cq
+	if g != nil {
+		s.cq = g.ext.queue(g)
+	}
 	if r.Op == OpRead || r.Op == OpWrite {
 		// Pin does nothing for memory outside the Go heap (the target's registered pool).
 		s.pin.Pin(unsafe.SliceData(r.Buf))
@@ -882,7 +916,13 @@ func (m *rbdImage) start(r *Request, e *Executor, g *Ring) {
 		m.c.finish(s, nil)
 		return
 	}
-	if err := m.issue(s); err != nil {
+	var err error
+	if r.Op == OpFlush {
+		err = m.flush(s)
+	} else {
+		err = m.issue(s)
+	}
+	if err != nil {
 		m.c.finish(s, err)
 	}
 }
@@ -895,26 +935,24 @@ func (m *rbdImage) nextRange(r *Request, i int) int {
 	return i
 }
 
-// issue starts the operation s is at.
+// issue starts the operation s is at (not a flush: see flush).
 func (m *rbdImage) issue(s *rbdSlot) error {
 	r := s.r
-	q := m.c.cq
-	if s.ring != nil {
-		q = s.ring.ext.queue(s.ring)
-	}
-	kind, off, n, flags := C.int(C.GONVMF_RBD_FLUSH), uint64(0), uint64(0), C.int(0)
-	var buf unsafe.Pointer
+	var (
+		kind   C.int
+		off, n uint64
+		flags  C.int
+		buf    unsafe.Pointer
+	)
 	switch r.Op {
 	case OpRead:
 		kind, off, n = C.GONVMF_RBD_READ, r.SLBA<<m.lbaShift, uint64(len(r.Buf))
 		buf = unsafe.Pointer(unsafe.SliceData(r.Buf))
 	case OpWrite:
-		if s.step == 0 {
-			kind, off, n = C.GONVMF_RBD_WRITE, r.SLBA<<m.lbaShift, uint64(len(r.Buf))
-			buf = unsafe.Pointer(unsafe.SliceData(r.Buf))
-			if r.FUA {
-				flags = C.LIBRADOS_OP_FLAG_FADVISE_FUA
-			}
+		kind, off, n = C.GONVMF_RBD_WRITE, r.SLBA<<m.lbaShift, uint64(len(r.Buf))
+		buf = unsafe.Pointer(unsafe.SliceData(r.Buf))
+		if r.FUA {
+			flags = C.LIBRADOS_OP_FLAG_FADVISE_FUA
 		}
 	case OpWriteZeroes:
 		kind, off, n = C.GONVMF_RBD_WRITE_ZEROES, r.SLBA<<m.lbaShift, r.NLB<<m.lbaShift
@@ -925,23 +963,134 @@ func (m *rbdImage) issue(s *rbdSlot) error {
 			off, n = rg.SLBA<<m.lbaShift, rg.NLB<<m.lbaShift
 		}
 	}
+	if r.Op == OpWrite {
+		s.fault = m.injected(false)
+	}
 	s.seq.Add(1)
-	if rc := C.gonvmf_rbd_start(m.img, s.op, q, kind, C.uint64_t(off), C.uint64_t(n), buf, flags); rc < 0 {
+	if rc := C.gonvmf_rbd_start(m.img, s.op, s.cq, kind, C.uint64_t(off), C.uint64_t(n), buf, flags); rc < 0 {
 		return m.ioError(s, syscall.Errno(-rc))
 	}
 	return nil
 }
 
+// flush makes s's request wait for a flush of the image: the one about to start if none
+// is in flight, else the next one (see fmu). It returns the image's sync failure, if any,
+// instead. Called by s's owner.
+func (m *rbdImage) flush(s *rbdSlot) error {
+	if p := m.syncErr.Load(); p != nil {
+		return *p
+	}
+	s.flushing = true
+	m.fmu.Lock()
+	if m.fbusy {
+		if m.fwaitTail == nil {
+			m.fwaitHead = s
+		} else {
+			m.fwaitTail.nextFlush = s
+		}
+		m.fwaitTail = s
+		m.fmu.Unlock()
+		return nil
+	}
+	m.fbusy = true
+	m.fmu.Unlock()
+	m.startFlush(s)
+	return nil
+}
+
+// startFlush starts a librbd flush for lead and the requests chained to it; any
+// goroutine may call it. A flush librbd refuses to start completes with its error.
+func (m *rbdImage) startFlush(lead *rbdSlot) {
+	lead.fault = m.injected(true)
+	lead.seq.Add(1)
+	if rc := C.gonvmf_rbd_start(m.img, lead.op, lead.cq, C.GONVMF_RBD_FLUSH, 0, 0, nil, 0); rc < 0 {
+		C.gonvmf_rbd_complete(lead.op, lead.cq, C.int64_t(rc))
+	}
+}
+
+// flushDone ends the flush lead started, with librbd's result ret: the requests that
+// shared it complete with ret on their own queues, and the requests that waited meanwhile
+// share the next flush — or, if the image has failed, complete failing without one. A
+// failure is recorded (syncErr) before this is called. Called by lead's owner.
+func (m *rbdImage) flushDone(lead *rbdSlot, ret int64) {
+	m.fmu.Lock()
+	riders := lead.nextFlush
+	lead.nextFlush = nil
+	next := m.fwaitHead
+	m.fwaitHead, m.fwaitTail = nil, nil
+	var refused *rbdSlot
+	if next != nil && m.syncErr.Load() != nil {
+		refused, next = next, nil
+	}
+	m.fbusy = next != nil
+	m.fmu.Unlock()
+	rbdRide(riders, ret)
+	rbdRide(refused, -int64(syscall.EIO)) // their completion returns syncErr
+	if next != nil {
+		m.startFlush(next)
+	}
+}
+
+// rbdRide completes the chain of requests from s with the result of a flush they shared.
+func rbdRide(s *rbdSlot, ret int64) {
+	for s != nil {
+		next := s.nextFlush
+		s.nextFlush, s.rider = nil, true
+		s.seq.Add(1)
+		C.gonvmf_rbd_complete(s.op, s.cq, C.int64_t(ret))
+		s = next
+	}
+}
+
+// syncFailed records the image's first sync failure (see syncErr) and returns err.
+func (m *rbdImage) syncFailed(err error) error {
+	if m.syncErr.CompareAndSwap(nil, &err) {
+		m.log.Error("backend: syncing to stable storage failed: writes reported complete may be lost; "+
+			"every later flush fails until the namespace is reopened", "image", m.name, "err", err)
+	}
+	return err
+}
+
+// injected returns the -errno a test's Faults puts in place of librbd's result of the
+// flush (sync) or write about to start, or 0. It is chosen as the operation starts, so
+// that it belongs to that operation as librbd's own result would, whichever goroutine
+// takes the completion and whenever.
+func (m *rbdImage) injected(sync bool) int64 {
+	if m.faults == nil {
+		return 0
+	}
+	var err error
+	if sync {
+		err = m.faults.sync()
+	} else {
+		err = m.faults.write()
+	}
+	if err == nil {
+		return 0
+	}
+	var en syscall.Errno
+	if !errors.As(err, &en) {
+		en = syscall.EIO
+	}
+	return -int64(en)
+}
+
 func (m *rbdImage) ioError(s *rbdSlot, e error) error {
 	r := s.r
+	if s.flushing {
+		return fmt.Errorf("backend: rbd image %s: flush: %w: %w", m.name, ErrSync, e)
+	}
 	switch r.Op {
 	case OpRead, OpWrite:
-		if r.Op == OpWrite && s.step == 1 {
-			return fmt.Errorf("backend: rbd image %s: flush after a FUA write: %w", m.name, e)
+		err := fmt.Errorf("backend: rbd image %s: %s at byte %d, %d bytes: %w", m.name, r.Op, r.SLBA<<m.lbaShift, len(r.Buf), e)
+		// A FUA write waits for the OSDs to commit it and may report the loss of writes
+		// completed earlier, as a write through an O_DSYNC descriptor does: every error is
+		// a sync failure except the refusal of a full cluster or pool, which writes nothing.
+		if r.Op == OpWrite && r.FUA && !errors.Is(e, syscall.ENOSPC) && !errors.Is(e, syscall.EDQUOT) {
+			return m.syncFailed(fmt.Errorf("backend: rbd image %s: FUA write at byte %d, %d bytes: %w: %w",
+				m.name, r.SLBA<<m.lbaShift, len(r.Buf), ErrSync, e))
 		}
-		return fmt.Errorf("backend: rbd image %s: %s at byte %d, %d bytes: %w", m.name, r.Op, r.SLBA<<m.lbaShift, len(r.Buf), e)
-	case OpFlush:
-		return fmt.Errorf("backend: rbd image %s: flush: %w", m.name, e)
+		return err
 	case OpDeallocate:
 		if len(r.Ranges) > 0 {
 			rg := r.Ranges[s.step]
@@ -956,9 +1105,38 @@ func (m *rbdImage) ioError(s *rbdSlot, e error) error {
 func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 	s.seq.Load()
 	m, r := s.img, s.r
+	if s.fault < 0 {
+		ret, s.fault = s.fault, 0
+	}
+	if s.flushing {
+		if !s.rider {
+			if ret < 0 {
+				m.syncFailed(m.ioError(s, syscall.Errno(-ret)))
+			}
+			m.flushDone(s, ret)
+		}
+		if p := m.syncErr.Load(); p != nil { // this flush's failure, or an earlier one
+			c.finish(s, *p)
+		} else {
+			c.finish(s, nil)
+		}
+		return true
+	}
 	if ret < 0 {
 		c.finish(s, m.ioError(s, syscall.Errno(-ret)))
 		return true
+	}
+	// then is the request's next step: a flush to make it durable, if it needs one.
+	then := func() bool {
+		if !r.FUA {
+			c.finish(s, nil)
+			return true
+		}
+		if err := m.flush(s); err != nil {
+			c.finish(s, err)
+			return true
+		}
+		return false
 	}
 	switch r.Op {
 	case OpRead:
@@ -967,16 +1145,11 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 			return true
 		}
 	case OpWrite:
-		if r.FUA && m.fuaFlush && s.step == 0 {
-			s.step = 1
-			if err := m.issue(s); err != nil {
-				c.finish(s, err)
-				return true
-			}
-			return false
+		if m.fuaFlush { // writeback: the FUA flag alone does not reach the OSDs
+			return then()
 		}
-	case OpDeallocate:
-		if len(r.Ranges) > 0 {
+	case OpWriteZeroes, OpDeallocate:
+		if r.Op == OpDeallocate && len(r.Ranges) > 0 {
 			if s.step = m.nextRange(r, s.step+1); s.step < len(r.Ranges) {
 				if err := m.issue(s); err != nil {
 					c.finish(s, err)
@@ -984,6 +1157,11 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 				}
 				return false
 			}
+		}
+		// librbd's cache (write-around as well as write-back) completes discards and
+		// write zeroes before the OSDs have them, and they take no FUA flag.
+		if m.vwc {
+			return then()
 		}
 	}
 	c.finish(s, nil)
