@@ -39,7 +39,7 @@ unit:
 
 # The tests of the ceph build against a single-node Ceph cluster (integration/ceph/cluster.sh)
 # started for them on 127.0.0.1 and stopped after (~5 s to start, ~400 MB of memory).
-CEPH_TESTS ?= ./backend/ ./cmd/gonvmf/
+CEPH_TESTS ?= ./backend/ ./target/ ./cmd/gonvmf/
 CEPH_RUN   ?= RBD
 test-ceph: setup
 	@export GONVMF_CEPH_DIR=$(BUILD)/ceph; trap 'integration/ceph/cluster.sh stop' EXIT; \

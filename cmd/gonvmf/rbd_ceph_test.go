@@ -3,15 +3,24 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/internal/cephtest"
+	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/server"
 )
 
 func TestMain(m *testing.M) { os.Exit(cephtest.Main(m)) }
@@ -92,5 +101,55 @@ func TestRBDMissingImage(t *testing.T) {
 	code, out, errOut := gonvmf(t, "perf", "-t", "loop", "-c", cfg, "-T", "100ms", "--progress=false")
 	if code != 1 || !strings.Contains(errOut, "no image") || !strings.Contains(errOut, "rbd create") {
 		t.Errorf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
+// TestRBDCtlNsReopen: an rbd namespace whose librbd flush failed (EIO injected in place of
+// librbd's result) shows failed in gonvmf ctl ns ls with its image, refuses writes, and
+// gonvmf ctl ns reopen puts it back into service.
+func TestRBDCtlNsReopen(t *testing.T) {
+	f := &backend.Faults{}
+	cfg := rbdLoopConfig(t, randomImage("ctl-reopen"), "lba_size: 512")
+	text := strings.Replace(readFileString(t, cfg), "listeners:", "control: {socket: "+filepath.Join(filepath.Dir(cfg), "ctl.sock")+"}\nlisteners:", 1)
+	os.WriteFile(cfg, []byte(text), 0o600)
+	s, sock := ctlTargetWith(t, cfg, server.Options{Target: []target.Option{
+		target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+			spec.Faults = f
+			return backend.Open(spec)
+		})}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const nqn = "nqn.2024-01.io.gonvmf:rbd"
+	c, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: nqn,
+		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f", Logger: slog.New(slog.DiscardHandler),
+		Loop: func(depth int) (initiator.LoopConn, error) { return s.Loop().Dial(depth) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns, _ := c.Namespace(1)
+	if _, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.FailSyncs(syscall.EIO)
+	if err := ns.Flush(ctx); err == nil {
+		t.Fatal("flush succeeded with the librbd flush failing")
+	}
+	if _, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0); err == nil {
+		t.Error("write to the failed namespace succeeded")
+	}
+	code, out, errOut := gonvmf(t, "ctl", "--socket", sock, "ns", "ls")
+	if code != 0 || !strings.Contains(out, "failed") || !strings.Contains(out, "rbd image") || !strings.Contains(out, "flush") ||
+		!strings.Contains(out, "gonvmf ctl ns reopen "+nqn+" 1") {
+		t.Errorf("ns ls: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := gonvmf(t, "ctl", "--socket", sock, "ns", "reopen", nqn, "1"); code != 0 || !strings.Contains(out, "cleared the failure") {
+		t.Errorf("ns reopen: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0); err != nil {
+		t.Errorf("write after the reopen: %v", err)
+	}
+	if err := ns.Flush(ctx); err != nil {
+		t.Errorf("flush after the reopen: %v", err)
 	}
 }
