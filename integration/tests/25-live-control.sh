@@ -1,11 +1,10 @@
 #!/bin/bash
 # 25-live-control: gonvmf ctl changes a running gonvmf while the Linux host uses it. fio
 # write+verify runs on namespace 1 while namespace 2 is added (the host gets the device
-# without reconnecting), resized (the host sees the new size) and removed; fio ends with
-# 0 errors. A host denied mid-I/O is disconnected and refused when it reconnects. A
-# subsystem added at run time is in nvme discover and connectable, and so is a listener.
-# SIGHUP applies an edit
-# of the configuration file. gonvmf ctl save's output, restarted from, serves the same
+# without reconnecting), resized (the host sees the new size), reopened (it keeps device and
+# data) and removed; fio ends with 0 errors. A host denied mid-I/O is disconnected and
+# refused when it reconnects. A subsystem added at run time is in nvme discover and
+# connectable, and so is a listener. SIGHUP applies an edit of the configuration file. gonvmf ctl save's output, restarted from, serves the same
 # subsystems and data. The Prometheus metrics (scraped with curl) show namespace 2 while it
 # exists, and count fio's reads and writes on namespace 1 to within 1 %.
 # vm: --timeout 1500 --disk 2G
@@ -106,6 +105,15 @@ else
 	fail ns-resize "$(tail -n 1 "$OUT/ns-resize.txt"); host size $(blockdev --getsize64 "${NS2:-/nonexistent}" 2>&1)"
 fi
 check ns2-data-after-resize sh -c "dd if=${NS2:-/nonexistent} bs=4096 count=16 iflag=direct status=none | cmp - $OUT/pat"
+# A reopen (what clears a failed sync) closes and reopens the backend under the connected
+# host: the host keeps the device, its size and its data, and ctl ns ls says ok.
+if ctl ns reopen "$NQN" 2 > "$OUT/ns-reopen.txt" 2>&1 && grep -q "had not failed" "$OUT/ns-reopen.txt" && sleep 2 &&
+	size_is "${NS2:-/nonexistent}" $((128 << 20)) && dd if="$NS2" bs=4096 count=16 iflag=direct status=none | cmp -s - "$OUT/pat" &&
+	ctl ns ls "$NQN" > "$OUT/ns-ls-reopen.txt" 2>&1 && awk '$2 == 2' "$OUT/ns-ls-reopen.txt" | grep -qw ok; then
+	pass ns-reopen "$(cat "$OUT/ns-reopen.txt"); host keeps $NS2 and its data"
+else
+	fail ns-reopen "$(tail -n 1 "$OUT/ns-reopen.txt"); ns ls: $(tr '\n' ' ' < "$OUT/ns-ls-reopen.txt" 2> /dev/null); dmesg: $(dmesg | tail -n 2 | tr '\n' ' ')"
+fi
 if ctl ns rm "$NQN" 2 > "$OUT/ns-rm.txt" 2>&1 && wait_for 60 no_ns "$NQN" 2; then
 	pass ns-rm "the host's namespace 2 is gone"
 else
