@@ -203,6 +203,18 @@ const (
 	CMICANA       = 1 << 3 // asymmetric namespace access reporting
 )
 
+// ANACAP bits (byte 343): the ANA states the controller reports, and how ANA group IDs
+// behave.
+const (
+	ANACAPOptimized      = 1 << 0 // reports ANA Optimized
+	ANACAPNonOptimized   = 1 << 1 // reports ANA Non-Optimized
+	ANACAPInaccessible   = 1 << 2 // reports ANA Inaccessible
+	ANACAPPersistentLoss = 1 << 3 // reports ANA Persistent Loss
+	ANACAPChange         = 1 << 4 // reports ANA Change
+	ANACAPGRPIDStatic    = 1 << 6 // a namespace's ANAGRPID does not change while it is attached
+	ANACAPGRPIDInNSMgmt  = 1 << 7 // Namespace Management accepts a non-zero ANAGRPID
+)
+
 // OAES bits (bytes 92..95): asynchronous events the controller supports.
 const (
 	OAESNamespaceAttr      = 1 << 8  // namespace attribute notices
