@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -48,6 +49,61 @@ type Listener struct {
 	Address string `yaml:"address"`
 	// Port is the TCP-style port number (rdma_cm port space TCP). Default 4420.
 	Port uint16 `yaml:"port"`
+	// ANAStates is the Asymmetric Namespace Access state this listener reports for each
+	// ANA group, indexed by the group ID (1..MaxANAGroup; index 0 is unused and stays
+	// empty): what hosts connected through this listener are told about the path to the
+	// namespaces of that group, and whether their I/O is served. An empty entry means
+	// ANAOptimized. In a file it is a mapping of group ID to state, e.g.
+	// ana_states: {1: optimized, 2: inaccessible}. (An array rather than a map keeps a
+	// Listener comparable with ==.)
+	ANAStates [MaxANAGroup + 1]ANAState `yaml:"ana_states"`
+}
+
+// ANAState is an Asymmetric Namespace Access state, written as the Linux target's
+// configfs ana_state attribute writes it.
+type ANAState string
+
+// ANA states. Hosts send I/O to optimized paths, to non-optimized ones when no optimized
+// path is left, and to none of the others: there I/O fails with the matching Asymmetric
+// Access status and the host retries it on another path.
+const (
+	ANAOptimized      ANAState = "optimized"
+	ANANonOptimized   ANAState = "non-optimized"
+	ANAInaccessible   ANAState = "inaccessible"
+	ANAPersistentLoss ANAState = "persistent-loss"
+	ANAChange         ANAState = "change" // in transition: hosts wait (up to ANATT) for another state
+)
+
+// ANAStateNames lists the ANA states in the order the specification numbers them.
+var ANAStateNames = []ANAState{ANAOptimized, ANANonOptimized, ANAInaccessible, ANAPersistentLoss, ANAChange}
+
+// ParseANAState reads a state name (one of ANAStateNames); the error says which exist.
+func ParseANAState(s string) (ANAState, error) {
+	for _, st := range ANAStateNames {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("%q is not an ANA state; use one of %s", s, anaStateList())
+}
+
+func anaStateList() string {
+	names := make([]string, len(ANAStateNames))
+	for i, st := range ANAStateNames {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Valid reports whether s is one of the ANA states ("" is not).
+func (s ANAState) Valid() bool { return slices.Contains(ANAStateNames, s) }
+
+// State returns the state of ANA group g on this listener: ANAOptimized unless set.
+func (l *Listener) State(g uint32) ANAState {
+	if g == 0 || g > MaxANAGroup || l.ANAStates[g] == "" {
+		return ANAOptimized
+	}
+	return l.ANAStates[g]
 }
 
 // Subsystem is an NVM subsystem: a set of namespaces and the hosts allowed to use them.
@@ -61,6 +117,13 @@ type Subsystem struct {
 	// Model is the controller model number (Identify MN): printable ASCII, at most 40
 	// bytes. Default DefaultModel.
 	Model string `yaml:"model"`
+	// CNTLIDMin and CNTLIDMax bound the controller IDs this target hands out for the
+	// subsystem (as the Linux target's attr_cntlid_min/max). Two targets that serve the
+	// same subsystem to one host (high availability) must use disjoint ranges: the host
+	// refuses a second controller with an ID it already has. 1 <= CNTLIDMin <= CNTLIDMax
+	// <= MaxCNTLID; defaults 1 and MaxCNTLID.
+	CNTLIDMin uint16 `yaml:"cntlid_min"`
+	CNTLIDMax uint16 `yaml:"cntlid_max"`
 	// AllowAnyHost lets every host connect. It and Hosts are mutually exclusive, and one
 	// of them is required: a subsystem nobody may connect to is a mistake.
 	AllowAnyHost bool `yaml:"allow_any_host"`
@@ -112,6 +175,15 @@ type Namespace struct {
 	UUID  [16]byte `yaml:"uuid"`
 	NGUID [16]byte `yaml:"nguid"`
 	EUI64 [8]byte  `yaml:"eui64"`
+	// ANAGroup is the namespace's ANA group (Identify Namespace ANAGRPID), 1..MaxANAGroup;
+	// each listener reports a state per group (Listener.ANAStates). Default 1.
+	ANAGroup uint32 `yaml:"ana_group"`
+	// Shared lets another process open the same file or block device at the same time:
+	// a second gonvmf serving the same subsystem from another listener (high
+	// availability). A shared file is locked shared instead of exclusively, a shared block
+	// device is opened without O_EXCL. The targets must then agree on who writes (ANA
+	// states: only one optimized path per namespace). Default false.
+	Shared bool `yaml:"shared"`
 }
 
 // RBD names a Ceph RBD image and how to reach its cluster.
@@ -240,6 +312,20 @@ const (
 	MaxModelLength           = 40
 	DefaultControlSocket     = "/run/gonvmf/gonvmf.sock"
 	MaxSocketPathLength      = 107 // bytes: sun_path holds 108 with the NUL
+	// MaxANAGroup is the largest ANA group ID (Identify ANAGRPMAX and NANAGRPID, as the
+	// Linux target's NVMET_MAX_ANAGRPS); DefaultANAGroup the group of a namespace that
+	// names none.
+	MaxANAGroup     = 128
+	DefaultANAGroup = 1
+	// MinCNTLID and MaxCNTLID bound the controller IDs a subsystem may hand out (NVMe
+	// reserves FFF0h and above); they are the defaults of cntlid_min and cntlid_max.
+	MinCNTLID = 1
+	MaxCNTLID = 0xFFEF
+	// ANALogMaxSize is the ANA log buffer the Linux host allocates and reads in one Get
+	// Log Page: header, MaxANAGroup group descriptors and MaxNSID namespace IDs (Identify
+	// NANAGRPID and MNAN). A max_io_size below MinANAMaxIOSize cannot carry it.
+	ANALogMaxSize   = 16 + 32*MaxANAGroup + 4*MaxNSID
+	MinANAMaxIOSize = 16 << 10
 	// DiscoveryNQN is the well-known NQN of the discovery subsystem.
 	DiscoveryNQN = "nqn.2014-08.org.nvmexpress.discovery"
 )

@@ -111,9 +111,11 @@ func TestDefaults(t *testing.T) {
 			NQN:          "nqn.2024-01.com.example:min",
 			Serial:       DeriveSerial("nqn.2024-01.com.example:min"),
 			Model:        "gonvmf",
+			CNTLIDMin:    1,
+			CNTLIDMax:    0xFFEF,
 			AllowAnyHost: true,
 			Namespaces: []Namespace{{
-				NSID: 7, Backend: "null", Size: GiB, LBASize: 512,
+				NSID: 7, Backend: "null", Size: GiB, LBASize: 512, ANAGroup: 1,
 				UUID:  DeriveUUID("nqn.2024-01.com.example:min", 7),
 				NGUID: DeriveNGUID("nqn.2024-01.com.example:min", 7),
 				EUI64: DeriveEUI64("nqn.2024-01.com.example:min", 7),
@@ -668,5 +670,118 @@ func TestStateFile(t *testing.T) {
 	}
 	if err := c.CheckSystem(); err != nil {
 		t.Errorf("default state file: %v", err)
+	}
+}
+
+const haConfig = `
+listeners:
+  - address: 10.99.0.1
+    port: 4421
+    ana_states:
+      1: inaccessible
+      0x2: non-optimized
+      3: optimized
+subsystems:
+  - nqn: nqn.2024-01.com.example:ha
+    cntlid_min: 0x8000
+    cntlid_max: 0xFFEF
+    allow_any_host: true
+    namespaces:
+      - {nsid: 1, backend: null, size: 1GiB}
+      - {nsid: 2, backend: null, size: 1GiB, ana_group: 2}
+      - {nsid: 3, backend: file, path: /srv/ha.img, ana_group: 3, shared: true}
+`
+
+// TestANAAndControllerIDs: ANA states, groups, shared backing and controller ID ranges
+// are read, defaulted, printed and read back.
+func TestANAAndControllerIDs(t *testing.T) {
+	c := mustParse(t, haConfig)
+	if len(c.Warnings) != 0 {
+		t.Errorf("warnings: %v", c.Warnings)
+	}
+	l := &c.Listeners[0]
+	var want [MaxANAGroup + 1]ANAState
+	want[1], want[2], want[3] = ANAInaccessible, ANANonOptimized, ANAOptimized
+	if l.ANAStates != want {
+		t.Errorf("ana_states = %q", l.ANAStates[:4])
+	}
+	for g, st := range map[uint32]ANAState{0: ANAOptimized, 1: ANAInaccessible, 2: ANANonOptimized, 4: ANAOptimized, 129: ANAOptimized} {
+		if got := l.State(g); got != st {
+			t.Errorf("State(%d) = %q, want %q", g, got, st)
+		}
+	}
+	s := c.Subsystems[0]
+	if s.CNTLIDMin != 0x8000 || s.CNTLIDMax != 0xFFEF {
+		t.Errorf("cntlid range %#x..%#x", s.CNTLIDMin, s.CNTLIDMax)
+	}
+	for i, g := range []uint32{1, 2, 3} {
+		if s.Namespaces[i].ANAGroup != g || s.Namespaces[i].Shared != (i == 2) {
+			t.Errorf("namespace %d: ana_group %d shared %t", i, s.Namespaces[i].ANAGroup, s.Namespaces[i].Shared)
+		}
+	}
+	text := c.String()
+	for _, line := range []string{"    ana_states:", "      1: inaccessible", "      2: non-optimized", "    cntlid_min: 32768",
+		"    cntlid_max: 65519", "        ana_group: 3", "        shared: true"} {
+		if !strings.Contains(text, line+"\n") && !strings.Contains(text, line+" ") {
+			t.Errorf("resolved config lacks %q:\n%s", line, text)
+		}
+	}
+	again, err := Parse([]byte(text), "resolved.yaml")
+	if err != nil {
+		t.Fatalf("the resolved config does not parse: %v\n%s", err, numbered(text))
+	}
+	if !reflect.DeepEqual(exported(c), exported(again)) {
+		t.Errorf("round trip changed the config:\n%s\nbecame\n%s", text, again)
+	}
+	if n := c.Clone(); n.Listeners[0] != c.Listeners[0] {
+		t.Errorf("clone differs")
+	} else if n.Listeners[0].ANAStates[1] = ANAOptimized; c.Listeners[0].ANAStates[1] != ANAInaccessible {
+		t.Errorf("changing the clone's ANA states changed the original")
+	}
+}
+
+func TestANAWarnings(t *testing.T) {
+	c := mustParse(t, strings.Replace(haConfig, "3: optimized", "9: optimized", 1))
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Error(), "test.yaml:8: listeners[0].ana_states.9: no namespace is in ANA group 9; check the group ID") {
+		t.Errorf("warnings: %v", c.Warnings)
+	}
+	c = mustParse(t, haConfig+"transport:\n  max_io_size: 8KiB\n  in_capsule_data_size: 0\n")
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0].Error(), "transport.max_io_size: ANA states are configured, but the Linux host reads the ANA log in one command of 8208 bytes") ||
+		!strings.Contains(c.Warnings[0].Error(), "raise max_io_size to at least 16KiB") {
+		t.Errorf("warnings: %v", c.Warnings)
+	}
+	// Without ANA in use (every group optimized, every namespace in group 1) a small
+	// max_io_size is not worth a warning.
+	c = mustParse(t, minimal+"transport:\n  max_io_size: 4KiB\n  in_capsule_data_size: 0\n")
+	if len(c.Warnings) != 0 {
+		t.Errorf("warnings: %v", c.Warnings)
+	}
+}
+
+// TestANAInCode: a Config built in Go gets the ANA and controller ID defaults, and bad
+// states are errors naming the field.
+func TestANAInCode(t *testing.T) {
+	c := mustParse(t, minimal).Clone()
+	c.Subsystems[0].CNTLIDMin, c.Subsystems[0].CNTLIDMax, c.Subsystems[0].Namespaces[0].ANAGroup = 0, 0, 0
+	if err := c.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Subsystems[0]; s.CNTLIDMin != 1 || s.CNTLIDMax != 0xFFEF || s.Namespaces[0].ANAGroup != 1 {
+		t.Errorf("defaults: %+v", s)
+	}
+	c.Listeners[0].ANAStates[0] = ANAOptimized
+	c.Listeners[0].ANAStates[5] = "broken"
+	errs := Errors(c.Resolve())
+	if len(errs) != 2 || errs[0].Field != "listeners[0].ana_states" || errs[1].Field != "listeners[0].ana_states.5" ||
+		!strings.Contains(errs[1].Msg, `"broken" is not an ANA state`) {
+		t.Errorf("errors: %v", errs)
+	}
+	if _, err := ParseANAState("Optimized"); err == nil || !strings.Contains(err.Error(), "use one of optimized, non-optimized") {
+		t.Errorf("ParseANAState(Optimized) = %v", err)
+	}
+	for _, st := range ANAStateNames {
+		if got, err := ParseANAState(string(st)); err != nil || got != st || !st.Valid() {
+			t.Errorf("ParseANAState(%q) = %q, %v", st, got, err)
+		}
 	}
 }

@@ -45,9 +45,10 @@ type decoder struct {
 // Known YAML keys of each mapping, in the order the documentation lists them.
 var (
 	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file", "metrics"}
-	listenerKeys  = []string{"transport", "address", "port"}
-	subsystemKeys = []string{"nqn", "serial", "model", "allow_any_host", "hosts", "auth_required", "namespaces"}
-	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64"}
+	listenerKeys  = []string{"transport", "address", "port", "ana_states"}
+	subsystemKeys = []string{"nqn", "serial", "model", "cntlid_min", "cntlid_max", "allow_any_host", "hosts", "auth_required", "namespaces"}
+	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64",
+		"ana_group", "shared"}
 	rbdKeys       = []string{"pool", "rados_namespace", "image", "ceph_conf", "user", "keyring", "create_size"}
 	transportKeys = []string{"queue_depth", "in_capsule_data_size", "max_io_size", "buffer_pool_size",
 		"poll_groups", "busy_poll", "max_io_queues", "keep_alive_timeout"}
@@ -205,8 +206,50 @@ func (d *decoder) listener(n *yaml.Node, path string, l *Listener) {
 			if x, ok := d.uint(v, p, math.MaxUint16, portRange); ok {
 				l.Port = uint16(x)
 			}
+		case "ana_states":
+			d.anaStates(v, p, &l.ANAStates)
 		}
 	})
+}
+
+// anaStates decodes a mapping of ANA group ID to state ({1: optimized, 2: inaccessible}).
+// Each entry's path is the mapping's path and the group as written ("ana_states.2").
+func (d *decoder) anaStates(n *yaml.Node, path string, out *[MaxANAGroup + 1]ANAState) {
+	n = deref(n)
+	if n.Kind != yaml.MappingNode {
+		d.bad(n, path, nodeText(n), fmt.Sprintf("expected a mapping of ANA group to state, got a %s", kindName(n)),
+			"write one 'group: state' per line, e.g. 1: optimized")
+		return
+	}
+	seen := map[uint64]string{}
+	for _, f := range d.fields(n, path, map[*yaml.Node]bool{n: true}) {
+		key := f.key.Value
+		p := join(path, key)
+		d.src.pos[p] = position{f.key.Line, f.key.Column}
+		g, ok := d.uint(f.key, p, MaxANAGroup, anaGroupRange)
+		if !ok {
+			continue
+		}
+		if g == 0 {
+			d.bad(f.key, p, key, fmt.Sprintf("%s is not an ANA group ID", key), fmt.Sprintf("use 1..%d (0 is reserved)", MaxANAGroup))
+			continue
+		}
+		if prev, dup := seen[g]; dup {
+			d.bad(f.key, p, key, fmt.Sprintf("ANA group %d is given twice (as %s and as %s)", g, prev, key), "keep one of them")
+			continue
+		}
+		seen[g] = key
+		s, ok := d.scalar(f.val, p)
+		if !ok {
+			continue
+		}
+		st, err := ParseANAState(s)
+		if err != nil {
+			d.bad(f.val, p, s, fmt.Sprintf("%q is not an ANA state", s), "use one of "+anaStateList())
+			continue
+		}
+		out[g] = st
+	}
 }
 
 func (d *decoder) subsystem(n *yaml.Node, path string, s *Subsystem) {
@@ -218,6 +261,14 @@ func (d *decoder) subsystem(n *yaml.Node, path string, s *Subsystem) {
 			d.str(v, p, &s.Serial)
 		case "model":
 			d.str(v, p, &s.Model)
+		case "cntlid_min":
+			if x, ok := d.uint(v, p, math.MaxUint16, cntlidRange); ok {
+				s.CNTLIDMin = uint16(x)
+			}
+		case "cntlid_max":
+			if x, ok := d.uint(v, p, math.MaxUint16, cntlidRange); ok {
+				s.CNTLIDMax = uint16(x)
+			}
 		case "allow_any_host":
 			d.boolean(v, p, &s.AllowAnyHost)
 		case "auth_required":
@@ -265,6 +316,12 @@ func (d *decoder) namespace(n *yaml.Node, path string, ns *Namespace) {
 			d.id(v, p, ns.NGUID[:], func(s string) ([]byte, error) { b, err := ParseNGUID(s); return b[:], err }, "write an NGUID as 32 hex digits, e.g. 0123456789abcdef0123456789abcdef, or remove the field to derive one")
 		case "eui64":
 			d.id(v, p, ns.EUI64[:], func(s string) ([]byte, error) { b, err := ParseEUI64(s); return b[:], err }, "write an EUI-64 as 16 hex digits, e.g. 0123456789abcdef, or remove the field to derive one")
+		case "ana_group":
+			if x, ok := d.uint(v, p, math.MaxUint32, anaGroupRange); ok {
+				ns.ANAGroup = uint32(x)
+			}
+		case "shared":
+			d.boolean(v, p, &ns.Shared)
 		}
 	})
 }

@@ -32,12 +32,25 @@ func (c *Config) String() string {
 		w(1, "- transport: "+yamlString(l.Transport), "")
 		w(1, "  address: "+yamlString(l.Address), "")
 		w(1, fmt.Sprintf("  port: %d", l.Port), "")
+		first := true
+		for g := 1; g <= MaxANAGroup; g++ {
+			if l.ANAStates[g] == "" {
+				continue
+			}
+			if first {
+				w(1, "  ana_states:", "ANA group: state; groups not listed are optimized")
+				first = false
+			}
+			w(2, fmt.Sprintf("  %d: %s", g, yamlString(string(l.ANAStates[g]))), "")
+		}
 	}
 	w(0, "subsystems:", "")
 	for _, s := range c.Subsystems {
 		w(1, "- nqn: "+yamlString(s.NQN), "")
 		w(1, "  serial: "+yamlString(s.Serial), "")
 		w(1, "  model: "+yamlString(s.Model), "")
+		w(1, fmt.Sprintf("  cntlid_min: %d", s.CNTLIDMin), "")
+		w(1, fmt.Sprintf("  cntlid_max: %d", s.CNTLIDMax), "")
 		if s.AllowAnyHost {
 			w(1, "  allow_any_host: true", "")
 		} else {
@@ -104,6 +117,8 @@ func (c *Config) String() string {
 			w(2, "    uuid: "+FormatUUID(ns.UUID), "")
 			w(2, "    nguid: "+FormatNGUID(ns.NGUID), "")
 			w(2, "    eui64: "+FormatEUI64(ns.EUI64), "")
+			w(2, fmt.Sprintf("    ana_group: %d", ns.ANAGroup), "")
+			w(2, fmt.Sprintf("    shared: %t", ns.Shared), "")
 		}
 	}
 	if len(c.Hosts) > 0 {

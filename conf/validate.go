@@ -46,6 +46,14 @@ func pollGroupsRange(v string) (string, string) {
 	return v + " is out of range", fmt.Sprintf("use 0 (one per CPU) to %d", MaxPollGroups)
 }
 
+func anaGroupRange(v string) (string, string) {
+	return v + " is not a valid ANA group ID", fmt.Sprintf("use 1..%d (default %d)", MaxANAGroup, DefaultANAGroup)
+}
+
+func cntlidRange(v string) (string, string) {
+	return v + " is not a valid controller ID", fmt.Sprintf("use %d..%d (0x%X); give two targets that serve one subsystem disjoint ranges", MinCNTLID, MaxCNTLID, MaxCNTLID)
+}
+
 func maxIOQueuesRange(v string) (string, string) {
 	return v + " is out of range", fmt.Sprintf("use 1..%d I/O queues per controller (default %d)", MaxMaxIOQueues, DefaultMaxIOQueues)
 }
@@ -70,6 +78,7 @@ func (c *Config) resolve() (errs, warns []*FieldError) {
 	v.hosts()
 	v.subsystems()
 	v.stateFile()
+	v.ana()
 	return v.errs, v.warns
 }
 
@@ -327,6 +336,7 @@ func (v *validator) listeners() {
 		if l.Port == 0 && !v.skip(p+".port") {
 			v.failRange(p+".port", "0", portRange)
 		}
+		v.listenerANA(l, p)
 		if l.Address == "" {
 			if !v.skip(p + ".address") {
 				v.fail(p+".address", "", "missing",
@@ -358,6 +368,54 @@ func (v *validator) listeners() {
 			break
 		}
 		seen = append(seen, entry{ap, p})
+	}
+}
+
+// listenerANA checks the ANA states of a listener built in Go (a file's are checked as
+// they are decoded).
+func (v *validator) listenerANA(l *Listener, p string) {
+	if l.ANAStates[0] != "" {
+		v.fail(p+".ana_states", string(l.ANAStates[0]), "ANA group 0 is reserved: ANAStates[0] must stay empty",
+			fmt.Sprintf("set states of groups 1..%d only", MaxANAGroup))
+	}
+	for g := 1; g <= MaxANAGroup; g++ {
+		st := l.ANAStates[g]
+		gp := fmt.Sprintf("%s.ana_states.%d", p, g)
+		if st != "" && !st.Valid() && !v.skip(gp) {
+			v.fail(gp, string(st), fmt.Sprintf("%q is not an ANA state", st), "use one of "+anaStateList())
+		}
+	}
+}
+
+// ana warns about ANA settings that are legal but probably not meant: a listener state
+// for a group no namespace is in, and ANA in use with a max_io_size too small for the
+// Linux host to read the ANA log in one command (it then ignores ANA states).
+func (v *validator) ana() {
+	used := map[uint32]bool{}
+	inUse := false
+	for _, s := range v.c.Subsystems {
+		for _, ns := range s.Namespaces {
+			used[ns.ANAGroup] = true
+			inUse = inUse || ns.ANAGroup != DefaultANAGroup
+		}
+	}
+	for i := range v.c.Listeners {
+		l := &v.c.Listeners[i]
+		for g := 1; g <= MaxANAGroup; g++ {
+			if l.ANAStates[g] == "" {
+				continue
+			}
+			inUse = inUse || l.ANAStates[g] != ANAOptimized
+			if !used[uint32(g)] {
+				v.warn(fmt.Sprintf("listeners[%d].ana_states.%d", i, g), string(l.ANAStates[g]),
+					fmt.Sprintf("no namespace is in ANA group %d", g), "check the group ID, or set ana_group on the namespaces meant")
+			}
+		}
+	}
+	if t := v.c.Transport; inUse && t.MaxIOSize >= MinMaxIOSize && t.MaxIOSize < MinANAMaxIOSize {
+		v.warn("transport.max_io_size", sizeText(t.MaxIOSize),
+			fmt.Sprintf("ANA states are configured, but the Linux host reads the ANA log in one command of %d bytes and ignores ANA when max_io_size is smaller", ANALogMaxSize),
+			fmt.Sprintf("raise max_io_size to at least %s", Size(MinANAMaxIOSize)))
 	}
 }
 
@@ -432,6 +490,28 @@ func (v *validator) subsystem(s *Subsystem, p string, own *idOwners) {
 		s.Model = DefaultModel
 	}
 	v.asciiField(p+".model", s.Model, MaxModelLength, "model number", "remove model to use "+DefaultModel)
+
+	minOK, maxOK := true, true
+	if s.CNTLIDMin == 0 && !v.explicit(p+".cntlid_min") {
+		s.CNTLIDMin = MinCNTLID
+	}
+	if s.CNTLIDMax == 0 && !v.explicit(p+".cntlid_max") {
+		s.CNTLIDMax = MaxCNTLID
+	}
+	for _, f := range []struct {
+		name string
+		val  uint16
+		ok   *bool
+	}{{"cntlid_min", s.CNTLIDMin, &minOK}, {"cntlid_max", s.CNTLIDMax, &maxOK}} {
+		if (f.val < MinCNTLID || f.val > MaxCNTLID) && !v.skip(p+"."+f.name) {
+			v.failRange(p+"."+f.name, strconv.Itoa(int(f.val)), cntlidRange)
+			*f.ok = false
+		}
+	}
+	if minOK && maxOK && s.CNTLIDMin > s.CNTLIDMax && !v.skip(p+".cntlid_min") && !v.skip(p+".cntlid_max") {
+		v.fail(p+".cntlid_min", strconv.Itoa(int(s.CNTLIDMin)),
+			fmt.Sprintf("cntlid_min %d is larger than cntlid_max %d", s.CNTLIDMin, s.CNTLIDMax), "make cntlid_min at most cntlid_max")
+	}
 
 	switch {
 	case s.AllowAnyHost && len(s.Hosts) > 0:
@@ -593,6 +673,14 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 	lbaOK := ns.LBASize == 512 || ns.LBASize == 4096
 	if !lbaOK && !v.skip(p+".lba_size") {
 		v.failRange(p+".lba_size", strconv.FormatUint(uint64(ns.LBASize), 10), lbaSizeRange)
+	}
+
+	// ana_group
+	if ns.ANAGroup == 0 && !v.explicit(p+".ana_group") {
+		ns.ANAGroup = DefaultANAGroup
+	}
+	if (ns.ANAGroup == 0 || ns.ANAGroup > MaxANAGroup) && !v.skip(p+".ana_group") {
+		v.failRange(p+".ana_group", strconv.FormatUint(uint64(ns.ANAGroup), 10), anaGroupRange)
 	}
 
 	// backend, path, size, rbd
