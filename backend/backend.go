@@ -74,6 +74,12 @@ type Spec struct {
 	LBASize uint32
 	// ReadOnly opens the file or device read-only; writes fail with ErrReadOnly.
 	ReadOnly bool
+	// Shared lets other processes open the same file or device at the same time (two
+	// targets serving one namespace for high availability): a file is locked shared
+	// (flock LOCK_SH) instead of exclusively, so only another shared or read-only opener
+	// gets in; a block device is opened without O_EXCL. Coordinating the writers is then
+	// the caller's business.
+	Shared bool
 	// Workers is the number of I/O workers an Executor created with workers <= 0 starts
 	// for this backend. 0 means DefaultWorkers for file and block; null and memory run
 	// inline and ignore it.

@@ -13,7 +13,7 @@ import (
 )
 
 // blockBackend serves a namespace from a block device opened with O_DIRECT and O_EXCL
-// (so a mounted or otherwise claimed device is refused). Deallocate is BLKDISCARD, write
+// (so a mounted or otherwise claimed device is refused; without O_EXCL when Spec.Shared). Deallocate is BLKDISCARD, write
 // zeroes BLKZEROOUT, FUA writes go through an O_DSYNC descriptor (the kernel sends them
 // with FUA or follows them with a cache flush) and Flush is fdatasync (a cache flush).
 type blockBackend struct {
@@ -46,10 +46,14 @@ func openBlock(s Spec) (Backend, error) {
 	if s.ReadOnly {
 		flag = unix.O_RDONLY
 	}
-	f, err := sys.open(s.Path, flag|unix.O_EXCL, 0, true)
+	excl := unix.O_EXCL
+	if s.Shared {
+		excl = 0
+	}
+	f, err := sys.open(s.Path, flag|excl, 0, true)
 	if err != nil {
 		if errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("backend: block device %q is in use (mounted, or claimed by another program): %w", s.Path, err)
+			return nil, fmt.Errorf("backend: block device %q is in use (mounted, or claimed by another program; a second target serving it too needs shared: true on both): %w", s.Path, err)
 		}
 		return nil, fmt.Errorf("backend: open block device: %w", err)
 	}
@@ -112,7 +116,7 @@ func (b *blockBackend) setup(s Spec, flag int) error {
 	b.nblocks.Store(nblocks)
 	b.vwc = writeCache(b.fd)
 	if !s.ReadOnly {
-		// Not O_EXCL: this process already holds the exclusive claim.
+		// Not O_EXCL: this process already holds the exclusive claim (or shares the device).
 		if f, err := b.sys.open(s.Path, flag|unix.O_DSYNC, 0, true); err != nil {
 			b.log.Warn("backend: cannot open an O_DSYNC descriptor; FUA writes use fdatasync", "path", s.Path, "err", err)
 		} else {

@@ -151,6 +151,13 @@ func TestBlockDevice(t *testing.T) {
 	if _, err := Open(Spec{Kind: KindBlock, Path: dev}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("second open of %s: %v, want an 'in use' error", dev, err)
 	}
+	// A shared opener (a second target serving the device for high availability) makes
+	// no exclusive claim, so it gets in.
+	if sb, err := Open(Spec{Kind: KindBlock, Path: dev, Shared: true}); err != nil {
+		t.Errorf("shared open of %s: %v", dev, err)
+	} else {
+		sb.Close()
+	}
 
 	w := alignedBuf(64 << 10)
 	fill(w, 0x42)

@@ -148,12 +148,15 @@ func dioUnfit(sys sysOps, f *os.File, lba uint32) string {
 // punching.
 func (b *fileBackend) setup(s Spec, flag int) error {
 	how := unix.LOCK_EX
-	if s.ReadOnly {
+	if s.ReadOnly || s.Shared {
 		how = unix.LOCK_SH
 	}
 	if err := unix.Flock(b.fd, how|unix.LOCK_NB); err != nil {
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("backend: file %q is in use by another process (flock)", s.Path)
+			if s.Shared {
+				return fmt.Errorf("backend: file %q is in use by another process that holds it exclusively (flock); only shared and read-only namespaces may share a file", s.Path)
+			}
+			return fmt.Errorf("backend: file %q is in use by another process (flock); a second target serving it too needs shared: true on both", s.Path)
 		}
 		return fmt.Errorf("backend: flock %q: %w", s.Path, err)
 	}

@@ -373,6 +373,44 @@ func TestFileLock(t *testing.T) {
 	}
 }
 
+// TestFileShared: shared backends (two targets serving one namespace) open the same file
+// together, and neither lets an exclusive opener in; a file held exclusively keeps a
+// shared opener out.
+func TestFileShared(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ns.img")
+	a := openTestFile(t, Spec{Path: path, Size: 1 << 20, Shared: true})
+	log, _ := testLogger(t)
+	b, err := Open(Spec{Kind: KindFile, Path: path, Size: 1 << 20, Shared: true, Logger: log})
+	if err != nil {
+		t.Fatalf("second shared open: %v", err)
+	}
+	w := alignedBuf(4096)
+	fill(w, 0x5a)
+	if err := a.WriteBlocks(w, 8, true); err != nil {
+		t.Fatal(err)
+	}
+	r := alignedBuf(4096)
+	if err := b.ReadBlocks(r, 8); err != nil || !bytes.Equal(r, w) {
+		t.Errorf("the second backend does not read what the first wrote (err %v)", err)
+	}
+	b.Close()
+	if b, err := Open(Spec{Kind: KindFile, Path: path, Size: 1 << 20, Logger: log}); err == nil {
+		b.Close()
+		t.Errorf("an exclusive open of a shared file succeeded")
+	} else if !strings.Contains(err.Error(), "needs shared: true") {
+		t.Errorf("exclusive open: %v, want a hint at shared: true", err)
+	}
+
+	excl := filepath.Join(t.TempDir(), "excl.img")
+	openTestFile(t, Spec{Path: excl, Size: 1 << 20})
+	if b, err := Open(Spec{Kind: KindFile, Path: excl, Size: 1 << 20, Shared: true, Logger: log}); err == nil {
+		b.Close()
+		t.Errorf("a shared open of an exclusively held file succeeded")
+	} else if !strings.Contains(err.Error(), "holds it exclusively") {
+		t.Errorf("shared open: %v, want 'holds it exclusively'", err)
+	}
+}
+
 // TestFilePunchHole checks that Deallocate really frees space: st_blocks drops, SEEK_HOLE
 // finds the hole, the file keeps its size and the hole reads as zeroes.
 func TestFilePunchHole(t *testing.T) {
