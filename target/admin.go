@@ -126,7 +126,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			clear(buf) // NVM command set specific namespace data: no extended formats or PI
 		case nvmeproto.CNSCSIndependentNamespace:
 			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared, NSTAT: nvmeproto.NSTATReady,
-				RESCAP: c.t.rescap()}
+				RESCAP: c.t.rescap(), ANAGRPID: ns.anaGroup}
 			if ns.readOnly.Load() {
 				id.NSATTR = nvmeproto.NSATTRWriteProtected
 			}
@@ -156,7 +156,7 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 		MN:     s.model,
 		FR:     FirmwareRevision,
 		RAB:    6,
-		CMIC:   nvmeproto.CMICMultiCtrl,
+		CMIC:   nvmeproto.CMICMultiPort | nvmeproto.CMICMultiCtrl | nvmeproto.CMICANA,
 		MDTS:   t.mdts,
 		CNTLID: c.cntlid,
 		VER:    nvmeVersion,
@@ -196,8 +196,15 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 		return id
 	}
 	id.CNTRLTYPE = nvmeproto.ControllerTypeIO
-	id.OAES = nvmeproto.OAESNamespaceAttr
+	id.OAES = nvmeproto.OAESNamespaceAttr | nvmeproto.OAESANAChange
 	id.NN = conf.MaxNSID
+	// ANA (see ana.go). The Linux host needs MNAN (1..NN) to enable it and sizes its ANA
+	// log buffer from NANAGRPID and MNAN.
+	id.ANATT = anaTransitionTime
+	id.ANACAP = anaCapabilities
+	id.ANAGRPMAX = conf.MaxANAGroup
+	id.NANAGRPID = conf.MaxANAGroup
+	id.MNAN = conf.MaxNSID
 	id.ONCS = nvmeproto.ONCSCompare | nvmeproto.ONCSDatasetManagement | nvmeproto.ONCSWriteZeroes |
 		nvmeproto.ONCSSaveSelect | nvmeproto.ONCSTimestamp | nvmeproto.ONCSReservations
 	if s.volatileWriteCache() {
@@ -252,13 +259,14 @@ func (ns *namespace) thinUsage(id *nvmeproto.IdentifyNamespace) {
 func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
 	nblocks := ns.blocks.Load()
 	id := &nvmeproto.IdentifyNamespace{
-		NSZE:   nblocks,
-		NCAP:   nblocks,
-		NUSE:   nblocks,
-		NMIC:   nvmeproto.NMICShared,
-		NGUID:  ns.cfg.NGUID,
-		EUI64:  ns.cfg.EUI64,
-		NVMCAP: nvmeproto.U128(nblocks << ns.shift),
+		NSZE:     nblocks,
+		NCAP:     nblocks,
+		NUSE:     nblocks,
+		NMIC:     nvmeproto.NMICShared,
+		ANAGRPID: ns.anaGroup,
+		NGUID:    ns.cfg.NGUID,
+		EUI64:    ns.cfg.EUI64,
+		NVMCAP:   nvmeproto.U128(nblocks << ns.shift),
 	}
 	id.LBAF[0] = nvmeproto.LBAFormatFor(ns.lbaSize())
 	ns.thinUsage(id)

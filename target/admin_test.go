@@ -166,8 +166,8 @@ func TestAdminStatuses(t *testing.T) {
 	expectOK(t, "VWC on", feat(0x06, 1))
 	// AEC keeps only the events the controller has.
 	expectOK(t, "AEC", feat(0x0B, 0xFFFFFFFF))
-	if _, c = admin.getFeature(0x0B, 0, 0, 0); c.DW0 != 1<<8 {
-		t.Errorf("AEC %#x, want only namespace attribute notices", c.DW0)
+	if _, c = admin.getFeature(0x0B, 0, 0, 0); c.DW0 != 1<<8|1<<11 {
+		t.Errorf("AEC %#x, want only namespace attribute and ANA change notices", c.DW0)
 	}
 	// Timestamp: set, then read back close to it with origin "host".
 	ts := nvmeproto.Timestamp{Millis: 1_700_000_000_000}

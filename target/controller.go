@@ -23,6 +23,7 @@ const (
 // Asynchronous Event Configuration (feature 0Bh) bits this target implements.
 const (
 	aecNSAttr    = uint32(nvmeproto.AECNamespaceAttr)
+	aecANA       = uint32(nvmeproto.AECANAChange)
 	aecDiscovery = uint32(nvmeproto.AECDiscoveryLogChange)
 )
 
@@ -37,8 +38,12 @@ var (
 	eventNSChanged       = event{ae: nvmeproto.EventNamespaceAttrChanged, aec: aecNSAttr, mask: 1}
 	eventDiscoveryChange = event{ae: nvmeproto.EventDiscoveryLogChange, aec: aecDiscovery, mask: 2}
 	// Reservation notifications are masked per namespace by feature 82h, not by AEC.
-	eventResvLog = event{ae: nvmeproto.EventReservationLog, mask: 4}
+	eventResvLog   = event{ae: nvmeproto.EventReservationLog, mask: 4}
+	eventANAChange = event{ae: nvmeproto.EventANAChange, aec: aecANA, mask: 8}
 )
+
+// maskedEvents are the events that stay masked once reported until their log page is read.
+var maskedEvents = []event{eventNSChanged, eventDiscoveryChange, eventResvLog, eventANAChange}
 
 // controller is one NVMe controller: created by an admin-queue Connect, owning the
 // queues connected to it and the state the host configures.
@@ -130,7 +135,7 @@ func (c *controller) supportedAEC() uint32 {
 	if c.disc {
 		return aecDiscovery
 	}
-	return aecNSAttr
+	return aecNSAttr | aecANA
 }
 
 // activity notes a command for traffic based keep-alive. It writes the shared flag only
@@ -459,7 +464,7 @@ func (c *controller) raiseEvent(ev event) {
 func (c *controller) logRead(lid nvmeproto.LID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, ev := range []event{eventNSChanged, eventDiscoveryChange, eventResvLog} {
+	for _, ev := range maskedEvents {
 		if ev.ae.LogPage() == lid {
 			c.masked &^= ev.mask
 		}

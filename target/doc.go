@@ -3,9 +3,10 @@
 // Connect, controller properties and state (CC/CSTS, reset, shutdown, keep-alive),
 // admin commands (Identify, Get Log Page, Set/Get Features, Asynchronous Event Request,
 // Keep Alive, Abort) and NVM I/O commands (Read, Write, Flush, Write Zeroes, Dataset
-// Management, Compare) executed on backend executors, and reservations (Reservation
+// Management, Compare) executed on backend executors, reservations (Reservation
 // Register, Acquire, Release, Report; the notification log page and features; Persist
-// Through Power Loss in the configuration's state file — see reservation.go).
+// Through Power Loss in the configuration's state file — see reservation.go), and
+// Asymmetric Namespace Access (ANA) states per port (see ana.go).
 //
 // Transports (RDMA; TCP later; the in-process loop transport in target/loop) own
 // connections and data movement; this package owns command semantics. The two meet at
@@ -120,6 +121,17 @@
 // copy for in-capsule writes by receiving each capsule into two SGEs: the 64-byte SQE,
 // then a 4 KiB aligned buffer of InCapsuleDataSize bytes that becomes ICD.
 //
+// # Multipath: ANA and controller ID ranges
+//
+// Every namespace is in an ANA group and every Port reports a state per group (its
+// listener's ana_states; Port.SetANAState changes one at run time, raising an ANA Change
+// event on the port's controllers). Controllers report their own port's states in the ANA
+// log page (0Ch) and refuse I/O for groups whose state serves none with the Asymmetric
+// Access status of that state (SCT 3h, no DNR); see ana.go. Identify Controller reports
+// CMIC multi-port, multi-controller and ANA, and the ANA limits the Linux host sizes its
+// log buffer by. Controller IDs come from the subsystem's cntlid_min..cntlid_max, so that
+// two targets serving one subsystem (high availability) never give a host the same ID.
+//
 // # Performance
 //
 // The I/O path (Begin → Execute → backend → Complete) allocates nothing in steady state:
@@ -127,8 +139,9 @@
 // callback are embedded in the Request and bound once, the namespace table is an
 // immutable snapshot read with one atomic load, in-flight accounting is one atomic
 // counter per queue (plus one per queue for Preempt and Abort, and one atomic load of
-// the namespace's reservation snapshot, nil unless a host registered), and success paths
-// use neither fmt nor errors.
+// the namespace's reservation snapshot, nil unless a host registered), the ANA check is
+// one atomic load of the port's state of the namespace's group, and success paths use
+// neither fmt nor errors.
 // Admin commands may allocate.
 //
 // Every I/O command is counted where it completes, in its namespace's own memory: commands

@@ -71,6 +71,10 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	if q.t.timing.Load() {
 		r.start = nanotime()
 	}
+	// An Asymmetric Access status (never with DNR: a multipath host retries elsewhere).
+	if st := q.port.anaStatus(ns.anaGroup); st != nvmeproto.StatusSuccess {
+		return st
+	}
 	nblocks := ns.blocks.Load()
 	switch cmd.Opcode {
 	case nvmeproto.OpRead, nvmeproto.OpWrite, nvmeproto.OpCompare:

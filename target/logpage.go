@@ -3,6 +3,7 @@ package target
 import (
 	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -12,7 +13,7 @@ const discLSPPLEO = 1 << 0
 // supportedLogs are the log pages of an I/O controller.
 var supportedLogs = []nvmeproto.LID{
 	nvmeproto.LIDSupportedLogPages, nvmeproto.LIDErrorInfo, nvmeproto.LIDSMART, nvmeproto.LIDFirmwareSlot,
-	nvmeproto.LIDChangedNSList, nvmeproto.LIDCommandEffects, nvmeproto.LIDReservationNotify,
+	nvmeproto.LIDChangedNSList, nvmeproto.LIDCommandEffects, nvmeproto.LIDReservationNotify, nvmeproto.LIDANA,
 }
 
 // getLogPage implements Get Log Page: the page is built whole, then the requested range
@@ -31,14 +32,24 @@ func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	if st != nvmeproto.StatusSuccess {
 		return st
 	}
-	if g.Offset > uint64(len(page)) {
+	size := uint64(len(page))
+	if g.LID == nvmeproto.LIDANA && !c.disc {
+		// The ANA log's length varies with the groups and namespaces; its size is the
+		// largest it can be (NANAGRPID descriptors, MNAN NSIDs), which hosts that read it
+		// in pieces (nvme-cli, 4 KiB at a time) may read up to: the rest reads as zeroes.
+		size = max(size, conf.ANALogMaxSize)
+	}
+	if g.Offset > size {
 		return nvmeproto.StatusInvalidField.WithDNR()
 	}
 	buf, st := c2h(r, int(n))
 	if st != nvmeproto.StatusSuccess {
 		return st
 	}
-	k := copy(buf, page[g.Offset:])
+	k := 0
+	if g.Offset < uint64(len(page)) {
+		k = copy(buf, page[g.Offset:])
+	}
 	clear(buf[k:])
 	if !g.RAE {
 		c.logRead(g.LID)
@@ -94,6 +105,8 @@ func (c *controller) logPage(lid nvmeproto.LID, lsp uint8, nsid uint32) ([]byte,
 		return b, nvmeproto.StatusSuccess
 	case nvmeproto.LIDReservationNotify:
 		return c.resvLogPage(), nvmeproto.StatusSuccess
+	case nvmeproto.LIDANA: // LSP bits 7:1 are reserved
+		return c.anaLog(lsp&nvmeproto.LSPANARGO != 0), nvmeproto.StatusSuccess
 	}
 	return nil, nvmeproto.StatusInvalidLogPage.WithDNR()
 }

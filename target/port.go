@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gonvmf/gonvmf/conf"
 )
@@ -55,6 +56,9 @@ type PortConfig struct {
 	// RDMA transport specific address subtype fields of the discovery log entry.
 	RDMAQPType, RDMAProviderType, RDMACMS uint8
 	RDMAPKey                              uint16
+	// ANAStates are the port's initial ANA group states (the listener's ana_states),
+	// indexed by group ID; empty entries are optimized. Port.SetANAState changes them.
+	ANAStates [conf.MaxANAGroup + 1]conf.ANAState
 }
 
 // Limits are the numbers a transport needs to size queues and buffers before any
@@ -83,6 +87,15 @@ type Port struct {
 	mu     sync.Mutex
 	queues map[*Queue]struct{}
 	closed bool
+
+	// ANA (see ana.go): ana[g] is group g's state as an nvmeproto.ANAState, loaded by
+	// every I/O command; anaMu serializes changes and guards anaSet (states set by
+	// configuration or SetANAState, listed in the log even without namespaces) and
+	// anaChg (the ANA change count of each group's last state change).
+	ana    [conf.MaxANAGroup + 1]atomic.Uint32
+	anaMu  sync.Mutex
+	anaSet [conf.MaxANAGroup + 1]bool
+	anaChg [conf.MaxANAGroup + 1]uint64
 }
 
 // AddPort registers a transport endpoint. Advertised ports appear in the discovery log
@@ -103,6 +116,9 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	if !cfg.Keyed && !cfg.TransportData && cfg.InCapsuleDataSize == 0 {
 		return nil, fmt.Errorf("target: port %s:%s can move no data: set Keyed, TransportData or InCapsuleDataSize", cfg.TrAddr, cfg.TrSvcID)
 	}
+	if err := checkANAStates(&cfg.ANAStates); err != nil {
+		return nil, fmt.Errorf("target: port %s:%s: %w", cfg.TrAddr, cfg.TrSvcID, err)
+	}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -119,6 +135,7 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		},
 		queues: make(map[*Queue]struct{}),
 	}
+	p.initANA()
 	t.nextPortID++
 	t.ports = append(t.ports, p)
 	t.mu.Unlock()

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -187,7 +188,11 @@ func (q *Queue) Begin(r *Request) bool {
 		st = q.beginIO(r, b.ctrl)
 	}
 	if st != nvmeproto.StatusSuccess {
-		q.reject(r, st, "invalid command")
+		if st.SCT() == nvmeproto.SCTPathRelated {
+			q.pathReject(r, st)
+		} else {
+			q.reject(r, st, "invalid command")
+		}
 		return false
 	}
 	return true
@@ -345,6 +350,20 @@ func (q *Queue) finish(r *Request, st nvmeproto.Status) {
 // recording it in the controller's error log.
 func (q *Queue) reject(r *Request, st nvmeproto.Status, msg string) {
 	q.noteError(r, st, msg)
+	q.finish(r, st)
+}
+
+// pathReject completes a command with a path related status (an ANA state that serves no
+// I/O). It is normal operation for a multipath host, which retries on another path: it is
+// recorded in the error log but logged at Debug only.
+func (q *Queue) pathReject(r *Request, st nvmeproto.Status) {
+	if b := q.bind.Load(); b != nil {
+		b.ctrl.recordError(b.qid, r, st)
+	}
+	if q.log.Enabled(context.Background(), slog.LevelDebug) && q.limiter.allow() {
+		q.log.Debug("I/O refused by ANA state", "qid", q.QID(), "cid", r.Cmd.CID, "opcode", r.Cmd.Opcode, "nsid", r.Cmd.NSID,
+			"status", st.String(), "port", q.port.id)
+	}
 	q.finish(r, st)
 }
 

@@ -28,6 +28,8 @@ type subsystem struct {
 	authRequired bool // only hosts with DH-HMAC-CHAP keys may connect
 	hosts        map[string]bool
 	ctrls        map[uint16]*controller
+	cntlidMin    uint16 // controller IDs handed out: cntlidMin..cntlidMax
+	cntlidMax    uint16
 	nextCntlid   uint16
 	closed       bool
 
@@ -50,6 +52,8 @@ func newSubsystem(t *Target, nqn string, disc bool) *subsystem {
 		t: t, nqn: nqn, disc: disc,
 		hosts:      make(map[string]bool),
 		ctrls:      make(map[uint16]*controller),
+		cntlidMin:  nvmeproto.CNTLIDMin,
+		cntlidMax:  nvmeproto.CNTLIDMax,
 		nextCntlid: nvmeproto.CNTLIDMin,
 	}
 	s.ns.Store(&[]*namespace{})
@@ -104,14 +108,21 @@ func (s *subsystem) controllers() []*controller {
 	return out
 }
 
-// allocCntlid reserves a controller ID for c: the next unused one after the last
-// assigned, so a departed controller's ID is not reused at once. Called with s.mu held.
+// setCntlidRange limits the controller IDs handed out to min..max (a resolved
+// configuration's cntlid_min and cntlid_max). Called before the subsystem is published.
+func (s *subsystem) setCntlidRange(min, max uint16) {
+	s.cntlidMin, s.cntlidMax, s.nextCntlid = min, max, min
+}
+
+// allocCntlid reserves a controller ID for c from the subsystem's range: the next unused
+// one after the last assigned, so a departed controller's ID is not reused at once.
+// Called with s.mu held.
 func (s *subsystem) allocCntlid(c *controller) bool {
-	for range nvmeproto.CNTLIDMax {
+	for range int(s.cntlidMax-s.cntlidMin) + 1 {
 		id := s.nextCntlid
 		s.nextCntlid++
-		if s.nextCntlid > nvmeproto.CNTLIDMax {
-			s.nextCntlid = nvmeproto.CNTLIDMin
+		if s.nextCntlid > s.cntlidMax || s.nextCntlid < s.cntlidMin {
+			s.nextCntlid = s.cntlidMin
 		}
 		if s.ctrls[id] == nil {
 			c.cntlid = id
@@ -169,6 +180,7 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	s.t.log.Info("namespace added", "subsystem", s.nqn, "nsid", cn.NSID, "backend", cn.Backend,
 		"path", cn.Path, "blocks", ns.blocks.Load(), "lba_size", ns.lbaSize(), "read_only", ns.readOnly.Load())
 	if notify {
+		s.t.anaGroupChanged(cn.ANAGroup)
 		s.notifyNamespaceChanged(cn.NSID)
 	}
 	return nil
@@ -189,6 +201,7 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	s.mu.Unlock()
 
 	err := ns.close()
+	s.t.anaGroupChanged(ns.anaGroup)
 	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
 	s.notifyNamespaceChanged(nsid)
 	return err
@@ -277,6 +290,7 @@ type namespace struct {
 	// SetNamespaceReadOnly changes; beReadOnly is the backend's, fixed when it opened.
 	readOnly   atomic.Bool
 	beReadOnly bool
+	anaGroup   uint32 // 1..conf.MaxANAGroup
 
 	resv nsResv // registrations and reservation
 
@@ -347,12 +361,16 @@ func (ns *namespace) failureReason() error {
 }
 
 func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error) {
+	if cn.ANAGroup == 0 || cn.ANAGroup > conf.MaxANAGroup { // resolved configurations never have it
+		return nil, fmt.Errorf("namespace %d: %w: ANA group %d out of range 1..%d", cn.NSID, ErrInvalidANA, cn.ANAGroup, conf.MaxANAGroup)
+	}
 	spec := backend.Spec{
 		Kind:     backend.Kind(cn.Backend),
 		Path:     cn.Path,
 		Size:     uint64(cn.Size),
 		LBASize:  cn.LBASize,
 		ReadOnly: cn.ReadOnly,
+		Shared:   cn.Shared,
 		Workers:  t.workers,
 		Logger:   t.log,
 		RBD: backend.RBDSpec{
@@ -394,6 +412,7 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 		info:       backend.Describe(be),
 		shift:      uint8(bits.TrailingZeros32(lba)),
 		beReadOnly: be.ReadOnly(),
+		anaGroup:   cn.ANAGroup,
 		drained:    make(chan struct{}),
 	}
 	ns.blocks.Store(be.NumBlocks())

@@ -104,6 +104,9 @@ type Target struct {
 	rejects connectRejects
 
 	quiesced atomic.Bool // shutting down: transports hold new commands back (Quiesce)
+
+	anaChgcnt atomic.Uint64                       // ANA change count (ANA log CHGCNT), see ana.go
+	anaGrpChg [conf.MaxANAGroup + 1]atomic.Uint64 // count of each group's last NSID list change
 }
 
 // New builds a target from a configuration: it resolves a copy of cfg (conf.Load output is
@@ -259,6 +262,7 @@ func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 	}
 	s := newSubsystem(t, cs.NQN, false)
 	s.serial, s.model = cs.Serial, cs.Model
+	s.setCntlidRange(cs.CNTLIDMin, cs.CNTLIDMax)
 	s.allowAny = cs.AllowAnyHost
 	s.authRequired = cs.AuthRequired
 	for _, h := range cs.Hosts {

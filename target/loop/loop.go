@@ -67,6 +67,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/internal/aligned"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
@@ -88,6 +89,9 @@ type Options struct {
 	Advertise bool
 	// MaxSGLDescriptors is MSDBD (0: target.MaxSGLDescriptors).
 	MaxSGLDescriptors int
+	// ANAStates are the port's initial ANA group states, as a listener's (see
+	// target.PortConfig.ANAStates); target.Port.SetANAState changes them.
+	ANAStates [conf.MaxANAGroup + 1]conf.ANAState
 }
 
 var portSeq atomic.Int64
@@ -112,6 +116,7 @@ func New(t *target.Target, o Options) (*Port, error) {
 	tp, err := t.AddPort(target.PortConfig{
 		TrType: target.TrTypeLoop, AdrFam: target.AdrFamIntraHost, TrAddr: name, TrSvcID: "",
 		Advertise: o.Advertise, Keyed: true, InCapsuleDataSize: t.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: msdbd,
+		ANAStates: o.ANAStates,
 	})
 	if err != nil {
 		return nil, err
