@@ -188,6 +188,7 @@ func (tr *Transport) Listen(l conf.Listener) (*Listener, error) {
 		TrAddr: ip.WithZone("").String(), TrSvcID: strconv.Itoa(int(lis.addr.Port())),
 		Advertise: true, Keyed: true, InCapsuleDataSize: tr.t.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: tr.opts.msdbd,
 		RDMAQPType: 1, RDMAProviderType: 1, RDMACMS: 1,
+		ANAStates: l.ANAStates,
 	})
 	if err != nil {
 		id.Close()

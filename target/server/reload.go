@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -25,7 +26,10 @@ import (
 //  4. subsystems stop requiring authentication, allowed hosts change (hosts taken off
 //     a list are disconnected), subsystems start requiring authentication, namespaces'
 //     write protection changes, namespaces grow to a larger size;
-//  5. entries gone from the hosts section are removed, listeners that are gone stop
+//  5. listeners' ANA group states change (a group set before and no longer listed goes
+//     back to optimized), states that serve I/O first (optimized, then non-optimized),
+//     so that a switchover within one target never leaves a group without a path;
+//  6. entries gone from the hosts section are removed, listeners that are gone stop
 //     (their queues are disconnected).
 //
 // Host key and auth_required changes apply as SetHostKeys and SetAuthRequired do: to
@@ -114,9 +118,10 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 
-	var add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, rmKeys, rmLis []step
+	var add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis []step
 	// Listeners.
 	if s.tr != nil {
+		ana = s.anaSteps(cur, next)
 		for _, l := range next.Listeners {
 			if !slices.ContainsFunc(cur.Listeners, func(x conf.Listener) bool { return sameListener(x, l) }) {
 				add = append(add, step{what: fmt.Sprintf("add listener %s %s port %d", l.Transport, l.Address, l.Port),
@@ -249,7 +254,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	var steps []step
-	for _, group := range [][]step{add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, rmKeys, rmLis} {
+	for _, group := range [][]step{add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis} {
 		steps = append(steps, group...)
 	}
 	return steps, nil
@@ -294,6 +299,44 @@ func hostDiff(a, b conf.Host) string {
 		d = append(d, fmt.Sprintf("dhchap_dhgroups %v → %v", x, y))
 	}
 	return strings.Join(d, ", ")
+}
+
+// anaSteps are the ANA state changes of the listeners served in both cur and next,
+// those to states that serve I/O first.
+func (s *Server) anaSteps(cur, next *conf.Config) []step {
+	type change struct {
+		rank int // of the new state: optimized 0, non-optimized 1, change 2, ...
+		st   step
+	}
+	var changes []change
+	for _, nl := range next.Listeners {
+		i := slices.IndexFunc(cur.Listeners, func(x conf.Listener) bool { return sameListener(x, nl) })
+		if i < 0 {
+			continue // a new listener starts with its states
+		}
+		cl := cur.Listeners[i]
+		ip, err := netip.ParseAddr(cl.Address)
+		if err != nil {
+			continue // not reachable: both are resolved
+		}
+		addr := netip.AddrPortFrom(ip, cl.Port)
+		for g := uint32(1); g <= conf.MaxANAGroup; g++ {
+			from, to := cl.State(g), nl.State(g)
+			if from == to {
+				continue
+			}
+			rank := slices.Index([]conf.ANAState{conf.ANAOptimized, conf.ANANonOptimized, conf.ANAChange, conf.ANAInaccessible, conf.ANAPersistentLoss}, to)
+			changes = append(changes, change{rank, step{what: fmt.Sprintf("listener %s %s port %d: ANA group %d %s → %s", cl.Transport, cl.Address, cl.Port, g, from, to),
+				do:   func() error { return s.setANAState(addr, g, to) },
+				undo: func() error { return s.setANAState(addr, g, from) }}})
+		}
+	}
+	slices.SortStableFunc(changes, func(a, b change) int { return a.rank - b.rank })
+	steps := make([]step, len(changes))
+	for i, c := range changes {
+		steps[i] = c.st
+	}
+	return steps
 }
 
 // identityChange says which field makes b another namespace than a ("" when it is the

@@ -18,7 +18,8 @@
 // from the target and resolve nothing themselves. Changes at run time go through the
 // Server or its Target and are validated by the conf package against the running
 // configuration before anything changes — subsystems, namespaces and hosts by the target's
-// methods (AddSubsystem, AddNamespace, SetAllowedHosts, ...), listeners by AddListener —
+// methods (AddSubsystem, AddNamespace, SetAllowedHosts, ...), listeners by AddListener,
+// ANA states by SetANAState —
 // so Config always describes exactly what is served and reads back through conf.Parse.
 // The Server's own operations (manage.go: the target's, plus AddListener and
 // RemoveListener) are serialized with one another and with Reload, which applies a new
@@ -33,6 +34,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/gonvmf/gonvmf/conf"
@@ -172,7 +174,7 @@ func (s *Server) RemoveListener(l conf.Listener) error {
 	return s.removeListener(l)
 }
 
-// ErrNoSuchListener: RemoveListener of a listener that is not being served.
+// ErrNoSuchListener: RemoveListener or SetANAState of a listener that is not being served.
 var ErrNoSuchListener = errors.New("server: no such listener")
 
 func (s *Server) removeListener(l conf.Listener) error {
@@ -215,6 +217,59 @@ func sameListener(a, b conf.Listener) bool {
 	return x.Unmap() == y.Unmap()
 }
 
+// portLocked finds the target port of the listener served at addr: the listener's
+// configured address and port, or the address it listens on (for port 0). Called with
+// s.mu held.
+func (s *Server) portLocked(addr netip.AddrPort) *target.Port {
+	for _, l := range s.listeners {
+		ip, err := netip.ParseAddr(l.cfg.Address)
+		if err == nil && netip.AddrPortFrom(ip.Unmap(), l.cfg.Port) == netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()) ||
+			l.lis.Addr() == addr {
+			return l.lis.Port()
+		}
+	}
+	return nil
+}
+
+// SetANAState sets the ANA state of group (1..conf.MaxANAGroup) on the listener served at
+// listener (its address and port as configured, e.g. 10.99.0.1:4420). Hosts connected
+// through it get an ANA Change event and reread the ANA log; their I/O for the
+// namespaces of that group is served or refused by the new state from the next command
+// on. Config shows the new state. ErrNoSuchListener when no listener is served there.
+func (s *Server) SetANAState(listener netip.AddrPort, group uint32, state conf.ANAState) error {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.setANAState(listener, group, state)
+}
+
+func (s *Server) setANAState(listener netip.AddrPort, group uint32, state conf.ANAState) error {
+	s.mu.Lock()
+	closed := s.closed
+	p := s.portLocked(listener)
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case p == nil:
+		return fmt.Errorf("%w: %v (served: %s)", ErrNoSuchListener, listener, s.listenerList())
+	}
+	return p.SetANAState(group, state)
+}
+
+// listenerList names the listeners being served, for error messages.
+func (s *Server) listenerList() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for _, l := range s.listeners {
+		names = append(names, fmt.Sprintf("%s:%d", l.cfg.Address, l.cfg.Port))
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
 // Target returns the running target: its subsystems, namespaces and hosts can be changed
 // at run time (see target.Target), and those changes show in Config.
 func (s *Server) Target() *target.Target { return s.t }
@@ -234,7 +289,9 @@ func (s *Server) configLocked() *conf.Config {
 	if s.tr != nil {
 		c.Listeners = c.Listeners[:0]
 		for _, l := range s.listeners {
-			c.Listeners = append(c.Listeners, l.cfg)
+			lc := l.cfg
+			lc.ANAStates = l.lis.Port().ANAStates() // as changed since (SetANAState)
+			c.Listeners = append(c.Listeners, lc)
 		}
 	}
 	return c

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/rdmacm/rdmatest"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
@@ -328,5 +330,94 @@ func TestLoopShutdownReportsSyncFailure(t *testing.T) {
 	}
 	if f.Syncs() != 1 {
 		t.Errorf("%d syncs at shutdown, want 1", f.Syncs())
+	}
+}
+
+// anaStates reads the ANA log page through the listener at p and returns each group's
+// state.
+func anaStates(t *testing.T, ip netip.Addr, p uint16) map[uint32]nvmeproto.ANAState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportRDMA, Addr: ip.String(), Port: int(p),
+		SubNQN: subNQN, Logger: quiet, Queues: 1})
+	if err != nil {
+		t.Fatalf("connecting to port %d: %v", p, err)
+	}
+	defer c.Close()
+	b := make([]byte, 4096)
+	if err := c.GetLogPage(ctx, nvmeproto.LIDANA, nvmeproto.NSIDAll, 0, b); err != nil {
+		t.Fatalf("ANA log through port %d: %v", p, err)
+	}
+	var l nvmeproto.ANALog
+	if err := l.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint32]nvmeproto.ANAState{}
+	for _, g := range l.Groups {
+		out[g.GroupID] = g.State
+	}
+	return out
+}
+
+// TestRDMAServerANA: each listener starts with its configured ANA states; SetANAState
+// and Reload change them per listener, Config shows them, and hosts read them from the
+// ANA log of the listener they connected through.
+func TestRDMAServerANA(t *testing.T) {
+	ip := rdmatest.RequireAddr(t)
+	port := uint16(4950 + time.Now().Unix()%40)
+	cfg := config(ip.String(), port)
+	cfg.Listeners = append(cfg.Listeners, conf.Listener{Address: ip.String(), Port: port + 100})
+	cfg.Listeners[1].ANAStates[1] = conf.ANAInaccessible
+	s, err := server.New(cfg, server.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := netip.AddrPortFrom(ip, port)
+	if got := anaStates(t, ip, port); got[1] != nvmeproto.ANAOptimized {
+		t.Errorf("listener A: %v", got)
+	}
+	if got := anaStates(t, ip, port+100); got[1] != nvmeproto.ANAInaccessible {
+		t.Errorf("listener B: %v", got)
+	}
+
+	// Fail over: A inaccessible, B optimized.
+	if err := s.SetANAState(a, 1, conf.ANAInaccessible); err != nil {
+		t.Fatal(err)
+	}
+	next := cfg.Clone()
+	next.Listeners[1].ANAStates[1] = conf.ANAOptimized
+	next.Listeners[1].ANAStates[4] = conf.ANAChange
+	if err := next.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	changes, err := s.Reload(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A goes back to its configured (default) optimized; B's group 1 becomes optimized and
+	// group 4 enters change: states that serve I/O first.
+	lis := func(p uint16) string { return fmt.Sprintf("listener rdma %s port %d", ip, p) }
+	want := []string{lis(port) + ": ANA group 1 inaccessible → optimized", lis(port+100) + ": ANA group 1 inaccessible → optimized",
+		lis(port+100) + ": ANA group 4 optimized → change"}
+	if !reflect.DeepEqual(changes, want) {
+		t.Errorf("Reload changes %q, want %q", changes, want)
+	}
+	if err := s.SetANAState(a, 1, conf.ANAInaccessible); err != nil {
+		t.Fatal(err)
+	}
+	if got := anaStates(t, ip, port); got[1] != nvmeproto.ANAInaccessible {
+		t.Errorf("listener A after the switch: %v", got)
+	}
+	if got := anaStates(t, ip, port+100); got[1] != nvmeproto.ANAOptimized || got[4] != nvmeproto.ANAChange {
+		t.Errorf("listener B after the switch: %v", got)
+	}
+	rc := s.Config()
+	if rc.Listeners[0].State(1) != conf.ANAInaccessible || rc.Listeners[1].State(1) != conf.ANAOptimized || rc.Listeners[1].State(4) != conf.ANAChange {
+		t.Errorf("running configuration:\n%s", rc)
+	}
+	if err := s.SetANAState(netip.AddrPortFrom(ip, port+7), 1, conf.ANAOptimized); !errors.Is(err, server.ErrNoSuchListener) {
+		t.Errorf("SetANAState on a listener not served: %v", err)
 	}
 }
