@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/dustin/go-humanize"
 	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/urfave/cli/v2"
 )
 
@@ -16,7 +18,8 @@ func identifyCommand() *cli.Command {
 		Usage:     "connect to a controller and print its Identify Controller data and namespaces",
 		UsageText: "gonvmf identify -t rdma -a ADDRESS [-s PORT] -n NQN [--hostnqn NQN] [--nsid N] [--json]\n   gonvmf identify -t loop --config FILE [-n NQN]",
 		Description: `identify connects to the controller of subsystem NQN (-n), prints the key fields of
-Identify Controller as nvme id-ctrl names them, then every active namespace (or only
+Identify Controller as nvme id-ctrl names them, the ANA group states this controller
+reports (its listener's, from the ANA log page), then every active namespace (or only
 --nsid) with its size, LBA formats and identifiers as nvme id-ns does, and disconnects
 (shutting the controller down). --json prints the same as one JSON object.`,
 		Flags: append(fabricsFlags(" (with -t loop: default the configuration's first subsystem)"),
@@ -42,10 +45,14 @@ Identify Controller as nvme id-ctrl names them, then every active namespace (or 
 				}
 				nss = []*initiator.Namespace{ns}
 			}
-			if c.Bool("json") {
-				return printIdentifyJSON(c.App.Writer, s.ctrl, nss)
+			groups, err := anaGroups(ctx, s.ctrl)
+			if err != nil {
+				return cli.Exit(err.Error(), exitFailure)
 			}
-			printIdentify(c.App.Writer, s.ctrl, nss)
+			if c.Bool("json") {
+				return printIdentifyJSON(c.App.Writer, s.ctrl, groups, nss)
+			}
+			printIdentify(c.App.Writer, s.ctrl, groups, nss)
 			return nil
 		},
 	}
@@ -71,7 +78,8 @@ func ctrlFields(c *initiator.Controller) []field {
 		decf("rtd3r", id.RTD3R), decf("rtd3e", id.RTD3E), hexf("oaes", id.OAES), hexf("ctratt", id.CTRATT),
 		decf("cntrltype", id.CNTRLTYPE), hexf("oacs", id.OACS), decf("acl", id.ACL), decf("aerl", id.AERL),
 		hexf("frmw", id.FRMW), hexf("lpa", id.LPA), decf("elpe", id.ELPE), decf("npss", id.NPSS),
-		decf("kas", id.KAS), hexf("sqes", id.SQES), hexf("cqes", id.CQES), decf("maxcmd", id.MAXCMD),
+		decf("kas", id.KAS), decf("anatt", id.ANATT), decf("anacap", id.ANACAP), decf("anagrpmax", id.ANAGRPMAX),
+		decf("nanagrpid", id.NANAGRPID), hexf("sqes", id.SQES), hexf("cqes", id.CQES), decf("maxcmd", id.MAXCMD),
 		decf("nn", id.NN), hexf("oncs", id.ONCS), hexf("fuses", id.FUSES), hexf("fna", id.FNA), hexf("vwc", id.VWC),
 		decf("awun", id.AWUN), decf("awupf", id.AWUPF), hexf("sgls", id.SGLS), decf("mnan", id.MNAN),
 		strf("subnqn", id.SubNQN), decf("ioccsz", id.IOCCSZ), decf("iorcsz", id.IORCSZ), decf("icdoff", id.ICDOFF),
@@ -96,7 +104,30 @@ func nsFields(ns *initiator.Namespace) []field {
 	return f
 }
 
-func printIdentify(w io.Writer, c *initiator.Controller, nss []*initiator.Namespace) {
+// anaGroups reads the ANA log page of a controller that reports ANA (CMIC bit 3): the
+// state of each ANA group through this controller, with its namespaces. It reads the
+// largest log the controller can have, as the Linux host does.
+func anaGroups(ctx context.Context, c *initiator.Controller) ([]nvmeproto.ANAGroupDescriptor, error) {
+	id := c.Identify()
+	if c.IsDiscovery() || id.CMIC&nvmeproto.CMICANA == 0 {
+		return nil, nil
+	}
+	n := nvmeproto.ANALogHeaderSize + int(id.NANAGRPID)*nvmeproto.ANAGroupDescriptorSize + 4*int(id.MNAN)
+	if n > 1<<20 {
+		return nil, fmt.Errorf("identify: NANAGRPID %d and MNAN %d make an ANA log of %d bytes; not reading it", id.NANAGRPID, id.MNAN, n)
+	}
+	b := make([]byte, (n+3)&^3)
+	if err := c.GetLogPage(ctx, nvmeproto.LIDANA, nvmeproto.NSIDAll, 0, b); err != nil {
+		return nil, fmt.Errorf("identify: reading the ANA log: %w", err)
+	}
+	var l nvmeproto.ANALog
+	if err := l.Unmarshal(b); err != nil {
+		return nil, fmt.Errorf("identify: %w", err)
+	}
+	return l.Groups, nil
+}
+
+func printIdentify(w io.Writer, c *initiator.Controller, groups []nvmeproto.ANAGroupDescriptor, nss []*initiator.Namespace) {
 	fmt.Fprintf(w, "NVME Identify Controller:\n")
 	for _, f := range ctrlFields(c) {
 		fmt.Fprintf(w, "%-10s: %s\n", f.name, f.text)
@@ -104,6 +135,9 @@ func printIdentify(w io.Writer, c *initiator.Controller, nss []*initiator.Namesp
 	fmt.Fprintf(w, "\nController %d: CAP %v, version %v, %d I/O queue(s) of %d, max transfer %s, in-capsule data %s, keep alive %v\n",
 		c.ID(), c.CAP(), c.Version(), c.IOQueues(), ioDepthOf(c), humanize.IBytes(uint64(c.MaxTransferSize())),
 		humanize.IBytes(uint64(c.InCapsuleDataSize())), c.KeepAliveTimeout())
+	for _, g := range groups {
+		fmt.Fprintf(w, "ANA group %d: %v, namespaces %v\n", g.GroupID, g.State, g.NSIDs)
+	}
 	for _, ns := range nss {
 		id := ns.Identify()
 		fmt.Fprintf(w, "\nNVME Identify Namespace %d:\n", ns.NSID)
@@ -139,12 +173,17 @@ func fieldMap(fs []field) map[string]any {
 	return m
 }
 
-func printIdentifyJSON(w io.Writer, c *initiator.Controller, nss []*initiator.Namespace) error {
+func printIdentifyJSON(w io.Writer, c *initiator.Controller, groups []nvmeproto.ANAGroupDescriptor, nss []*initiator.Namespace) error {
 	type lbaf struct {
 		MS    uint16 `json:"ms"`
 		LBADS uint8  `json:"ds"`
 		RP    uint8  `json:"rp"`
 		InUse bool   `json:"in_use"`
+	}
+	type anaOut struct {
+		Group uint32   `json:"group"`
+		State string   `json:"state"`
+		NSIDs []uint32 `json:"nsids"`
 	}
 	type nsOut struct {
 		NSID      uint32         `json:"nsid"`
@@ -163,10 +202,14 @@ func printIdentifyJSON(w io.Writer, c *initiator.Controller, nss []*initiator.Na
 		MaxXfer    int            `json:"max_transfer_bytes"`
 		InCapsule  int            `json:"in_capsule_data_bytes"`
 		KATOms     int64          `json:"kato_ms"`
+		ANAGroups  []anaOut       `json:"ana_groups"`
 		Namespaces []nsOut        `json:"namespaces"`
 	}{Controller: fieldMap(ctrlFields(c)), CAP: fmt.Sprintf("%#x", uint64(c.CAP())), Version: c.Version().String(),
 		IOQueues: c.IOQueues(), QueueSize: ioDepthOf(c), MaxXfer: c.MaxTransferSize(), InCapsule: c.InCapsuleDataSize(),
-		KATOms: c.KeepAliveTimeout().Milliseconds(), Namespaces: []nsOut{}}
+		KATOms: c.KeepAliveTimeout().Milliseconds(), ANAGroups: []anaOut{}, Namespaces: []nsOut{}}
+	for _, g := range groups {
+		out.ANAGroups = append(out.ANAGroups, anaOut{g.GroupID, g.State.String(), append([]uint32{}, g.NSIDs...)})
+	}
 	for _, ns := range nss {
 		id := ns.Identify()
 		n := nsOut{NSID: ns.NSID, SizeBytes: ns.Size(), BlockSize: ns.BlockSize(), Blocks: ns.Blocks(), Identify: fieldMap(nsFields(ns))}

@@ -136,7 +136,8 @@ func TestDiscoverIdentifyLoop(t *testing.T) {
 	}
 	code, out, errOut = gonvmf(t, "--log-level", "warn", "identify", "-t", "loop", "-c", cfg)
 	for _, want := range []string{"NVME Identify Controller:", "subnqn    : nqn.2024-01.io.gonvmf:perf", "NVME Identify Namespace 1:",
-		"lbaf  0 : ms:0   lbads:9  rp:0x0 (in use)", "Namespace 1: 32 MiB (65536 blocks of 512 bytes)", "uuid      : "} {
+		"lbaf  0 : ms:0   lbads:9  rp:0x0 (in use)", "Namespace 1: 32 MiB (65536 blocks of 512 bytes)", "uuid      : ",
+		"cmic      : 0xb", "anatt     : 10", "ANA group 1: optimized, namespaces [1]"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("identify: exit %d, output lacks %q\n%s\n%s", code, want, out, errOut)
 		}
@@ -144,13 +145,19 @@ func TestDiscoverIdentifyLoop(t *testing.T) {
 	code, out, _ = gonvmf(t, "--log-level", "warn", "identify", "-t", "loop", "-c", cfg, "--json")
 	var id struct {
 		Controller map[string]any `json:"controller"`
+		ANAGroups  []struct {
+			Group uint32   `json:"group"`
+			State string   `json:"state"`
+			NSIDs []uint32 `json:"nsids"`
+		} `json:"ana_groups"`
 		Namespaces []struct {
 			NSID      uint32 `json:"nsid"`
 			SizeBytes int64  `json:"size_bytes"`
 		} `json:"namespaces"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &id) != nil || id.Controller["subnqn"] != "nqn.2024-01.io.gonvmf:perf" ||
-		len(id.Namespaces) != 1 || id.Namespaces[0].SizeBytes != 32<<20 {
+		len(id.Namespaces) != 1 || id.Namespaces[0].SizeBytes != 32<<20 ||
+		len(id.ANAGroups) != 1 || id.ANAGroups[0].State != "optimized" || len(id.ANAGroups[0].NSIDs) != 1 {
 		t.Errorf("identify --json: exit %d\n%s", code, out)
 	}
 }
