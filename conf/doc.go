@@ -37,6 +37,13 @@
 //     version-5 UUID in gonvmf's own UUID namespace, and SHA-256 hashes in separate domains
 //     for the NGUID and EUI-64 — so they survive restarts and moves between machines, and a
 //     host (multipath, udev's /dev/disk/by-id, blktests) keeps recognising the namespace.
+//   - subsystems[].cntlid_min 1, cntlid_max 0xFFEF: every controller ID NVMe allows (the
+//     Linux target's defaults); two targets serving one subsystem split the range.
+//   - namespaces[].ana_group 1, listeners[].ana_states every group optimized: a target
+//     that is the only path to its namespaces reports them as the Linux target does by
+//     default (group 1, optimized).
+//   - namespaces[].shared false: a backing file is locked exclusively and a block device
+//     opened with O_EXCL, so a second target cannot open it by mistake.
 //   - transport.queue_depth 128: the Linux host's default I/O queue size; 16..1024 is the
 //     range the Linux host accepts. The admin queue is always 32 entries (what hosts use).
 //   - transport.in_capsule_data_size 8 KiB: 4 KiB and 8 KiB writes travel inside the
