@@ -30,7 +30,7 @@ import (
 func ctlCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "ctl",
-		Usage: "change and inspect a running gonvmf serve (subsystems, namespaces, hosts and their keys, listeners, controllers, statistics)",
+		Usage: "change and inspect a running gonvmf serve (subsystems, namespaces, hosts and their keys, listeners, ANA states, controllers, statistics)",
 		Description: `ctl talks to the control API of a running gonvmf serve: on its Unix socket
 (control.socket in its configuration, /run/gonvmf/gonvmf.sock by default; root only), or
 over TCP with mutual TLS when the target serves that. Every change is atomic: it applies
@@ -44,6 +44,7 @@ namespace changes without reconnecting, and discovery log changes as they happen
   gonvmf ctl ns reopen nqn.2024-01.com.example:vol7 1      # after a failed sync (STATE failed in ns ls)
   gonvmf ctl host deny nqn.2024-01.com.example:vol7 <host NQN>
   nvme gen-dhchap-key --nqn <host NQN> | gonvmf ctl host key set <host NQN> --dhchap-secret -
+  gonvmf ctl ana set 10.99.0.1 4421 1 optimized
   gonvmf ctl ctrl ls
   gonvmf ctl save > /etc/gonvmf/target.yaml
 
@@ -66,6 +67,8 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("add", "add a subsystem with its hosts and namespaces", "NQN", ctlSubsystemAdd,
 					&cli.StringFlag{Name: "serial", Usage: "Identify serial `SN` (default: derived from the NQN)"},
 					&cli.StringFlag{Name: "model", Usage: "Identify model `MN` (default: gonvmf)"},
+					&cli.UintFlag{Name: "cntlid-min", Usage: "lowest controller `ID` handed out (default 1; two targets serving one subsystem need disjoint ranges)"},
+					&cli.UintFlag{Name: "cntlid-max", Usage: "highest controller `ID` handed out (default 65519)"},
 					&cli.BoolFlag{Name: "allow-any-host", Usage: "let every host connect"},
 					&cli.BoolFlag{Name: "auth-required", Usage: "admit only hosts that authenticate (DH-HMAC-CHAP keys: see host key set)"},
 					&cli.StringSliceFlag{Name: "host", Usage: "host `NQN` allowed to connect (repeat for more)"},
@@ -85,7 +88,9 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 					&cli.BoolFlag{Name: "read-only", Usage: "write-protect the namespace"},
 					&cli.StringFlag{Name: "uuid", Usage: "namespace `UUID` (default: derived)"},
 					&cli.StringFlag{Name: "nguid", Usage: "namespace `NGUID` (default: derived)"},
-					&cli.StringFlag{Name: "eui64", Usage: "namespace `EUI64` (default: derived)"}),
+					&cli.StringFlag{Name: "eui64", Usage: "namespace `EUI64` (default: derived)"},
+					&cli.UintFlag{Name: "ana-group", Usage: "the namespace's ANA `GROUP`, 1..128 (default 1)"},
+					&cli.BoolFlag{Name: "shared", Usage: "another target may open the same file or device (high availability)"}),
 				leaf("rm", "remove a namespace (waits for its commands in flight)", "NQN NSID", ctlNsRm),
 				leaf("resize", "grow a namespace to SIZE, or without SIZE take its file's or device's current size", "NQN NSID [SIZE]", ctlNsResize),
 				leaf("ro", "write-protect a namespace (on) or lift the protection (off)", "NQN NSID on|off", ctlNsRO),
@@ -114,6 +119,10 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("ls", "list the listeners", "", ctlListenerLs),
 				leaf("add", "listen on another address (port 4420 unless given)", "ADDRESS [PORT]", ctlListenerAdd),
 				leaf("rm", "stop a listener; the queues connected through it are disconnected", "ADDRESS [PORT]", ctlListenerRm),
+			}},
+			{Name: "ana", Usage: "list and set the ANA group states each listener reports", Subcommands: []*cli.Command{
+				leaf("ls", "list each listener's ANA group states (groups not listed are optimized)", "", ctlANALs),
+				leaf("set", "set the state of an ANA group on a listener (port 4420 unless given): optimized, non-optimized, inaccessible, persistent-loss or change; its hosts follow at once", "ADDRESS [PORT] GROUP STATE", ctlANASet),
 			}},
 			{Name: "ctrl", Aliases: []string{"controller"}, Usage: "list the connected controllers", Subcommands: []*cli.Command{
 				leaf("ls", "list controllers (of one subsystem, or all): host, address, queues, keep-alive, connected since", "[NQN]", ctlCtrlLs),
@@ -324,6 +333,18 @@ func ctlSubsystemAdd(x *ctlCtx) error {
 	if v := x.c.String("model"); v != "" {
 		cs.Model = v
 	}
+	for _, f := range []struct {
+		name string
+		dst  *uint16
+	}{{"cntlid-min", &cs.CNTLIDMin}, {"cntlid-max", &cs.CNTLIDMax}} {
+		if x.c.IsSet(f.name) {
+			v := x.c.Uint(f.name)
+			if v < conf.MinCNTLID || v > conf.MaxCNTLID {
+				return usageError("--%s %d: use %d..%d", f.name, v, conf.MinCNTLID, conf.MaxCNTLID)
+			}
+			*f.dst = uint16(v)
+		}
+	}
 	if x.c.Bool("allow-any-host") {
 		cs.AllowAnyHost = true
 	}
@@ -476,7 +497,8 @@ func ctlNsAdd(x *ctlCtx) error {
 		return usageError("--nsid and --backend are required: gonvmf ctl ns add NQN --nsid N --backend file|block|null|memory [--path P] [--size S] ...")
 	}
 	n := &pb.Namespace{Nsid: uint32(c.Uint("nsid")), Backend: c.String("backend"), Path: absPath(".", c.String("path")),
-		LbaSize: uint32(c.Uint("lba-size")), ReadOnly: c.Bool("read-only"), Uuid: c.String("uuid"), Nguid: c.String("nguid"), Eui64: c.String("eui64")}
+		LbaSize: uint32(c.Uint("lba-size")), ReadOnly: c.Bool("read-only"), Uuid: c.String("uuid"), Nguid: c.String("nguid"), Eui64: c.String("eui64"),
+		AnaGroup: uint32(c.Uint("ana-group")), Shared: c.Bool("shared")}
 	if s := c.String("size"); s != "" {
 		sz, err := conf.ParseSize(s)
 		if err != nil {
@@ -902,6 +924,59 @@ func ctlListenerRm(x *ctlCtx) error {
 	}
 	return x.print(r, func(w io.Writer) {
 		fmt.Fprintf(w, "stopped listening on %s\n", strings.Join(x.c.Args().Slice(), " port "))
+	})
+}
+
+// --- ANA ---
+
+func ctlANALs(x *ctlCtx) error {
+	if _, err := x.args(0, 0); err != nil {
+		return err
+	}
+	r, err := x.cl.ListListeners(x.ctx, &pb.ListListenersRequest{})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		var rows [][]string
+		for _, l := range r.Listeners {
+			lis := []string{l.Transport, l.Address, strconv.Itoa(int(l.Port))}
+			rows = append(rows, append(lis, "*", "optimized"))
+			for _, a := range l.AnaStates {
+				rows = append(rows, append(lis, strconv.Itoa(int(a.Group)), a.State))
+			}
+		}
+		table(w, "TRANSPORT\tADDRESS\tPORT\tGROUP\tSTATE", rows)
+	})
+}
+
+func ctlANASet(x *ctlCtx) error {
+	a, err := x.args(3, 4)
+	if err != nil {
+		return err
+	}
+	l := &pb.Listener{Address: a[0]}
+	if len(a) == 4 {
+		p, err := strconv.ParseUint(a[1], 10, 16)
+		if err != nil || p == 0 {
+			return usageError("%q is not a port; use 1..65535", a[1])
+		}
+		l.Port = uint32(p)
+		a = append(a[:1], a[2:]...)
+	}
+	g, err := strconv.ParseUint(a[1], 10, 32)
+	if err != nil || g == 0 || g > conf.MaxANAGroup {
+		return usageError("%q is not an ANA group; use 1..%d", a[1], conf.MaxANAGroup)
+	}
+	if _, err := conf.ParseANAState(a[2]); err != nil {
+		return usageError("%v", err)
+	}
+	r, err := x.cl.SetANAState(x.ctx, &pb.SetANAStateRequest{Listener: l, Group: uint32(g), State: a[2]})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "%s %s port %d: ANA group %d %s\n", r.Transport, r.Address, r.Port, g, a[2])
 	})
 }
 

@@ -158,6 +158,34 @@ func TestCtl(t *testing.T) {
 	contains("listener ls", out, "rdma", "10.99.0.1", "4420")
 	_, errOut = ctl(1, "listener", "add", "10.99.0.2")
 	contains("listener add on a loop target", errOut, "in-process")
+	out, _ = ctl(0, "ana", "ls")
+	contains("ana ls", out, "GROUP", "STATE", "10.99.0.1", "*", "optimized")
+	_, errOut = ctl(1, "ana", "set", "10.99.0.1", "1", "inaccessible")
+	contains("ana set on a loop target", errOut, "no such listener: 10.99.0.1:4420")
+	_, errOut = ctl(2, "ana", "set", "10.99.0.1", "4421", "200", "inaccessible")
+	contains("ana set group 200", errOut, `"200" is not an ANA group; use 1..128`)
+	_, errOut = ctl(2, "ana", "set", "10.99.0.1", "1", "standby")
+	contains("ana set standby", errOut, `"standby" is not an ANA state`)
+	_, errOut = ctl(2, "ana", "set", "10.99.0.1", "1")
+	contains("ana set without a state", errOut, "usage: gonvmf ctl ana set ADDRESS [PORT] GROUP STATE")
+	out, _ = ctl(0, "ns", "add", two, "--nsid", "5", "--backend", "null", "--size", "1MiB", "--ana-group", "9", "--json")
+	var added struct {
+		AnaGroup uint32 `json:"ana_group"`
+	}
+	if err := json.Unmarshal([]byte(out), &added); err != nil || added.AnaGroup != 9 {
+		t.Errorf("ns add --ana-group 9: %v\n%s", err, out)
+	}
+	out, _ = ctl(0, "subsystem", "add", "nqn.2024-01.io.gonvmf:ctl-three", "--allow-any-host", "--cntlid-min", "100", "--cntlid-max", "200", "--json")
+	var three struct {
+		Min uint32 `json:"cntlid_min"`
+		Max uint32 `json:"cntlid_max"`
+	}
+	if err := json.Unmarshal([]byte(out), &three); err != nil || three.Min != 100 || three.Max != 200 {
+		t.Errorf("subsystem add --cntlid-min 100 --cntlid-max 200: %v\n%s", err, out)
+	}
+	_, errOut = ctl(2, "subsystem", "add", "nqn.2024-01.io.gonvmf:ctl-four", "--allow-any-host", "--cntlid-max", "70000")
+	contains("subsystem add --cntlid-max 70000", errOut, "--cntlid-max 70000: use 1..65519")
+	ctl(0, "subsystem", "rm", "nqn.2024-01.io.gonvmf:ctl-three")
 	out, _ = ctl(0, "ctrl", "ls")
 	contains("ctrl ls", out, "SUBSYSTEM", "CNTLID", "CONNECTED")
 	out, _ = ctl(0, "stats")

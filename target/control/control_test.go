@@ -202,14 +202,23 @@ func TestControlAPI(t *testing.T) {
 	wantCode(t, "deny on allow-any", err, codes.FailedPrecondition, "allows any host")
 	_, err = cl.AddListener(c, &pb.AddListenerRequest{Listener: &pb.Listener{Address: "10.99.0.2"}})
 	wantCode(t, "listener in loop mode", err, codes.FailedPrecondition, "in-process")
+	_, err = cl.SetANAState(c, &pb.SetANAStateRequest{Listener: &pb.Listener{Address: "10.99.0.1"}, Group: 1, State: "inaccessible"})
+	wantCode(t, "ANA state of a listener not served", err, codes.NotFound, "no such listener: 10.99.0.1:4420")
+	_, err = cl.SetANAState(c, &pb.SetANAStateRequest{Listener: &pb.Listener{Address: "10.99.0.1"}, Group: 129, State: "inaccessible"})
+	wantCode(t, "ANA group 129", err, codes.InvalidArgument, "ANA group 129 is not a group ID; use 1..128")
+	_, err = cl.SetANAState(c, &pb.SetANAStateRequest{Listener: &pb.Listener{Address: "10.99.0.1"}, Group: 1, State: "standby"})
+	wantCode(t, "ANA state standby", err, codes.InvalidArgument, `"standby" is not an ANA state`)
+	_, err = cl.AddListener(c, &pb.AddListenerRequest{Listener: &pb.Listener{Address: "10.99.0.2", AnaStates: []*pb.ANAGroupState{{Group: 0, State: "optimized"}}}})
+	wantCode(t, "listener with ANA group 0", err, codes.InvalidArgument, "ANA group 0 is not a group ID")
 
 	// Subsystems and hosts.
 	sub, err := cl.AddSubsystem(c, &pb.AddSubsystemRequest{Subsystem: &pb.Subsystem{Nqn: twoNQN, Model: "ctl-test", Hosts: []string{hostNQN},
-		Namespaces: []*pb.Namespace{{Nsid: 1, Backend: "null", Size: 1 << 30, LbaSize: 4096}}}})
+		CntlidMin: 0x8000, Namespaces: []*pb.Namespace{{Nsid: 1, Backend: "null", Size: 1 << 30, LbaSize: 4096, AnaGroup: 7}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sub.Serial != conf.DeriveSerial(twoNQN) || len(sub.Namespaces) != 1 || sub.Namespaces[0].Blocks != 1<<30/4096 {
+	if sub.Serial != conf.DeriveSerial(twoNQN) || len(sub.Namespaces) != 1 || sub.Namespaces[0].Blocks != 1<<30/4096 ||
+		sub.CntlidMin != 0x8000 || sub.CntlidMax != conf.MaxCNTLID || sub.Namespaces[0].AnaGroup != 7 {
 		t.Errorf("added subsystem %v", sub)
 	}
 	h2 := host(t, s, twoNQN, nil)
@@ -450,5 +459,24 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestListenerANAConversion: a listener's ANA states survive the trip to the API and
+// back; bad groups and states are errors naming them.
+func TestListenerANAConversion(t *testing.T) {
+	l := conf.Listener{Transport: "rdma", Address: "10.99.0.1", Port: 4421}
+	l.ANAStates[1], l.ANAStates[40] = conf.ANAInaccessible, conf.ANAChange
+	pl := control.ListenerToPB(l)
+	if len(pl.AnaStates) != 2 || pl.AnaStates[0].Group != 1 || pl.AnaStates[0].State != "inaccessible" || pl.AnaStates[1].Group != 40 {
+		t.Errorf("ListenerToPB: %v", pl)
+	}
+	back, err := control.ListenerFromPB(pl)
+	if err != nil || back != l {
+		t.Errorf("ListenerFromPB: %+v %v", back, err)
+	}
+	pl.AnaStates[1].State = "sideways"
+	if _, err := control.ListenerFromPB(pl); err == nil || !strings.Contains(err.Error(), `ANA group 40: "sideways" is not an ANA state`) {
+		t.Errorf("ListenerFromPB with a bad state: %v", err)
 	}
 }

@@ -15,7 +15,8 @@ func NamespaceFromPB(n *pb.Namespace) (conf.Namespace, error) {
 	if n == nil {
 		return conf.Namespace{}, fmt.Errorf("namespace: missing")
 	}
-	ns := conf.Namespace{NSID: n.Nsid, Backend: n.Backend, Path: n.Path, Size: conf.Size(n.Size), LBASize: n.LbaSize, ReadOnly: n.ReadOnly}
+	ns := conf.Namespace{NSID: n.Nsid, Backend: n.Backend, Path: n.Path, Size: conf.Size(n.Size), LBASize: n.LbaSize, ReadOnly: n.ReadOnly,
+		ANAGroup: n.AnaGroup, Shared: n.Shared}
 	if r := n.Rbd; r != nil {
 		ns.RBD = conf.RBD{Pool: r.Pool, RadosNamespace: r.RadosNamespace, Image: r.Image, CephConf: r.CephConf,
 			User: r.User, Keyring: r.Keyring, CreateSize: conf.Size(r.CreateSize)}
@@ -45,6 +46,7 @@ func NamespaceToPB(subsystem string, ns conf.Namespace) *pb.Namespace {
 		Subsystem: subsystem, Nsid: ns.NSID, Backend: ns.Backend, Path: ns.Path, Size: uint64(ns.Size),
 		LbaSize: ns.LBASize, ReadOnly: ns.ReadOnly,
 		Uuid: conf.FormatUUID(ns.UUID), Nguid: conf.FormatNGUID(ns.NGUID), Eui64: conf.FormatEUI64(ns.EUI64),
+		AnaGroup: ns.ANAGroup, Shared: ns.Shared,
 	}
 	if r := ns.RBD; r != (conf.RBD{}) {
 		n.Rbd = &pb.RBD{Pool: r.Pool, RadosNamespace: r.RadosNamespace, Image: r.Image, CephConf: r.CephConf,
@@ -58,8 +60,11 @@ func SubsystemFromPB(s *pb.Subsystem) (conf.Subsystem, error) {
 	if s == nil {
 		return conf.Subsystem{}, fmt.Errorf("subsystem: missing")
 	}
+	if s.CntlidMin > conf.MaxCNTLID || s.CntlidMax > conf.MaxCNTLID {
+		return conf.Subsystem{}, fmt.Errorf("subsystem %q: cntlid_min %d, cntlid_max %d: controller IDs are 1..%d", s.Nqn, s.CntlidMin, s.CntlidMax, conf.MaxCNTLID)
+	}
 	cs := conf.Subsystem{NQN: s.Nqn, Serial: s.Serial, Model: s.Model, AllowAnyHost: s.AllowAnyHost, Hosts: slices.Clone(s.Hosts),
-		AuthRequired: s.AuthRequired}
+		AuthRequired: s.AuthRequired, CNTLIDMin: uint16(s.CntlidMin), CNTLIDMax: uint16(s.CntlidMax)}
 	for _, n := range s.Namespaces {
 		ns, err := NamespaceFromPB(n)
 		if err != nil {
@@ -73,7 +78,7 @@ func SubsystemFromPB(s *pb.Subsystem) (conf.Subsystem, error) {
 // SubsystemToPB converts a configuration subsystem to the API's.
 func SubsystemToPB(cs conf.Subsystem) *pb.Subsystem {
 	s := &pb.Subsystem{Nqn: cs.NQN, Serial: cs.Serial, Model: cs.Model, AllowAnyHost: cs.AllowAnyHost, Hosts: slices.Clone(cs.Hosts),
-		AuthRequired: cs.AuthRequired}
+		AuthRequired: cs.AuthRequired, CntlidMin: uint32(cs.CNTLIDMin), CntlidMax: uint32(cs.CNTLIDMax)}
 	for _, ns := range cs.Namespaces {
 		s.Namespaces = append(s.Namespaces, NamespaceToPB(cs.NQN, ns))
 	}
@@ -126,7 +131,30 @@ func ListenerFromPB(l *pb.Listener) (conf.Listener, error) {
 	if l.Port > 65535 {
 		return conf.Listener{}, fmt.Errorf("listener %s: port %d is not a valid port; use 1..65535", l.Address, l.Port)
 	}
-	return conf.Listener{Transport: l.Transport, Address: l.Address, Port: uint16(l.Port)}, nil
+	cl := conf.Listener{Transport: l.Transport, Address: l.Address, Port: uint16(l.Port)}
+	for _, a := range l.AnaStates {
+		if a.GetGroup() == 0 || a.GetGroup() > conf.MaxANAGroup {
+			return cl, fmt.Errorf("listener %s: ANA group %d is not a group ID; use 1..%d", l.Address, a.GetGroup(), conf.MaxANAGroup)
+		}
+		st, err := conf.ParseANAState(a.GetState())
+		if err != nil {
+			return cl, fmt.Errorf("listener %s: ANA group %d: %w", l.Address, a.GetGroup(), err)
+		}
+		cl.ANAStates[a.GetGroup()] = st
+	}
+	return cl, nil
+}
+
+// ListenerToPB converts a configuration listener (with the ANA states set on it) to the
+// API's.
+func ListenerToPB(l conf.Listener) *pb.Listener {
+	pl := &pb.Listener{Transport: l.Transport, Address: l.Address, Port: uint32(l.Port)}
+	for g := 1; g <= conf.MaxANAGroup; g++ {
+		if st := l.ANAStates[g]; st != "" {
+			pl.AnaStates = append(pl.AnaStates, &pb.ANAGroupState{Group: uint32(g), State: string(st)})
+		}
+	}
+	return pl
 }
 
 // HostKeysChangeFromPB converts a SetHostKeys request to the change it asks for: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -315,7 +316,7 @@ func (s *Service) ListListeners(context.Context, *pb.ListListenersRequest) (*pb.
 	out := &pb.ListListenersResponse{}
 	lis := s.srv.Listeners() // in the order of Config().Listeners (none when serving in-process)
 	for i, l := range s.srv.Config().Listeners {
-		pl := &pb.Listener{Transport: l.Transport, Address: l.Address, Port: uint32(l.Port)}
+		pl := ListenerToPB(l)
 		if i < len(lis) {
 			pl.Device = lis[i].Device()
 		}
@@ -333,7 +334,9 @@ func (s *Service) AddListener(_ context.Context, r *pb.AddListenerRequest) (*pb.
 	if err := s.logged("listener added", err, "address", l.Address, "port", l.Port); err != nil {
 		return nil, err
 	}
-	return &pb.Listener{Transport: "rdma", Address: lis.Addr().Addr().String(), Port: uint32(lis.Addr().Port()), Device: lis.Device()}, nil
+	pl := &pb.Listener{Transport: "rdma", Address: lis.Addr().Addr().String(), Port: uint32(lis.Addr().Port()), Device: lis.Device()}
+	pl.AnaStates = ListenerToPB(l).AnaStates
+	return pl, nil
 }
 
 func (s *Service) RemoveListener(_ context.Context, r *pb.RemoveListenerRequest) (*pb.RemoveListenerResponse, error) {
@@ -345,6 +348,44 @@ func (s *Service) RemoveListener(_ context.Context, r *pb.RemoveListenerRequest)
 		return nil, err
 	}
 	return &pb.RemoveListenerResponse{}, nil
+}
+
+// SetANAState sets one ANA group's state on one listener (server.Server.SetANAState).
+func (s *Service) SetANAState(_ context.Context, r *pb.SetANAStateRequest) (*pb.Listener, error) {
+	l, err := ListenerFromPB(r.Listener)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	if l.Port == 0 {
+		l.Port = conf.DefaultPort
+	}
+	ip, err := netip.ParseAddr(l.Address)
+	if err != nil {
+		return nil, invalid("listener address %q is not an IP address", l.Address)
+	}
+	if r.Group == 0 || r.Group > conf.MaxANAGroup {
+		return nil, invalid("ANA group %d is not a group ID; use 1..%d", r.Group, conf.MaxANAGroup)
+	}
+	st, err := conf.ParseANAState(r.State)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	addr := netip.AddrPortFrom(ip, l.Port)
+	err = s.srv.SetANAState(addr, r.Group, st)
+	if err := s.logged("ANA state set", err, "listener", addr.String(), "group", r.Group, "state", st); err != nil {
+		return nil, err
+	}
+	lis := s.srv.Listeners()
+	for i, cl := range s.srv.Config().Listeners {
+		if cip, err := netip.ParseAddr(cl.Address); err == nil && cip.Unmap() == ip.Unmap() && cl.Port == l.Port {
+			pl := ListenerToPB(cl)
+			if i < len(lis) {
+				pl.Device = lis[i].Device()
+			}
+			return pl, nil
+		}
+	}
+	return ListenerToPB(l), nil
 }
 
 // --- inspection ---

@@ -47,6 +47,8 @@ type Subsystem struct {
 	Namespaces    []*Namespace           `protobuf:"bytes,6,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
 	Controllers   uint32                 `protobuf:"varint,7,opt,name=controllers,proto3" json:"controllers,omitempty"`                       // output only: controllers connected now
 	AuthRequired  bool                   `protobuf:"varint,8,opt,name=auth_required,json=authRequired,proto3" json:"auth_required,omitempty"` // only hosts with DH-HMAC-CHAP secrets may connect
+	CntlidMin     uint32                 `protobuf:"varint,9,opt,name=cntlid_min,json=cntlidMin,proto3" json:"cntlid_min,omitempty"`          // controller IDs handed out; 0 on input: 1
+	CntlidMax     uint32                 `protobuf:"varint,10,opt,name=cntlid_max,json=cntlidMax,proto3" json:"cntlid_max,omitempty"`         // 0 on input: 65519
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,6 +139,20 @@ func (x *Subsystem) GetAuthRequired() bool {
 	return false
 }
 
+func (x *Subsystem) GetCntlidMin() uint32 {
+	if x != nil {
+		return x.CntlidMin
+	}
+	return 0
+}
+
+func (x *Subsystem) GetCntlidMax() uint32 {
+	if x != nil {
+		return x.CntlidMax
+	}
+	return 0
+}
+
 // Namespace is a namespace as in the configuration file (subsystems[].namespaces[]); on
 // output also its subsystem, capacity and I/O counters.
 type Namespace struct {
@@ -147,13 +163,15 @@ type Namespace struct {
 	Size      uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`                      // bytes; 0: the file's or device's own size
 	LbaSize   uint32                 `protobuf:"varint,5,opt,name=lba_size,json=lbaSize,proto3" json:"lba_size,omitempty"` // 0: 512
 	ReadOnly  bool                   `protobuf:"varint,6,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	Uuid      string                 `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`            // "": derived from (subsystem NQN, nsid)
-	Nguid     string                 `protobuf:"bytes,8,opt,name=nguid,proto3" json:"nguid,omitempty"`          // "": derived
-	Eui64     string                 `protobuf:"bytes,9,opt,name=eui64,proto3" json:"eui64,omitempty"`          // "": derived
-	Rbd       *RBD                   `protobuf:"bytes,13,opt,name=rbd,proto3" json:"rbd,omitempty"`             // backend rbd (the ceph build): the image
-	Subsystem string                 `protobuf:"bytes,10,opt,name=subsystem,proto3" json:"subsystem,omitempty"` // output only
-	Blocks    uint64                 `protobuf:"varint,11,opt,name=blocks,proto3" json:"blocks,omitempty"`      // output only: capacity in logical blocks
-	Counters  *NamespaceCounters     `protobuf:"bytes,12,opt,name=counters,proto3" json:"counters,omitempty"`   // output only
+	Uuid      string                 `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`                           // "": derived from (subsystem NQN, nsid)
+	Nguid     string                 `protobuf:"bytes,8,opt,name=nguid,proto3" json:"nguid,omitempty"`                         // "": derived
+	Eui64     string                 `protobuf:"bytes,9,opt,name=eui64,proto3" json:"eui64,omitempty"`                         // "": derived
+	Rbd       *RBD                   `protobuf:"bytes,13,opt,name=rbd,proto3" json:"rbd,omitempty"`                            // backend rbd (the ceph build): the image
+	AnaGroup  uint32                 `protobuf:"varint,16,opt,name=ana_group,json=anaGroup,proto3" json:"ana_group,omitempty"` // 0 on input: 1
+	Shared    bool                   `protobuf:"varint,17,opt,name=shared,proto3" json:"shared,omitempty"`                     // another target may open the same file or device (HA)
+	Subsystem string                 `protobuf:"bytes,10,opt,name=subsystem,proto3" json:"subsystem,omitempty"`                // output only
+	Blocks    uint64                 `protobuf:"varint,11,opt,name=blocks,proto3" json:"blocks,omitempty"`                     // output only: capacity in logical blocks
+	Counters  *NamespaceCounters     `protobuf:"bytes,12,opt,name=counters,proto3" json:"counters,omitempty"`                  // output only
 	// Output only: "ok"; "failed": a sync of its backend failed (writes reported complete
 	// may be lost), so writes, write zeroes, deallocate and flushes get Write Fault (DNR)
 	// until ReopenNamespace, reads still work; "inactive": its backend is closed and
@@ -262,6 +280,20 @@ func (x *Namespace) GetRbd() *RBD {
 		return x.Rbd
 	}
 	return nil
+}
+
+func (x *Namespace) GetAnaGroup() uint32 {
+	if x != nil {
+		return x.AnaGroup
+	}
+	return 0
+}
+
+func (x *Namespace) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 func (x *Namespace) GetSubsystem() string {
@@ -640,8 +672,9 @@ type Listener struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Transport     string                 `protobuf:"bytes,1,opt,name=transport,proto3" json:"transport,omitempty"` // "": rdma
 	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Port          uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`    // 0: 4420
-	Device        string                 `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"` // output only: the RDMA device bound ("" for a wildcard address)
+	Port          uint32                 `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`                           // 0: 4420
+	Device        string                 `protobuf:"bytes,4,opt,name=device,proto3" json:"device,omitempty"`                        // output only: the RDMA device bound ("" for a wildcard address)
+	AnaStates     []*ANAGroupState       `protobuf:"bytes,5,rep,name=ana_states,json=anaStates,proto3" json:"ana_states,omitempty"` // the groups whose state is set; others are optimized
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -704,6 +737,66 @@ func (x *Listener) GetDevice() string {
 	return ""
 }
 
+func (x *Listener) GetAnaStates() []*ANAGroupState {
+	if x != nil {
+		return x.AnaStates
+	}
+	return nil
+}
+
+// ANAGroupState is one entry of a listener's ana_states.
+type ANAGroupState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"` // 1..128
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`  // optimized, non-optimized, inaccessible, persistent-loss, change
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ANAGroupState) Reset() {
+	*x = ANAGroupState{}
+	mi := &file_control_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ANAGroupState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ANAGroupState) ProtoMessage() {}
+
+func (x *ANAGroupState) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ANAGroupState.ProtoReflect.Descriptor instead.
+func (*ANAGroupState) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ANAGroupState) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *ANAGroupState) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // Controller is a connected controller (one host association).
 type Controller struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
@@ -725,7 +818,7 @@ type Controller struct {
 
 func (x *Controller) Reset() {
 	*x = Controller{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +830,7 @@ func (x *Controller) String() string {
 func (*Controller) ProtoMessage() {}
 
 func (x *Controller) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +843,7 @@ func (x *Controller) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Controller.ProtoReflect.Descriptor instead.
 func (*Controller) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Controller) GetSubsystem() string {
@@ -849,7 +942,7 @@ type Queue struct {
 
 func (x *Queue) Reset() {
 	*x = Queue{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +954,7 @@ func (x *Queue) String() string {
 func (*Queue) ProtoMessage() {}
 
 func (x *Queue) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +967,7 @@ func (x *Queue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Queue.ProtoReflect.Descriptor instead.
 func (*Queue) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Queue) GetQid() uint32 {
@@ -923,7 +1016,7 @@ type Stats struct {
 
 func (x *Stats) Reset() {
 	*x = Stats{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1028,7 @@ func (x *Stats) String() string {
 func (*Stats) ProtoMessage() {}
 
 func (x *Stats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1041,7 @@ func (x *Stats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stats.ProtoReflect.Descriptor instead.
 func (*Stats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Stats) GetTransport() *TransportStats {
@@ -1024,7 +1117,7 @@ type RejectCount struct {
 
 func (x *RejectCount) Reset() {
 	*x = RejectCount{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1129,7 @@ func (x *RejectCount) String() string {
 func (*RejectCount) ProtoMessage() {}
 
 func (x *RejectCount) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1142,7 @@ func (x *RejectCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectCount.ProtoReflect.Descriptor instead.
 func (*RejectCount) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RejectCount) GetReason() string {
@@ -1082,7 +1175,7 @@ type TransportStats struct {
 
 func (x *TransportStats) Reset() {
 	*x = TransportStats{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1187,7 @@ func (x *TransportStats) String() string {
 func (*TransportStats) ProtoMessage() {}
 
 func (x *TransportStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1200,7 @@ func (x *TransportStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportStats.ProtoReflect.Descriptor instead.
 func (*TransportStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TransportStats) GetConnections() uint32 {
@@ -1185,7 +1278,7 @@ type PollGroupStats struct {
 
 func (x *PollGroupStats) Reset() {
 	*x = PollGroupStats{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1290,7 @@ func (x *PollGroupStats) String() string {
 func (*PollGroupStats) ProtoMessage() {}
 
 func (x *PollGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1303,7 @@ func (x *PollGroupStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollGroupStats.ProtoReflect.Descriptor instead.
 func (*PollGroupStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PollGroupStats) GetDevice() string {
@@ -1302,7 +1395,7 @@ type BufferPoolStats struct {
 
 func (x *BufferPoolStats) Reset() {
 	*x = BufferPoolStats{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1407,7 @@ func (x *BufferPoolStats) String() string {
 func (*BufferPoolStats) ProtoMessage() {}
 
 func (x *BufferPoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1420,7 @@ func (x *BufferPoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BufferPoolStats.ProtoReflect.Descriptor instead.
 func (*BufferPoolStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BufferPoolStats) GetDevice() string {
@@ -1366,7 +1459,7 @@ type ListSubsystemsRequest struct {
 
 func (x *ListSubsystemsRequest) Reset() {
 	*x = ListSubsystemsRequest{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1471,7 @@ func (x *ListSubsystemsRequest) String() string {
 func (*ListSubsystemsRequest) ProtoMessage() {}
 
 func (x *ListSubsystemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1484,7 @@ func (x *ListSubsystemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubsystemsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubsystemsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 type ListSubsystemsResponse struct {
@@ -1403,7 +1496,7 @@ type ListSubsystemsResponse struct {
 
 func (x *ListSubsystemsResponse) Reset() {
 	*x = ListSubsystemsResponse{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1508,7 @@ func (x *ListSubsystemsResponse) String() string {
 func (*ListSubsystemsResponse) ProtoMessage() {}
 
 func (x *ListSubsystemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1521,7 @@ func (x *ListSubsystemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubsystemsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubsystemsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSubsystemsResponse) GetSubsystems() []*Subsystem {
@@ -1447,7 +1540,7 @@ type AddSubsystemRequest struct {
 
 func (x *AddSubsystemRequest) Reset() {
 	*x = AddSubsystemRequest{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1552,7 @@ func (x *AddSubsystemRequest) String() string {
 func (*AddSubsystemRequest) ProtoMessage() {}
 
 func (x *AddSubsystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1565,7 @@ func (x *AddSubsystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSubsystemRequest.ProtoReflect.Descriptor instead.
 func (*AddSubsystemRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AddSubsystemRequest) GetSubsystem() *Subsystem {
@@ -1491,7 +1584,7 @@ type RemoveSubsystemRequest struct {
 
 func (x *RemoveSubsystemRequest) Reset() {
 	*x = RemoveSubsystemRequest{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1596,7 @@ func (x *RemoveSubsystemRequest) String() string {
 func (*RemoveSubsystemRequest) ProtoMessage() {}
 
 func (x *RemoveSubsystemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1609,7 @@ func (x *RemoveSubsystemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubsystemRequest.ProtoReflect.Descriptor instead.
 func (*RemoveSubsystemRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemoveSubsystemRequest) GetNqn() string {
@@ -1535,7 +1628,7 @@ type RemoveSubsystemResponse struct {
 
 func (x *RemoveSubsystemResponse) Reset() {
 	*x = RemoveSubsystemResponse{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1640,7 @@ func (x *RemoveSubsystemResponse) String() string {
 func (*RemoveSubsystemResponse) ProtoMessage() {}
 
 func (x *RemoveSubsystemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1653,7 @@ func (x *RemoveSubsystemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveSubsystemResponse.ProtoReflect.Descriptor instead.
 func (*RemoveSubsystemResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveSubsystemResponse) GetDisconnectedControllers() uint32 {
@@ -1579,7 +1672,7 @@ type ListNamespacesRequest struct {
 
 func (x *ListNamespacesRequest) Reset() {
 	*x = ListNamespacesRequest{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1684,7 @@ func (x *ListNamespacesRequest) String() string {
 func (*ListNamespacesRequest) ProtoMessage() {}
 
 func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1697,7 @@ func (x *ListNamespacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesRequest.ProtoReflect.Descriptor instead.
 func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListNamespacesRequest) GetSubsystem() string {
@@ -1623,7 +1716,7 @@ type ListNamespacesResponse struct {
 
 func (x *ListNamespacesResponse) Reset() {
 	*x = ListNamespacesResponse{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1728,7 @@ func (x *ListNamespacesResponse) String() string {
 func (*ListNamespacesResponse) ProtoMessage() {}
 
 func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1741,7 @@ func (x *ListNamespacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNamespacesResponse.ProtoReflect.Descriptor instead.
 func (*ListNamespacesResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
@@ -1668,7 +1761,7 @@ type AddNamespaceRequest struct {
 
 func (x *AddNamespaceRequest) Reset() {
 	*x = AddNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1773,7 @@ func (x *AddNamespaceRequest) String() string {
 func (*AddNamespaceRequest) ProtoMessage() {}
 
 func (x *AddNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1786,7 @@ func (x *AddNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*AddNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AddNamespaceRequest) GetSubsystem() string {
@@ -1720,7 +1813,7 @@ type RemoveNamespaceRequest struct {
 
 func (x *RemoveNamespaceRequest) Reset() {
 	*x = RemoveNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1825,7 @@ func (x *RemoveNamespaceRequest) String() string {
 func (*RemoveNamespaceRequest) ProtoMessage() {}
 
 func (x *RemoveNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1838,7 @@ func (x *RemoveNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveNamespaceRequest) GetSubsystem() string {
@@ -1770,7 +1863,7 @@ type RemoveNamespaceResponse struct {
 
 func (x *RemoveNamespaceResponse) Reset() {
 	*x = RemoveNamespaceResponse{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1875,7 @@ func (x *RemoveNamespaceResponse) String() string {
 func (*RemoveNamespaceResponse) ProtoMessage() {}
 
 func (x *RemoveNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1888,7 @@ func (x *RemoveNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 type ResizeNamespaceRequest struct {
@@ -1809,7 +1902,7 @@ type ResizeNamespaceRequest struct {
 
 func (x *ResizeNamespaceRequest) Reset() {
 	*x = ResizeNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1914,7 @@ func (x *ResizeNamespaceRequest) String() string {
 func (*ResizeNamespaceRequest) ProtoMessage() {}
 
 func (x *ResizeNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1927,7 @@ func (x *ResizeNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*ResizeNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResizeNamespaceRequest) GetSubsystem() string {
@@ -1869,7 +1962,7 @@ type SetNamespaceReadOnlyRequest struct {
 
 func (x *SetNamespaceReadOnlyRequest) Reset() {
 	*x = SetNamespaceReadOnlyRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1974,7 @@ func (x *SetNamespaceReadOnlyRequest) String() string {
 func (*SetNamespaceReadOnlyRequest) ProtoMessage() {}
 
 func (x *SetNamespaceReadOnlyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1987,7 @@ func (x *SetNamespaceReadOnlyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNamespaceReadOnlyRequest.ProtoReflect.Descriptor instead.
 func (*SetNamespaceReadOnlyRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetNamespaceReadOnlyRequest) GetSubsystem() string {
@@ -1928,7 +2021,7 @@ type ReopenNamespaceRequest struct {
 
 func (x *ReopenNamespaceRequest) Reset() {
 	*x = ReopenNamespaceRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1940,7 +2033,7 @@ func (x *ReopenNamespaceRequest) String() string {
 func (*ReopenNamespaceRequest) ProtoMessage() {}
 
 func (x *ReopenNamespaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1953,7 +2046,7 @@ func (x *ReopenNamespaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReopenNamespaceRequest.ProtoReflect.Descriptor instead.
 func (*ReopenNamespaceRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReopenNamespaceRequest) GetSubsystem() string {
@@ -1980,7 +2073,7 @@ type ReopenNamespaceResponse struct {
 
 func (x *ReopenNamespaceResponse) Reset() {
 	*x = ReopenNamespaceResponse{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2085,7 @@ func (x *ReopenNamespaceResponse) String() string {
 func (*ReopenNamespaceResponse) ProtoMessage() {}
 
 func (x *ReopenNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2098,7 @@ func (x *ReopenNamespaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReopenNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*ReopenNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReopenNamespaceResponse) GetNamespace() *Namespace {
@@ -2032,7 +2125,7 @@ type AllowHostRequest struct {
 
 func (x *AllowHostRequest) Reset() {
 	*x = AllowHostRequest{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2137,7 @@ func (x *AllowHostRequest) String() string {
 func (*AllowHostRequest) ProtoMessage() {}
 
 func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2150,7 @@ func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostRequest.ProtoReflect.Descriptor instead.
 func (*AllowHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AllowHostRequest) GetSubsystem() string {
@@ -2084,7 +2177,7 @@ type DenyHostRequest struct {
 
 func (x *DenyHostRequest) Reset() {
 	*x = DenyHostRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2189,7 @@ func (x *DenyHostRequest) String() string {
 func (*DenyHostRequest) ProtoMessage() {}
 
 func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2202,7 @@ func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostRequest.ProtoReflect.Descriptor instead.
 func (*DenyHostRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DenyHostRequest) GetSubsystem() string {
@@ -2137,7 +2230,7 @@ type SetHostsRequest struct {
 
 func (x *SetHostsRequest) Reset() {
 	*x = SetHostsRequest{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2242,7 @@ func (x *SetHostsRequest) String() string {
 func (*SetHostsRequest) ProtoMessage() {}
 
 func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2255,7 @@ func (x *SetHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostsRequest.ProtoReflect.Descriptor instead.
 func (*SetHostsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetHostsRequest) GetSubsystem() string {
@@ -2194,7 +2287,7 @@ type ListListenersRequest struct {
 
 func (x *ListListenersRequest) Reset() {
 	*x = ListListenersRequest{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2299,7 @@ func (x *ListListenersRequest) String() string {
 func (*ListListenersRequest) ProtoMessage() {}
 
 func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2312,7 @@ func (x *ListListenersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersRequest.ProtoReflect.Descriptor instead.
 func (*ListListenersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 type ListListenersResponse struct {
@@ -2231,7 +2324,7 @@ type ListListenersResponse struct {
 
 func (x *ListListenersResponse) Reset() {
 	*x = ListListenersResponse{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2336,7 @@ func (x *ListListenersResponse) String() string {
 func (*ListListenersResponse) ProtoMessage() {}
 
 func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2349,7 @@ func (x *ListListenersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListListenersResponse.ProtoReflect.Descriptor instead.
 func (*ListListenersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListListenersResponse) GetListeners() []*Listener {
@@ -2275,7 +2368,7 @@ type AddListenerRequest struct {
 
 func (x *AddListenerRequest) Reset() {
 	*x = AddListenerRequest{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2380,7 @@ func (x *AddListenerRequest) String() string {
 func (*AddListenerRequest) ProtoMessage() {}
 
 func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2393,7 @@ func (x *AddListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddListenerRequest.ProtoReflect.Descriptor instead.
 func (*AddListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddListenerRequest) GetListener() *Listener {
@@ -2319,7 +2412,7 @@ type RemoveListenerRequest struct {
 
 func (x *RemoveListenerRequest) Reset() {
 	*x = RemoveListenerRequest{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2424,7 @@ func (x *RemoveListenerRequest) String() string {
 func (*RemoveListenerRequest) ProtoMessage() {}
 
 func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2437,7 @@ func (x *RemoveListenerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveListenerRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveListenerRequest) GetListener() *Listener {
@@ -2362,7 +2455,7 @@ type RemoveListenerResponse struct {
 
 func (x *RemoveListenerResponse) Reset() {
 	*x = RemoveListenerResponse{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2467,7 @@ func (x *RemoveListenerResponse) String() string {
 func (*RemoveListenerResponse) ProtoMessage() {}
 
 func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2480,67 @@ func (x *RemoveListenerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveListenerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveListenerResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{36}
+}
+
+type SetANAStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Listener      *Listener              `protobuf:"bytes,1,opt,name=listener,proto3" json:"listener,omitempty"`
+	Group         uint32                 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetANAStateRequest) Reset() {
+	*x = SetANAStateRequest{}
+	mi := &file_control_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetANAStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetANAStateRequest) ProtoMessage() {}
+
+func (x *SetANAStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetANAStateRequest.ProtoReflect.Descriptor instead.
+func (*SetANAStateRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SetANAStateRequest) GetListener() *Listener {
+	if x != nil {
+		return x.Listener
+	}
+	return nil
+}
+
+func (x *SetANAStateRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *SetANAStateRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
 }
 
 type ListControllersRequest struct {
@@ -2399,7 +2552,7 @@ type ListControllersRequest struct {
 
 func (x *ListControllersRequest) Reset() {
 	*x = ListControllersRequest{}
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2564,7 @@ func (x *ListControllersRequest) String() string {
 func (*ListControllersRequest) ProtoMessage() {}
 
 func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2577,7 @@ func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersRequest.ProtoReflect.Descriptor instead.
 func (*ListControllersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{36}
+	return file_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListControllersRequest) GetSubsystem() string {
@@ -2443,7 +2596,7 @@ type ListControllersResponse struct {
 
 func (x *ListControllersResponse) Reset() {
 	*x = ListControllersResponse{}
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2608,7 @@ func (x *ListControllersResponse) String() string {
 func (*ListControllersResponse) ProtoMessage() {}
 
 func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2621,7 @@ func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersResponse.ProtoReflect.Descriptor instead.
 func (*ListControllersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{37}
+	return file_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListControllersResponse) GetControllers() []*Controller {
@@ -2497,7 +2650,7 @@ type HostKeys struct {
 
 func (x *HostKeys) Reset() {
 	*x = HostKeys{}
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2662,7 @@ func (x *HostKeys) String() string {
 func (*HostKeys) ProtoMessage() {}
 
 func (x *HostKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2675,7 @@ func (x *HostKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostKeys.ProtoReflect.Descriptor instead.
 func (*HostKeys) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{38}
+	return file_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HostKeys) GetNqn() string {
@@ -2582,7 +2735,7 @@ type ListHostKeysRequest struct {
 
 func (x *ListHostKeysRequest) Reset() {
 	*x = ListHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2747,7 @@ func (x *ListHostKeysRequest) String() string {
 func (*ListHostKeysRequest) ProtoMessage() {}
 
 func (x *ListHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2760,7 @@ func (x *ListHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{39}
+	return file_control_proto_rawDescGZIP(), []int{41}
 }
 
 type ListHostKeysResponse struct {
@@ -2619,7 +2772,7 @@ type ListHostKeysResponse struct {
 
 func (x *ListHostKeysResponse) Reset() {
 	*x = ListHostKeysResponse{}
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2784,7 @@ func (x *ListHostKeysResponse) String() string {
 func (*ListHostKeysResponse) ProtoMessage() {}
 
 func (x *ListHostKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2797,7 @@ func (x *ListHostKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListHostKeysResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{40}
+	return file_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListHostKeysResponse) GetHosts() []*HostKeys {
@@ -2671,7 +2824,7 @@ type SetHostKeysRequest struct {
 
 func (x *SetHostKeysRequest) Reset() {
 	*x = SetHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2836,7 @@ func (x *SetHostKeysRequest) String() string {
 func (*SetHostKeysRequest) ProtoMessage() {}
 
 func (x *SetHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2849,7 @@ func (x *SetHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*SetHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{41}
+	return file_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetHostKeysRequest) GetNqn() string {
@@ -2744,7 +2897,7 @@ type Names struct {
 
 func (x *Names) Reset() {
 	*x = Names{}
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2909,7 @@ func (x *Names) String() string {
 func (*Names) ProtoMessage() {}
 
 func (x *Names) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2922,7 @@ func (x *Names) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Names.ProtoReflect.Descriptor instead.
 func (*Names) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{42}
+	return file_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Names) GetNames() []string {
@@ -2788,7 +2941,7 @@ type RemoveHostKeysRequest struct {
 
 func (x *RemoveHostKeysRequest) Reset() {
 	*x = RemoveHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2953,7 @@ func (x *RemoveHostKeysRequest) String() string {
 func (*RemoveHostKeysRequest) ProtoMessage() {}
 
 func (x *RemoveHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +2966,7 @@ func (x *RemoveHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{43}
+	return file_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveHostKeysRequest) GetNqn() string {
@@ -2831,7 +2984,7 @@ type RemoveHostKeysResponse struct {
 
 func (x *RemoveHostKeysResponse) Reset() {
 	*x = RemoveHostKeysResponse{}
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2996,7 @@ func (x *RemoveHostKeysResponse) String() string {
 func (*RemoveHostKeysResponse) ProtoMessage() {}
 
 func (x *RemoveHostKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +3009,7 @@ func (x *RemoveHostKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostKeysResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostKeysResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{44}
+	return file_control_proto_rawDescGZIP(), []int{46}
 }
 
 type SetAuthRequiredRequest struct {
@@ -2869,7 +3022,7 @@ type SetAuthRequiredRequest struct {
 
 func (x *SetAuthRequiredRequest) Reset() {
 	*x = SetAuthRequiredRequest{}
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3034,7 @@ func (x *SetAuthRequiredRequest) String() string {
 func (*SetAuthRequiredRequest) ProtoMessage() {}
 
 func (x *SetAuthRequiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3047,7 @@ func (x *SetAuthRequiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAuthRequiredRequest.ProtoReflect.Descriptor instead.
 func (*SetAuthRequiredRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{45}
+	return file_control_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetAuthRequiredRequest) GetSubsystem() string {
@@ -2919,7 +3072,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_control_proto_msgTypes[46]
+	mi := &file_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3084,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[46]
+	mi := &file_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3097,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{46}
+	return file_control_proto_rawDescGZIP(), []int{48}
 }
 
 type SaveConfigRequest struct {
@@ -2955,7 +3108,7 @@ type SaveConfigRequest struct {
 
 func (x *SaveConfigRequest) Reset() {
 	*x = SaveConfigRequest{}
-	mi := &file_control_proto_msgTypes[47]
+	mi := &file_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3120,7 @@ func (x *SaveConfigRequest) String() string {
 func (*SaveConfigRequest) ProtoMessage() {}
 
 func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[47]
+	mi := &file_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3133,7 @@ func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigRequest.ProtoReflect.Descriptor instead.
 func (*SaveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{47}
+	return file_control_proto_rawDescGZIP(), []int{49}
 }
 
 type SaveConfigResponse struct {
@@ -2992,7 +3145,7 @@ type SaveConfigResponse struct {
 
 func (x *SaveConfigResponse) Reset() {
 	*x = SaveConfigResponse{}
-	mi := &file_control_proto_msgTypes[48]
+	mi := &file_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3157,7 @@ func (x *SaveConfigResponse) String() string {
 func (*SaveConfigResponse) ProtoMessage() {}
 
 func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[48]
+	mi := &file_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3170,7 @@ func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigResponse.ProtoReflect.Descriptor instead.
 func (*SaveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{48}
+	return file_control_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SaveConfigResponse) GetYaml() string {
@@ -3031,7 +3184,7 @@ var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
 	"\n" +
-	"\rcontrol.proto\x12\x11gonvmf.control.v1\"\x8c\x02\n" +
+	"\rcontrol.proto\x12\x11gonvmf.control.v1\"\xca\x02\n" +
 	"\tSubsystem\x12\x10\n" +
 	"\x03nqn\x18\x01 \x01(\tR\x03nqn\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12\x14\n" +
@@ -3042,7 +3195,12 @@ const file_control_proto_rawDesc = "" +
 	"namespaces\x18\x06 \x03(\v2\x1c.gonvmf.control.v1.NamespaceR\n" +
 	"namespaces\x12 \n" +
 	"\vcontrollers\x18\a \x01(\rR\vcontrollers\x12#\n" +
-	"\rauth_required\x18\b \x01(\bR\fauthRequired\"\xab\x03\n" +
+	"\rauth_required\x18\b \x01(\bR\fauthRequired\x12\x1d\n" +
+	"\n" +
+	"cntlid_min\x18\t \x01(\rR\tcntlidMin\x12\x1d\n" +
+	"\n" +
+	"cntlid_max\x18\n" +
+	" \x01(\rR\tcntlidMax\"\xe0\x03\n" +
 	"\tNamespace\x12\x12\n" +
 	"\x04nsid\x18\x01 \x01(\rR\x04nsid\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12\x12\n" +
@@ -3053,7 +3211,9 @@ const file_control_proto_rawDesc = "" +
 	"\x04uuid\x18\a \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05nguid\x18\b \x01(\tR\x05nguid\x12\x14\n" +
 	"\x05eui64\x18\t \x01(\tR\x05eui64\x12(\n" +
-	"\x03rbd\x18\r \x01(\v2\x16.gonvmf.control.v1.RBDR\x03rbd\x12\x1c\n" +
+	"\x03rbd\x18\r \x01(\v2\x16.gonvmf.control.v1.RBDR\x03rbd\x12\x1b\n" +
+	"\tana_group\x18\x10 \x01(\rR\banaGroup\x12\x16\n" +
+	"\x06shared\x18\x11 \x01(\bR\x06shared\x12\x1c\n" +
 	"\tsubsystem\x18\n" +
 	" \x01(\tR\tsubsystem\x12\x16\n" +
 	"\x06blocks\x18\v \x01(\x04R\x06blocks\x12@\n" +
@@ -3091,12 +3251,17 @@ const file_control_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x15\n" +
 	"\x06sum_ns\x18\x03 \x01(\x04R\x05sumNs\x12\x18\n" +
-	"\abuckets\x18\x04 \x03(\x04R\abuckets\"n\n" +
+	"\abuckets\x18\x04 \x03(\x04R\abuckets\"\xaf\x01\n" +
 	"\bListener\x12\x1c\n" +
 	"\ttransport\x18\x01 \x01(\tR\ttransport\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\rR\x04port\x12\x16\n" +
-	"\x06device\x18\x04 \x01(\tR\x06device\"\xa8\x03\n" +
+	"\x06device\x18\x04 \x01(\tR\x06device\x12?\n" +
+	"\n" +
+	"ana_states\x18\x05 \x03(\v2 .gonvmf.control.v1.ANAGroupStateR\tanaStates\";\n" +
+	"\rANAGroupState\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\xa8\x03\n" +
 	"\n" +
 	"Controller\x12\x1c\n" +
 	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\x12\x16\n" +
@@ -3218,7 +3383,11 @@ const file_control_proto_rawDesc = "" +
 	"\blistener\x18\x01 \x01(\v2\x1b.gonvmf.control.v1.ListenerR\blistener\"P\n" +
 	"\x15RemoveListenerRequest\x127\n" +
 	"\blistener\x18\x01 \x01(\v2\x1b.gonvmf.control.v1.ListenerR\blistener\"\x18\n" +
-	"\x16RemoveListenerResponse\"6\n" +
+	"\x16RemoveListenerResponse\"y\n" +
+	"\x12SetANAStateRequest\x127\n" +
+	"\blistener\x18\x01 \x01(\v2\x1b.gonvmf.control.v1.ListenerR\blistener\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\rR\x05group\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"6\n" +
 	"\x16ListControllersRequest\x12\x1c\n" +
 	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\"Z\n" +
 	"\x17ListControllersResponse\x12?\n" +
@@ -3255,7 +3424,7 @@ const file_control_proto_rawDesc = "" +
 	"\x0fGetStatsRequest\"\x13\n" +
 	"\x11SaveConfigRequest\"(\n" +
 	"\x12SaveConfigResponse\x12\x12\n" +
-	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\x93\x10\n" +
+	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\xe6\x10\n" +
 	"\aControl\x12e\n" +
 	"\x0eListSubsystems\x12(.gonvmf.control.v1.ListSubsystemsRequest\x1a).gonvmf.control.v1.ListSubsystemsResponse\x12T\n" +
 	"\fAddSubsystem\x12&.gonvmf.control.v1.AddSubsystemRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12h\n" +
@@ -3271,7 +3440,8 @@ const file_control_proto_rawDesc = "" +
 	"\bSetHosts\x12\".gonvmf.control.v1.SetHostsRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12b\n" +
 	"\rListListeners\x12'.gonvmf.control.v1.ListListenersRequest\x1a(.gonvmf.control.v1.ListListenersResponse\x12Q\n" +
 	"\vAddListener\x12%.gonvmf.control.v1.AddListenerRequest\x1a\x1b.gonvmf.control.v1.Listener\x12e\n" +
-	"\x0eRemoveListener\x12(.gonvmf.control.v1.RemoveListenerRequest\x1a).gonvmf.control.v1.RemoveListenerResponse\x12h\n" +
+	"\x0eRemoveListener\x12(.gonvmf.control.v1.RemoveListenerRequest\x1a).gonvmf.control.v1.RemoveListenerResponse\x12Q\n" +
+	"\vSetANAState\x12%.gonvmf.control.v1.SetANAStateRequest\x1a\x1b.gonvmf.control.v1.Listener\x12h\n" +
 	"\x0fListControllers\x12).gonvmf.control.v1.ListControllersRequest\x1a*.gonvmf.control.v1.ListControllersResponse\x12H\n" +
 	"\bGetStats\x12\".gonvmf.control.v1.GetStatsRequest\x1a\x18.gonvmf.control.v1.Stats\x12Y\n" +
 	"\n" +
@@ -3293,7 +3463,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_control_proto_goTypes = []any{
 	(*Subsystem)(nil),                   // 0: gonvmf.control.v1.Subsystem
 	(*Namespace)(nil),                   // 1: gonvmf.control.v1.Namespace
@@ -3302,48 +3472,50 @@ var file_control_proto_goTypes = []any{
 	(*ErrorCount)(nil),                  // 4: gonvmf.control.v1.ErrorCount
 	(*LatencyHistogram)(nil),            // 5: gonvmf.control.v1.LatencyHistogram
 	(*Listener)(nil),                    // 6: gonvmf.control.v1.Listener
-	(*Controller)(nil),                  // 7: gonvmf.control.v1.Controller
-	(*Queue)(nil),                       // 8: gonvmf.control.v1.Queue
-	(*Stats)(nil),                       // 9: gonvmf.control.v1.Stats
-	(*RejectCount)(nil),                 // 10: gonvmf.control.v1.RejectCount
-	(*TransportStats)(nil),              // 11: gonvmf.control.v1.TransportStats
-	(*PollGroupStats)(nil),              // 12: gonvmf.control.v1.PollGroupStats
-	(*BufferPoolStats)(nil),             // 13: gonvmf.control.v1.BufferPoolStats
-	(*ListSubsystemsRequest)(nil),       // 14: gonvmf.control.v1.ListSubsystemsRequest
-	(*ListSubsystemsResponse)(nil),      // 15: gonvmf.control.v1.ListSubsystemsResponse
-	(*AddSubsystemRequest)(nil),         // 16: gonvmf.control.v1.AddSubsystemRequest
-	(*RemoveSubsystemRequest)(nil),      // 17: gonvmf.control.v1.RemoveSubsystemRequest
-	(*RemoveSubsystemResponse)(nil),     // 18: gonvmf.control.v1.RemoveSubsystemResponse
-	(*ListNamespacesRequest)(nil),       // 19: gonvmf.control.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),      // 20: gonvmf.control.v1.ListNamespacesResponse
-	(*AddNamespaceRequest)(nil),         // 21: gonvmf.control.v1.AddNamespaceRequest
-	(*RemoveNamespaceRequest)(nil),      // 22: gonvmf.control.v1.RemoveNamespaceRequest
-	(*RemoveNamespaceResponse)(nil),     // 23: gonvmf.control.v1.RemoveNamespaceResponse
-	(*ResizeNamespaceRequest)(nil),      // 24: gonvmf.control.v1.ResizeNamespaceRequest
-	(*SetNamespaceReadOnlyRequest)(nil), // 25: gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	(*ReopenNamespaceRequest)(nil),      // 26: gonvmf.control.v1.ReopenNamespaceRequest
-	(*ReopenNamespaceResponse)(nil),     // 27: gonvmf.control.v1.ReopenNamespaceResponse
-	(*AllowHostRequest)(nil),            // 28: gonvmf.control.v1.AllowHostRequest
-	(*DenyHostRequest)(nil),             // 29: gonvmf.control.v1.DenyHostRequest
-	(*SetHostsRequest)(nil),             // 30: gonvmf.control.v1.SetHostsRequest
-	(*ListListenersRequest)(nil),        // 31: gonvmf.control.v1.ListListenersRequest
-	(*ListListenersResponse)(nil),       // 32: gonvmf.control.v1.ListListenersResponse
-	(*AddListenerRequest)(nil),          // 33: gonvmf.control.v1.AddListenerRequest
-	(*RemoveListenerRequest)(nil),       // 34: gonvmf.control.v1.RemoveListenerRequest
-	(*RemoveListenerResponse)(nil),      // 35: gonvmf.control.v1.RemoveListenerResponse
-	(*ListControllersRequest)(nil),      // 36: gonvmf.control.v1.ListControllersRequest
-	(*ListControllersResponse)(nil),     // 37: gonvmf.control.v1.ListControllersResponse
-	(*HostKeys)(nil),                    // 38: gonvmf.control.v1.HostKeys
-	(*ListHostKeysRequest)(nil),         // 39: gonvmf.control.v1.ListHostKeysRequest
-	(*ListHostKeysResponse)(nil),        // 40: gonvmf.control.v1.ListHostKeysResponse
-	(*SetHostKeysRequest)(nil),          // 41: gonvmf.control.v1.SetHostKeysRequest
-	(*Names)(nil),                       // 42: gonvmf.control.v1.Names
-	(*RemoveHostKeysRequest)(nil),       // 43: gonvmf.control.v1.RemoveHostKeysRequest
-	(*RemoveHostKeysResponse)(nil),      // 44: gonvmf.control.v1.RemoveHostKeysResponse
-	(*SetAuthRequiredRequest)(nil),      // 45: gonvmf.control.v1.SetAuthRequiredRequest
-	(*GetStatsRequest)(nil),             // 46: gonvmf.control.v1.GetStatsRequest
-	(*SaveConfigRequest)(nil),           // 47: gonvmf.control.v1.SaveConfigRequest
-	(*SaveConfigResponse)(nil),          // 48: gonvmf.control.v1.SaveConfigResponse
+	(*ANAGroupState)(nil),               // 7: gonvmf.control.v1.ANAGroupState
+	(*Controller)(nil),                  // 8: gonvmf.control.v1.Controller
+	(*Queue)(nil),                       // 9: gonvmf.control.v1.Queue
+	(*Stats)(nil),                       // 10: gonvmf.control.v1.Stats
+	(*RejectCount)(nil),                 // 11: gonvmf.control.v1.RejectCount
+	(*TransportStats)(nil),              // 12: gonvmf.control.v1.TransportStats
+	(*PollGroupStats)(nil),              // 13: gonvmf.control.v1.PollGroupStats
+	(*BufferPoolStats)(nil),             // 14: gonvmf.control.v1.BufferPoolStats
+	(*ListSubsystemsRequest)(nil),       // 15: gonvmf.control.v1.ListSubsystemsRequest
+	(*ListSubsystemsResponse)(nil),      // 16: gonvmf.control.v1.ListSubsystemsResponse
+	(*AddSubsystemRequest)(nil),         // 17: gonvmf.control.v1.AddSubsystemRequest
+	(*RemoveSubsystemRequest)(nil),      // 18: gonvmf.control.v1.RemoveSubsystemRequest
+	(*RemoveSubsystemResponse)(nil),     // 19: gonvmf.control.v1.RemoveSubsystemResponse
+	(*ListNamespacesRequest)(nil),       // 20: gonvmf.control.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),      // 21: gonvmf.control.v1.ListNamespacesResponse
+	(*AddNamespaceRequest)(nil),         // 22: gonvmf.control.v1.AddNamespaceRequest
+	(*RemoveNamespaceRequest)(nil),      // 23: gonvmf.control.v1.RemoveNamespaceRequest
+	(*RemoveNamespaceResponse)(nil),     // 24: gonvmf.control.v1.RemoveNamespaceResponse
+	(*ResizeNamespaceRequest)(nil),      // 25: gonvmf.control.v1.ResizeNamespaceRequest
+	(*SetNamespaceReadOnlyRequest)(nil), // 26: gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	(*ReopenNamespaceRequest)(nil),      // 27: gonvmf.control.v1.ReopenNamespaceRequest
+	(*ReopenNamespaceResponse)(nil),     // 28: gonvmf.control.v1.ReopenNamespaceResponse
+	(*AllowHostRequest)(nil),            // 29: gonvmf.control.v1.AllowHostRequest
+	(*DenyHostRequest)(nil),             // 30: gonvmf.control.v1.DenyHostRequest
+	(*SetHostsRequest)(nil),             // 31: gonvmf.control.v1.SetHostsRequest
+	(*ListListenersRequest)(nil),        // 32: gonvmf.control.v1.ListListenersRequest
+	(*ListListenersResponse)(nil),       // 33: gonvmf.control.v1.ListListenersResponse
+	(*AddListenerRequest)(nil),          // 34: gonvmf.control.v1.AddListenerRequest
+	(*RemoveListenerRequest)(nil),       // 35: gonvmf.control.v1.RemoveListenerRequest
+	(*RemoveListenerResponse)(nil),      // 36: gonvmf.control.v1.RemoveListenerResponse
+	(*SetANAStateRequest)(nil),          // 37: gonvmf.control.v1.SetANAStateRequest
+	(*ListControllersRequest)(nil),      // 38: gonvmf.control.v1.ListControllersRequest
+	(*ListControllersResponse)(nil),     // 39: gonvmf.control.v1.ListControllersResponse
+	(*HostKeys)(nil),                    // 40: gonvmf.control.v1.HostKeys
+	(*ListHostKeysRequest)(nil),         // 41: gonvmf.control.v1.ListHostKeysRequest
+	(*ListHostKeysResponse)(nil),        // 42: gonvmf.control.v1.ListHostKeysResponse
+	(*SetHostKeysRequest)(nil),          // 43: gonvmf.control.v1.SetHostKeysRequest
+	(*Names)(nil),                       // 44: gonvmf.control.v1.Names
+	(*RemoveHostKeysRequest)(nil),       // 45: gonvmf.control.v1.RemoveHostKeysRequest
+	(*RemoveHostKeysResponse)(nil),      // 46: gonvmf.control.v1.RemoveHostKeysResponse
+	(*SetAuthRequiredRequest)(nil),      // 47: gonvmf.control.v1.SetAuthRequiredRequest
+	(*GetStatsRequest)(nil),             // 48: gonvmf.control.v1.GetStatsRequest
+	(*SaveConfigRequest)(nil),           // 49: gonvmf.control.v1.SaveConfigRequest
+	(*SaveConfigResponse)(nil),          // 50: gonvmf.control.v1.SaveConfigResponse
 }
 var file_control_proto_depIdxs = []int32{
 	1,  // 0: gonvmf.control.v1.Subsystem.namespaces:type_name -> gonvmf.control.v1.Namespace
@@ -3351,74 +3523,78 @@ var file_control_proto_depIdxs = []int32{
 	3,  // 2: gonvmf.control.v1.Namespace.counters:type_name -> gonvmf.control.v1.NamespaceCounters
 	4,  // 3: gonvmf.control.v1.NamespaceCounters.errors:type_name -> gonvmf.control.v1.ErrorCount
 	5,  // 4: gonvmf.control.v1.NamespaceCounters.latency:type_name -> gonvmf.control.v1.LatencyHistogram
-	8,  // 5: gonvmf.control.v1.Controller.queues:type_name -> gonvmf.control.v1.Queue
-	11, // 6: gonvmf.control.v1.Stats.transport:type_name -> gonvmf.control.v1.TransportStats
-	12, // 7: gonvmf.control.v1.Stats.poll_groups:type_name -> gonvmf.control.v1.PollGroupStats
-	13, // 8: gonvmf.control.v1.Stats.buffer_pools:type_name -> gonvmf.control.v1.BufferPoolStats
-	1,  // 9: gonvmf.control.v1.Stats.namespaces:type_name -> gonvmf.control.v1.Namespace
-	10, // 10: gonvmf.control.v1.Stats.connect_rejects:type_name -> gonvmf.control.v1.RejectCount
-	10, // 11: gonvmf.control.v1.Stats.rdma_connect_rejects:type_name -> gonvmf.control.v1.RejectCount
-	0,  // 12: gonvmf.control.v1.ListSubsystemsResponse.subsystems:type_name -> gonvmf.control.v1.Subsystem
-	0,  // 13: gonvmf.control.v1.AddSubsystemRequest.subsystem:type_name -> gonvmf.control.v1.Subsystem
-	1,  // 14: gonvmf.control.v1.ListNamespacesResponse.namespaces:type_name -> gonvmf.control.v1.Namespace
-	1,  // 15: gonvmf.control.v1.AddNamespaceRequest.namespace:type_name -> gonvmf.control.v1.Namespace
-	1,  // 16: gonvmf.control.v1.ReopenNamespaceResponse.namespace:type_name -> gonvmf.control.v1.Namespace
-	6,  // 17: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
-	6,  // 18: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	6,  // 19: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
-	7,  // 20: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
-	38, // 21: gonvmf.control.v1.ListHostKeysResponse.hosts:type_name -> gonvmf.control.v1.HostKeys
-	42, // 22: gonvmf.control.v1.SetHostKeysRequest.dhchap_hashes:type_name -> gonvmf.control.v1.Names
-	42, // 23: gonvmf.control.v1.SetHostKeysRequest.dhchap_dhgroups:type_name -> gonvmf.control.v1.Names
-	14, // 24: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
-	16, // 25: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
-	17, // 26: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
-	19, // 27: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
-	21, // 28: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
-	22, // 29: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
-	24, // 30: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
-	25, // 31: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
-	26, // 32: gonvmf.control.v1.Control.ReopenNamespace:input_type -> gonvmf.control.v1.ReopenNamespaceRequest
-	28, // 33: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
-	29, // 34: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
-	30, // 35: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
-	31, // 36: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
-	33, // 37: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
-	34, // 38: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
-	36, // 39: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
-	46, // 40: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
-	47, // 41: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
-	39, // 42: gonvmf.control.v1.Control.ListHostKeys:input_type -> gonvmf.control.v1.ListHostKeysRequest
-	41, // 43: gonvmf.control.v1.Control.SetHostKeys:input_type -> gonvmf.control.v1.SetHostKeysRequest
-	43, // 44: gonvmf.control.v1.Control.RemoveHostKeys:input_type -> gonvmf.control.v1.RemoveHostKeysRequest
-	45, // 45: gonvmf.control.v1.Control.SetAuthRequired:input_type -> gonvmf.control.v1.SetAuthRequiredRequest
-	15, // 46: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
-	0,  // 47: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
-	18, // 48: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
-	20, // 49: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
-	1,  // 50: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
-	23, // 51: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
-	1,  // 52: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
-	1,  // 53: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
-	27, // 54: gonvmf.control.v1.Control.ReopenNamespace:output_type -> gonvmf.control.v1.ReopenNamespaceResponse
-	0,  // 55: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 56: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 57: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
-	32, // 58: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
-	6,  // 59: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
-	35, // 60: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
-	37, // 61: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
-	9,  // 62: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
-	48, // 63: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
-	40, // 64: gonvmf.control.v1.Control.ListHostKeys:output_type -> gonvmf.control.v1.ListHostKeysResponse
-	38, // 65: gonvmf.control.v1.Control.SetHostKeys:output_type -> gonvmf.control.v1.HostKeys
-	44, // 66: gonvmf.control.v1.Control.RemoveHostKeys:output_type -> gonvmf.control.v1.RemoveHostKeysResponse
-	0,  // 67: gonvmf.control.v1.Control.SetAuthRequired:output_type -> gonvmf.control.v1.Subsystem
-	46, // [46:68] is the sub-list for method output_type
-	24, // [24:46] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	7,  // 5: gonvmf.control.v1.Listener.ana_states:type_name -> gonvmf.control.v1.ANAGroupState
+	9,  // 6: gonvmf.control.v1.Controller.queues:type_name -> gonvmf.control.v1.Queue
+	12, // 7: gonvmf.control.v1.Stats.transport:type_name -> gonvmf.control.v1.TransportStats
+	13, // 8: gonvmf.control.v1.Stats.poll_groups:type_name -> gonvmf.control.v1.PollGroupStats
+	14, // 9: gonvmf.control.v1.Stats.buffer_pools:type_name -> gonvmf.control.v1.BufferPoolStats
+	1,  // 10: gonvmf.control.v1.Stats.namespaces:type_name -> gonvmf.control.v1.Namespace
+	11, // 11: gonvmf.control.v1.Stats.connect_rejects:type_name -> gonvmf.control.v1.RejectCount
+	11, // 12: gonvmf.control.v1.Stats.rdma_connect_rejects:type_name -> gonvmf.control.v1.RejectCount
+	0,  // 13: gonvmf.control.v1.ListSubsystemsResponse.subsystems:type_name -> gonvmf.control.v1.Subsystem
+	0,  // 14: gonvmf.control.v1.AddSubsystemRequest.subsystem:type_name -> gonvmf.control.v1.Subsystem
+	1,  // 15: gonvmf.control.v1.ListNamespacesResponse.namespaces:type_name -> gonvmf.control.v1.Namespace
+	1,  // 16: gonvmf.control.v1.AddNamespaceRequest.namespace:type_name -> gonvmf.control.v1.Namespace
+	1,  // 17: gonvmf.control.v1.ReopenNamespaceResponse.namespace:type_name -> gonvmf.control.v1.Namespace
+	6,  // 18: gonvmf.control.v1.ListListenersResponse.listeners:type_name -> gonvmf.control.v1.Listener
+	6,  // 19: gonvmf.control.v1.AddListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	6,  // 20: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
+	6,  // 21: gonvmf.control.v1.SetANAStateRequest.listener:type_name -> gonvmf.control.v1.Listener
+	8,  // 22: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
+	40, // 23: gonvmf.control.v1.ListHostKeysResponse.hosts:type_name -> gonvmf.control.v1.HostKeys
+	44, // 24: gonvmf.control.v1.SetHostKeysRequest.dhchap_hashes:type_name -> gonvmf.control.v1.Names
+	44, // 25: gonvmf.control.v1.SetHostKeysRequest.dhchap_dhgroups:type_name -> gonvmf.control.v1.Names
+	15, // 26: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
+	17, // 27: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
+	18, // 28: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
+	20, // 29: gonvmf.control.v1.Control.ListNamespaces:input_type -> gonvmf.control.v1.ListNamespacesRequest
+	22, // 30: gonvmf.control.v1.Control.AddNamespace:input_type -> gonvmf.control.v1.AddNamespaceRequest
+	23, // 31: gonvmf.control.v1.Control.RemoveNamespace:input_type -> gonvmf.control.v1.RemoveNamespaceRequest
+	25, // 32: gonvmf.control.v1.Control.ResizeNamespace:input_type -> gonvmf.control.v1.ResizeNamespaceRequest
+	26, // 33: gonvmf.control.v1.Control.SetNamespaceReadOnly:input_type -> gonvmf.control.v1.SetNamespaceReadOnlyRequest
+	27, // 34: gonvmf.control.v1.Control.ReopenNamespace:input_type -> gonvmf.control.v1.ReopenNamespaceRequest
+	29, // 35: gonvmf.control.v1.Control.AllowHost:input_type -> gonvmf.control.v1.AllowHostRequest
+	30, // 36: gonvmf.control.v1.Control.DenyHost:input_type -> gonvmf.control.v1.DenyHostRequest
+	31, // 37: gonvmf.control.v1.Control.SetHosts:input_type -> gonvmf.control.v1.SetHostsRequest
+	32, // 38: gonvmf.control.v1.Control.ListListeners:input_type -> gonvmf.control.v1.ListListenersRequest
+	34, // 39: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
+	35, // 40: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
+	37, // 41: gonvmf.control.v1.Control.SetANAState:input_type -> gonvmf.control.v1.SetANAStateRequest
+	38, // 42: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
+	48, // 43: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
+	49, // 44: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
+	41, // 45: gonvmf.control.v1.Control.ListHostKeys:input_type -> gonvmf.control.v1.ListHostKeysRequest
+	43, // 46: gonvmf.control.v1.Control.SetHostKeys:input_type -> gonvmf.control.v1.SetHostKeysRequest
+	45, // 47: gonvmf.control.v1.Control.RemoveHostKeys:input_type -> gonvmf.control.v1.RemoveHostKeysRequest
+	47, // 48: gonvmf.control.v1.Control.SetAuthRequired:input_type -> gonvmf.control.v1.SetAuthRequiredRequest
+	16, // 49: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
+	0,  // 50: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
+	19, // 51: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
+	21, // 52: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
+	1,  // 53: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
+	24, // 54: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
+	1,  // 55: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
+	1,  // 56: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
+	28, // 57: gonvmf.control.v1.Control.ReopenNamespace:output_type -> gonvmf.control.v1.ReopenNamespaceResponse
+	0,  // 58: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 59: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 60: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
+	33, // 61: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
+	6,  // 62: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
+	36, // 63: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
+	6,  // 64: gonvmf.control.v1.Control.SetANAState:output_type -> gonvmf.control.v1.Listener
+	39, // 65: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
+	10, // 66: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
+	50, // 67: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
+	42, // 68: gonvmf.control.v1.Control.ListHostKeys:output_type -> gonvmf.control.v1.ListHostKeysResponse
+	40, // 69: gonvmf.control.v1.Control.SetHostKeys:output_type -> gonvmf.control.v1.HostKeys
+	46, // 70: gonvmf.control.v1.Control.RemoveHostKeys:output_type -> gonvmf.control.v1.RemoveHostKeysResponse
+	0,  // 71: gonvmf.control.v1.Control.SetAuthRequired:output_type -> gonvmf.control.v1.Subsystem
+	49, // [49:72] is the sub-list for method output_type
+	26, // [26:49] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -3426,14 +3602,14 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[41].OneofWrappers = []any{}
+	file_control_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,7 @@ const (
 	Control_ListListeners_FullMethodName        = "/gonvmf.control.v1.Control/ListListeners"
 	Control_AddListener_FullMethodName          = "/gonvmf.control.v1.Control/AddListener"
 	Control_RemoveListener_FullMethodName       = "/gonvmf.control.v1.Control/RemoveListener"
+	Control_SetANAState_FullMethodName          = "/gonvmf.control.v1.Control/SetANAState"
 	Control_ListControllers_FullMethodName      = "/gonvmf.control.v1.Control/ListControllers"
 	Control_GetStats_FullMethodName             = "/gonvmf.control.v1.Control/GetStats"
 	Control_SaveConfig_FullMethodName           = "/gonvmf.control.v1.Control/SaveConfig"
@@ -94,6 +95,13 @@ type ControlClient interface {
 	ListListeners(ctx context.Context, in *ListListenersRequest, opts ...grpc.CallOption) (*ListListenersResponse, error)
 	AddListener(ctx context.Context, in *AddListenerRequest, opts ...grpc.CallOption) (*Listener, error)
 	RemoveListener(ctx context.Context, in *RemoveListenerRequest, opts ...grpc.CallOption) (*RemoveListenerResponse, error)
+	// ANA (Asymmetric Namespace Access). SetANAState changes the state a listener reports
+	// for one ANA group: the hosts connected through it get an ANA Change event, reread the
+	// ANA log and follow the new state (I/O for the group's namespaces through a listener
+	// where it is inaccessible, persistent-loss or change fails with the Asymmetric Access
+	// status of that state, and a multipath host retries it on another path). This is how a
+	// subsystem served by two targets fails over. It returns the listener with its states.
+	SetANAState(ctx context.Context, in *SetANAStateRequest, opts ...grpc.CallOption) (*Listener, error)
 	// Inspection.
 	ListControllers(ctx context.Context, in *ListControllersRequest, opts ...grpc.CallOption) (*ListControllersResponse, error)
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error)
@@ -274,6 +282,16 @@ func (c *controlClient) RemoveListener(ctx context.Context, in *RemoveListenerRe
 	return out, nil
 }
 
+func (c *controlClient) SetANAState(ctx context.Context, in *SetANAStateRequest, opts ...grpc.CallOption) (*Listener, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Listener)
+	err := c.cc.Invoke(ctx, Control_SetANAState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) ListControllers(ctx context.Context, in *ListControllersRequest, opts ...grpc.CallOption) (*ListControllersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListControllersResponse)
@@ -380,6 +398,13 @@ type ControlServer interface {
 	ListListeners(context.Context, *ListListenersRequest) (*ListListenersResponse, error)
 	AddListener(context.Context, *AddListenerRequest) (*Listener, error)
 	RemoveListener(context.Context, *RemoveListenerRequest) (*RemoveListenerResponse, error)
+	// ANA (Asymmetric Namespace Access). SetANAState changes the state a listener reports
+	// for one ANA group: the hosts connected through it get an ANA Change event, reread the
+	// ANA log and follow the new state (I/O for the group's namespaces through a listener
+	// where it is inaccessible, persistent-loss or change fails with the Asymmetric Access
+	// status of that state, and a multipath host retries it on another path). This is how a
+	// subsystem served by two targets fails over. It returns the listener with its states.
+	SetANAState(context.Context, *SetANAStateRequest) (*Listener, error)
 	// Inspection.
 	ListControllers(context.Context, *ListControllersRequest) (*ListControllersResponse, error)
 	GetStats(context.Context, *GetStatsRequest) (*Stats, error)
@@ -454,6 +479,9 @@ func (UnimplementedControlServer) AddListener(context.Context, *AddListenerReque
 }
 func (UnimplementedControlServer) RemoveListener(context.Context, *RemoveListenerRequest) (*RemoveListenerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveListener not implemented")
+}
+func (UnimplementedControlServer) SetANAState(context.Context, *SetANAStateRequest) (*Listener, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetANAState not implemented")
 }
 func (UnimplementedControlServer) ListControllers(context.Context, *ListControllersRequest) (*ListControllersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListControllers not implemented")
@@ -767,6 +795,24 @@ func _Control_RemoveListener_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_SetANAState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetANAStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SetANAState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SetANAState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SetANAState(ctx, req.(*SetANAStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_ListControllers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListControllersRequest)
 	if err := dec(in); err != nil {
@@ -959,6 +1005,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveListener",
 			Handler:    _Control_RemoveListener_Handler,
+		},
+		{
+			MethodName: "SetANAState",
+			Handler:    _Control_SetANAState_Handler,
 		},
 		{
 			MethodName: "ListControllers",
