@@ -7,7 +7,7 @@ BUILD    ?= $(CURDIR)/build
 CEPH_TAGS ?= ceph,pacific
 export GONVMF_BUILD := $(BUILD)
 
-.PHONY: all setup build build-ceph check vet unit test-ceph fuzz vm-test test demo bench proto clean
+.PHONY: all setup build build-ceph check vet unit bench-guard test-ceph fuzz vm-test test demo bench proto clean
 
 all: build
 
@@ -37,6 +37,11 @@ check vet:
 unit:
 	$(GO) test -race -count=1 ./...
 
+# The RDMA engine's regression guard: BenchmarkEngine (fake fabric) at 0 allocations per I/O
+# and under a stated ns/op bound (see integration/bench/engine-guard.sh).
+bench-guard:
+	GO=$(GO) integration/bench/engine-guard.sh
+
 # The tests of the ceph build against a single-node Ceph cluster (integration/ceph/cluster.sh)
 # started for them on 127.0.0.1 and stopped after (~5 s to start, ~400 MB of memory).
 CEPH_TESTS ?= ./backend/ ./target/ ./cmd/gonvmf/
@@ -54,8 +59,9 @@ fuzz:
 vm-test: setup
 	integration/run-tests.sh --keep-going
 
-# All tests: static checks, unit tests, the ceph build's tests, fuzzing, then the VM suites.
-test: setup check unit test-ceph fuzz vm-test
+# All tests: static checks, unit tests, the engine's allocation and cost guard, the ceph
+# build's tests, fuzzing, then the VM suites.
+test: setup check unit bench-guard test-ceph fuzz vm-test
 
 # The main job: boot the guest, serve a file-backed namespace with gonvmf, connect the Linux
 # host over Soft-RoCE, run a short fio and print the result.

@@ -149,7 +149,8 @@ type fakeEP struct {
 	cq *fakeCQ
 
 	mu        sync.Mutex
-	recvs     []rdmacm.RecvWR // posted, in order
+	recvs     []rdmacm.RecvWR // posted, in order (a window of recvArr)
+	recvArr   []rdmacm.RecvWR
 	err       bool
 	dead      bool
 	reads     atomic.Int64 // RDMA READs executed
@@ -170,8 +171,9 @@ type fakeEP struct {
 const fakeHostKey = 0x5151
 
 func newFakeEP(f *fakeFabric, cq *fakeCQ, hostBytes int) *fakeEP {
+	arr := make([]rdmacm.RecvWR, 4096)
 	return &fakeEP{f: f, cq: cq, hostMem: make([]byte, hostBytes), hostBase: 0x7f00_0000_0000, hostKey: fakeHostKey,
-		recvs: make([]rdmacm.RecvWR, 0, 4096)}
+		recvs: arr[:0], recvArr: arr}
 }
 
 func (e *fakeEP) PostRecv(wrs []rdmacm.RecvWR) error {
@@ -186,6 +188,10 @@ func (e *fakeEP) PostRecv(wrs []rdmacm.RecvWR) error {
 				e.cq.push(rdmacm.Completion{ID: wrs[i].ID, Status: rdmacm.WCFlushErr})
 			}
 			continue
+		}
+		if len(e.recvs) == cap(e.recvs) && len(e.recvs) < len(e.recvArr) {
+			// hostSend consumed the front: slide the window back instead of growing it
+			e.recvs = e.recvArr[:copy(e.recvArr, e.recvs)]
 		}
 		e.recvs = append(e.recvs, wrs[i])
 	}
