@@ -7,6 +7,8 @@ package rdmacm
 #cgo nocallback gonvmf_post_send
 #cgo noescape gonvmf_post_recv
 #cgo nocallback gonvmf_post_recv
+#cgo noescape gonvmf_post
+#cgo nocallback gonvmf_post
 #include "verbs_linux.h"
 */
 import "C"
@@ -180,6 +182,39 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 		e := &PostError{Op: "ibv_post_recv", QPNum: qp.num, Index: int(uint32(r)), Errno: errno}
 		if e.Index < len(wrs) {
 			e.ID = wrs[e.Index].ID
+		}
+		return e
+	}
+	return nil
+}
+
+// Post posts receive requests and then send requests, each as one chain, in one cgo
+// call: a poll loop's whole round for the QP. Either slice may be empty. On failure
+// the error is a *PostError: Op "ibv_post_recv" (no send was posted) or
+// "ibv_post_send" (every receive was), and Index within that slice.
+func (qp *QP) Post(recvs []RecvWR, sends []SendWR) error {
+	if len(recvs) == 0 {
+		return qp.PostSend(sends)
+	}
+	if len(sends) == 0 {
+		return qp.PostRecv(recvs)
+	}
+	if !qp.acquire() {
+		return ErrClosed
+	}
+	var failedSend C.int
+	r := C.gonvmf_post(qp.qp, (*C.gonvmf_recv_wr)(unsafe.Pointer(&recvs[0])), C.int(len(recvs)),
+		(*C.gonvmf_send_wr)(unsafe.Pointer(&sends[0])), C.int(len(sends)), qp.maxInline, &failedSend)
+	qp.release()
+	if errno := syscall.Errno(uint64(r) >> 32); errno != 0 {
+		e := &PostError{Op: "ibv_post_recv", QPNum: qp.num, Index: int(uint32(r)), Errno: errno}
+		if failedSend != 0 {
+			e.Op = "ibv_post_send"
+			if e.Index < len(sends) {
+				e.ID = sends[e.Index].ID
+			}
+		} else if e.Index < len(recvs) {
+			e.ID = recvs[e.Index].ID
 		}
 		return e
 	}

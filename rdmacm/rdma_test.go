@@ -929,3 +929,71 @@ func TestRDMAPostPollAllocs(t *testing.T) {
 		t.Errorf("post + poll + arm + wait: %v allocations per round trip, want 0", allocs)
 	}
 }
+
+// TestRDMAPost: QP.Post posts receives and then sends in one call: the server reposts
+// a receive and answers in the same Post, the client gets the answer in the new
+// receive, and a Post with only one kind (or none) works too.
+func TestRDMAPost(t *testing.T) {
+	ip := requireRDMA(t)
+	const slot = 4096
+	p := newPair(t, ip, pairOpts{
+		arenaSize: 16 * slot, inline: 64,
+		srvSetup: func(e *end) error { postRecvs(t, e, 0, slot, 1, 100); return nil },
+	})
+	if err := p.cli.qp.Post(nil, nil); err != nil {
+		t.Fatalf("empty Post: %v", err)
+	}
+	// Client: a receive for the answer and the request, in one Post.
+	cmem, smem := p.cli.mem.Bytes(), p.srv.mem.Bytes()
+	recv := []rdmacm.RecvWR{{ID: 200}}
+	recv[0].SetSGL(p.cli.mem.SGE(0, slot))
+	copy(cmem[4*slot:], pattern(1, 64))
+	req := []rdmacm.SendWR{{ID: 1, Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}}
+	req[0].SetSGL(p.cli.mem.SGE(4*slot, 64))
+	if err := p.cli.qp.Post(recv, req); err != nil {
+		t.Fatal(err)
+	}
+	if c := pollN(t, p.srv.cq, 1, 30*time.Second)[0]; c.Err() != nil || c.ID != 100 || !bytes.Equal(smem[:64], pattern(1, 64)) {
+		t.Fatalf("server receive: %+v (%v)", c, c.Err())
+	}
+	// Server: repost its receive and answer, in one Post.
+	srecv := []rdmacm.RecvWR{{ID: 101}}
+	srecv[0].SetSGL(p.srv.mem.SGE(slot, slot))
+	copy(smem[8*slot:], pattern(2, 16))
+	resp := []rdmacm.SendWR{{ID: 2, Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}}
+	resp[0].SetSGL(p.srv.mem.SGE(8*slot, 16))
+	if err := p.srv.qp.Post(srecv, resp); err != nil {
+		t.Fatal(err)
+	}
+	// The client's request completed, and the answer landed in the receive it posted with it.
+	got := pollN(t, p.cli.cq, 2, 30*time.Second)
+	ids := map[uint64]bool{}
+	for _, c := range got {
+		if c.Err() != nil {
+			t.Fatalf("client completion %+v: %v", c, c.Err())
+		}
+		ids[c.ID] = true
+	}
+	if !ids[1] || !ids[200] || !bytes.Equal(cmem[:16], pattern(2, 16)) {
+		t.Fatalf("client completions %+v, data % x", got, cmem[:16])
+	}
+	pollN(t, p.srv.cq, 1, 30*time.Second) // the answer's send
+	// The server's reposted receive takes the next message (sends only).
+	if err := p.cli.qp.Post(nil, req); err != nil {
+		t.Fatal(err)
+	}
+	if c := pollN(t, p.srv.cq, 1, 30*time.Second)[0]; c.Err() != nil || c.ID != 101 {
+		t.Fatalf("second server receive: %+v (%v)", c, c.Err())
+	}
+	pollN(t, p.cli.cq, 1, 30*time.Second)
+	// A receive Post past the queue's capacity fails as a receive post with the index.
+	many := make([]rdmacm.RecvWR, 2*(p.cli.qp.Caps().MaxRecvWR+1)+1) // past a queue rounded up to a power of two
+	for i := range many {
+		many[i].ID = uint64(1000 + i)
+		many[i].SetSGL(p.cli.mem.SGE(slot, 64))
+	}
+	var pe *rdmacm.PostError
+	if err := p.cli.qp.Post(many, req); !errors.As(err, &pe) || pe.Op != "ibv_post_recv" || pe.Index == 0 || pe.Index >= len(many) {
+		t.Fatalf("overfull receive Post: %v; want a PostError of ibv_post_recv with the index of the first request that did not fit", err)
+	}
+}

@@ -91,7 +91,10 @@ func (qp *QP) Caps() QPCaps                { return QPCaps{} }
 func (qp *QP) ID() *CMID                   { return nil }
 func (qp *QP) PostSend(wrs []SendWR) error { return ErrNotSupported }
 func (qp *QP) PostRecv(wrs []RecvWR) error { return ErrNotSupported }
-func (qp *QP) Close() error                { return nil }
+func (qp *QP) Post(recvs []RecvWR, sends []SendWR) error {
+	return ErrNotSupported
+}
+func (qp *QP) Close() error { return nil }
 
 // EventChannel is an rdma_cm event channel (unavailable in this build).
 type EventChannel struct{}

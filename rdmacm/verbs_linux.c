@@ -122,6 +122,26 @@ int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n)
 	return post_result(0, done);
 }
 
+/* Receives, then sends, in one call from Go. On failure *failed_send says which chain
+ * stopped (0: the receives, and no send was posted; 1: the sends). */
+int64_t gonvmf_post(struct ibv_qp *qp, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
+		    uint32_t max_inline, int *failed_send)
+{
+	int64_t r;
+
+	*failed_send = 0;
+	if (nr > 0) {
+		r = gonvmf_post_recv(qp, recvs, nr);
+		if (r >> 32)
+			return r;
+	}
+	if (ns > 0) {
+		*failed_send = 1;
+		return gonvmf_post_send(qp, sends, ns, max_inline);
+	}
+	return post_result(0, 0);
+}
+
 int gonvmf_poll_cq(struct ibv_cq *cq, struct ibv_wc *wc, int n)
 {
 	int rc = ibv_poll_cq(cq, n, wc);

@@ -40,6 +40,8 @@ typedef struct {
 // error that stopped the chain (0 if none) in the high 32 bits.
 int64_t gonvmf_post_send(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t max_inline);
 int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n);
+int64_t gonvmf_post(struct ibv_qp *qp, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
+		    uint32_t max_inline, int *failed_send);
 // Returns the number of completions written (>= 0) or -errno.
 int gonvmf_poll_cq(struct ibv_cq *cq, struct ibv_wc *wc, int n);
 int gonvmf_req_notify_cq(struct ibv_cq *cq, int solicited_only);

@@ -737,8 +737,8 @@ func (c *conn) stageRecv(i int) {
 	c.g.markDirty(c)
 }
 
-// flush posts the staged work requests (or, on a connection going away, completes them
-// as flushed without posting).
+// flush posts the staged work requests, receives then sends, in one call (or, on a
+// connection going away, completes them as flushed without posting).
 func (c *conn) flush() {
 	nr, ns := c.nRecv, c.nSend
 	c.nRecv, c.nSend = 0, 0
@@ -746,33 +746,25 @@ func (c *conn) flush() {
 		c.flushStaged(0, nr, 0, ns)
 		return
 	}
-	if nr > 0 {
-		if err := c.ep.PostRecv(c.recvStage[:nr]); err != nil {
-			sent := nr
-			var pe *rdmacm.PostError
-			if errors.As(err, &pe) {
-				sent = pe.Index
-			} else {
-				sent = 0
-			}
-			c.log.Error("posting receives failed: disconnecting", "qid", c.cfg.qid, "err", err)
-			c.requestCloseLocal(errPostFailed)
-			c.flushStaged(sent, nr, 0, ns)
-			return
+	if nr == 0 && ns == 0 {
+		return
+	}
+	err := c.ep.Post(c.recvStage[:nr], c.sendStage[:ns])
+	if err == nil {
+		return
+	}
+	recvs, sends := 0, 0 // posted before the failure
+	var pe *rdmacm.PostError
+	if errors.As(err, &pe) {
+		if pe.Op == "ibv_post_send" {
+			recvs, sends = nr, pe.Index
+		} else {
+			recvs = pe.Index
 		}
 	}
-	if ns > 0 {
-		if err := c.ep.PostSend(c.sendStage[:ns]); err != nil {
-			sent := 0
-			var pe *rdmacm.PostError
-			if errors.As(err, &pe) {
-				sent = pe.Index
-			}
-			c.log.Error("posting sends failed: disconnecting", "qid", c.cfg.qid, "err", err)
-			c.requestCloseLocal(errPostFailed)
-			c.flushStaged(0, 0, sent, ns)
-		}
-	}
+	c.log.Error("posting work requests failed: disconnecting", "qid", c.cfg.qid, "receives", nr, "sends", ns, "err", err)
+	c.requestCloseLocal(errPostFailed)
+	c.flushStaged(recvs, nr, sends, ns)
 }
 
 // flushStaged completes staged work requests [r0, r1) and [s0, s1) as flushed, for the

@@ -216,6 +216,14 @@ func (e *fakeEP) fail(wr *rdmacm.SendWR, st rdmacm.WCStatus) {
 	e.recvs = e.recvs[:0]
 }
 
+// Post posts receives, then sends, as rdmacm.QP.Post does.
+func (e *fakeEP) Post(recvs []rdmacm.RecvWR, sends []rdmacm.SendWR) error {
+	if err := e.PostRecv(recvs); err != nil {
+		return err
+	}
+	return e.PostSend(sends)
+}
+
 func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

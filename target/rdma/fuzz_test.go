@@ -159,6 +159,13 @@ func (e *fzEP) PostSend(wrs []rdmacm.SendWR) error {
 	return e.fakeEP.PostSend(wrs)
 }
 
+func (e *fzEP) Post(recvs []rdmacm.RecvWR, sends []rdmacm.SendWR) error {
+	if err := e.fakeEP.PostRecv(recvs); err != nil {
+		return err
+	}
+	return e.PostSend(sends)
+}
+
 // checkWR checks an RDMA READ or WRITE. It runs on the poll group's goroutine (PostSend
 // is called by the group's flush), which owns the connection's contexts.
 func (e *fzEP) checkWR(q *fzQueue, w *rdmacm.SendWR) {

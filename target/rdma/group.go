@@ -17,6 +17,8 @@ import (
 type endpoint interface {
 	PostSend(wrs []rdmacm.SendWR) error
 	PostRecv(wrs []rdmacm.RecvWR) error
+	// Post posts receives, then sends, in one call (see rdmacm.QP.Post).
+	Post(recvs []rdmacm.RecvWR, sends []rdmacm.SendWR) error
 	// Disconnect moves the QP to the error state (rdma_disconnect), so that every
 	// outstanding work request completes, flushed, and tells the host.
 	Disconnect() error
@@ -512,8 +514,8 @@ func (g *group) markDirty(c *conn) {
 	}
 }
 
-// flush posts every connection's staged work requests: receives first (so that the
-// host's next command finds a buffer), then the send chain, one call each.
+// flush posts every connection's staged work requests: receives, then the send chain,
+// in one call per connection.
 func (g *group) flush() {
 	for i := 0; i < len(g.dirty); i++ { // flushing may dirty more connections
 		c := g.dirty[i]

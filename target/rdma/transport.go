@@ -737,8 +737,11 @@ type qpEndpoint struct {
 
 func (e *qpEndpoint) PostSend(wrs []rdmacm.SendWR) error { return e.qp.PostSend(wrs) }
 func (e *qpEndpoint) PostRecv(wrs []rdmacm.RecvWR) error { return e.qp.PostRecv(wrs) }
-func (e *qpEndpoint) Disconnect() error                  { return e.id.Disconnect() }
-func (e *qpEndpoint) Destroy() error                     { return e.qp.Close() }
+func (e *qpEndpoint) Post(recvs []rdmacm.RecvWR, sends []rdmacm.SendWR) error {
+	return e.qp.Post(recvs, sends)
+}
+func (e *qpEndpoint) Disconnect() error { return e.id.Disconnect() }
+func (e *qpEndpoint) Destroy() error    { return e.qp.Close() }
 
 // onConnectRequest checks a host's connection request and accepts or rejects it.
 func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
