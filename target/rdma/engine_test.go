@@ -564,3 +564,39 @@ func BenchmarkEngineReadWrite4K(b *testing.B) {
 	}
 	testutil.ReportCPU(b, cpu0)
 }
+
+// TestEngineArmsOnce: a sleeping poll group that a wake-up (not a completion) ends does
+// not arm its completion queue again (arming is a system call); a completion's event
+// makes the next sleep arm.
+func TestEngineArmsOnce(t *testing.T) {
+	e := newEngine(t, engineOpts{})
+	a, _ := e.adminConnect(0)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	sleeping := func() bool { return e.g.sleeping.Load() }
+	waitFor("the group to sleep", sleeping)
+	arms := e.cq.arms.Load()
+	for i := 0; i < 5; i++ {
+		s := e.g.stats.sleeps.Load()
+		e.g.kick() // wakes the group: no completion, no event
+		waitFor("the group to sleep again", func() bool { return e.g.stats.sleeps.Load() > s && sleeping() })
+	}
+	if got := e.cq.arms.Load(); got != arms {
+		t.Errorf("%d more arms after 5 wake-ups without a completion; want none", got-arms)
+	}
+	// A command: its completions fire the armed event; the group arms again before the next sleep.
+	c := a.h.propGet(nvmeproto.PropVS, false)
+	if c == 0 {
+		t.Fatal("no version from the admin queue")
+	}
+	waitFor("the group to arm again and sleep", func() bool { return e.cq.arms.Load() > arms && sleeping() })
+	e.closeAll(a)
+}

@@ -31,7 +31,8 @@ type fakeCQ struct {
 	notify chan struct{}
 	wake   chan struct{}
 	closed bool
-	timer  *time.Timer // Wait's
+	timer  *time.Timer  // Wait's
+	arms   atomic.Int64 // Arm calls
 }
 
 func newFakeCQ() *fakeCQ {
@@ -67,6 +68,7 @@ func (cq *fakeCQ) Poll(wc []rdmacm.Completion) (int, error) {
 }
 
 func (cq *fakeCQ) Arm(bool) error {
+	cq.arms.Add(1)
 	cq.mu.Lock()
 	cq.armed = true
 	cq.mu.Unlock()

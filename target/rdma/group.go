@@ -110,6 +110,7 @@ type group struct {
 
 	stopping atomic.Bool
 	cqGone   bool // the completion queue was closed under the group
+	armed    bool // the completion queue is armed and its event not yet taken
 	stopped  chan struct{}
 
 	// Quiescing (Transport.Drain): the target is shutting down. The group starts no new
@@ -133,6 +134,7 @@ type group struct {
 // groupStats count events of a poll group (read racily, for logs and tests).
 type groupStats struct {
 	polls, completions, sleeps, wakeups atomic.Uint64
+	arms                                atomic.Uint64
 	bufWaits, readWaits, sendWaits      atomic.Uint64
 	ctxWaits                            atomic.Uint64
 }
@@ -367,8 +369,14 @@ func (g *group) sleep() {
 		g.sleeping.Store(false)
 		return
 	}
-	if err := g.cq.Arm(false); err != nil && !g.stopping.Load() {
-		g.log.Error("arming the completion queue failed", "err", err)
+	// Arm only if the last arm has not fired yet: a sleep that a wake-up (not a
+	// completion) ended left the queue armed, and arming costs a system call.
+	if !g.armed {
+		if err := g.cq.Arm(false); err != nil && !g.stopping.Load() {
+			g.log.Error("arming the completion queue failed", "err", err)
+		}
+		g.armed = true
+		g.stats.arms.Add(1)
 	}
 	// A completion that arrived before the arm raises no event: look once more.
 	if n, _ := g.cq.Poll(g.wcs); n > 0 {
@@ -386,6 +394,7 @@ func (g *group) sleep() {
 	}
 	g.stats.sleeps.Add(1)
 	if ok, _ := g.cq.Wait(timeout); ok {
+		g.armed = false // the event was the arm's: the next sleep arms again
 		g.stats.wakeups.Add(1)
 	}
 	g.sleeping.Store(false)
