@@ -3,7 +3,17 @@ package backend
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
+
+// handoffs counts requests handed to worker goroutines (Handoffs).
+var handoffs atomic.Uint64
+
+// Handoffs returns how many requests every Executor has handed to its worker goroutines
+// so far. A transport's poll loop that blocks its thread in a system call compares it
+// before and after a round: when it changed, a worker goroutine may be waiting to run and
+// the loop should yield first (runtime.Gosched).
+func Handoffs() uint64 { return handoffs.Load() }
 
 // Op is the operation of a Request.
 type Op uint8
@@ -132,6 +142,7 @@ func (e *Executor) Submit(r *Request) {
 		e.active.Done()
 		return
 	}
+	handoffs.Add(1)
 	e.ch <- r
 	e.mu.RUnlock()
 }

@@ -3,6 +3,7 @@ package backend
 import (
 	"bytes"
 	"errors"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,34 @@ func TestExecutorInline(t *testing.T) {
 		}
 		e.Close()
 		b.Close()
+	}
+}
+
+// TestExecutorHandoffs: Handoffs counts the requests handed to worker goroutines, not
+// the ones done inline.
+func TestExecutorHandoffs(t *testing.T) {
+	mem, err := Open(Spec{Kind: KindMemory, Size: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	inline := NewExecutor(mem, 1, 1)
+	defer inline.Close()
+	h0 := Handoffs()
+	r := Request{Op: OpRead, Buf: alignedBuf(512), Done: func(*Request) {}}
+	inline.Submit(&r)
+	if Handoffs() != h0 {
+		t.Errorf("an inline request counted as a hand-off")
+	}
+	f := openTestFile(t, Spec{Path: filepath.Join(t.TempDir(), "h.img"), Size: 1 << 20})
+	e := NewExecutor(f, 1, 1)
+	defer e.Close()
+	done := make(chan struct{})
+	r2 := Request{Op: OpRead, Buf: alignedBuf(4096), Done: func(*Request) { close(done) }}
+	e.Submit(&r2)
+	<-done
+	if Handoffs() < h0+1 {
+		t.Errorf("Handoffs %d after a worker request; want at least %d", Handoffs(), h0+1)
 	}
 }
 

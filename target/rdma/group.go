@@ -631,12 +631,31 @@ func (q *fifo) removeConn(c *conn) *rctx {
 // with its OS thread blocked in poll(2) (rdmacm.CQ.WaitThread) rather than in the Go
 // netpoller, so a command arriving at an idle group wakes the group's own thread and
 // nothing else: no runtime timer per sleep, no netpoller hand-off to another thread.
-type threadCQ struct{ *rdmacm.CQ }
+//
+// The blocking call keeps the goroutine's P, and the goroutine never parks, which the Go
+// scheduler sees as one goroutine running for ever: after 10 ms its monitor thread
+// (sysmon) preempts it and takes the P away, and from then on polls every 20 µs, each
+// time reading the clock, which is a system call where the vDSO has no usable clock
+// source (emulated guests) — several per I/O. A yield (runtime.Gosched) before the
+// sleep prevents that, but costs a wake-up of another thread that finds nothing to do and
+// sleeps again (two futex calls). So the group yields every yieldEvery sleeps (often
+// enough that no 10 ms pass without one while I/O arrives), and at once when the round
+// handed work to a goroutine (a backend worker: it would otherwise wait in this P's queue
+// until sysmon takes the P).
+type threadCQ struct {
+	*rdmacm.CQ
+	sleeps   int
+	handoffs uint64
+}
 
-func (c threadCQ) Wait(timeout time.Duration) (bool, error) {
-	// A blocking cgo call keeps the goroutine's P: a goroutine the round made runnable
-	// (a backend worker, the core's) would wait in that P's queue until sysmon takes the
-	// P away, up to 10 ms later. Let it run first.
-	runtime.Gosched()
+// yieldEvery is how many sleeps a poll group makes between yields (see threadCQ).
+const yieldEvery = 4
+
+func (c *threadCQ) Wait(timeout time.Duration) (bool, error) {
+	c.sleeps++
+	if h := backend.Handoffs(); c.sleeps >= yieldEvery || h != c.handoffs {
+		c.sleeps, c.handoffs = 0, h
+		runtime.Gosched()
+	}
 	return c.CQ.WaitThread(timeout)
 }

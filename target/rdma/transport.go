@@ -591,7 +591,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 			return nil, fmt.Errorf("completion queue of poll group %d: %w", i, err)
 		}
 		d.cqs = append(d.cqs, cq)
-		g := newGroup(i, d.pool, threadCQ{cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
+		g := newGroup(i, d.pool, &threadCQ{CQ: cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
 			tr.log.With("device", name))
 		g.m.shard = int(tr.m.groups.Add(1) - 1)
 		if tr.opts.ring {
