@@ -12,27 +12,35 @@ import (
 // Ring is a Linux native asynchronous I/O context (io_setup/io_submit) owned by one
 // goroutine, typically a transport's poll loop. Reads and writes of the file and block
 // backends opened with O_DIRECT go to the kernel without a worker goroutine: the owner
-// submits with Executor.SubmitRing, the kernel signals the eventfd given to NewRing when
-// a request completes, and the owner calls Reap, which calls the requests' Done. This is
-// how the kernel's own target drives files and block devices (asynchronous direct I/O),
-// and it saves the two goroutine (and thread) hand-offs per command of the worker pool,
-// and the scheduler's churn around a blocking system call in every worker.
+// queues them with Executor.SubmitRing and hands everything queued to the kernel with one
+// io_submit in Flush (once per round of its loop), the kernel signals the eventfd given to
+// NewRing when a request completes, and the owner calls Reap, which takes the completions
+// from the ring the kernel keeps in the process's memory, without a system call, and calls
+// the requests' Done. This is how the kernel's own target drives files and block devices
+// (asynchronous direct I/O), and it saves the two goroutine (and thread) hand-offs per
+// command of the worker pool, and the scheduler's churn around a blocking system call in
+// every worker.
 //
-// A Ring is not safe for concurrent use: Submit, Ready and Reap belong to its owner.
+// A Ring is not safe for concurrent use: Submit, Flush, Ready and Reap belong to its owner.
 type Ring struct {
 	ctx    uintptr
-	ring   *aioRing // the kernel's completion ring, mapped at ctx
-	notify int      // eventfd the kernel signals per completion (-1: none)
+	ring   *aioRing  // the kernel's completion ring, mapped at ctx (nil: an unknown layout)
+	ringEv []ioEvent // its events
+	notify int       // eventfd the kernel signals per completion (-1: none)
 
-	iocbs  []iocb
-	slots  []ringSlot
-	free   []int32
-	events []ioEvent
-	ptr    [1]*iocb
+	iocbs   []iocb
+	slots   []ringSlot
+	free    []int32
+	events  []ioEvent
+	pending []*iocb // queued by submit, handed to the kernel by Flush
+	pendIdx []int32 // their slots
 
-	inflight atomic.Int32
+	inflight atomic.Int32 // queued or in the kernel, not yet reaped
 
 	ext ringExt // rbd requests completing on this ring (the ceph build)
+
+	// Counters (owner goroutine): system calls made, for tests and benchmarks.
+	Submits, GetEvents uint64
 }
 
 type ringSlot struct {
@@ -99,14 +107,19 @@ func NewRing(depth, notify int) (*Ring, error) {
 		}
 		return nil, fmt.Errorf("backend: io_setup(%d): %w", depth, e)
 	}
-	// The context ID is the address of the kernel's ring, mapped into the process: read
-	// its head and tail to see completions without a system call.
+	// The context ID is the address of the kernel's ring, mapped into the process: its
+	// head and tail say whether completions wait, and its events can be taken without a
+	// system call (the kernel reads the head back to know which slots are free again).
 	g.ring = *(**aioRing)(unsafe.Pointer(&g.ctx))
-	if g.ring.magic != aioRingMagic || g.ring.headerLength != uint32(unsafe.Sizeof(aioRing{})) {
-		g.ring = nil // an unknown layout: Ready always asks the kernel
+	if g.ring.magic != aioRingMagic || g.ring.headerLength != uint32(unsafe.Sizeof(aioRing{})) || g.ring.nr == 0 {
+		g.ring = nil // an unknown layout: Ready always asks the kernel, Reap calls io_getevents
+	} else {
+		g.ringEv = unsafe.Slice((*ioEvent)(unsafe.Add(unsafe.Pointer(g.ring), unsafe.Sizeof(aioRing{}))), g.ring.nr)
 	}
 	g.iocbs = make([]iocb, depth)
 	g.slots = make([]ringSlot, depth)
+	g.pending = make([]*iocb, 0, depth)
+	g.pendIdx = make([]int32, 0, depth)
 	g.free = make([]int32, 0, depth)
 	for i := depth - 1; i >= 0; i-- {
 		g.free = append(g.free, int32(i))
@@ -115,15 +128,18 @@ func NewRing(depth, notify int) (*Ring, error) {
 	return g, nil
 }
 
-// InFlight returns the number of requests submitted and not yet reaped.
+// InFlight returns the number of requests queued or submitted and not yet reaped.
 func (g *Ring) InFlight() int { return int(g.inflight.Load()) + g.ext.inFlight() }
+
+// Pending returns the number of requests queued for the next Flush.
+func (g *Ring) Pending() int { return len(g.pending) }
 
 // Ready reports whether completions may be waiting for Reap.
 func (g *Ring) Ready() bool {
 	if g.ext.ready() {
 		return true
 	}
-	if g.inflight.Load() == 0 {
+	if int(g.inflight.Load()) == len(g.pending) {
 		return false
 	}
 	if g.ring == nil {
@@ -166,19 +182,15 @@ func (g *Ring) submit(e *Executor, r *Request) bool {
 		fd = fs.syncFD
 	}
 	i := g.free[len(g.free)-1]
-	sl := &g.slots[i]
-	*sl = ringSlot{r: r, e: e, s: fs, fd: fd, off: int64(r.SLBA << fs.lbaShift)}
-	if !g.start(i) {
-		*sl = ringSlot{}
-		return false
-	}
 	g.free = g.free[:len(g.free)-1]
+	g.slots[i] = ringSlot{r: r, e: e, s: fs, fd: fd, off: int64(r.SLBA << fs.lbaShift)}
 	g.inflight.Add(1)
+	g.queue(i)
 	return true
 }
 
-// start submits slot i's remaining transfer.
-func (g *Ring) start(i int32) bool {
+// queue prepares slot i's remaining transfer for the next Flush.
+func (g *Ring) queue(i int32) {
 	sl := &g.slots[i]
 	cb := &g.iocbs[i]
 	*cb = iocb{data: uint64(i), fildes: uint32(sl.fd), offset: sl.off + int64(sl.done)}
@@ -193,31 +205,84 @@ func (g *Ring) start(i int32) bool {
 		cb.flags = iocbFlagResfd
 		cb.resfd = uint32(g.notify)
 	}
-	g.ptr[0] = cb
-	for {
-		n, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, g.ctx, 1, uintptr(unsafe.Pointer(&g.ptr[0])))
-		g.ptr[0] = nil
-		if e == unix.EINTR {
-			g.ptr[0] = cb
+	g.pending = append(g.pending, cb)
+	g.pendIdx = append(g.pendIdx, i)
+}
+
+// Flush hands every queued request to the kernel with one io_submit (more only if the
+// kernel takes part of them); a request the kernel refuses is done synchronously here. It
+// returns how many were queued. Call it once per round of the owner's loop, after the
+// round's submissions.
+func (g *Ring) Flush() int {
+	n := len(g.pending)
+	for k := 0; k < n; {
+		r, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, g.ctx, uintptr(n-k), uintptr(unsafe.Pointer(&g.pending[k])))
+		g.Submits++
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == 0 && r > 0:
+			k += int(r)
 			continue
 		}
-		return e == 0 && n == 1
+		// Refused (EAGAIN: the kernel's slots are not yet freed; EINVAL, EBADF: this
+		// request): finish the first one synchronously and go on with the rest.
+		i := g.pendIdx[k]
+		k++
+		g.finishSync(i)
 	}
+	clear(g.pending)
+	g.pending = g.pending[:0]
+	g.pendIdx = g.pendIdx[:0]
+	return n
 }
 
 // Reap completes the requests the kernel (or librbd) has finished (calling their Done)
-// and returns how many. It does not block.
+// and returns how many. It does not block, and makes no system call when the kernel's
+// ring is readable in place.
 func (g *Ring) Reap() int {
 	return g.ext.reap() + g.reapAIO()
 }
 
 func (g *Ring) reapAIO() int {
-	if g.inflight.Load() == 0 {
+	if int(g.inflight.Load()) == len(g.pending) {
 		return 0
 	}
+	if g.ring == nil {
+		return g.reapSyscall()
+	}
+	done := 0
+	nr := g.ring.nr
+	head := atomic.LoadUint32(&g.ring.head)
+	for {
+		tail := atomic.LoadUint32(&g.ring.tail) // the kernel writes the event, then the tail
+		if head == tail {
+			return done
+		}
+		if head >= nr || tail >= nr {
+			return done + g.reapSyscall() // not a ring we understand: let the kernel do it
+		}
+		for head != tail {
+			ev := g.ringEv[head]
+			head++
+			if head == nr {
+				head = 0
+			}
+			// Give the slot back before finishing: finish may resubmit (a short transfer).
+			atomic.StoreUint32(&g.ring.head, head)
+			if g.finish(int32(ev.data), ev.res) {
+				done++
+			}
+		}
+	}
+}
+
+// reapSyscall takes the completions with io_getevents.
+func (g *Ring) reapSyscall() int {
 	var zero unix.Timespec
 	n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, g.ctx, 0, uintptr(len(g.events)),
 		uintptr(unsafe.Pointer(&g.events[0])), uintptr(unsafe.Pointer(&zero)), 0)
+	g.GetEvents++
 	if e != 0 {
 		return 0
 	}
@@ -252,18 +317,32 @@ func (g *Ring) finish(i int32, res int64) bool {
 	default:
 		sl.done += int(res)
 		if sl.done < len(r.Buf) {
-			if g.start(i) {
-				return false
-			}
-			// Could not resubmit: finish the rest synchronously (rare: a short transfer).
-			off := sl.off + int64(sl.done)
-			if r.Op == OpRead {
-				err = sl.s.readFull(r.Buf[sl.done:], off)
-			} else if err = sl.s.writeFull(sl.fd, r.Buf[sl.done:], off); r.FUA {
-				err = sl.s.syncWriteError(err)
-			}
+			g.queue(i) // the rest goes with the next Flush (rare: a short transfer)
+			return false
 		}
 	}
+	g.complete(i, err)
+	return true
+}
+
+// finishSync does the rest of slot i's transfer synchronously and completes it (a request
+// the kernel refused).
+func (g *Ring) finishSync(i int32) {
+	sl := &g.slots[i]
+	off := sl.off + int64(sl.done)
+	var err error
+	if sl.r.Op == OpRead {
+		err = sl.s.readFull(sl.r.Buf[sl.done:], off)
+	} else if err = sl.s.writeFull(sl.fd, sl.r.Buf[sl.done:], off); sl.r.FUA {
+		err = sl.s.syncWriteError(err)
+	}
+	g.complete(i, err)
+}
+
+// complete ends slot i's request with err and frees the slot.
+func (g *Ring) complete(i int32, err error) {
+	sl := &g.slots[i]
+	r := sl.r
 	e := sl.e
 	*sl = ringSlot{}
 	g.free = append(g.free, i)
@@ -271,7 +350,6 @@ func (g *Ring) finish(i int32, res int64) bool {
 	r.Err = err
 	r.Done(r)
 	e.active.Done()
-	return true
 }
 
 func (g *Ring) ioError(sl *ringSlot, errno unix.Errno) error {
@@ -282,9 +360,11 @@ func (g *Ring) ioError(sl *ringSlot, errno unix.Errno) error {
 	return fmt.Errorf("backend: %s %s at byte %d, %d bytes: %w", what, sl.s.path, sl.off+int64(sl.done), len(sl.r.Buf)-sl.done, errno)
 }
 
-// Close waits for the requests in flight (reaping them) and destroys the context.
+// Close submits what is queued, waits for the requests in flight (reaping them) and
+// destroys the context.
 func (g *Ring) Close() error {
 	g.ext.close()
+	g.Flush()
 	for g.inflight.Load() > 0 {
 		var ts unix.Timespec
 		ts.Nsec = 10e6
@@ -296,6 +376,7 @@ func (g *Ring) Close() error {
 		for k := range g.events[:n] {
 			g.finish(int32(g.events[k].data), g.events[k].res)
 		}
+		g.Flush() // the rest of a short transfer
 	}
 	if _, _, e := unix.Syscall(unix.SYS_IO_DESTROY, g.ctx, 0, 0); e != 0 {
 		return fmt.Errorf("backend: io_destroy: %w", e)

@@ -23,5 +23,7 @@ func NewRing(depth, notify int) (*Ring, error) {
 func (g *Ring) InFlight() int                       { return 0 }
 func (g *Ring) Ready() bool                         { return false }
 func (g *Ring) Reap() int                           { return 0 }
+func (g *Ring) Flush() int                          { return 0 }
+func (g *Ring) Pending() int                        { return 0 }
 func (g *Ring) Close() error                        { return nil }
 func (g *Ring) submit(e *Executor, r *Request) bool { return false }

@@ -71,7 +71,7 @@
 //
 // transport.poll_groups goroutines per device (default one per CPU), each polling one
 // completion queue shared by the QPs spread over it, up to 64 completions per call, and
-// posting each connection's staged work requests as one chain per round (receives
+// posting each connection's staged work requests in one call per round (receives
 // first, then RDMA READs, WRITEs and SENDs). Completions of the core, which may come from
 // backend worker goroutines, reach the group through a lock-free list. When idle a group
 // polls a few more times (DefaultSpin), then arms the completion queue and
@@ -84,10 +84,12 @@
 //
 // Reads and writes of file and block namespaces opened with O_DIRECT run as Linux
 // asynchronous I/O from the poll group itself (backend.Ring, one per group): the group
-// submits them with io_submit, the kernel signals the group's wake-up eventfd when they
-// complete, and the group reaps them in its loop, as the kernel's target does with its
-// file and block backends. No goroutine hand-off is on that path; other commands (and
-// reads and writes when a group's ring is full) run on the namespace's worker goroutines.
+// queues a round's reads and writes and submits them with one io_submit at the end of
+// the round, the kernel signals the group's wake-up eventfd when they complete, and the
+// group takes the completions from the ring the kernel keeps in the process's memory,
+// without a system call, as the kernel's target does with its file and block backends.
+// No goroutine hand-off is on that path; other commands (and reads and writes when a
+// group's ring is full) run on the namespace's worker goroutines.
 //
 // # Faults
 //

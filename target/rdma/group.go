@@ -325,7 +325,7 @@ func (g *group) iterate() bool {
 			work = true
 		}
 	}
-	g.flush()
+	g.post()
 	if len(g.draining) > 0 && work {
 		g.housekeeping()
 	}
@@ -385,7 +385,7 @@ func (g *group) sleep() {
 		for i := range g.wcs[:n] {
 			g.dispatch(&g.wcs[i])
 		}
-		g.flush()
+		g.post()
 		return
 	}
 	timeout := idleWakeEvery
@@ -521,6 +521,15 @@ func (g *group) markDirty(c *conn) {
 		c.dirty = true
 		g.dirty = append(g.dirty, c)
 	}
+}
+
+// post hands the round's work to the kernel: the asynchronous I/O queued by the round
+// (one io_submit), then every connection's staged work requests.
+func (g *group) post() {
+	if g.ring != nil && g.ring.Pending() > 0 {
+		g.ring.Flush()
+	}
+	g.flush()
 }
 
 // flush posts every connection's staged work requests: receives, then the send chain,
