@@ -28,6 +28,7 @@ type QP struct {
 	pd        *PD
 	sendCQ    *CQ
 	recvCQ    *CQ
+	srq       *SRQ
 	qp        *C.struct_ibv_qp
 	num       uint32
 	caps      QPCaps
@@ -65,6 +66,14 @@ func (id *CMID) CreateQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, fmt.Errorf("rdmacm: CreateQP on %s: PD (%s) and CQs (%s, %s) are on different devices",
 			desc, pd.dev.name, cfg.SendCQ.dev.name, cfg.RecvCQ.dev.name)
 	}
+	var srq *C.struct_ibv_srq
+	if cfg.SRQ != nil {
+		if cfg.SRQ.pd != pd {
+			return nil, fmt.Errorf("rdmacm: CreateQP on %s: the SRQ is in another PD", desc)
+		}
+		srq = cfg.SRQ.srq
+		cfg.MaxRecvWR, cfg.MaxRecvSGE = 0, 0
+	}
 
 	// Hold every object the QP depends on, in a fixed order (ID, PD, CQs
 	// by address) so concurrent Closes cannot deadlock.
@@ -74,6 +83,9 @@ func (id *CMID) CreateQP(pd *PD, cfg QPConfig) (*QP, error) {
 		if uintptr(unsafe.Pointer(cfg.RecvCQ)) < uintptr(unsafe.Pointer(cfg.SendCQ)) {
 			deps[2], deps[3] = deps[3], deps[2]
 		}
+	}
+	if cfg.SRQ != nil {
+		deps = append(deps, &cfg.SRQ.node)
 	}
 	for i, n := range deps {
 		if !n.acquire() {
@@ -111,13 +123,13 @@ func (id *CMID) CreateQP(pd *PD, cfg QPConfig) (*QP, error) {
 		sigAll = 1
 	}
 	var num C.uint32_t
-	if rc := C.gonvmf_create_qp(id.id, pd.pd, cfg.SendCQ.cq, cfg.RecvCQ.cq, &caps, sigAll, &num); rc != 0 {
+	if rc := C.gonvmf_create_qp(id.id, pd.pd, cfg.SendCQ.cq, cfg.RecvCQ.cq, srq, &caps, sigAll, &num); rc != 0 {
 		return nil, newError("rdma_create_qp", errnoOf(rc),
 			"%s, send_wr %d, recv_wr %d, send_sge %d, recv_sge %d, inline %d (device limits: see Device.Query)",
 			desc, cfg.MaxSendWR, cfg.MaxRecvWR, cfg.MaxSendSGE, cfg.MaxRecvSGE, cfg.MaxInlineData)
 	}
 	qp := &QP{
-		id: id, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ,
+		id: id, pd: pd, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ,
 		qp:  id.id.qp,
 		num: uint32(num),
 		caps: QPCaps{
@@ -168,10 +180,16 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	return nil
 }
 
+// errSRQRecv: receives of a QP on an SRQ go to the SRQ.
+var errSRQRecv = fmt.Errorf("rdmacm: the QP takes its receives from a shared receive queue: post them with SRQ.PostRecv: %w", syscall.EINVAL)
+
 // PostRecv posts receive requests as one chain. Errors as for PostSend.
 func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if len(wrs) == 0 {
 		return nil
+	}
+	if qp.srq != nil {
+		return errSRQRecv
 	}
 	if !qp.acquire() {
 		return ErrClosed
@@ -195,6 +213,9 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 func (qp *QP) Post(recvs []RecvWR, sends []SendWR) error {
 	if len(recvs) == 0 {
 		return qp.PostSend(sends)
+	}
+	if qp.srq != nil {
+		return errSRQRecv
 	}
 	if len(sends) == 0 {
 		return qp.PostRecv(recvs)
@@ -239,6 +260,9 @@ func (qp *QP) Close() error {
 		qp.pd.removeKid(qp)
 		qp.sendCQ.removeKid(qp)
 		qp.recvCQ.removeKid(qp)
+		if qp.srq != nil {
+			qp.srq.removeKid(qp)
+		}
 		if rc != 0 {
 			return newError("ibv_destroy_qp", errnoOf(rc), "qp %d", qp.num)
 		}

@@ -997,3 +997,167 @@ func TestRDMAPost(t *testing.T) {
 		t.Fatalf("overfull receive Post: %v; want a PostError of ibv_post_recv with the index of the first request that did not fit", err)
 	}
 }
+
+// TestRDMASRQ: two connections whose server QPs share one receive queue. Messages on
+// either take the SRQ's next buffer and tell their QP apart by QPNum; the QPs have no
+// receive queue of their own; closing the SRQ closes the QPs on it.
+func TestRDMASRQ(t *testing.T) {
+	ip := requireRDMA(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lch, err := rdmacm.NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lch.Close()
+	lis, err := lch.Listen(netip.AddrPortFrom(ip, 0), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := rdmacm.OpenDevice(lis.DeviceName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := dev.NewCQ(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := pd.NewArena(64<<10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd.NewSRQ(8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srq.MaxWR() < 8 {
+		t.Fatalf("SRQ holds %d receives, asked for 8", srq.MaxWR())
+	}
+	const slot = 1024
+	recvs := make([]rdmacm.RecvWR, 8)
+	for i := range recvs {
+		recvs[i].ID = uint64(100 + i)
+		recvs[i].SetSGL(mem.SGE(i*slot, slot))
+	}
+	if err := srq.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	// Two clients, each its own pair of objects; the server side of both is on the SRQ.
+	type client struct {
+		e   end
+		ch  *rdmacm.EventChannel
+		srv *rdmacm.QP
+	}
+	var cls [2]*client
+	for k := range cls {
+		c := &client{}
+		cls[k] = c
+		if c.ch, err = rdmacm.NewEventChannel(); err != nil {
+			t.Fatal(err)
+		}
+		accepted := make(chan error, 1)
+		go func() {
+			ev, err := lch.GetEvent(ctx)
+			if err != nil || ev.Type != rdmacm.EventConnectRequest {
+				accepted <- fmt.Errorf("server: %v %v", ev, err)
+				return
+			}
+			qp, err := ev.ID.CreateQP(pd, rdmacm.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 8, SRQ: srq})
+			if err != nil {
+				ev.ID.Reject(nil)
+				accepted <- err
+				return
+			}
+			c.srv = qp
+			if err := ev.ID.Accept(&rdmacm.ConnParam{RNRRetryCount: 7}); err != nil {
+				accepted <- err
+				return
+			}
+			ev, err = lch.GetEvent(ctx)
+			if err == nil && ev.Type != rdmacm.EventEstablished {
+				err = fmt.Errorf("server: got %v, want ESTABLISHED", ev)
+			}
+			accepted <- err
+		}()
+		o := pairOpts{}
+		o.defaults()
+		id, _, err := rdmacm.Dial(ctx, c.ch, lis.LocalAddr(), rdmacm.DialOptions{
+			CreateQP: func(id *rdmacm.CMID) error { return c.e.setup(id, &o) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.e.id = id
+		if err := <-accepted; err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			c.e.close()
+			c.ch.Close()
+		}()
+	}
+	if err := cls[0].srv.PostRecv(recvs[:1]); err == nil {
+		t.Error("PostRecv on a QP on an SRQ succeeded; want an error naming the SRQ")
+	}
+	// Client k sends 3 messages: 6 receives taken from the SRQ's 8, in any interleaving.
+	for k, c := range cls {
+		wrs := make([]rdmacm.SendWR, 3)
+		for i := range wrs {
+			copy(c.e.mem.Bytes()[i*64:], pattern(byte(10*k+i), 64))
+			wrs[i] = rdmacm.SendWR{ID: uint64(i), Op: rdmacm.OpSend, Flags: rdmacm.FlagSignaled}
+			wrs[i].SetSGL(c.e.mem.SGE(i*64, 64))
+		}
+		if err := c.e.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		pollN(t, c.e.cq, 3, 30*time.Second)
+	}
+	got := pollN(t, cq, 6, 30*time.Second)
+	seen := map[uint64]bool{}
+	perQP := map[uint32]int{}
+	for _, c := range got {
+		if c.Err() != nil || !c.Opcode.IsRecv() || c.ID < 100 || c.ID >= 108 || seen[c.ID] {
+			t.Fatalf("SRQ receive %+v (%v)", c, c.Err())
+		}
+		seen[c.ID] = true
+		perQP[c.QPNum]++
+		buf := mem.Bytes()[(c.ID-100)*slot:][:64]
+		ok := false
+		for k := range cls {
+			for i := 0; i < 3; i++ {
+				if c.QPNum == cls[k].srv.Num() && bytes.Equal(buf, pattern(byte(10*k+i), 64)) {
+					ok = true
+				}
+			}
+		}
+		if !ok {
+			t.Errorf("receive %d on qp %d: data from no message of that QP's client", c.ID, c.QPNum)
+		}
+	}
+	if perQP[cls[0].srv.Num()] != 3 || perQP[cls[1].srv.Num()] != 3 {
+		t.Errorf("receives per QP %v; want 3 on each of %d and %d", perQP, cls[0].srv.Num(), cls[1].srv.Num())
+	}
+	// Closing the SRQ closes the QPs on it first.
+	if err := srq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cls[0].srv.PostSend(nil); err != nil {
+		t.Fatal(err)
+	}
+	w := []rdmacm.SendWR{{ID: 1, Op: rdmacm.OpSend}}
+	w[0].SetSGL(mem.SGE(0, 16))
+	if err := cls[1].srv.PostSend(w); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("PostSend on a QP of a closed SRQ: %v, want ErrClosed", err)
+	}
+	for _, c := range cls {
+		c.srv.ID().Close()
+	}
+	cq.Close()
+	mem.Close()
+	pd.Close()
+}

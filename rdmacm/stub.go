@@ -50,7 +50,15 @@ type PD struct{}
 
 func (pd *PD) Device() *Device                                  { return nil }
 func (pd *PD) NewArena(size int, access Access) (*Arena, error) { return nil, ErrNotSupported }
+func (pd *PD) NewSRQ(maxWR, maxSGE int) (*SRQ, error)           { return nil, ErrNotSupported }
 func (pd *PD) Close() error                                     { return nil }
+
+// SRQ is a shared receive queue (unavailable in this build).
+type SRQ struct{}
+
+func (s *SRQ) MaxWR() int                  { return 0 }
+func (s *SRQ) PostRecv(wrs []RecvWR) error { return ErrNotSupported }
+func (s *SRQ) Close() error                { return nil }
 
 // Arena is registered memory (unavailable in this build).
 type Arena struct{}

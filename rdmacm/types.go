@@ -350,6 +350,10 @@ type QPConfig struct {
 	MaxInlineData int
 	// SignalAll makes every send request generate a completion.
 	SignalAll bool
+	// SRQ, when set, is where the QP's messages find their receive buffers:
+	// MaxRecvWR and MaxRecvSGE are then ignored (the SRQ's apply) and the QP
+	// has no receive queue of its own.
+	SRQ *SRQ
 }
 
 // QPCaps are the sizes a QP actually got (at least those requested).

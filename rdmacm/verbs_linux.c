@@ -122,6 +122,63 @@ int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n)
 	return post_result(0, done);
 }
 
+int64_t gonvmf_post_srq_recv(struct ibv_srq *srq, gonvmf_recv_wr *wrs, int n)
+{
+	struct ibv_recv_wr chain[GONVMF_POST_CHUNK];
+	int done = 0;
+
+	while (done < n) {
+		int k = n - done, i, err = 0;
+		if (k > GONVMF_POST_CHUNK)
+			k = GONVMF_POST_CHUNK;
+		for (i = 0; i < k; i++) {
+			gonvmf_recv_wr *g = &wrs[done + i];
+			if (g->num_sge > GONVMF_MAX_RECV_SGE) {
+				err = EINVAL;
+				break;
+			}
+			chain[i].wr_id = g->id;
+			chain[i].sg_list = g->sgl;
+			chain[i].num_sge = (int)g->num_sge;
+			chain[i].next = &chain[i + 1];
+		}
+		if (i > 0) {
+			struct ibv_recv_wr *bad = NULL;
+			int rc;
+			chain[i - 1].next = NULL;
+			rc = ibv_post_srq_recv(srq, chain, &bad);
+			if (rc) {
+				int idx = 0;
+				if (bad >= chain && bad < chain + i)
+					idx = (int)(bad - chain);
+				return post_result(rc, done + idx);
+			}
+		}
+		done += i;
+		if (err)
+			return post_result(err, done);
+	}
+	return post_result(0, done);
+}
+
+struct ibv_srq *gonvmf_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uint32_t *got_wr, int *err)
+{
+	struct ibv_srq_init_attr a;
+	struct ibv_srq *srq;
+
+	memset(&a, 0, sizeof a);
+	a.attr.max_wr = max_wr;
+	a.attr.max_sge = max_sge;
+	errno = 0;
+	srq = ibv_create_srq(pd, &a);
+	if (!srq) {
+		*err = errno_or(EIO);
+		return NULL;
+	}
+	*got_wr = a.attr.max_wr;
+	return srq;
+}
+
 /* Receives, then sends, in one call from Go. On failure *failed_send says which chain
  * stopped (0: the receives, and no send was posted; 1: the sends). */
 int64_t gonvmf_post(struct ibv_qp *qp, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
@@ -459,7 +516,7 @@ const char *gonvmf_id_device_name(struct rdma_cm_id *id)
 	return ibv_get_device_name(id->verbs->device);
 }
 
-int gonvmf_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+int gonvmf_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq,
 		     struct ibv_qp_cap *cap, int sig_all, uint32_t *qp_num)
 {
 	struct ibv_qp_init_attr a;
@@ -467,6 +524,7 @@ int gonvmf_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *sc
 	memset(&a, 0, sizeof a);
 	a.send_cq = scq;
 	a.recv_cq = rcq;
+	a.srq = srq;
 	a.cap = *cap;
 	a.qp_type = IBV_QPT_RC;
 	a.sq_sig_all = sig_all;

@@ -42,6 +42,8 @@ int64_t gonvmf_post_send(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t
 int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n);
 int64_t gonvmf_post(struct ibv_qp *qp, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
 		    uint32_t max_inline, int *failed_send);
+int64_t gonvmf_post_srq_recv(struct ibv_srq *srq, gonvmf_recv_wr *wrs, int n);
+struct ibv_srq *gonvmf_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uint32_t *got_wr, int *err);
 // Returns the number of completions written (>= 0) or -errno.
 int gonvmf_poll_cq(struct ibv_cq *cq, struct ibv_wc *wc, int n);
 int gonvmf_req_notify_cq(struct ibv_cq *cq, int solicited_only);
@@ -104,7 +106,7 @@ int gonvmf_resolve_addr(struct rdma_cm_id *id, const gonvmf_addr *src, const gon
 int gonvmf_resolve_route(struct rdma_cm_id *id, int timeout_ms);
 void gonvmf_get_addr(struct rdma_cm_id *id, int peer, gonvmf_addr *out);
 const char *gonvmf_id_device_name(struct rdma_cm_id *id);
-int gonvmf_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+int gonvmf_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq,
 		     struct ibv_qp_cap *cap, int sig_all, uint32_t *qp_num);
 int gonvmf_destroy_qp(struct rdma_cm_id *id);
 int gonvmf_connect(struct rdma_cm_id *id, int accept, const void *pdata, uint8_t pdata_len,
