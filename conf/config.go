@@ -241,6 +241,13 @@ type Transport struct {
 	// PollGroups is the number of completion-polling goroutines that queues are spread
 	// over; 0 means one per CPU (see NumPollGroups). 0..256, default 0.
 	PollGroups int `yaml:"poll_groups"`
+	// SharedReceiveQueue is how many receive buffers (a command entry and the in-capsule
+	// data area each) a poll group's I/O queues share: one shared receive queue per poll
+	// group holds buffers for as many commands as its queues have entries, up to this many,
+	// added as queues connect. 0 gives every I/O queue its own buffers, one per entry. 0
+	// or 32..65536. Like InCapsuleDataSize, its zero value is "off", not the default: a
+	// file that leaves it out gets DefaultSharedReceiveQueue (256).
+	SharedReceiveQueue int `yaml:"shared_receive_queue"`
 	// BusyPoll makes poll groups spin on their completion queues instead of sleeping on a
 	// completion channel: lower latency, one busy CPU per poll group. Default false.
 	BusyPoll bool `yaml:"busy_poll"`
@@ -285,33 +292,36 @@ type Metrics struct {
 
 // Defaults and limits. The package documentation explains each choice.
 const (
-	DefaultTransport         = "rdma"
-	DefaultPort              = 4420
-	DefaultModel             = "gonvmf"
-	DefaultLBASize           = 512
-	DefaultQueueDepth        = 128
-	MinQueueDepth            = 16
-	MaxQueueDepth            = 1024
-	DefaultInCapsuleDataSize = 8 << 10
-	MaxInCapsuleDataSize     = 64 << 10
-	DefaultMaxIOSize         = 128 << 10
-	MinMaxIOSize             = 4 << 10
-	MaxMaxIOSize             = 8 << 20
-	MaxDefaultBufferPoolSize = 1 * GiB
-	MaxBufferPoolSize        = 64 * GiB
-	MaxPollGroups            = 256
-	DefaultMaxIOQueues       = 16
-	MaxMaxIOQueues           = 1024
-	DefaultKeepAliveTimeout  = 120 * time.Second
-	MinKeepAliveTimeout      = time.Second
-	MaxKeepAliveTimeout      = time.Hour
-	MaxNSID                  = 1024
-	MaxMemorySize            = 1 * TiB
-	MaxNQNLength             = 223 // bytes, not counting the NUL of the 256-byte wire field
-	MaxSerialLength          = 20
-	MaxModelLength           = 40
-	DefaultControlSocket     = "/run/gonvmf/gonvmf.sock"
-	MaxSocketPathLength      = 107 // bytes: sun_path holds 108 with the NUL
+	DefaultTransport          = "rdma"
+	DefaultPort               = 4420
+	DefaultModel              = "gonvmf"
+	DefaultLBASize            = 512
+	DefaultQueueDepth         = 128
+	MinQueueDepth             = 16
+	MaxQueueDepth             = 1024
+	DefaultInCapsuleDataSize  = 8 << 10
+	MaxInCapsuleDataSize      = 64 << 10
+	DefaultMaxIOSize          = 128 << 10
+	MinMaxIOSize              = 4 << 10
+	MaxMaxIOSize              = 8 << 20
+	MaxDefaultBufferPoolSize  = 1 * GiB
+	MaxBufferPoolSize         = 64 * GiB
+	MaxPollGroups             = 256
+	DefaultSharedReceiveQueue = 256
+	MinSharedReceiveQueue     = 32
+	MaxSharedReceiveQueue     = 65536
+	DefaultMaxIOQueues        = 16
+	MaxMaxIOQueues            = 1024
+	DefaultKeepAliveTimeout   = 120 * time.Second
+	MinKeepAliveTimeout       = time.Second
+	MaxKeepAliveTimeout       = time.Hour
+	MaxNSID                   = 1024
+	MaxMemorySize             = 1 * TiB
+	MaxNQNLength              = 223 // bytes, not counting the NUL of the 256-byte wire field
+	MaxSerialLength           = 20
+	MaxModelLength            = 40
+	DefaultControlSocket      = "/run/gonvmf/gonvmf.sock"
+	MaxSocketPathLength       = 107 // bytes: sun_path holds 108 with the NUL
 	// MaxANAGroup is the largest ANA group ID (Identify ANAGRPMAX and NANAGRPID, as the
 	// Linux target's NVMET_MAX_ANAGRPS); DefaultANAGroup the group of a namespace that
 	// names none.

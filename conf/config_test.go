@@ -122,14 +122,15 @@ func TestDefaults(t *testing.T) {
 			}},
 		}},
 		Transport: Transport{
-			QueueDepth:        128,
-			InCapsuleDataSize: 8192,
-			MaxIOSize:         128 << 10,
-			BufferPoolSize:    64 * MiB, // 4 × 128 × 128 KiB
-			PollGroups:        0,
-			BusyPoll:          false,
-			MaxIOQueues:       16,
-			KeepAliveTimeout:  120 * time.Second,
+			QueueDepth:         128,
+			InCapsuleDataSize:  8192,
+			MaxIOSize:          128 << 10,
+			BufferPoolSize:     64 * MiB, // 4 × 128 × 128 KiB
+			PollGroups:         0,
+			SharedReceiveQueue: 256,
+			BusyPoll:           false,
+			MaxIOQueues:        16,
+			KeepAliveTimeout:   120 * time.Second,
 		},
 		Control:   Control{Socket: DefaultControlSocket},
 		StateFile: "test.state.json", // next to the file (mustParse names it test.yaml)
@@ -219,6 +220,19 @@ func TestInCapsuleDataDefault(t *testing.T) {
 		if c := mustParse(t, text); c.Transport.InCapsuleDataSize != DefaultInCapsuleDataSize {
 			t.Errorf("%q: in-capsule data size %d, want the default", text, c.Transport.InCapsuleDataSize)
 		}
+	}
+}
+
+func TestSharedReceiveQueueDefaultAndOff(t *testing.T) {
+	if c := mustParse(t, minimal); c.Transport.SharedReceiveQueue != DefaultSharedReceiveQueue {
+		t.Errorf("a file without shared_receive_queue: %d, want the default %d", c.Transport.SharedReceiveQueue, DefaultSharedReceiveQueue)
+	}
+	c := mustParse(t, minimal+"transport:\n  shared_receive_queue: 0\n")
+	if c.Transport.SharedReceiveQueue != 0 {
+		t.Fatalf("shared_receive_queue: 0 resolved to %d", c.Transport.SharedReceiveQueue)
+	}
+	if err := c.Resolve(); err != nil || c.Transport.SharedReceiveQueue != 0 {
+		t.Errorf("Resolve again: %v, shared receive queue %d", err, c.Transport.SharedReceiveQueue)
 	}
 }
 

@@ -51,7 +51,7 @@ var (
 		"ana_group", "shared"}
 	rbdKeys       = []string{"pool", "rados_namespace", "image", "ceph_conf", "user", "keyring", "create_size"}
 	transportKeys = []string{"queue_depth", "in_capsule_data_size", "max_io_size", "buffer_pool_size",
-		"poll_groups", "busy_poll", "max_io_queues", "keep_alive_timeout"}
+		"poll_groups", "shared_receive_queue", "busy_poll", "max_io_queues", "keep_alive_timeout"}
 	controlKeys = []string{"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}
 	metricsKeys = []string{"address"}
 )
@@ -129,10 +129,14 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 			d.metrics(v, p, &c.Metrics)
 		}
 	})
-	// The one default a file gets that a Config built in Go does not: there a zero
-	// InCapsuleDataSize means none, in a file that is written in_capsule_data_size: 0.
+	// The defaults a file gets that a Config built in Go does not: there a zero
+	// InCapsuleDataSize or SharedReceiveQueue means none, in a file that is written
+	// in_capsule_data_size: 0 (shared_receive_queue: 0).
 	if p := "transport.in_capsule_data_size"; !d.src.written(p) && !d.src.bad[p] {
 		c.Transport.InCapsuleDataSize = DefaultInCapsuleDataSize
+	}
+	if p := "transport.shared_receive_queue"; !d.src.written(p) && !d.src.bad[p] {
+		c.Transport.SharedReceiveQueue = DefaultSharedReceiveQueue
 	}
 	return c, d.errs
 }
@@ -360,6 +364,8 @@ func (d *decoder) transport(n *yaml.Node, path string, t *Transport) {
 			d.size(v, p, &t.BufferPoolSize)
 		case "poll_groups":
 			d.int(v, p, &t.PollGroups, pollGroupsRange)
+		case "shared_receive_queue":
+			d.int(v, p, &t.SharedReceiveQueue, srqRange)
 		case "busy_poll":
 			d.boolean(v, p, &t.BusyPoll)
 		case "max_io_queues":

@@ -164,6 +164,11 @@ func (c *Config) String() string {
 	} else {
 		w(1, fmt.Sprintf("poll_groups: %d", t.PollGroups), "")
 	}
+	if t.SharedReceiveQueue == 0 {
+		w(1, "shared_receive_queue: 0", "off: every I/O queue has its own receive buffers")
+	} else {
+		w(1, fmt.Sprintf("shared_receive_queue: %d", t.SharedReceiveQueue), "receive buffers per poll group at most")
+	}
 	w(1, fmt.Sprintf("busy_poll: %t", t.BusyPoll), "")
 	w(1, fmt.Sprintf("max_io_queues: %d", t.MaxIOQueues), "")
 	w(1, "keep_alive_timeout: "+t.KeepAliveTimeout.String(), "")

@@ -42,6 +42,11 @@ func maxIORange(v string) (string, string) {
 	return v + " is not a supported maximum I/O size", "use a power of two from 4KiB to 8MiB (MDTS counts 4 KiB pages in powers of two), e.g. 128KiB or 1MiB"
 }
 
+func srqRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 0 (every I/O queue its own receive buffers) or %d..%d buffers per poll group (default %d)",
+		MinSharedReceiveQueue, MaxSharedReceiveQueue, DefaultSharedReceiveQueue)
+}
+
 func pollGroupsRange(v string) (string, string) {
 	return v + " is out of range", fmt.Sprintf("use 0 (one per CPU) to %d", MaxPollGroups)
 }
@@ -196,6 +201,9 @@ func (v *validator) transport() {
 
 	if (t.PollGroups < 0 || t.PollGroups > MaxPollGroups) && !v.skip(tp+"poll_groups") {
 		v.failRange(tp+"poll_groups", strconv.Itoa(t.PollGroups), pollGroupsRange)
+	}
+	if s := t.SharedReceiveQueue; (s < 0 || (s > 0 && s < MinSharedReceiveQueue) || s > MaxSharedReceiveQueue) && !v.skip(tp+"shared_receive_queue") {
+		v.failRange(tp+"shared_receive_queue", strconv.Itoa(s), srqRange)
 	}
 	if (t.MaxIOQueues < 1 || t.MaxIOQueues > MaxMaxIOQueues) && !v.skip(tp+"max_io_queues") {
 		v.failRange(tp+"max_io_queues", strconv.Itoa(t.MaxIOQueues), maxIOQueuesRange)

@@ -26,25 +26,33 @@ func BenchmarkEngine(b *testing.B) {
 		size int
 		qd   int
 		icd  bool // write data in the capsule
+		srq  bool // the I/O queue on a shared receive queue
 	}{
-		{"randread-4k-qd1-null", nvmeproto.OpRead, 2, 4096, 1, false},
-		{"randread-4k-qd32-null", nvmeproto.OpRead, 2, 4096, 32, false},
-		{"randwrite-4k-qd32-null", nvmeproto.OpWrite, 2, 4096, 32, false},
-		{"randwrite-4k-qd32-null-incapsule", nvmeproto.OpWrite, 2, 4096, 32, true},
-		{"read-128k-qd16-null", nvmeproto.OpRead, 2, 128 << 10, 16, false},
-		{"write-128k-qd16-null", nvmeproto.OpWrite, 2, 128 << 10, 16, false},
-		{"randread-4k-qd32-memory", nvmeproto.OpRead, 1, 4096, 32, false},
-		{"randwrite-4k-qd32-memory", nvmeproto.OpWrite, 1, 4096, 32, false},
+		{"randread-4k-qd1-null", nvmeproto.OpRead, 2, 4096, 1, false, false},
+		{"randread-4k-qd32-null", nvmeproto.OpRead, 2, 4096, 32, false, false},
+		{"randwrite-4k-qd32-null", nvmeproto.OpWrite, 2, 4096, 32, false, false},
+		{"randwrite-4k-qd32-null-incapsule", nvmeproto.OpWrite, 2, 4096, 32, true, false},
+		{"read-128k-qd16-null", nvmeproto.OpRead, 2, 128 << 10, 16, false, false},
+		{"write-128k-qd16-null", nvmeproto.OpWrite, 2, 128 << 10, 16, false, false},
+		{"randread-4k-qd32-memory", nvmeproto.OpRead, 1, 4096, 32, false, false},
+		{"randwrite-4k-qd32-memory", nvmeproto.OpWrite, 1, 4096, 32, false, false},
+		{"randread-4k-qd32-null-srq", nvmeproto.OpRead, 2, 4096, 32, false, true},
+		{"randwrite-4k-qd32-null-incapsule-srq", nvmeproto.OpWrite, 2, 4096, 32, true, true},
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
-			benchEngine(b, bc.op, bc.nsid, bc.size, bc.qd, bc.icd)
+			benchEngine(b, bc.op, bc.nsid, bc.size, bc.qd, bc.icd, bc.srq)
 		})
 	}
 }
 
-func benchEngine(b *testing.B, op uint8, nsid uint32, size, qd int, inCapsule bool) {
+func benchEngine(b *testing.B, op uint8, nsid uint32, size, qd int, inCapsule, srq bool) {
+	srqLimit := 0
+	if srq {
+		srqLimit = 256
+	}
 	e := newEngine(b, engineOpts{
+		srq:      srqLimit,
 		icd:      8192,
 		poolSize: 8 << 20,
 		spin:     DefaultSpin,

@@ -100,6 +100,7 @@ type connConfig struct {
 	maxMsg int // largest RDMA message
 	admin  bool
 	remote string // the host's address, for inspection (target.RemoteAddresser)
+	srq    bool   // receives come from the poll group's shared receive queue
 }
 
 // sqDepth is the send queue size for a queue of depth commands: for each command a
@@ -121,6 +122,10 @@ type connLayout struct {
 
 func layoutFor(cfg *connConfig) connLayout {
 	var l connLayout
+	if cfg.srq { // the receive buffers are the shared receive queue's
+		l.size = alignUp(2*cfg.depth*nvmeproto.CQESize, pageSize)
+		return l
+	}
 	l.icdBase = alignUp(cfg.depth*nvmeproto.SQESize, pageSize)
 	l.respBase = l.icdBase + cfg.depth*cfg.icd
 	l.size = alignUp(l.respBase+2*cfg.depth*nvmeproto.CQESize, pageSize)
@@ -185,6 +190,8 @@ type conn struct {
 	coreClosed atomic.Bool
 	attnQueued atomic.Bool
 	published  atomic.Bool // in its group's table: completions and events are handled
+	qpn        uint32      // its QP's number (set before publish)
+	srqJoined  bool        // in the group's qpConns (the group's goroutine's)
 	nextAttn   *conn
 
 	// onDead releases what the transport created for the connection (CM ID, memory);
@@ -213,8 +220,10 @@ func newConn(cfg connConfig, reg region, ep endpoint, p *pool, log *slog.Logger)
 	c.recvWait = newRing(cfg.depth)
 	c.unsig = newRing(n)
 	c.sendStage = make([]rdmacm.SendWR, cfg.sqSize)
-	c.recvStage = make([]rdmacm.RecvWR, cfg.depth)
-	c.recvWRs = make([]rdmacm.RecvWR, cfg.depth)
+	if !cfg.srq {
+		c.recvStage = make([]rdmacm.RecvWR, cfg.depth)
+		c.recvWRs = make([]rdmacm.RecvWR, cfg.depth)
+	}
 	return c
 }
 
@@ -232,8 +241,12 @@ func (c *conn) initWRs() {
 	}
 }
 
-// postInitialRecvs posts every receive slot. Call it after attach, before accepting.
+// postInitialRecvs posts every receive slot. Call it after attach, before accepting. (A
+// connection on a shared receive queue has none of its own.)
 func (c *conn) postInitialRecvs() error {
+	if c.cfg.srq {
+		return nil
+	}
 	c.recvPosted = len(c.recvWRs)
 	if err := c.ep.PostRecv(c.recvWRs); err != nil {
 		c.recvPosted = 0
@@ -275,21 +288,28 @@ func (c *conn) reason() error {
 
 // ---- receive → execute ----
 
+// onRecv handles the arrival of a command capsule in receive buffer i (the connection's
+// own slot, or the shared receive queue's buffer).
 func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
-	c.recvPosted--
+	if !c.cfg.srq {
+		c.recvPosted--
+	}
 	if wc.Status != rdmacm.WCSuccess {
 		if wc.Status != rdmacm.WCFlushErr {
 			c.fatal("receive failed", wc)
 		}
+		c.releaseRecv(i)
 		c.checkDrained()
 		return
 	}
 	if c.state != stateLive {
+		c.releaseRecv(i)
 		c.checkDrained()
 		return
 	}
 	if wc.ByteLen < nvmeproto.SQESize {
 		c.log.Warn("host sent a command capsule shorter than 64 bytes: disconnecting", "qid", c.cfg.qid, "bytes", wc.ByteLen)
+		c.releaseRecv(i)
 		c.requestCloseLocal(errShortCapsule)
 		return
 	}
@@ -317,16 +337,38 @@ func (c *conn) takeCtx() *rctx {
 	return x
 }
 
+// releaseRecv gives back a receive buffer whose capsule will not be executed: a shared
+// receive queue's goes back to it (the connection's own slots are not reposted on a
+// connection going away).
+func (c *conn) releaseRecv(i int) {
+	if c.cfg.srq {
+		c.g.srq.repost(i)
+	}
+}
+
+// recvBuffers returns receive buffer i's command entry and in-capsule data area.
+func (c *conn) recvBuffers(i int) (sqe, icd []byte) {
+	if c.cfg.srq {
+		return c.g.srq.buffers(i)
+	}
+	off := i * nvmeproto.SQESize
+	sqe = c.reg.mem[off : off+nvmeproto.SQESize]
+	if c.cfg.icd > 0 {
+		b := c.lay.icdBase + i*c.cfg.icd
+		icd = c.reg.mem[b : b+c.cfg.icd : b+c.cfg.icd]
+	}
+	return sqe, icd
+}
+
 // start begins the command that arrived in receive slot i (n bytes).
 func (c *conn) start(x *rctx, i, n int) {
 	x.recv = int32(i)
 	r := &x.req
-	off := i * nvmeproto.SQESize
-	r.Cmd.Unmarshal(c.reg.mem[off : off+nvmeproto.SQESize]) // 64 bytes: cannot fail
-	if n > nvmeproto.SQESize && c.cfg.icd > 0 {
-		icd := min(n-nvmeproto.SQESize, c.cfg.icd)
-		b := c.lay.icdBase + i*c.cfg.icd
-		r.ICD = c.reg.mem[b : b+icd : b+icd]
+	sqe, icdArea := c.recvBuffers(i)
+	r.Cmd.Unmarshal(sqe) // 64 bytes: cannot fail
+	if n > nvmeproto.SQESize && len(icdArea) > 0 {
+		icd := min(n-nvmeproto.SQESize, len(icdArea))
+		r.ICD = icdArea[:icd:icd]
 	} else {
 		r.ICD = nil
 	}
@@ -496,7 +538,9 @@ func (c *conn) pumpReads() {
 // host, then the response (RDMA WRITEs of read data chained before the SEND).
 func (c *conn) onComplete(x *rctx) {
 	if x.recv >= 0 {
-		if c.state == stateLive {
+		if c.cfg.srq {
+			c.g.srq.repost(int(x.recv))
+		} else if c.state == stateLive {
 			c.stageRecv(int(x.recv))
 		}
 		x.recv = -1
@@ -849,7 +893,10 @@ func (c *conn) beginClose() {
 	for x := c.sendWait.pop(); x != nil; x = c.sendWait.pop() {
 		c.recycle(x)
 	}
-	c.recvWait.reset()
+	for c.recvWait.len() > 0 { // capsules that waited for a context
+		i, _ := c.recvWait.pop()
+		c.releaseRecv(int(i))
+	}
 	go func() {
 		c.q.Close()
 		c.coreClosed.Store(true)
@@ -933,6 +980,12 @@ func (c *conn) maybeFinalize() {
 	// silently are known only to be done now.
 	if err := c.ep.Destroy(); err != nil {
 		c.log.Error("destroying the queue pair", "qid", c.cfg.qid, "err", err)
+	}
+	if c.srqJoined {
+		c.srqJoined = false
+		if c.g.qpConns[c.qpn] == c { // the device may have given the number to a newer QP
+			delete(c.g.qpConns, c.qpn)
+		}
 	}
 	for c.unsig.len() > 0 {
 		i, _ := c.unsig.pop()

@@ -32,12 +32,20 @@
 // accept asks for RNR retry 7 (retry forever) and an initiator depth of the host's
 // responder resources capped by the device's max_qp_init_rd_atom.
 //
-// Each connection has one QP, its own registered memory for receive buffers (a 64-byte
-// command entry and, on I/O queues, a 4 KiB aligned in-capsule data area per slot, so
-// in-capsule write data reaches the backend without a copy) and response capsules, and
-// twice as many request contexts as receive slots: a receive buffer goes back to the
-// host as soon as the core completes its command, while the context stays until the
-// response's SEND completes.
+// Each connection has one QP, receive buffers (a 64-byte command entry and, on I/O
+// queues, a 4 KiB aligned in-capsule data area each, so in-capsule write data reaches the
+// backend without a copy), registered memory for its response capsules, and twice as many
+// request contexts as receive slots: a receive buffer goes back as soon as the core
+// completes its command, while the context stays until the response's SEND completes. An
+// admin queue has its own receive buffers, one per entry. The I/O queues of a poll group
+// share one receive queue (transport.shared_receive_queue, an SRQ): it holds as many
+// buffers as those queues have entries, up to the configured limit, added in chunks as
+// queues connect and kept when they go; a command takes the next buffer whichever queue it
+// arrives on, and the completion's QP number names its connection. A host that sends more
+// commands than there are buffers is held back by RNR retries (the accept asks for retry
+// count 7: for ever), never failed; a connect or keep-alive never waits for an I/O
+// queue's buffer. With shared_receive_queue 0 every I/O queue has its own buffers, one per
+// entry.
 //
 // # Requests
 //

@@ -150,6 +150,9 @@ type fakeEP struct {
 	f  *fakeFabric
 	cq *fakeCQ
 
+	qpn uint32   // its QP number (Completion.QPNum of its receives)
+	srq *fakeSRQ // its receives come from there (then recvs stays empty)
+
 	mu        sync.Mutex
 	recvs     []rdmacm.RecvWR // posted, in order (a window of recvArr)
 	recvArr   []rdmacm.RecvWR
@@ -172,13 +175,18 @@ type fakeEP struct {
 
 const fakeHostKey = 0x5151
 
+var fakeQPNs atomic.Uint32
+
 func newFakeEP(f *fakeFabric, cq *fakeCQ, hostBytes int) *fakeEP {
 	arr := make([]rdmacm.RecvWR, 4096)
 	return &fakeEP{f: f, cq: cq, hostMem: make([]byte, hostBytes), hostBase: 0x7f00_0000_0000, hostKey: fakeHostKey,
-		recvs: arr[:0], recvArr: arr}
+		recvs: arr[:0], recvArr: arr, qpn: 100 + fakeQPNs.Add(1)}
 }
 
 func (e *fakeEP) PostRecv(wrs []rdmacm.RecvWR) error {
+	if e.srq != nil && len(wrs) > 0 {
+		return errors.New("fake: the QP's receives are the shared receive queue's")
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.dead {
@@ -353,6 +361,44 @@ func (e *fakeEP) Destroy() error {
 
 var errRNR = errors.New("fake: receiver not ready")
 
+// fakeSRQ is a shared receive queue: buffers any fake QP on it takes in posting order.
+type fakeSRQ struct {
+	mu    sync.Mutex
+	recvs []rdmacm.RecvWR
+	head  int
+	posts atomic.Int64 // PostRecv calls
+}
+
+func (s *fakeSRQ) PostRecv(wrs []rdmacm.RecvWR) error {
+	s.posts.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.head > 0 && len(s.recvs)+len(wrs) > cap(s.recvs) {
+		s.recvs = s.recvs[:copy(s.recvs, s.recvs[s.head:])]
+		s.head = 0
+	}
+	s.recvs = append(s.recvs, wrs...)
+	return nil
+}
+
+func (s *fakeSRQ) take() (rdmacm.RecvWR, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.head == len(s.recvs) {
+		return rdmacm.RecvWR{}, false
+	}
+	w := s.recvs[s.head]
+	s.head++
+	return w, true
+}
+
+// posted returns how many buffers the SRQ holds.
+func (s *fakeSRQ) posted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.recvs) - s.head
+}
+
 // hostSend delivers a capsule into the target's next posted receive.
 func (e *fakeEP) hostSend(capsule []byte) error {
 	e.mu.Lock()
@@ -360,11 +406,19 @@ func (e *fakeEP) hostSend(capsule []byte) error {
 	if e.err || e.dead {
 		return errors.New("fake: queue pair in error state")
 	}
-	if len(e.recvs) == 0 {
-		return errRNR
+	var w rdmacm.RecvWR
+	if e.srq != nil {
+		var ok bool
+		if w, ok = e.srq.take(); !ok {
+			return errRNR
+		}
+	} else {
+		if len(e.recvs) == 0 {
+			return errRNR
+		}
+		w = e.recvs[0]
+		e.recvs = e.recvs[1:]
 	}
-	w := e.recvs[0]
-	e.recvs = e.recvs[1:]
 	rest := capsule
 	for i := 0; i < int(w.NumSGE) && len(rest) > 0; i++ {
 		b := e.f.local(w.SGL[i])
@@ -372,10 +426,10 @@ func (e *fakeEP) hostSend(capsule []byte) error {
 		rest = rest[n:]
 	}
 	if len(rest) > 0 {
-		e.cq.push(rdmacm.Completion{ID: w.ID, Status: rdmacm.WCLocLenErr})
+		e.cq.push(rdmacm.Completion{ID: w.ID, Status: rdmacm.WCLocLenErr, QPNum: e.qpn})
 		return nil
 	}
-	e.cq.push(rdmacm.Completion{ID: w.ID, Opcode: rdmacm.WCRecv, ByteLen: uint32(len(capsule))})
+	e.cq.push(rdmacm.Completion{ID: w.ID, Opcode: rdmacm.WCRecv, ByteLen: uint32(len(capsule)), QPNum: e.qpn})
 	return nil
 }
 
@@ -413,6 +467,7 @@ type engineOpts struct {
 	hostBytes int
 	nss       []conf.Namespace
 
+	srq        int                    // > 0: I/O queues share a receive queue of at most this many buffers
 	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
 	connLog    *slog.Logger           // the connections' logger (default: the test's)
 	wrapEP     func(*fakeEP) endpoint // wraps each connection's queue pair (checks of the work requests)
@@ -426,6 +481,7 @@ type engine struct {
 	cq   *fakeCQ
 	pool *pool
 	g    *group
+	srq  *fakeSRQ
 	o    engineOpts
 }
 
@@ -479,6 +535,12 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 		t.Fatal(err)
 	}
 	e.g = newGroup(0, e.pool, e.cq, groupConfig{busyPoll: o.busyPoll, spin: o.spin, cqeCap: 1 << 20}, log)
+	if o.srq > 0 {
+		e.srq = &fakeSRQ{}
+		e.g.srq = newSharedRecv(e.srq, tgt.TransportConfig().InCapsuleDataSize, o.srq, func(n int) (region, func() error, error) {
+			return e.f.newRegion(n), func() error { return nil }, nil
+		})
+	}
 	go e.g.run()
 	t.Cleanup(func() {
 		tgt.Close()
@@ -511,17 +573,25 @@ func (e *engine) dial(qid uint16, depth int) *fconn {
 	if qid != 0 {
 		cfg.icd = e.port.Limits().InCapsuleDataSize
 	}
-	reg := e.f.newRegion(layoutFor(&cfg).size)
 	ep := newFakeEP(e.f, e.cq, e.o.hostBytes)
 	var qp endpoint = ep
 	if e.o.wrapEP != nil {
 		qp = e.o.wrapEP(ep)
 	}
+	cfg.srq = qid != 0 && e.g.srq != nil
+	if cfg.srq {
+		if err := e.g.srq.reserve(depth); err != nil {
+			e.t.Fatal(err)
+		}
+		ep.srq = e.srq
+	}
+	reg := e.f.newRegion(layoutFor(&cfg).size)
 	log := e.o.connLog
 	if log == nil {
 		log = testLogger(e.t)
 	}
 	c := newConn(cfg, reg, qp, e.pool, log)
+	c.qpn = ep.qpn
 	if err := e.g.attach(c); err != nil {
 		e.t.Fatal(err)
 	}
@@ -531,7 +601,12 @@ func (e *engine) dial(qid uint16, depth int) *fconn {
 	}
 	c.q = q
 	fc := &fconn{c: c, ep: ep, dead: make(chan struct{})}
-	c.onDead = func(*conn) { close(fc.dead) }
+	c.onDead = func(*conn) {
+		if c.cfg.srq {
+			e.g.srq.unreserve(depth)
+		}
+		close(fc.dead)
+	}
 	if err := c.postInitialRecvs(); err != nil {
 		e.t.Fatal(err)
 	}

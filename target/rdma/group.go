@@ -42,6 +42,8 @@ const (
 	kindRead  = 2
 	kindWrite = 3
 	kindSend  = 4
+	// A shared receive queue's buffer (idx): the connection is the completion's QP.
+	kindSRQRecv = 5
 )
 
 func wrID(kind, idx, slot int, gen uint32) uint64 {
@@ -86,6 +88,10 @@ type group struct {
 	// backends as asynchronous I/O; the kernel signals the completion queue's wake-up
 	// eventfd when they complete, and the group reaps them (nil: worker goroutines).
 	ring *backend.Ring
+	// srq, when set, is the shared receive queue of the group's I/O queues (conn.cfg.srq);
+	// qpConns finds their connections by QP number (the group's goroutine's).
+	srq     *sharedRecv
+	qpConns map[uint32]*conn
 
 	wcs []rdmacm.Completion
 
@@ -147,6 +153,7 @@ func newGroup(id int, p *pool, cq compQueue, cfg groupConfig, log *slog.Logger) 
 		gens:    make([]uint32, maxConnsPerGroup),
 		free:    make([]int32, 0, maxConnsPerGroup),
 		dirty:   make([]*conn, 0, maxConnsPerGroup),
+		qpConns: make(map[uint32]*conn),
 		stopped: make(chan struct{}),
 	}
 	for i := maxConnsPerGroup - 1; i >= 0; i-- {
@@ -183,8 +190,8 @@ func (g *group) attach(c *conn) error {
 func (g *group) publish(c *conn) {
 	g.conns[c.slot].Store(c)
 	c.published.Store(true)
-	if c.closeReq.Load() {
-		g.pushAttn(c)
+	if c.closeReq.Load() || c.cfg.srq {
+		g.pushAttn(c) // the group enters a shared receive queue's connection in qpConns
 	}
 }
 
@@ -408,6 +415,10 @@ func (g *group) dispatch(wc *rdmacm.Completion) {
 	id := wc.ID
 	kind := int(id & 0xFF)
 	idx := int(id>>8) & 0xFFFF
+	if kind == kindSRQRecv {
+		g.dispatchSRQ(idx, wc)
+		return
+	}
 	slot := int(id>>24) & 0xFFFF
 	gen := uint32(id >> 40)
 	if slot >= len(g.conns) {
@@ -453,7 +464,27 @@ func (g *group) processDone() {
 	}
 }
 
-// processAttn handles connection events: close requests and finished core queues.
+// dispatchSRQ routes a command that arrived in the shared receive queue's buffer i to the
+// connection of its QP; a buffer whose connection is gone goes back to the queue.
+func (g *group) dispatchSRQ(i int, wc *rdmacm.Completion) {
+	if g.srq == nil || !g.srq.valid(i) {
+		g.log.Error("completion of an unknown shared receive queue buffer", "wr_id", wc.ID, "status", wc.Status.String())
+		return
+	}
+	c := g.qpConns[wc.QPNum]
+	if c == nil && g.attn.Load() != nil {
+		g.processAttn() // a connection published since the last round
+		c = g.qpConns[wc.QPNum]
+	}
+	if c == nil || c.hwDrained {
+		g.srq.repost(i)
+		return
+	}
+	c.onRecv(i, wc)
+}
+
+// processAttn handles connection events: connections joining the shared receive queue,
+// close requests and finished core queues.
 func (g *group) processAttn() {
 	h := g.attn.Swap(nil)
 	for c := h; c != nil; {
@@ -463,6 +494,10 @@ func (g *group) processAttn() {
 		if !c.published.Load() {
 			c = n
 			continue // publish pushes it again
+		}
+		if c.cfg.srq && !c.srqJoined && c.state != stateDead {
+			c.srqJoined = true
+			g.qpConns[c.qpn] = c
 		}
 		if c.closeReq.Load() && c.state == stateLive {
 			c.beginClose()
@@ -524,10 +559,16 @@ func (g *group) markDirty(c *conn) {
 }
 
 // post hands the round's work to the kernel: the asynchronous I/O queued by the round
-// (one io_submit), then every connection's staged work requests.
+// (one io_submit), the shared receive queue's buffers, then every connection's staged work
+// requests.
 func (g *group) post() {
 	if g.ring != nil && g.ring.Pending() > 0 {
 		g.ring.Flush()
+	}
+	if g.srq != nil {
+		if err := g.srq.post(); err != nil {
+			g.log.Error("reposting receive buffers to the shared receive queue failed", "err", err)
+		}
 	}
 	g.flush()
 }

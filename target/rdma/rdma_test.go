@@ -246,6 +246,9 @@ func newRDMAEnv(t testing.TB, tcfg conf.Transport, nss ...conf.Namespace) *rdmaE
 	if tcfg.PollGroups == 0 {
 		tcfg.PollGroups = 2
 	}
+	if tcfg.SharedReceiveQueue == 0 { // what a configuration file gets
+		tcfg.SharedReceiveQueue = conf.DefaultSharedReceiveQueue
+	}
 	if tcfg.InCapsuleDataSize == 0 {
 		tcfg.InCapsuleDataSize = conf.DefaultInCapsuleDataSize
 	}
@@ -551,7 +554,10 @@ func TestRDMAHostGone(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			now, _ := rdmatest.Resources()
-			if now["qp"]-base["qp"] == 4 && now["mr"]-base["mr"] == 4 { // the other host: 2 QPs + 2 MRs each side
+			// The other host: 2 QPs + 2 MRs each side; and the shared receive queues'
+			// buffers, which stay for the next connections.
+			chunks := e.tr.Stats().SharedRecvBufs / srqChunkSlots
+			if now["qp"]-base["qp"] == 4 && now["mr"]-base["mr"] == 4+chunks {
 				break
 			}
 			if time.Now().After(deadline) {

@@ -410,6 +410,7 @@ type Stats struct {
 	Polls           uint64 // Poll calls of the poll groups
 	Sleeps          uint64 // times a poll group slept on its completion channel
 	Wakeups         uint64 // sleeps ended by a completion event (the rest: a wake-up or a timeout)
+	SharedRecvBufs  int    // receive buffers of the poll groups' shared receive queues
 }
 
 // Stats returns the transport's counters summed over devices and poll groups.
@@ -435,6 +436,9 @@ func (tr *Transport) Stats() Stats {
 			s.Sleeps += g.stats.sleeps.Load()
 			s.Polls += g.stats.polls.Load()
 			s.Wakeups += g.stats.wakeups.Load()
+			if g.srq != nil {
+				s.SharedRecvBufs += int(g.srq.slots.Load())
+			}
 		}
 	}
 	return s
@@ -515,6 +519,7 @@ type device struct {
 	pool   *pool
 	groups []*group
 	cqs    []*rdmacm.CQ
+	srqs   []*rdmacm.SRQ // per poll group (transport.shared_receive_queue > 0)
 	// release frees the buffer pool's memory, the protection domain (and with it every
 	// connection's memory) and the device; tests replace it to see whether it is called.
 	release func() error
@@ -585,6 +590,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 	if d.attr.MaxCQE > 0 {
 		cqe = min(cqe, d.attr.MaxCQE)
 	}
+	d.srqs = make([]*rdmacm.SRQ, n)
 	for i := range n {
 		cq, err := d.dev.NewCQ(cqe)
 		if err != nil {
@@ -594,6 +600,12 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		g := newGroup(i, d.pool, &threadCQ{CQ: cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
 			tr.log.With("device", name))
 		g.m.shard = int(tr.m.groups.Add(1) - 1)
+		if tc.SharedReceiveQueue > 0 {
+			if err := d.addSRQ(g, tc.SharedReceiveQueue, tc.InCapsuleDataSize); err != nil {
+				tr.log.Warn("no shared receive queue for the poll group: its I/O queues get their own receive buffers",
+					"device", name, "poll_group", i, "err", err)
+			}
+		}
 		if tr.opts.ring {
 			rg, err := backend.NewRing(ringDepth, cq.WakeFD())
 			if err != nil {
@@ -607,9 +619,37 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		go g.run()
 	}
 	tr.log.Info("RDMA device ready", "device", name, "buffer_pool", tc.BufferPoolSize.Human(),
-		"poll_groups", n, "busy_poll", tc.BusyPoll, "cq_entries", cqe,
+		"poll_groups", n, "busy_poll", tc.BusyPoll, "cq_entries", cqe, "shared_receive_queue", tc.SharedReceiveQueue,
 		"max_qp_wr", d.attr.MaxQPWR, "max_qp_init_rd_atom", d.attr.MaxQPInitRdAtom, "max_msg", d.maxMsg)
 	return d, nil
+}
+
+// addSRQ gives poll group g a shared receive queue for its I/O queues: at most limit
+// buffers of icd bytes of in-capsule data each, registered as connections need them.
+func (d *device) addSRQ(g *group, limit, icd int) error {
+	if d.attr.MaxSRQ == 0 {
+		return errors.New("the device has no shared receive queues")
+	}
+	if d.attr.MaxSRQWR > 0 {
+		limit = min(limit, d.attr.MaxSRQWR)
+	}
+	sge := 1
+	if icd > 0 {
+		sge = 2
+	}
+	srq, err := d.pd.NewSRQ(limit, sge)
+	if err != nil {
+		return err
+	}
+	d.srqs[g.id] = srq
+	g.srq = newSharedRecv(srq, icd, limit, func(n int) (region, func() error, error) {
+		a, err := d.pd.NewArena(n, 0)
+		if err != nil {
+			return region{}, nil, err
+		}
+		return region{mem: a.Bytes(), base: a.Addr(0), lkey: a.LKey()}, a.Close, nil
+	})
+	return nil
 }
 
 // ringDepth is how many reads and writes a poll group keeps in flight as asynchronous
@@ -665,6 +705,15 @@ func (d *device) close(connsOpen int) error {
 		return errors.Join(append(errs, fmt.Errorf("rdma: device %s: not releasing its memory: %d connections open, "+
 			"%d buffer pool bytes held by requests that have not completed, %d poll groups running; "+
 			"it is freed when the process exits", d.name, connsOpen, held*pageSize, running))...)
+	}
+	for i, srq := range d.srqs { // their QPs are gone: the connections are
+		if srq == nil {
+			continue
+		}
+		errs = append(errs, srq.Close())
+		if i < len(d.groups) && d.groups[i].srq != nil {
+			errs = append(errs, d.groups[i].srq.close())
+		}
 	}
 	for _, cq := range d.cqs {
 		errs = append(errs, cq.Close())
@@ -820,10 +869,23 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 			arena.Close()
 		}
 	}()
-	lay := layoutFor(&cfg)
 	if g = dev.pickGroup(cfg.depth + cfg.sqSize); g == nil {
 		return reject(nvmeproto.RDMARejectNoResources, "every poll group's completion queue is full (%d groups)", len(dev.groups))
 	}
+	// I/O queues take their receive buffers from the group's shared receive queue, if it
+	// has one for their in-capsule data size.
+	cfg.srq = !cfg.admin && g.srq != nil && g.srq.icd == cfg.icd
+	if cfg.srq {
+		if err := g.srq.reserve(cfg.depth); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				g.srq.unreserve(cfg.depth)
+			}
+		}()
+	}
+	lay := layoutFor(&cfg)
 	if arena, err = dev.pd.NewArena(lay.size, 0); err != nil {
 		return fmt.Errorf("queue memory of %d bytes: %w", lay.size, err)
 	}
@@ -837,14 +899,19 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	if cfg.icd > 0 {
 		recvSGE = 2
 	}
-	if qp, err = id.CreateQP(dev.pd, rdmacm.QPConfig{
+	qc := rdmacm.QPConfig{
 		SendCQ: dev.cqs[g.id], RecvCQ: dev.cqs[g.id],
 		MaxSendWR: cfg.sqSize, MaxRecvWR: cfg.depth, MaxSendSGE: 1, MaxRecvSGE: recvSGE,
 		MaxInlineData: nvmeproto.CQESize,
-	}); err != nil {
+	}
+	if cfg.srq {
+		qc.SRQ = dev.srqs[g.id]
+	}
+	if qp, err = id.CreateQP(dev.pd, qc); err != nil {
 		return err
 	}
 	ep.qp = qp
+	c.qpn = qp.Num()
 	if q, err = lis.port.NewQueue(c, cfg.depth); err != nil {
 		return err
 	}
@@ -889,6 +956,9 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, arena *rdmacm.Arena) {
 	if err := id.Close(); err != nil {
 		c.log.Debug("rdma_destroy_id", "err", err)
+	}
+	if c.cfg.srq {
+		c.g.srq.unreserve(c.cfg.depth)
 	}
 	if err := arena.Close(); err != nil {
 		c.log.Error("releasing queue memory", "err", err)

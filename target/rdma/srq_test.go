@@ -1,0 +1,174 @@
+package rdma
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// ioOnQueue runs writes (keyed and in-capsule) and reads of patterns on io from depth-1
+// workers and checks every byte; rounds per worker.
+func ioOnQueue(t *testing.T, io *fconn, q, depth, rounds int) {
+	var wg sync.WaitGroup
+	for w := 0; w < depth-1; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				n := []int{1, 8, 16, 256}[(w+i)%4]
+				slba := uint64((q*depth + w) * 256) // a region of its own: 256 blocks
+				data := pattern(n*512, byte(q*31+w*7+i))
+				if (w+i)%3 == 0 && n*512 <= 8192 {
+					expectOK(t, "in-capsule write", io.h.execInline(rw(nvmeproto.OpWrite, 1, slba, n), data))
+				} else {
+					c, _ := io.h.exec(rw(nvmeproto.OpWrite, 1, slba, n), data, len(data))
+					expectOK(t, "write", c)
+				}
+				c, got := io.h.exec(rw(nvmeproto.OpRead, 1, slba, n), nil, len(data))
+				expectOK(t, "read", c)
+				if !bytes.Equal(got, data) {
+					t.Errorf("queue %d worker %d: data mismatch at slba %d", q, w, slba)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestEngineSRQ: I/O queues on a shared receive queue get buffers for all their entries
+// (up to its limit), serve keyed and in-capsule commands on several queues at once, and
+// give every buffer back; the admin queue keeps its own receives.
+func TestEngineSRQ(t *testing.T) {
+	e := newEngine(t, engineOpts{icd: 8192, poolSize: 2 << 20, srq: 256})
+	a, cntlid := e.adminConnect(0)
+	if a.c.cfg.srq {
+		t.Fatal("the admin queue is on the shared receive queue")
+	}
+	const queues, depth = 3, 16
+	conns := []*fconn{a}
+	for q := 1; q <= queues; q++ {
+		io := e.ioConnect(uint16(q), cntlid, depth)
+		if !io.c.cfg.srq || io.c.recvPosted != 0 {
+			t.Fatalf("queue %d: srq %v, %d receives of its own", q, io.c.cfg.srq, io.c.recvPosted)
+		}
+		conns = append(conns, io)
+	}
+	if got, want := int(e.g.srq.slots.Load()), alignUp(queues*depth, srqChunkSlots); got != want {
+		t.Errorf("the shared receive queue has %d buffers for %d queues of %d entries; want %d", got, queues, depth, want)
+	}
+	var wg sync.WaitGroup
+	for q := 1; q <= queues; q++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); ioOnQueue(t, conns[q], q, depth, 8) }()
+	}
+	wg.Wait()
+	e.closeAll(conns...)
+	waitBuffers(t, e)
+}
+
+// waitBuffers checks that every buffer of the shared receive queue is posted again.
+func waitBuffers(t *testing.T, e *engine) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.srq.posted() != int(e.g.srq.slots.Load()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the shared receive queue's %d buffers are posted", e.srq.posted(), e.g.srq.slots.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestEngineSRQLimit: four queues of 32 entries on a shared receive queue limited to 32
+// buffers, all at full depth: hosts that find no buffer retry (RNR), and every command
+// completes.
+func TestEngineSRQLimit(t *testing.T) {
+	e := newEngine(t, engineOpts{icd: 8192, poolSize: 4 << 20, srq: 32})
+	a, cntlid := e.adminConnect(0)
+	const queues, depth = 4, 32
+	conns := []*fconn{a}
+	for q := 1; q <= queues; q++ {
+		conns = append(conns, e.ioConnect(uint16(q), cntlid, depth))
+	}
+	if got := e.g.srq.slots.Load(); got != 32 {
+		t.Fatalf("%d buffers, want the limit of 32", got)
+	}
+	var wg sync.WaitGroup
+	for q := 1; q <= queues; q++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); ioOnQueue(t, conns[q], q, depth, 3) }()
+	}
+	wg.Wait()
+	e.closeAll(conns...)
+	waitBuffers(t, e)
+}
+
+// TestEngineSRQReconnectStorm: queues on a shared receive queue connect, run I/O and
+// disconnect over and over (some while their commands are in flight) next to a queue that
+// keeps working; the queue never runs out of buffers, the working queue's commands all
+// complete, and every buffer comes back.
+func TestEngineSRQReconnectStorm(t *testing.T) {
+	e := newEngine(t, engineOpts{icd: 8192, poolSize: 4 << 20, srq: 64})
+	a, cntlid := e.adminConnect(0)
+	steady := e.ioConnect(1, cntlid, 16)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ioOnQueue(t, steady, 1, 8, 1)
+		}
+	}()
+	for round := 0; round < 20; round++ {
+		var storm []*fconn
+		for q := 2; q <= 6; q++ {
+			storm = append(storm, e.ioConnect(uint16(q), cntlid, 32))
+		}
+		var sw sync.WaitGroup
+		for k, io := range storm {
+			sw.Add(1)
+			go func() {
+				defer sw.Done()
+				if k%2 == 0 {
+					ioOnQueue(t, io, k+2, 8, 1)
+					return
+				}
+				// Commands in flight when the host goes away: sent, never waited for.
+				for w := 0; w < 4; w++ {
+					cmd := io.h.begin()
+					r := rw(nvmeproto.OpRead, 1, uint64(w*8), 8)
+					r.SGL = cmd.keyedAt(0, 4096)
+					if err := cmd.submit(&r, nil); err != nil {
+						t.Errorf("sending a read: %v", err)
+					}
+				}
+			}()
+		}
+		sw.Wait()
+		for _, io := range storm {
+			io.ep.Disconnect()
+			io.c.requestClose(errHostDisconnect)
+		}
+		for _, io := range storm {
+			io.waitDead(t)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if got := e.g.srq.slots.Load(); got > 64 {
+		t.Errorf("%d buffers after the storm; the limit is 64", got)
+	}
+	e.closeAll(steady, a)
+	waitBuffers(t, e)
+	if e.g.srq.want != 0 {
+		t.Errorf("the shared receive queue still counts %d entries of gone queues", e.g.srq.want)
+	}
+}
