@@ -70,7 +70,7 @@ mkdir -p "$OUT"/{meta,fio,cpu,perftest,gonvmf}
 	printf 'JOBS="%s"\nGONVMF_TRANSPORT="%s"\n' "${JOBS[*]}" "$GONVMF_TRANSPORT"
 } > "$OUT/params.env"
 printf 'rep\tbackend\ttarget\tjob\trw\tbs\tqd\tfio_rc\tjson\tcpu\n' > "$OUT/runs.tsv"
-printf 'rep\tbackend\ttarget\torder\tstatus\tconnect_s\tio_queues\tqueue_size\tlba_bytes\tgonvmf_rss_start_kb\tgonvmf_rss_connected_kb\tgonvmf_rss_end_kb\tgonvmf_hwm_end_kb\treason\n' > "$OUT/sessions.tsv"
+printf 'rep\tbackend\ttarget\torder\tstatus\tconnect_s\tio_queues\tqueue_size\tlba_bytes\tgonvmf_rss_start_kb\tgonvmf_rss_connected_kb\tgonvmf_rss_end_kb\tgonvmf_hwm_end_kb\treason\tverify\n' > "$OUT/sessions.tsv"
 printf 'rep\ttarget\tqps_requested\tcontrollers\tio_queues_per_ctrl_requested\tio_queues_granted\tconnect_total_s\tconnect_first_s\tconnect_median_s\tconnect_max_s\tdisconnect_s\tgonvmf_rss_before_kb\tgonvmf_rss_after_kb\tguest_used_delta_kb\tslab_delta_kb\tstatus\n' > "$OUT/scaling.tsv"
 
 # ---- small helpers ----
@@ -97,21 +97,93 @@ pid_ticks() {
 	done
 }
 
+# task_sched <pid>: sets SCHED_NS (CPU time, ns) and SCHED_CS (times a thread was switched
+# in: context switches) summed over the process's threads, from /proc/PID/task/*/schedstat
+# (run time is exact, kept by the scheduler; the third field counts the arrivals on a CPU).
+# Builtins only.
+task_sched() {
+	local t a b c
+	SCHED_NS=0 SCHED_CS=0
+	[ -n "$1" ] || return 0
+	for t in /proc/"$1"/task/*/schedstat; do
+		read -r a b c 2> /dev/null < "$t" || continue
+		SCHED_NS=$((SCHED_NS + a)) SCHED_CS=$((SCHED_CS + c))
+	done
+}
+
+# ---- system calls of the gonvmf process ----
+# Counted in the kernel by a histogram trigger on the raw_syscalls:sys_enter tracepoint
+# (tracefs, CONFIG_HIST_TRIGGERS; no BPF, no perf, no strace): one counter per system call
+# number for every thread named gonvmf, read at each CPU sample. strace stops the process
+# at every call; perf trace copies every event to user space; the trigger only increments a
+# counter. It is set once for the whole run, so the tracepoint's small cost per system call
+# (every process's, fio's included) is the same for both targets' runs.
+SYSCALL_HIST=
+syscall_count_setup() {
+	local tr=/sys/kernel/tracing
+	[ -d "$tr/events" ] || mount -t tracefs nodev "$tr" 2> /dev/null
+	if [ -w "$tr/events/raw_syscalls/sys_enter/trigger" ] &&
+		echo 'hist:keys=id.syscall:vals=hitcount:size=512 if comm == "gonvmf"' > "$tr/events/raw_syscalls/sys_enter/trigger" 2> "$OUT/meta/syscall-hist.err"; then
+		SYSCALL_HIST=$tr/events/raw_syscalls/sys_enter/hist
+		echo "syscall_counting: hist trigger on raw_syscalls:sys_enter, comm == gonvmf" >> "$OUT/meta/guest.txt"
+	else
+		log "no system call counting: $(cat "$OUT/meta/syscall-hist.err" 2> /dev/null) (tracefs or CONFIG_HIST_TRIGGERS missing?)"
+		echo "syscall_counting: unavailable" >> "$OUT/meta/guest.txt"
+	fi
+}
+syscall_count_stop() {
+	[ -n "$SYSCALL_HIST" ] && echo '!hist:keys=id.syscall:vals=hitcount:size=512 if comm == "gonvmf"' > "${SYSCALL_HIST%hist}trigger" 2> /dev/null
+	SYSCALL_HIST=
+}
+# sys_hist: sets SYS_TOTAL (system calls of gonvmf processes since the trigger was set)
+# and SYS_LIST (" name:count" per call). Builtins only.
+sys_hist() {
+	local l n name
+	SYS_TOTAL=0 SYS_LIST=
+	[ -n "$SYSCALL_HIST" ] || return 0
+	while read -r l; do
+		case $l in "{ id: "*) ;; *) continue ;; esac
+		name=${l#\{ id: } # "{ id: sys_write [  1] } hitcount:   3756"
+		name=${name%% *}
+		n=${l##*hitcount:}
+		n=${n// /}
+		SYS_TOTAL=$((SYS_TOTAL + n))
+		SYS_LIST+=" ${name#sys_}:$n"
+	done < "$SYSCALL_HIST"
+}
+
 # snap <target pid> <fio pid>: one CPU sample line:
 #   epoch uptime user nice system idle iowait irq softirq steal fio_ticks target_ticks
+#   target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt
+# and, when system calls are counted and there is a target process, a second line
+#   s epoch name:count ...
 # /proc/stat and /proc/uptime are read back to back: report.py takes busy time as the window's
 # wall time times the vCPUs minus idle and iowait, which the kernel keeps exactly (NO_HZ);
 # the busy fields are tick samples, and under TCG on a loaded machine most ticks are lost.
-# Process times (utime+stime in /proc/PID/stat) are exact too (scaled to the runtime).
+# Process times: utime+stime (/proc/PID/stat, ticks) and the scheduler's run time summed over
+# the threads (schedstat, ns); context switches: the threads' arrivals on a CPU (schedstat)
+# and the guest's total (ctxt of /proc/stat). The system calls are gonvmf's (sys_hist).
 snap() {
-	local up c fio
-	read -r -a c < /proc/stat
+	local up c k v fio fcs fns ctxt=0
+	while read -r k v; do
+		case $k in
+		cpu) read -r -a c <<< "$v" ;;
+		ctxt) ctxt=$v && break ;;
+		esac
+	done < /proc/stat
 	read -r up _ < /proc/uptime
 	local now=$EPOCHREALTIME
 	pid_ticks "$2"
 	fio=$TICKS
+	task_sched "$2"
+	fcs=$SCHED_CS fns=$SCHED_NS
+	task_sched "$1"
 	pid_ticks ${1:+"$1"}
-	echo "$now $up ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} ${c[8]} $fio $TICKS"
+	SYS_TOTAL=0 SYS_LIST=
+	[ -n "$1" ] && sys_hist
+	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt"
+	[ -n "$SYS_LIST" ] && echo "s $now$SYS_LIST"
+	return 0
 }
 
 # cpu_windows <target pid or ""> <fio pid> <file...>: CPU samples for each fio job, in job
@@ -359,12 +431,40 @@ run_jobs() {
 	return 0
 }
 
+# verify_data <tag> <backend>: before the timed jobs of a target's first session, check that
+# data arrives intact. file: fio writes 32 MiB in random 4k..128k blocks with crc32c
+# checksums and reads them back. null: both targets' null devices store nothing and read
+# zeroes, so fio only reads, 32 MiB in random 4k..128k blocks, and checks that every block
+# is zeroes: a read that returned another command's buffer would not be. Sets vfy ("ok" or
+# why not).
+verify_data() {
+	local tag=$1 be=$2 args rc what
+	if [ "$be" = file ]; then
+		args=(--rw=randwrite --verify=crc32c --do_verify=1)
+		what="random writes with crc32c read back"
+	else
+		args=(--rw=randread --verify=pattern --verify_pattern=0)
+		what="random reads checked for zeroes"
+	fi
+	timeout -k 5 300 fio --name=verify --filename="$NS_DEV" --ioengine=libaio --direct=1 --iodepth=16 \
+		--bsrange=4k-128k --size=32M --randrepeat=0 --verify_fatal=1 --clocksource=clock_gettime "${args[@]}" \
+		--output-format=json --output="$OUT/fio/$tag-verify.json" > "$OUT/fio/$tag-verify.log" 2>&1
+	rc=$?
+	if [ $rc = 0 ]; then
+		vfy=ok
+		pass "verify-$tag" "fio: 32 MiB of $what"
+	else
+		vfy="fio verify exited $rc: $(grep -v '^\s*$' "$OUT/fio/$tag-verify.log" | tail -n 1)"
+		fail "verify-$tag" "$vfy"
+	fi
+}
+
 session() { # <rep> <backend> <target> <order>
-	local rep=$1 be=$2 tg=$3 order=$4 tag="r$1-$2-$3" rss0= rss1= rss2= hwm= q= qs= lba=
+	local rep=$1 be=$2 tg=$3 order=$4 tag="r$1-$2-$3" rss0= rss1= rss2= hwm= q= qs= lba= vfy=
 	log "== rep $rep, backend $be, target $tg (order $order)"
 	row() { # <status> <connect_s> <reason>
-		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$be" "$tg" "$order" "$1" "$2" \
-			"$q" "$qs" "$lba" "$rss0" "$rss1" "$rss2" "$hwm" "$3" >> "$OUT/sessions.tsv"
+		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$be" "$tg" "$order" "$1" "$2" \
+			"$q" "$qs" "$lba" "$rss0" "$rss1" "$rss2" "$hwm" "$3" "$vfy" >> "$OUT/sessions.tsv"
 	}
 	if ! target_usable "$tg" "$be"; then
 		row unavailable "" "${GONVMF_REASON[$be]}"
@@ -401,6 +501,11 @@ session() { # <rep> <backend> <target> <order>
 	lba=$(cat "/sys/block/${NS_DEV#/dev/}/queue/logical_block_size")
 	log "connected to $tg ($be) in $CONN_S s: $NS_DEV, $q I/O queues of $qs entries, $lba-byte blocks"
 	nvme id-ctrl "/dev/$CONN_CTRL" > "$OUT/meta/id-ctrl-$tg-$be.txt" 2>&1
+	if [ "$rep" = 1 ]; then
+		verify_data "$tag" "$be"
+	else
+		vfy="not run (rep $rep)"
+	fi
 	run_jobs "$tag" "$rep" "$be" "$tg"
 	rss2=$(rss_kb "$TPID")
 	hwm=$(rss_kb "$TPID" VmHWM)
@@ -543,6 +648,8 @@ timeout 60 modprobe -a nvmet nvmet-rdma nvme-rdma || {
 	echo "nvme_core_multipath: $(cat /sys/module/nvme_core/parameters/multipath 2> /dev/null)"
 	echo "gonvmf: $([ -n "$GONVMF" ] && [ -x "$GONVMF" ] && "$GONVMF" --version 2>&1 | head -n 1 || echo "no binary")"
 } > "$OUT/meta/guest.txt" 2>&1
+syscall_count_setup
+on_exit syscall_count_stop
 cat "$OUT/meta/guest.txt"
 
 # ---- backends ----

@@ -39,7 +39,12 @@ METRICS = {
     "lat_p999": ("latency p99.9", "µs", False),
     "cpu_us_io": ("CPU per I/O, all but fio", "µs", False),
     "proc_us_io": ("CPU per I/O, gonvmf process", "µs", False),
+    "sys_io": ("system calls per I/O, gonvmf process", "", False),
+    "cs_io": ("context switches per I/O, all but fio", "", False),
+    "proc_cs_io": ("context switches per I/O, gonvmf process", "", False),
 }
+# metrics only the gonvmf process has (the kernel target runs in kernel threads and softirqs)
+PROC_ONLY = ("proc_us_io", "sys_io", "proc_cs_io")
 
 
 def main():
@@ -192,18 +197,28 @@ def parse_fio(path, rc, name):
 def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     """CPU in the sample window: the whole guest's busy time (wall time x vCPUs minus idle and
     iowait, which the kernel keeps exactly; its busy fields are tick samples that TCG loses
-    under load) minus fio's own (utime+stime, exact), per I/O; for gonvmf also its process's
-    time per I/O. Empty when no two samples fall inside fio's measured interval (then the
-    numbers would mix in ramp or idle time)."""
+    under load) minus fio's own, per I/O; for gonvmf also its process's time per I/O. Process
+    times are the scheduler's run time summed over the threads (schedstat, ns) where the
+    samples have it, else utime+stime (ticks). From the same samples: context switches per
+    I/O (the guest's minus fio's threads'; gonvmf's threads') and gonvmf's system calls per
+    I/O, in total and per call. Empty when no two samples fall inside fio's measured
+    interval (then the numbers would mix in ramp or idle time)."""
     try:
         lines = open(path).read().splitlines()
     except OSError:
         return {"cpu_note": "no CPU sample"}
     head = dict(zip(*[iter(lines[0].lstrip("# ").split())] * 2)) if lines and lines[0].startswith("#") else {}
-    rows = [list(map(float, l.split()[:12])) for l in lines if l.strip() and not l.startswith("#") and len(l.split()) >= 12]
+    rows = [list(map(float, l.split()[:18])) for l in lines
+            if l.strip() and not l.startswith("#") and not l.startswith("s ") and len(l.split()) >= 12]
+    calls = {}  # epoch (as float, like the rows') -> {name: count}
+    for l in lines:
+        if l.startswith("s "):
+            f = l.split()
+            calls[float(f[1])] = {k: float(v) for k, v in (x.rsplit(":", 1) for x in f[2:] if ":" in x)}
     if "go" not in head:
         return {"cpu_note": "incomplete CPU sample"}
     # fields: epoch uptime user nice system idle iowait irq softirq steal fio target
+    #         [target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt]
     # fio measures from go + ramp to go + ramp + runtime (go: its prerun hook, the job's start);
     # use the first and the last sample inside that, with a margin for fio's own start
     go, ramp, run = float(head["go"]), float(head.get("ramp", 0)), float(head.get("runtime", 0))
@@ -216,19 +231,30 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     dt = delta[1]  # uptime: /proc/uptime, read right after /proc/stat
     if dt <= 0 or not iops:
         return {"cpu_note": "empty CPU window"}
+    ios = iops * dt
     capacity = dt * hz * ncpu  # ticks the vCPUs had in the window
     idle = delta[5] + delta[6]  # exact under NO_HZ, unlike the tick-sampled busy fields
     busy = min(max(capacity - idle, 0.0), capacity)
-    fio_t, tgt = delta[10], delta[11]
+    sched = len(delta) >= 18  # schedstat run time and switches, syscalls, ctxt
+    fio_t = delta[16] / 1e9 * hz if sched else delta[10]
+    tgt = delta[14] / 1e9 * hz if sched else delta[11]
     out = {
         "cpu_window_s": dt,
         "guest_busy_pct": 100.0 * busy / capacity,
         "fio_cpu_pct": 100.0 * fio_t / capacity,
-        "cpu_us_io": max(busy - fio_t, 0.0) / hz / (iops * dt) * 1e6,
+        "cpu_us_io": max(busy - fio_t, 0.0) / hz / ios * 1e6,
     }
+    if sched:
+        out["cs_io"] = max(delta[17] - delta[15], 0.0) / ios
     if is_gonvmf:
-        out["proc_us_io"] = tgt / hz / (iops * dt) * 1e6
+        out["proc_us_io"] = tgt / hz / ios * 1e6
         out["proc_pct"] = 100.0 * tgt / capacity
+        if sched:
+            out["proc_cs_io"] = delta[13] / ios
+            ca, cb = calls.get(a[0]), calls.get(b[0])
+            if ca is not None and cb is not None:
+                out["sys_io"] = delta[12] / ios
+                out["sys_calls"] = {k: (v - ca.get(k, 0.0)) / ios for k, v in cb.items() if v - ca.get(k, 0.0) > 0}
     return out
 
 
@@ -466,17 +492,30 @@ def render(out, d, s, plot_note):
     w(head)
     w(sep)
     for job in MAIN_JOBS:
-        for m in (primary(job), "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
+        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
             label, unit, _ = METRICS[m]
+            if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
+                continue  # not measured (results from before the counters existed)
             line = "| %s | %s%s |" % (job_title(job), label, " (%s)" % unit if unit else "")
             for be in backends:
                 k, gg = cells.get((be, job, "kernel", m)), cells.get((be, job, "gonvmf", m))
                 line += " %s | %s | %s |" % (num(k.med) if k and k.n else "–", num(gg.med) if gg and gg.n else "–",
-                                            ratio_cell(m, k, gg, paired.get((be, job, m))))
+                                            ratio_cell(m, k, gg, paired.get((be, job, m))) if m not in PROC_ONLY else "–")
             w(line)
     w("")
+    if any(cells.get((be, job, "gonvmf", "sys_io")) and cells[(be, job, "gonvmf", "sys_io")].n for be in backends for job in MAIN_JOBS):
+        w("System calls and context switches per I/O: see [Kernel crossings per I/O](#kernel-crossings-per-io) for how they "
+          "are counted and which calls they are. The kernel target makes no system calls: it runs in kernel threads and "
+          "softirq context.")
+        w("")
     if not have_g:
         w("gonvmf's columns are empty: %s. The kernel target's numbers stand on their own as the baseline." % g_text)
+        w("")
+    vf = [x for x in d["sessions"] if x.get("verify") and not x["verify"].startswith("not run")]
+    if vf:
+        w("Data check before the timed jobs (first repetition, fio: `file` 32 MiB of random 4k–128k writes with crc32c "
+          "checksums read back; `null` 32 MiB of random 4k–128k reads checked for zeroes): " +
+          "; ".join("%s %s %s" % (x["backend"], x["target"], "ok" if x["verify"] == "ok" else "**failed**: " + x["verify"]) for x in vf) + ".")
         w("")
 
     # ---- per backend details
@@ -492,7 +531,7 @@ def render(out, d, s, plot_note):
         jobs = sorted({k[1] for k in cells if k[0] == be}, key=job_order)
         for job in jobs:
             for m in METRICS:
-                if m == "proc_us_io" and not have_g:
+                if m in PROC_ONLY and not have_g:
                     continue
                 k, gg = cells.get((be, job, "kernel", m)), cells.get((be, job, "gonvmf", m))
                 if (not k or not k.n) and (not gg or not gg.n):
@@ -500,8 +539,8 @@ def render(out, d, s, plot_note):
                 label, unit, hib = METRICS[m]
                 w("| %s | %s%s, %s |%s | %s | %s |" % (
                     job_title(job), label, " (%s)" % unit if unit else "", "higher is better" if hib else "lower is better",
-                    " " + cell(k) if m != "proc_us_io" else " –", cell(gg),
-                    ratio_cell(m, k, gg, paired.get((be, job, m))) if m != "proc_us_io" else "–"))
+                    " " + cell(k) if m not in PROC_ONLY else " –", cell(gg),
+                    ratio_cell(m, k, gg, paired.get((be, job, m))) if m not in PROC_ONLY else "–"))
         w("")
 
     # ---- sweep
@@ -543,13 +582,15 @@ def render(out, d, s, plot_note):
     w("")
     w("- **all but fio** (both targets, the ratio above): the guest's busy CPU time in the window (wall time × vCPUs "
       "minus the idle and iowait time of `/proc/stat`, which the kernel keeps exactly; its user/system/softirq fields are "
-      "tick samples, and TCG on a loaded machine loses most ticks) minus fio's own utime+stime (`/proc/PID/stat`, exact), "
+      "tick samples, and TCG on a loaded machine loses most ticks) minus fio's own run time (the scheduler's, summed over "
+      "its threads: `/proc/PID/task/*/schedstat`, exact; utime+stime in runs from before that was sampled), "
       "divided by the I/Os in the window. The kernel target runs in kernel threads and softirq context and has no process of its own, so this is the "
       "one method that applies to both. It also contains the Linux host's completion path (nvme-rdma, blk-mq softirq), "
       "Soft-RoCE's packet processing for both ends (rxe tasklets) and background noise; those are the same for both "
       "targets, so the difference between the targets is the target's own cost, and the ratio understates it.")
-    w("- **gonvmf process**: utime+stime of the gonvmf process (`/proc/PID/stat`, all threads) per I/O. Soft-RoCE work "
-      "that its verbs calls trigger runs partly in its system time and partly in softirq (not counted here).")
+    w("- **gonvmf process**: the scheduler's run time of the gonvmf process's threads (`/proc/PID/task/*/schedstat`) per "
+      "I/O. Soft-RoCE work that its verbs calls trigger runs partly in its system calls (counted: rxe runs a userspace "
+      "post's send processing, and often the receiving side's, inside the call) and partly in softirq.")
     w("- fio's submission path (the host's nvme-rdma driver and rxe's send side, run in fio's system calls) is fio's time "
       "and is not counted for either target. A busy-polling target burns CPU whether or not I/O arrives; that is counted.")
     w("")
@@ -567,6 +608,9 @@ def render(out, d, s, plot_note):
     w("")
     w("Percentages are of all %s vCPUs." % p.get("NCPU", "?"))
     w("")
+
+    # ---- kernel crossings
+    crossings(w, d, cells, paired, backends)
 
     # ---- perftest
     w("## The link's ceiling: perftest over rxe0")
@@ -715,6 +759,45 @@ def render(out, d, s, plot_note):
     w("- `guest.log`, `console.log`, `dmesg.txt` — the guest; `host/` — host facts and the gonvmf build log")
     w("")
     return "\n".join(L) + "\n"
+
+
+def crossings(w, d, cells, paired, backends):
+    """The section on system calls and context switches per I/O."""
+    have = [(be, job) for be in backends for job in MAIN_JOBS
+            if cells.get((be, job, "gonvmf", "sys_io")) and cells[(be, job, "gonvmf", "sys_io")].n]
+    have_cs = any(cells.get((be, job, tg, "cs_io")) and cells[(be, job, tg, "cs_io")].n
+                  for be in backends for job in MAIN_JOBS for tg in TARGETS)
+    if not have and not have_cs:
+        return
+    w("## Kernel crossings per I/O")
+    w("")
+    w("Counted in the guest over the same window as the CPU time (the first and the last sample inside fio's measured "
+      "interval), divided by the I/Os fio completed in it:")
+    w("")
+    w("- **system calls, gonvmf process**: a histogram trigger on the `raw_syscalls:sys_enter` tracepoint "
+      "(`hist:keys=id.syscall:vals=hitcount if comm == \"gonvmf\"` in tracefs) counts, inside the kernel, every system "
+      "call of gonvmf's threads by call number, and the sampler reads the counters. No BPF (the 6.1 guest's tools have "
+      "none to spare), no perf (its samples are lost while a TCG vCPU is busy, so they over-count idle time), no strace "
+      "(it stops the process at every call, which would be the measurement). The trigger is on for the whole run, so the "
+      "tracepoint's cost per system call, fio's included, is the same for both targets. The kernel target makes none.")
+    w("- **context switches, all but fio**: the guest's context switches (`ctxt` of `/proc/stat`) minus those of fio's "
+      "threads, for both targets: the kernel target's are its kernel threads' and softirq threads' switches, gonvmf's "
+      "include its own and the kernel threads its calls wake. Both include the Linux host's completion path.")
+    w("- **context switches, gonvmf process**: how often its threads were switched in (the third field of "
+      "`/proc/PID/task/*/schedstat`, summed over the threads).")
+    w("")
+    if have:
+        w("gonvmf's system calls per I/O by call (median over the repetitions; calls under 0.01 per I/O left out):")
+        w("")
+        w("| backend | job | all | by call |")
+        w("|---|---|---:|---|")
+        for be, job in have:
+            runs = [r for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "gonvmf" and r.get("sys_calls")]
+            names = sorted({k for r in runs for k in r["sys_calls"]})
+            med = {k: Stat([r["sys_calls"].get(k, 0.0) for r in runs]).med for k in names}
+            parts = ["%s %s" % (k, num(v, 2)) for k, v in sorted(med.items(), key=lambda x: -x[1]) if v >= 0.01]
+            w("| %s | %s | %s | %s |" % (be, job_title(job), num(cells[(be, job, "gonvmf", "sys_io")].med, 2), ", ".join(parts)))
+        w("")
 
 
 def job_order(job):

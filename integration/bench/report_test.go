@@ -22,6 +22,15 @@ type run struct {
 	busy, fio, proc  int     // CPU ticks in the sample window (busy = user+system+softirq)
 	windowOff        float64 // seconds the CPU window starts after fio's measured interval begins, less 1
 	noCPU, fioFailed bool
+	ext              *ext // the counters guest-bench.sh samples since it counts kernel crossings
+}
+
+// ext is what a sample window adds beyond /proc/stat and utime+stime: the target's system
+// calls (and per call), its threads' switches and run time, fio's, the guest's switches.
+type ext struct {
+	sys, cs, fioCS, ctxt int
+	ns, fioNS            int64
+	calls                map[string]int
 }
 
 const (
@@ -66,7 +75,7 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 	f.write("host/machine.txt", "date: 2026-01-01T00:00:00Z\ngit_commit: 0123456789abcdef\ngit_describe: 0123456-dirty\nwall_seconds: 42\n")
 	f.write(".vm/status", "exit 0\n")
 	f.write("gonvmf-status.txt", gonvmfStatus+"\n")
-	f.write("sessions.tsv", "rep\tbackend\ttarget\torder\tstatus\tconnect_s\tio_queues\tqueue_size\tlba_bytes\tgonvmf_rss_start_kb\tgonvmf_rss_connected_kb\tgonvmf_rss_end_kb\tgonvmf_hwm_end_kb\treason\n"+sessions)
+	f.write("sessions.tsv", "rep\tbackend\ttarget\torder\tstatus\tconnect_s\tio_queues\tqueue_size\tlba_bytes\tgonvmf_rss_start_kb\tgonvmf_rss_connected_kb\tgonvmf_rss_end_kb\tgonvmf_hwm_end_kb\treason\tverify\n"+sessions)
 	f.write("scaling.tsv", "rep\ttarget\tqps_requested\tcontrollers\tio_queues_per_ctrl_requested\tio_queues_granted\tconnect_total_s\tconnect_first_s\tconnect_median_s\tconnect_max_s\tdisconnect_s\tgonvmf_rss_before_kb\tgonvmf_rss_after_kb\tguest_used_delta_kb\tslab_delta_kb\tstatus\n"+scaling)
 	f.write("perftest/r1-ib_write_bw-4096.txt", " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n 4096       7500             0.00               0.131072   		   0.004000\n")
 	f.write("perftest/r1-ib_send_lat-8.txt", " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]\n 8       800          inf            inf          inf      	       inf         	-nan   		inf     		inf\n")
@@ -110,8 +119,24 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 			e0 := goAt + 2 + 1 + r.windowOff
 			// epoch uptime user nice system idle iowait irq softirq steal fio target
 			idle := int(windowLen*hz*2) - r.busy
-			f.write("cpu/"+session+"-"+r.job+".txt", fmt.Sprintf("# go %.6f ramp 2 runtime %g fio_pid 1 target_pid 2 after_s 5.0\n%.3f 100.0 1000 0 1000 5000 0 0 100 0 300 400\n%.3f %.3f %d 0 %d %d 0 0 %d 0 %d %d\n",
-				goAt, runtime, e0, e0+windowLen, 100+windowLen, 1000+r.busy/2, 1000+r.busy-r.busy/2-r.busy/5, 5000+idle, 100+r.busy/5, 300+r.fio, 400+r.proc))
+			first := fmt.Sprintf("%.6f 100.0 1000 0 1000 5000 0 0 100 0 300 400", e0)
+			last := fmt.Sprintf("%.6f %.3f %d 0 %d %d 0 0 %d 0 %d %d", e0+windowLen, 100+windowLen, 1000+r.busy/2, 1000+r.busy-r.busy/2-r.busy/5, 5000+idle, 100+r.busy/5, 300+r.fio, 400+r.proc)
+			var s0, s1 string
+			if x := r.ext; x != nil {
+				// target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt
+				first += " 1000 50 7000000000 60 8000000000 90000"
+				last += fmt.Sprintf(" %d %d %d %d %d %d", 1000+x.sys, 50+x.cs, 7000000000+x.ns, 60+x.fioCS, 8000000000+x.fioNS, 90000+x.ctxt)
+				s0, s1 = fmt.Sprintf("s %.6f write:500 ioctl:500", e0), fmt.Sprintf("s %.6f", e0+windowLen)
+				for _, k := range []string{"write", "ioctl", "poll"} {
+					base := map[string]int{"write": 500, "ioctl": 500}[k]
+					if n := base + x.calls[k]; n > 0 {
+						s1 += fmt.Sprintf(" %s:%d", k, n)
+					}
+				}
+				first += "\n" + s0
+				last += "\n" + s1
+			}
+			f.write("cpu/"+session+"-"+r.job+".txt", fmt.Sprintf("# go %.6f ramp 2 runtime %g fio_pid 1 target_pid 2 after_s 5.0\n%s\n%s\n", goAt, runtime, first, last))
 		}
 	}
 	for _, session := range order {
@@ -242,6 +267,47 @@ func TestReportRatios(t *testing.T) {
 		t.Errorf("report.md: perftest's inf latency is not reported as n/a")
 	}
 	checkPlot(t, f.dir, md)
+}
+
+// The kernel crossings: gonvmf's system calls per I/O (in total and by call) and its
+// threads' context switches; the guest's switches less fio's for both targets; process
+// CPU from the scheduler's run time rather than ticks.
+func TestReportCrossings(t *testing.T) {
+	f := newFixture(t)
+	for rep := 1; rep <= 3; rep++ {
+		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70,
+			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500}})
+		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70, proc: 999,
+			ext: &ext{sys: 17000 + 850*rep, cs: 4250, ns: 425_000_000, fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 17000,
+				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}}})
+	}
+	f.finish("available", "1\tnull\tkernel\t1\tok\t0.8\t2\t128\t512\t\t\t\t\t\tok\n"+
+		"1\tnull\tgonvmf\t2\tok\t0.8\t2\t128\t512\t1\t1\t1\t1\t\tfio verify exited 1: bad magic\n"+
+		"2\tnull\tgonvmf\t1\tok\t0.8\t2\t128\t512\t1\t1\t1\t1\t\tnot run (rep 2)\n", "")
+	md, sum := f.report()
+	j := "null/randread-4k-qd32"
+	ios := 1000 * windowLen
+	near(t, "gonvmf system calls per I/O", get(t, sum, "jobs", j, "gonvmf", "sys_io", "median"), (17000+850*2)/ios)
+	near(t, "gonvmf context switches per I/O", get(t, sum, "jobs", j, "gonvmf", "proc_cs_io", "median"), 4250/ios)
+	near(t, "kernel switches per I/O, all but fio", get(t, sum, "jobs", j, "kernel", "cs_io", "median"), 8500/ios)
+	near(t, "switch ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "cs_io"), 0.5)
+	// schedstat run time, not the 999 ticks of utime+stime
+	near(t, "gonvmf process µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_us_io", "median"), 425_000.0/ios)
+	near(t, "kernel CPU µs/IO (fio from schedstat)", get(t, sum, "jobs", j, "kernel", "cpu_us_io", "median"), (170.0/hz-0.7)/ios*1e6)
+	for _, want := range []string{
+		"| randread 4k QD32 | system calls per I/O, gonvmf process | – | 2.20 | – |",
+		"| randread 4k QD32 | context switches per I/O, all but fio | 1.00 | 2.00 | **0.50** (0.50–0.50) |",
+		"## Kernel crossings per I/O",
+		"| null | randread 4k QD32 | 2.20 | ioctl 1.20, write 1.00 |",
+		"null kernel ok; null gonvmf **failed**: fio verify exited 1: bad magic.",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
 }
 
 // gonvmf not serving yet: its columns are empty, the reason is stated, nothing fails.
