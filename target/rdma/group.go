@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/rdmacm"
@@ -683,28 +684,33 @@ func (q *fifo) removeConn(c *conn) *rctx {
 // nothing else: no runtime timer per sleep, no netpoller hand-off to another thread.
 //
 // The blocking call keeps the goroutine's P, and the goroutine never parks, which the Go
-// scheduler sees as one goroutine running for ever: after 10 ms its monitor thread
-// (sysmon) preempts it and takes the P away, and from then on polls every 20 µs, each
-// time reading the clock, which is a system call where the vDSO has no usable clock
-// source (emulated guests) — several per I/O. A yield (runtime.Gosched) before the
-// sleep prevents that, but costs a wake-up of another thread that finds nothing to do and
-// sleeps again (two futex calls). So the group yields every yieldEvery sleeps (often
-// enough that no 10 ms pass without one while I/O arrives), and at once when the round
-// handed work to a goroutine (a backend worker: it would otherwise wait in this P's queue
-// until sysmon takes the P).
+// scheduler sees as one goroutine running for ever: after 10 ms without a pass through the
+// scheduler its monitor thread (sysmon) preempts it (a signal, which interrupts the
+// poll(2)), takes its P away and from then on polls at its fastest rate, each time reading
+// the clock — a system call where the vDSO has no usable clock source (emulated guests).
+// A yield (runtime.Gosched) before the sleep prevents that, but costs a wake-up of another
+// thread that finds nothing to do and sleeps again: two futex calls and two context
+// switches per sleep, one sleep per I/O at low queue depths. So the group yields only when
+// yieldAfter has passed since its last yield (one clock read per sleep), and at once when
+// the round handed work to a goroutine (a backend worker: it would otherwise wait in this
+// P's queue until sysmon takes the P).
 type threadCQ struct {
 	*rdmacm.CQ
-	sleeps   int
-	handoffs uint64
+	lastYield int64 // nanotime
+	handoffs  uint64
 }
 
-// yieldEvery is how many sleeps a poll group makes between yields (see threadCQ).
-const yieldEvery = 4
+// yieldAfter is how long a poll group goes between yields (see threadCQ): well under
+// sysmon's 10 ms.
+const yieldAfter = 4 * time.Millisecond
+
+//go:linkname nanotime runtime.nanotime
+func nanotime() int64
 
 func (c *threadCQ) Wait(timeout time.Duration) (bool, error) {
-	c.sleeps++
-	if h := backend.Handoffs(); c.sleeps >= yieldEvery || h != c.handoffs {
-		c.sleeps, c.handoffs = 0, h
+	now := nanotime()
+	if h := backend.Handoffs(); now-c.lastYield >= int64(yieldAfter) || h != c.handoffs {
+		c.lastYield, c.handoffs = now, h
 		runtime.Gosched()
 	}
 	return c.CQ.WaitThread(timeout)
