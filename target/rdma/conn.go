@@ -153,7 +153,11 @@ type conn struct {
 	admin   bool
 	cqeNeed int
 
-	ctxs     []rctx
+	// ctxs are the request contexts by index, allocated ctxChunk at a time as the queue
+	// gets deeper (nil beyond nctx): an idle connection holds a few kilobytes, not the
+	// ~200 KiB its full depth would take. freeCtx lists the allocated ones not in use.
+	ctxs     []*rctx
+	nctx     int
 	freeCtx  []int32
 	recvWait ring // receive completions waiting for a free context
 
@@ -209,22 +213,42 @@ func newConn(cfg connConfig, reg region, ep endpoint, p *pool, log *slog.Logger)
 		cqeNeed: cfg.depth + cfg.sqSize,
 	}
 	n := 2 * cfg.depth
-	c.ctxs = make([]rctx, n)
+	c.ctxs = make([]*rctx, n)
 	c.freeCtx = make([]int32, 0, n)
-	for i := n - 1; i >= 0; i-- {
-		x := &c.ctxs[i]
-		x.c, x.idx, x.recv = c, i, -1
-		x.req.Context = x
-		c.freeCtx = append(c.freeCtx, int32(i))
-	}
 	c.recvWait = newRing(cfg.depth)
 	c.unsig = newRing(n)
-	c.sendStage = make([]rdmacm.SendWR, cfg.sqSize)
+	c.sendStage = make([]rdmacm.SendWR, min(sendStageStart, cfg.sqSize))
 	if !cfg.srq {
 		c.recvStage = make([]rdmacm.RecvWR, cfg.depth)
 		c.recvWRs = make([]rdmacm.RecvWR, cfg.depth)
 	}
 	return c
+}
+
+// ctxChunk is how many request contexts a connection allocates at a time.
+const ctxChunk = 16
+
+// sendStageStart is how many send work requests a connection can stage in one round
+// before its staging array grows (up to its send queue's size).
+const sendStageStart = 16
+
+// freeCtxs is how many request contexts the connection can still take: the free
+// allocated ones and those not allocated yet.
+func (c *conn) freeCtxs() int { return len(c.freeCtx) + len(c.ctxs) - c.nctx }
+
+// moreCtxs allocates the next chunk of request contexts and lists them as free.
+func (c *conn) moreCtxs() {
+	n := min(ctxChunk, len(c.ctxs)-c.nctx)
+	chunk := make([]rctx, n)
+	for k := n - 1; k >= 0; k-- {
+		x := &chunk[k]
+		i := c.nctx + k
+		x.c, x.idx, x.recv = c, i, -1
+		x.req.Context = x
+		c.ctxs[i] = x
+		c.freeCtx = append(c.freeCtx, int32(i))
+	}
+	c.nctx += n
 }
 
 // initWRs fills in the receive work requests once the connection has its slot.
@@ -313,7 +337,7 @@ func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
 		c.requestCloseLocal(errShortCapsule)
 		return
 	}
-	if c.recvWait.len() > 0 || len(c.freeCtx) == 0 || c.g.quiescing {
+	if c.recvWait.len() > 0 || c.freeCtxs() == 0 || c.g.quiescing {
 		if !c.g.quiescing {
 			c.g.stats.ctxWaits.Add(1)
 		}
@@ -331,8 +355,11 @@ var (
 )
 
 func (c *conn) takeCtx() *rctx {
+	if len(c.freeCtx) == 0 {
+		c.moreCtxs()
+	}
 	n := len(c.freeCtx) - 1
-	x := &c.ctxs[c.freeCtx[n]]
+	x := c.ctxs[c.freeCtx[n]]
 	c.freeCtx = c.freeCtx[:n]
 	return x
 }
@@ -488,7 +515,7 @@ func (c *conn) postReads(x *rctx) bool {
 }
 
 func (c *conn) onRead(i int, wc *rdmacm.Completion) {
-	x := &c.ctxs[i]
+	x := c.ctxs[i]
 	c.rdUsed--
 	c.sqUsed--
 	c.sigOut--
@@ -647,7 +674,7 @@ const (
 // short, so that what they hold is not kept from others.
 func (c *conn) signalResponse(held int) bool {
 	if c.admin || c.g.quiescing || c.unsig.len()+1 >= unsigMax || held > unsigMaxBuf || c.unsigBytes+held > unsigMaxBytes ||
-		2*c.sqUsed > c.cfg.sqSize || 4*len(c.freeCtx) < len(c.ctxs) {
+		2*c.sqUsed > c.cfg.sqSize || 4*c.freeCtxs() < len(c.ctxs) {
 		return true
 	}
 	if held > 0 {
@@ -674,7 +701,7 @@ func (c *conn) signalResponse(held int) bool {
 func (c *conn) retireUnsigned(seq uint64, through bool) {
 	for c.unsig.len() > 0 {
 		i, _ := c.unsig.peek()
-		x := &c.ctxs[i]
+		x := c.ctxs[i]
 		if x.seq > seq || (x.seq == seq && !through) {
 			return
 		}
@@ -708,7 +735,7 @@ func (c *conn) pumpSends() {
 }
 
 func (c *conn) onSend(i int, wc *rdmacm.Completion) {
-	x := &c.ctxs[i]
+	x := c.ctxs[i]
 	if x.state != stSend {
 		return // an unsignaled response already retired by a later completion
 	}
@@ -768,6 +795,11 @@ func (x *rctx) owesResponse() bool {
 // ---- staging and posting ----
 
 func (c *conn) stageSend() *rdmacm.SendWR {
+	if c.nSend == len(c.sendStage) { // a longer round than ever: grow, once
+		grown := make([]rdmacm.SendWR, min(2*len(c.sendStage), c.cfg.sqSize))
+		copy(grown, c.sendStage)
+		c.sendStage = grown
+	}
 	w := &c.sendStage[c.nSend]
 	c.nSend++
 	c.g.markDirty(c)
@@ -924,8 +956,7 @@ func (c *conn) forceDrain() {
 	}
 	c.hwDrained = true
 	c.recvPosted, c.sigOut, c.sqUsed, c.rdUsed = 0, 0, 0, 0
-	for i := range c.ctxs {
-		x := &c.ctxs[i]
+	for _, x := range c.ctxs[:c.nctx] {
 		switch x.state {
 		case stRead:
 			if x.rdOut > 0 {
@@ -946,8 +977,8 @@ func (c *conn) forceDrain() {
 // "core=2 send=1", or "none".
 func (c *conn) busyContexts() string {
 	var n [len(reqStateNames)]int
-	for i := range c.ctxs {
-		if st := c.ctxs[i].state; int(st) < len(n) {
+	for _, x := range c.ctxs[:c.nctx] {
+		if st := x.state; int(st) < len(n) {
 			n[st]++
 		}
 	}
@@ -989,13 +1020,13 @@ func (c *conn) maybeFinalize() {
 	}
 	for c.unsig.len() > 0 {
 		i, _ := c.unsig.pop()
-		x := &c.ctxs[i]
+		x := c.ctxs[i]
 		x.unsigned = false
 		c.recycle(x)
 	}
 	c.unsigBytes = 0
-	for i := range c.ctxs {
-		if x := &c.ctxs[i]; x.hasBuf && x.state != stCore {
+	for _, x := range c.ctxs[:c.nctx] {
+		if x.hasBuf && x.state != stCore {
 			c.recycle(x)
 		}
 	}

@@ -600,3 +600,28 @@ func TestEngineArmsOnce(t *testing.T) {
 	waitFor("the group to arm again and sleep", func() bool { return e.cq.arms.Load() > arms && sleeping() })
 	e.closeAll(a)
 }
+
+// TestEngineContextsOnDemand: a connection allocates request contexts as its commands
+// need them, a chunk at a time, not its full depth's at connect time.
+func TestEngineContextsOnDemand(t *testing.T) {
+	e := newEngine(t, engineOpts{})
+	a, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 128)
+	if io.c.nctx > ctxChunk {
+		t.Fatalf("%d contexts allocated after the connect (1 command); want at most %d", io.c.nctx, ctxChunk)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 40; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, _ := io.h.exec(rw(nvmeproto.OpRead, 2, uint64(w*8), 8), nil, 4096)
+			expectOK(t, "read", c)
+		}()
+	}
+	wg.Wait()
+	if io.c.nctx > 2*len(io.c.ctxs) || io.c.nctx%ctxChunk != 0 && io.c.nctx != len(io.c.ctxs) {
+		t.Errorf("%d contexts allocated of %d", io.c.nctx, len(io.c.ctxs))
+	}
+	e.closeAll(io, a)
+}

@@ -176,11 +176,11 @@ func (e *fzEP) checkWR(q *fzQueue, w *rdmacm.SendWR) {
 	}
 	c := q.fc.c
 	idx := int(w.ID>>8) & 0xFFFF
-	if idx >= len(c.ctxs) {
-		fz.violate("%s: RDMA %s with work request id %#x naming context %d of %d", q.name, op, w.ID, idx, len(c.ctxs))
+	if idx >= len(c.ctxs) || c.ctxs[idx] == nil {
+		fz.violate("%s: RDMA %s with work request id %#x naming context %d of %d (%d allocated)", q.name, op, w.ID, idx, len(c.ctxs), c.nctx)
 		return
 	}
-	x := &c.ctxs[idx]
+	x := c.ctxs[idx]
 	cid := x.req.Cmd.CID
 	s := q.out[cid]
 	if s == nil {

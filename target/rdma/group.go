@@ -359,8 +359,8 @@ func (g *group) countBusy(work bool) {
 		if c == nil || c.state != stateLive {
 			continue
 		}
-		for j := range c.ctxs {
-			if c.ctxs[j].owesResponse() {
+		for _, x := range c.ctxs[:c.nctx] { // the rest are not allocated yet
+			if x.owesResponse() {
 				n++
 			}
 		}

@@ -14,7 +14,8 @@ func TestStateNames(t *testing.T) {
 			t.Errorf("connState %d: %q, want %q", st, got, want)
 		}
 	}
-	c := &conn{ctxs: make([]rctx, 6)}
+	c := &conn{ctxs: make([]*rctx, 8)}
+	c.moreCtxs() // 8 allocated
 	if got := c.busyContexts(); got != "none" {
 		t.Errorf("idle: %q", got)
 	}
