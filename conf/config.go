@@ -236,7 +236,7 @@ type Transport struct {
 	MaxIOSize int `yaml:"max_io_size"`
 	// BufferPoolSize is the registered memory for data buffers, shared by all queues. A
 	// multiple of 4 KiB, at least MaxIOSize, at most 64 GiB. Default
-	// min(4 × QueueDepth × MaxIOSize, 1 GiB).
+	// min(QueueDepth × MaxIOSize, 1 GiB).
 	BufferPoolSize Size `yaml:"buffer_pool_size"`
 	// PollGroups is the number of completion-polling goroutines that queues are spread
 	// over; 0 means one per CPU (see NumPollGroups). 0..256, default 0.

@@ -125,7 +125,7 @@ func TestDefaults(t *testing.T) {
 			QueueDepth:         128,
 			InCapsuleDataSize:  8192,
 			MaxIOSize:          128 << 10,
-			BufferPoolSize:     64 * MiB, // 4 × 128 × 128 KiB
+			BufferPoolSize:     16 * MiB, // 128 × 128 KiB
 			PollGroups:         0,
 			SharedReceiveQueue: 256,
 			BusyPoll:           false,

@@ -49,15 +49,22 @@
 //   - transport.in_capsule_data_size 8 KiB: 4 KiB and 8 KiB writes travel inside the
 //     command capsule and skip an RDMA READ round trip. It must be a multiple of 4 KiB so that
 //     in-capsule data lands in page-aligned receive buffers usable for O_DIRECT without a
-//     copy; at most 64 KiB because every receive buffer of every queue carries that much
-//     (queue_depth × (64 B + size) per queue: 1 MiB per queue at the defaults).
+//     copy; at most 64 KiB because every receive buffer carries that much (256 × (64 B +
+//     size) per poll group at the defaults, queue_depth × (64 B + size) per queue without a
+//     shared receive queue).
 //   - transport.max_io_size 128 KiB: SPDK's default. Identify's MDTS expresses it as a power
 //     of two of 4 KiB pages, hence the power-of-two rule; 8 MiB is Soft-RoCE's largest
 //     message. Larger commands from the host are split by the host.
-//   - transport.buffer_pool_size 4 × queue_depth × max_io_size, at most 1 GiB (64 MiB at the
-//     defaults): four queues at full depth of the largest commands. The pool is pinned,
-//     registered memory, shared by all queues; it must hold at least one command of
-//     max_io_size, and a pool smaller than one full queue draws a warning.
+//   - transport.buffer_pool_size queue_depth × max_io_size, at most 1 GiB (16 MiB at the
+//     defaults): one queue at full depth of the largest commands. The pool is pinned,
+//     registered memory, shared by all queues, and commands that find it used up wait for
+//     a buffer in order (never fail); it must hold at least one command of max_io_size, and
+//     a pool smaller than one full queue draws a warning. Sized for a target whose memory
+//     stays small with many connections (32 queue pairs: under 64 MiB resident, pool
+//     included); raise it for many queues doing large I/O at once.
+//   - transport.shared_receive_queue 256: buffers a poll group's I/O queues share, as
+//     many as their entries up to 256 (2 MiB at the default in-capsule size), instead of
+//     1 MiB per queue.
 //   - transport.poll_groups 0: one completion poller per CPU.
 //   - transport.busy_poll false: sleep on completion channels; busy polling trades one CPU
 //     per poll group for latency.

@@ -182,14 +182,14 @@ func (v *validator) transport() {
 
 	pp := tp + "buffer_pool_size"
 	if t.BufferPoolSize == 0 && !v.explicit(pp) && qdOK && mioOK {
-		t.BufferPoolSize = min(4*Size(t.QueueDepth)*Size(t.MaxIOSize), MaxDefaultBufferPoolSize)
+		t.BufferPoolSize = min(Size(t.QueueDepth)*Size(t.MaxIOSize), MaxDefaultBufferPoolSize)
 	}
 	if !v.skip(pp) && (t.BufferPoolSize != 0 || v.explicit(pp)) {
 		bp := t.BufferPoolSize
 		switch {
 		case bp%4096 != 0 || bp == 0 || bp > MaxBufferPoolSize:
 			v.fail(pp, bp.String(), fmt.Sprintf("%s is not a usable buffer pool size", bp),
-				"use a multiple of 4KiB from max_io_size up to 64GiB (default: 4 × queue_depth × max_io_size, at most 1GiB)")
+				"use a multiple of 4KiB from max_io_size up to 64GiB (default: queue_depth × max_io_size, at most 1GiB)")
 		case mioOK && bp < Size(t.MaxIOSize):
 			v.fail(pp, bp.String(), fmt.Sprintf("%s is smaller than max_io_size %s, so a command of the largest size could never get a buffer", bp, sizeText(t.MaxIOSize)),
 				"raise buffer_pool_size to at least max_io_size (better: queue_depth × max_io_size or more)")
