@@ -88,7 +88,9 @@
 // else: on a host where the RDMA device itself runs on the CPUs (Soft-RoCE) busy polling
 // would steal its cycles, and waking through the Go netpoller costs timers and thread
 // hand-offs. transport.busy_poll makes groups spin instead. The steady-state I/O path
-// allocates nothing (TestEngineAllocations).
+// allocates nothing (TestEngineAllocations, BenchmarkEngine), so no garbage collection
+// runs while I/O flows: Go's GOGC and GOMEMLIMIT defaults stay (a deployment that wants a
+// memory ceiling may set GOMEMLIMIT without touching the I/O path's latency).
 //
 // Reads and writes of file and block namespaces opened with O_DIRECT run as Linux
 // asynchronous I/O from the poll group itself (backend.Ring, one per group): the group
