@@ -338,6 +338,16 @@ func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
 		return
 	}
 	if c.recvWait.len() > 0 || c.freeCtxs() == 0 || c.g.quiescing {
+		if c.recvWait.len() == c.recvWait.cap() {
+			// Twice the queue's depth in use and as many more waiting: more commands than
+			// the queue has entries, which only a host ignoring its queue size can send
+			// (on a shared receive queue nothing else stops it).
+			c.log.Warn("host sent more commands than its queue has entries: disconnecting", "qid", c.cfg.qid,
+				"depth", c.cfg.depth, "contexts", len(c.ctxs))
+			c.releaseRecv(i)
+			c.requestCloseLocal(errQueueOverrun)
+			return
+		}
 		if !c.g.quiescing {
 			c.g.stats.ctxWaits.Add(1)
 		}
@@ -352,6 +362,7 @@ var (
 	errQPError        = errors.New("rdma: queue pair error")
 	errHostDisconnect = errors.New("rdma: host disconnected")
 	errPostFailed     = errors.New("rdma: posting work requests failed")
+	errQueueOverrun   = errors.New("rdma: host sent more commands than its queue has entries")
 )
 
 func (c *conn) takeCtx() *rctx {
@@ -1048,6 +1059,8 @@ func newRing(capacity int) ring {
 }
 
 func (r *ring) len() int { return r.cnt }
+
+func (r *ring) cap() int { return len(r.slot) }
 
 func (r *ring) push(slot int32, n uint32) {
 	i := (r.head + r.cnt) % len(r.slot)

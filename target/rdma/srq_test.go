@@ -172,3 +172,39 @@ func TestEngineSRQReconnectStorm(t *testing.T) {
 		t.Errorf("the shared receive queue still counts %d entries of gone queues", e.g.srq.want)
 	}
 }
+
+// TestEngineSRQOverrun: on a shared receive queue nothing stops a host from sending more
+// commands than its queue has entries; one that does is disconnected, and every buffer it
+// took goes back to the queue.
+func TestEngineSRQOverrun(t *testing.T) {
+	e := newEngine(t, engineOpts{icd: 8192, srq: 256})
+	a, cntlid := e.adminConnect(0)
+	const depth = 16
+	io := e.ioConnect(1, cntlid, depth)
+	// Three idle queues: the shared receive queue grows to 64 buffers, more than queue
+	// 1's 2 x depth contexts and depth waiting.
+	idle := []*fconn{e.ioConnect(2, cntlid, depth), e.ioConnect(3, cntlid, depth), e.ioConnect(4, cntlid, depth)}
+	if got := e.g.srq.slots.Load(); got < 3*depth+1 {
+		t.Fatalf("%d buffers: too few to overrun a queue of %d entries", got, depth)
+	}
+	io.ep.mu.Lock()
+	io.ep.holdSend = true // responses never complete: contexts stay taken
+	io.ep.mu.Unlock()
+	capsule := make([]byte, nvmeproto.SQESize)
+	c := rw(nvmeproto.OpRead, 2, 0, 8)
+	c.Flags = nvmeproto.PSDTSGL << 6
+	c.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Address: io.ep.hostBase, Length: 4096, Key: io.ep.hostKey}
+	c.Marshal(capsule)
+	sent := 0
+	for ; sent < 4*depth; sent++ { // 2 x depth contexts, depth waiting, then one too many
+		if err := io.ep.hostSend(capsule); err != nil {
+			break // the target disconnected
+		}
+	}
+	io.waitDead(t)
+	if sent < 3*depth {
+		t.Errorf("disconnected after %d commands; a queue of %d entries may have %d in contexts and waiting", sent, depth, 3*depth)
+	}
+	e.closeAll(append(idle, a)...)
+	waitBuffers(t, e)
+}
