@@ -356,15 +356,18 @@ func runEngineCapsules(t *testing.T, in []byte) {
 		fz.ns = &fzNS{Backend: b}
 		return fz.ns, nil
 	}
-	depth, poolBytes := 16, 8*fzMaxIO
+	depth, poolBytes, srq := 16, 8*fzMaxIO, 0
 	if len(in) > 0 {
 		depth = 2 + int(in[0]&15)%15
 		poolBytes = (2 + int(in[0]>>4)%7) * fzMaxIO
+		if in[0]&1 != 0 { // half the inputs: the I/O queue on a shared receive queue
+			srq = 64
+		}
 		in = in[1:]
 	}
 	var eps []*fzEP
 	e := newEngine(t, engineOpts{
-		icd: fzICD, maxIO: fzMaxIO, poolSize: poolBytes, maxMsg: fzMaxMsg, hostBytes: fzHostBytes, ird: 4,
+		icd: fzICD, maxIO: fzMaxIO, poolSize: poolBytes, maxMsg: fzMaxMsg, hostBytes: fzHostBytes, ird: 4, srq: srq,
 		nss: []conf.Namespace{
 			{NSID: 1, Backend: conf.BackendMemory, Size: fzNSBytes},
 			{NSID: 2, Backend: conf.BackendNull, Size: 1 << 20},
