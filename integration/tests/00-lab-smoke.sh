@@ -10,8 +10,19 @@ check rxe-port-active sh -c 'ibv_devinfo -d "$RXE_DEV" | grep PORT_ACTIVE'
 log "rping over $RXE_DEV ($RXE_IP)"
 bg_start rping-server timeout 60 rping -s -a "$RXE_IP" -C 3 -v
 server=$BG_PID
-sleep 1.5 # under TCG the server needs a head start
-if timeout 60 rping -c -a "$RXE_IP" -C 3 -v > "$OUT/rping-client.log" 2>&1 && wait "$server" &&
+# The server listens only after its start-up, which takes seconds under TCG on a loaded
+# machine: a client refused before then (REJECTED) tries again while the server runs.
+rping_client() {
+	local i
+	for i in $(seq 40); do
+		timeout 60 rping -c -a "$RXE_IP" -C 3 -v > "$OUT/rping-client.log" 2>&1 && return 0
+		grep -q 'ping data' "$OUT/rping-client.log" && return 1 # connected, then failed
+		kill -0 "$server" 2>/dev/null || return 1
+		sleep 0.5
+	done
+	return 1
+}
+if rping_client && wait "$server" &&
 	[ "$(grep -c 'ping data' "$OUT/rping-client.log")" = 3 ]; then
 	pass rping
 else
