@@ -18,14 +18,8 @@ PORT=4420
 CFG=$SCRATCH/gonvmf-e2e.yaml
 IMG=$SCRATCH/gonvmf-e2e.img
 
-[ -x "$GONVMF" ] || {
-	fail gonvmf-binary "no executable $GONVMF (integration/run-tests.sh builds it)"
-	finish
-}
-[ -n "${SCRATCH:-}" ] || {
-	fail scratch "no scratch disk (run with --disk)"
-	finish
-}
+need_gonvmf
+need_scratch
 
 cat > "$CFG" << EOF
 listeners:

@@ -20,8 +20,8 @@ CFG=$SCRATCH/live.yaml
 SOCK=/run/gonvmf-live/ctl.sock
 METRICS_PORT=9469
 
-[ -x "$GONVMF_BIN" ] || { fail gonvmf-binary "no executable $GONVMF_BIN"; finish; }
-[ -n "${SCRATCH:-}" ] || { fail scratch "no scratch disk (run with --disk)"; finish; }
+need_gonvmf
+need_scratch
 
 cat > "$CFG" << EOF
 listeners:

@@ -19,14 +19,8 @@ CFG=$SCRATCH/gonvmf-25.yaml
 DATA=$SCRATCH/data.img
 THIN=$SCRATCH/thin.img
 
-[ -x "$GONVMF" ] || {
-	fail gonvmf-binary "no executable $GONVMF (integration/run-tests.sh builds it)"
-	finish
-}
-[ -n "${SCRATCH:-}" ] || {
-	fail scratch "no scratch disk (run with --disk)"
-	finish
-}
+need_gonvmf
+need_scratch
 
 cat > "$CFG" << EOF
 listeners:

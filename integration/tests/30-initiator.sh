@@ -25,10 +25,7 @@ GLOCK=nqn.2024-01.io.gonvmf:g-locked
 GPORT=4430
 export GONVMF_LOG_LEVEL=warn
 
-[ -x "$G" ] || {
-	fail gonvmf-binary "$G missing (run-tests.sh builds it)"
-	finish
-}
+need_gonvmf
 timeout 60 modprobe nvme-rdma || fail modprobe "nvme-rdma"
 
 # expect_fail NAME PATTERN CMD...: CMD must exit 1 with PATTERN in its output, within 120 s.

@@ -22,10 +22,7 @@ CLUSTER=$SRC/integration/ceph/cluster.sh
 	fail gonvmf-ceph-binary "no executable $GONVMF (integration/run-tests.sh builds it for suites named *rbd*)"
 	finish
 }
-[ -n "${SCRATCH:-}" ] || {
-	fail scratch "no scratch disk (run with --disk)"
-	finish
-}
+need_scratch
 
 # ---- the cluster ----
 log "starting a single-node Ceph cluster in $GONVMF_CEPH_DIR"

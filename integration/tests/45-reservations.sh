@@ -23,14 +23,8 @@ KA=0xa1 KB=0xb2
 CFG=$SCRATCH/resv.yaml
 IMG=$SCRATCH/resv.img
 
-[ -x "$GONVMF" ] || {
-	fail gonvmf-binary "no executable $GONVMF (integration/run-tests.sh builds it)"
-	finish
-}
-[ -n "${SCRATCH:-}" ] || {
-	fail scratch "no scratch disk (run with --disk)"
-	finish
-}
+need_gonvmf
+need_scratch
 
 # One block device per controller: without native multipath the two hosts' paths are
 # two disks, so each host's I/O goes where the test sends it.

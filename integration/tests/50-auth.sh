@@ -24,10 +24,7 @@ GPORT=4430
 SOCK=/run/gonvmf-auth/ctl.sock
 export GONVMF_LOG_LEVEL=warn
 
-[ -x "$G" ] || {
-	fail gonvmf-binary "$G missing (run-tests.sh builds it)"
-	finish
-}
+need_gonvmf
 case $(uname -r) in
 6.1.*) skip kernel "$(uname -r) has no NVMe in-band authentication: run on 6.12 (# vm: --kernel 6.12)"; finish ;;
 esac

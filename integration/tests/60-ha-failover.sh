@@ -29,14 +29,8 @@ FIO_SIZE=${GONVMF_HA_FIO_SIZE:-16M}
 PID_A= PID_B=
 STARTS=0
 
-[ -x "$GONVMF_BIN" ] || {
-	fail gonvmf-binary "no executable $GONVMF_BIN (integration/run-tests.sh builds it)"
-	finish
-}
-[ -n "${SCRATCH:-}" ] || {
-	fail scratch "no scratch disk (run with --disk)"
-	finish
-}
+need_gonvmf
+need_scratch
 timeout -k 5 60 modprobe nvme-rdma || fail modprobe nvme-rdma
 
 # ha_config <file> <port> <state of group 1> <cntlid_min> <cntlid_max> <control socket>: one

@@ -401,6 +401,22 @@ nvme_disconnect_all() {
 
 # ---- gonvmf serve ----
 GONVMF_BIN=${GONVMF_BIN:-${GONVMF_BUILD:-}/bin/gonvmf}
+
+# need_gonvmf: the suite cannot run without the gonvmf binary ($GONVMF_BIN, which
+# integration/run-tests.sh builds): a failed check, and the suite ends.
+need_gonvmf() {
+	[ -x "$GONVMF_BIN" ] && return 0
+	fail gonvmf-binary "no executable $GONVMF_BIN (integration/run-tests.sh builds it)"
+	finish
+}
+
+# need_scratch: the same for the scratch disk (vm.sh run --disk; "# vm: --disk" in a suite).
+need_scratch() {
+	[ -n "${SCRATCH:-}" ] && return 0
+	fail scratch "no scratch disk (run with --disk)"
+	finish
+}
+
 GONVMF_PID=
 
 # gonvmf_listening <address> <port>: a userspace RDMA CM id (gonvmf's) listens there.
