@@ -88,26 +88,10 @@ connect() {
 fio_verify() { # <name> <dev> [--verify_only=1]
 	local name=$1 dev=$2
 	shift 2
-	timeout -k 10 600 fio --output-format=json --output="$OUT/fio-$name.json" \
-		--filename="$dev" --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 \
-		--verify_state_save=0 --randrepeat=1 --group_reporting=0 "$@" \
+	fio_verify_run "$name" 600 --filename="$dev" "$@" \
 		--name=4k-qd16 --rw=randwrite --bs=4k --iodepth=16 --offset=0 --size=4M \
 		--name=64k-qd8 --stonewall --rw=randwrite --bs=64k --iodepth=8 --offset=8M --size=16M \
-		--name=1m-qd4 --stonewall --rw=write --bs=1M --iodepth=4 --offset=32M --size=32M \
-		> "$OUT/fio-$name.log" 2>&1 || {
-		echo "fio $name failed: $(grep -E 'verify|error|bad' "$OUT/fio-$name.log" | head -n 3 | tr '\n' ' ')" >&2
-		return 1
-	}
-	python3 - "$OUT/fio-$name.json" << 'PY'
-import json, sys
-jobs = json.load(open(sys.argv[1]))["jobs"]
-bad = [j["jobname"] for j in jobs if j["error"] != 0]
-if bad:
-    sys.exit("jobs with errors: %s" % bad)
-for j in jobs:
-    if j["read"]["io_bytes"] == 0:
-        sys.exit("%s read nothing back: nothing was verified" % j["jobname"])
-PY
+		--name=1m-qd4 --stonewall --rw=write --bs=1M --iodepth=4 --offset=32M --size=32M
 }
 
 log "gonvmf serve: rbd image $GONVMF_CEPH_POOL/vol1 and a file on $RXE_IP:$PORT"

@@ -399,6 +399,35 @@ nvme_disconnect_all() {
 	}
 }
 
+# fio_verify_run <name> <seconds> <fio options and jobs...>: fio with crc32c headers on
+# every block written, read back and checked by each job (--verify_fatal); JSON in
+# $OUT/fio-<name>.json, log in $OUT/fio-<name>.log. Fails when fio fails, a job reports an
+# error, or a job read nothing back (then nothing was verified); prints each job's rates.
+fio_verify_run() {
+	local name=$1 secs=$2
+	shift 2
+	timeout -k 10 "$secs" fio --output-format=json --output="$OUT/fio-$name.json" \
+		--ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1 \
+		--verify_state_save=0 --randrepeat=1 --group_reporting=0 "$@" \
+		> "$OUT/fio-$name.log" 2>&1 || {
+		echo "fio $name failed: $(grep -E 'verify|error|bad' "$OUT/fio-$name.log" | head -n 3 | tr '\n' ' ')" >&2
+		return 1
+	}
+	python3 - "$OUT/fio-$name.json" << 'PY'
+import json, sys
+jobs = json.load(open(sys.argv[1]))["jobs"]
+bad = [j["jobname"] for j in jobs if j["error"] != 0]
+if bad:
+    sys.exit("jobs with errors: %s" % bad)
+for j in jobs:
+    w, r = j["write"], j["read"]
+    print("%-9s write %6.1f MiB %7.0f IOPS   verify-read %6.1f MiB %7.0f IOPS" % (
+        j["jobname"], w["io_bytes"] / 1048576, w["iops"], r["io_bytes"] / 1048576, r["iops"]))
+    if r["io_bytes"] == 0:
+        sys.exit("%s read nothing back: nothing was verified" % j["jobname"])
+PY
+}
+
 # ---- gonvmf serve ----
 GONVMF_BIN=${GONVMF_BIN:-${GONVMF_BUILD:-}/bin/gonvmf}
 
