@@ -83,7 +83,8 @@ int64_t gonvmf_post_send(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t
 	return post_result(0, done);
 }
 
-int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n)
+/* post_recv_chain posts receives to srq when it is set, else to qp's own receive queue. */
+static int64_t post_recv_chain(struct ibv_qp *qp, struct ibv_srq *srq, gonvmf_recv_wr *wrs, int n)
 {
 	struct ibv_recv_wr chain[GONVMF_POST_CHUNK];
 	int done = 0;
@@ -107,7 +108,7 @@ int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n)
 			struct ibv_recv_wr *bad = NULL;
 			int rc;
 			chain[i - 1].next = NULL;
-			rc = ibv_post_recv(qp, chain, &bad);
+			rc = srq ? ibv_post_srq_recv(srq, chain, &bad) : ibv_post_recv(qp, chain, &bad);
 			if (rc) {
 				int idx = 0;
 				if (bad >= chain && bad < chain + i)
@@ -122,43 +123,14 @@ int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n)
 	return post_result(0, done);
 }
 
+int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n)
+{
+	return post_recv_chain(qp, NULL, wrs, n);
+}
+
 int64_t gonvmf_post_srq_recv(struct ibv_srq *srq, gonvmf_recv_wr *wrs, int n)
 {
-	struct ibv_recv_wr chain[GONVMF_POST_CHUNK];
-	int done = 0;
-
-	while (done < n) {
-		int k = n - done, i, err = 0;
-		if (k > GONVMF_POST_CHUNK)
-			k = GONVMF_POST_CHUNK;
-		for (i = 0; i < k; i++) {
-			gonvmf_recv_wr *g = &wrs[done + i];
-			if (g->num_sge > GONVMF_MAX_RECV_SGE) {
-				err = EINVAL;
-				break;
-			}
-			chain[i].wr_id = g->id;
-			chain[i].sg_list = g->sgl;
-			chain[i].num_sge = (int)g->num_sge;
-			chain[i].next = &chain[i + 1];
-		}
-		if (i > 0) {
-			struct ibv_recv_wr *bad = NULL;
-			int rc;
-			chain[i - 1].next = NULL;
-			rc = ibv_post_srq_recv(srq, chain, &bad);
-			if (rc) {
-				int idx = 0;
-				if (bad >= chain && bad < chain + i)
-					idx = (int)(bad - chain);
-				return post_result(rc, done + idx);
-			}
-		}
-		done += i;
-		if (err)
-			return post_result(err, done);
-	}
-	return post_result(0, done);
+	return post_recv_chain(NULL, srq, wrs, n);
 }
 
 struct ibv_srq *gonvmf_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uint32_t *got_wr, int *err)
