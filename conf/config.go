@@ -29,6 +29,7 @@ type Config struct {
 	// in code, means no state file: namespaces then offer no Persist Through Power Loss.
 	StateFile string  `yaml:"state_file"`
 	Metrics   Metrics `yaml:"metrics"`
+	Limits    Limits  `yaml:"limits"`
 
 	// File is the file the configuration came from ("" when built in code). Errors name
 	// it, and relative namespace paths are resolved against its directory.
@@ -254,8 +255,11 @@ type Transport struct {
 	// MaxIOQueues is the most I/O queues a controller may have (Number of Queues feature).
 	// 1..1024, default 16.
 	MaxIOQueues int `yaml:"max_io_queues"`
-	// KeepAliveTimeout applies to discovery controllers whose host connects with KATO 0
-	// (nvme discover does). A Go duration, 1s..1h, default 120s.
+	// KeepAliveTimeout is the keep-alive timeout of a controller whose host connects with
+	// KATO 0 (nvme discover does; the specification's "no keep-alive"): such a controller
+	// is still reclaimed once its host has sent nothing for this long. A Go duration,
+	// 1s..1h and within [Limits.MinKeepAliveTimeout, Limits.MaxKeepAliveTimeout],
+	// default 120s.
 	KeepAliveTimeout time.Duration `yaml:"keep_alive_timeout"`
 }
 
@@ -290,6 +294,45 @@ type Metrics struct {
 	Address string `yaml:"address"`
 }
 
+// Limits bound what hosts may take of the target, so that one host cannot starve, stall
+// or lock out the others. Every field has a default; none can be switched off.
+type Limits struct {
+	// MaxQueues is the most queues (queue pairs: admin and I/O, of every host on every
+	// listener, connected or not) the target holds at once; a connection request beyond
+	// it is rejected (nvme-rdma NO_RSC). 2..65536, default 1024.
+	MaxQueues int `yaml:"max_queues"`
+	// MaxQueuesPerAddress is the most queues from one source IP address, counted from the
+	// connection request on — before the Fabrics Connect names the host. Beyond it
+	// connection requests from that address are rejected (NO_RSC). 1..MaxQueues, default 256.
+	MaxQueuesPerAddress int `yaml:"max_queues_per_address"`
+	// MaxControllersPerHost is the most controllers one host NQN may have at once (over
+	// every subsystem, discovery included); an admin queue Connect beyond it fails with
+	// Controller Busy. 1..65536, default 64.
+	MaxControllersPerHost int `yaml:"max_controllers_per_host"`
+	// MaxQueuesPerHost is the most connected queues (admin and I/O) one host NQN may have
+	// at once over all its controllers. Number of Queues grants a controller no more I/O
+	// queues than the host has left, and a Connect beyond it fails with Controller Busy.
+	// 2..MaxQueues, default 256.
+	MaxQueuesPerHost int `yaml:"max_queues_per_host"`
+	// ConnectTimeout is how long a queue may stay connected at the transport level
+	// without completing a Fabrics Connect; then it is torn down. 1s..10m, default 10s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// MinKeepAliveTimeout and MaxKeepAliveTimeout bound the keep-alive timeout a host
+	// asks for (Connect KATO, Set Features Keep Alive Timer): a smaller one is raised to
+	// the minimum, a larger one lowered to the maximum (KATO 0 means
+	// Transport.KeepAliveTimeout), so that the controller of a host that vanished is
+	// always reclaimed. Get Features reports the value in effect. Min 100ms..1h, default
+	// 1s; max 1s..24h, default 5m; min <= max.
+	MinKeepAliveTimeout time.Duration `yaml:"min_keep_alive_timeout"`
+	MaxKeepAliveTimeout time.Duration `yaml:"max_keep_alive_timeout"`
+	// ResponseTimeout bounds how long the transport waits for a response it sent to
+	// complete (an RDMA WRITE of read data and the response SEND, which a host that does
+	// not post receive buffers can hold back forever under RNR retry): a queue whose
+	// responses make no progress for this long is torn down, and the buffers they held
+	// go back to the pool. 1s..10m, default 10s.
+	ResponseTimeout time.Duration `yaml:"response_timeout"`
+}
+
 // Defaults and limits. The package documentation explains each choice.
 const (
 	DefaultTransport          = "rdma"
@@ -315,6 +358,24 @@ const (
 	DefaultKeepAliveTimeout   = 120 * time.Second
 	MinKeepAliveTimeout       = time.Second
 	MaxKeepAliveTimeout       = time.Hour
+	DefaultMaxQueues          = 1024
+	MaxMaxQueues              = 65536
+	DefaultMaxQueuesPerAddr   = 256
+	DefaultMaxCtrlsPerHost    = 64
+	MaxMaxCtrlsPerHost        = 65536
+	DefaultMaxQueuesPerHost   = 256
+	DefaultConnectTimeout     = 10 * time.Second
+	MinConnectTimeout         = time.Second
+	MaxConnectTimeout         = 10 * time.Minute
+	DefaultMinKATO            = time.Second
+	MinMinKATO                = 100 * time.Millisecond
+	MaxMinKATO                = time.Hour
+	DefaultMaxKATO            = 5 * time.Minute
+	MinMaxKATO                = time.Second
+	MaxMaxKATO                = 24 * time.Hour
+	DefaultResponseTimeout    = 10 * time.Second
+	MinResponseTimeout        = time.Second
+	MaxResponseTimeout        = 10 * time.Minute
 	MaxNSID                   = 1024
 	MaxMemorySize             = 1 * TiB
 	MaxNQNLength              = 223 // bytes, not counting the NUL of the 256-byte wire field
@@ -392,6 +453,7 @@ func (c *Config) Clone() *Config {
 		Control:    c.Control,
 		StateFile:  c.StateFile,
 		Metrics:    c.Metrics,
+		Limits:     c.Limits,
 		File:       c.File,
 	}
 	for i := range n.Subsystems {

@@ -71,6 +71,9 @@ func TestAnnotatedExampleShowsDefaults(t *testing.T) {
 	if c.Transport != d.Transport {
 		t.Errorf("annotated.yaml transport\n%+v\ndiffers from the defaults\n%+v", c.Transport, d.Transport)
 	}
+	if c.Limits != d.Limits {
+		t.Errorf("annotated.yaml limits\n%+v\ndiffer from the defaults\n%+v", c.Limits, d.Limits)
+	}
 	l, dl := c.Listeners[0], d.Listeners[0]
 	l.Address, dl.Address = "", ""
 	if l != dl {
@@ -134,6 +137,16 @@ func TestDefaults(t *testing.T) {
 		},
 		Control:   Control{Socket: DefaultControlSocket},
 		StateFile: "test.state.json", // next to the file (mustParse names it test.yaml)
+		Limits: Limits{
+			MaxQueues:             1024,
+			MaxQueuesPerAddress:   256,
+			MaxControllersPerHost: 64,
+			MaxQueuesPerHost:      256,
+			ConnectTimeout:        10 * time.Second,
+			MinKeepAliveTimeout:   time.Second,
+			MaxKeepAliveTimeout:   5 * time.Minute,
+			ResponseTimeout:       10 * time.Second,
+		},
 	}
 	if got := exported(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
@@ -449,7 +462,7 @@ func TestYAMLTagsMatchDecoder(t *testing.T) {
 		keys []string
 	}{
 		{Config{}, configKeys}, {Listener{}, listenerKeys}, {Subsystem{}, subsystemKeys},
-		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys}, {Control{}, controlKeys}, {Metrics{}, metricsKeys},
+		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys}, {Control{}, controlKeys}, {Metrics{}, metricsKeys}, {Limits{}, limitsKeys},
 	} {
 		typ := reflect.TypeOf(tc.v)
 		var tags []string
@@ -470,7 +483,7 @@ func TestReadmeListsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys, controlKeys, metricsKeys} {
+	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys, controlKeys, metricsKeys, limitsKeys} {
 		for _, k := range keys {
 			if !strings.Contains(string(b), "`"+k+"`") {
 				t.Errorf("README.md does not document `%s`", k)

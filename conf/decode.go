@@ -44,7 +44,7 @@ type decoder struct {
 
 // Known YAML keys of each mapping, in the order the documentation lists them.
 var (
-	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file", "metrics"}
+	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file", "metrics", "limits"}
 	listenerKeys  = []string{"transport", "address", "port", "ana_states"}
 	subsystemKeys = []string{"nqn", "serial", "model", "cntlid_min", "cntlid_max", "allow_any_host", "hosts", "auth_required", "namespaces"}
 	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64",
@@ -54,6 +54,8 @@ var (
 		"poll_groups", "shared_receive_queue", "busy_poll", "max_io_queues", "keep_alive_timeout"}
 	controlKeys = []string{"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}
 	metricsKeys = []string{"address"}
+	limitsKeys  = []string{"max_queues", "max_queues_per_address", "max_controllers_per_host", "max_queues_per_host",
+		"connect_timeout", "min_keep_alive_timeout", "max_keep_alive_timeout", "response_timeout"}
 )
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -94,7 +96,7 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 		return nil, d.errs
 	}
 	if root.Kind != yaml.MappingNode {
-		d.add(root, "", "", fmt.Sprintf("the top level is a %s, not a mapping", kindName(root)), "start the file with the keys listeners:, subsystems: and (optionally) transport:")
+		d.add(root, "", "", fmt.Sprintf("the top level is a %s, not a mapping", kindName(root)), "start the file with the keys listeners:, subsystems: and (optionally) transport: and limits:")
 		return nil, d.errs
 	}
 	c := &Config{File: file, src: d.src}
@@ -127,6 +129,8 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 			d.str(v, p, &c.StateFile)
 		case "metrics":
 			d.metrics(v, p, &c.Metrics)
+		case "limits":
+			d.limits(v, p, &c.Limits)
 		}
 	})
 	// The defaults a file gets that a Config built in Go does not: there a zero
@@ -403,6 +407,29 @@ func (d *decoder) metrics(n *yaml.Node, path string, m *Metrics) {
 		switch key {
 		case "address":
 			d.str(v, p, &m.Address)
+		}
+	})
+}
+
+func (d *decoder) limits(n *yaml.Node, path string, l *Limits) {
+	d.mapping(n, path, limitsKeys, func(key string, v *yaml.Node, p string) {
+		switch key {
+		case "max_queues":
+			d.int(v, p, &l.MaxQueues, maxQueuesRange)
+		case "max_queues_per_address":
+			d.int(v, p, &l.MaxQueuesPerAddress, perAddressRange)
+		case "max_controllers_per_host":
+			d.int(v, p, &l.MaxControllersPerHost, ctrlsPerHostRange)
+		case "max_queues_per_host":
+			d.int(v, p, &l.MaxQueuesPerHost, queuesPerHostRange)
+		case "connect_timeout":
+			d.duration(v, p, &l.ConnectTimeout)
+		case "min_keep_alive_timeout":
+			d.duration(v, p, &l.MinKeepAliveTimeout)
+		case "max_keep_alive_timeout":
+			d.duration(v, p, &l.MaxKeepAliveTimeout)
+		case "response_timeout":
+			d.duration(v, p, &l.ResponseTimeout)
 		}
 	})
 }

@@ -70,9 +70,23 @@
 //     per poll group for latency.
 //   - transport.max_io_queues 16: enough for one queue per CPU on typical hosts without
 //     letting a single host claim unbounded receive buffers.
-//   - transport.keep_alive_timeout 120s: applied to discovery controllers that connect with
-//     KATO 0, as nvme discover does, so abandoned discovery connections are reaped (the
-//     Linux target uses the same value, NVMET_DISC_KATO_MS).
+//   - transport.keep_alive_timeout 120s: applied to controllers that connect with KATO 0,
+//     as nvme discover does, so abandoned connections are reaped (the Linux target uses the
+//     same value for discovery controllers, NVMET_DISC_KATO_MS).
+//   - limits.max_queues 1024, max_queues_per_address 256, max_queues_per_host 256,
+//     max_controllers_per_host 64: one address or host may hold a quarter of the queues,
+//     so three others always find room; 64 controllers cover a host that reaches many
+//     subsystems over several paths.
+//   - limits.connect_timeout 10s: hosts send Connect right after the queue pair is
+//     established (the Linux host within milliseconds); a queue pair that does not is a
+//     host gone or hostile, and holds receive memory and a completion queue share.
+//   - limits.min_keep_alive_timeout 1s, max_keep_alive_timeout 5m: below a second the
+//     timer costs more than it saves; above five minutes a vanished host's resources stay
+//     pinned too long. A host that asks for more is answered with the maximum (Get
+//     Features reports it); it then has to send traffic or keep-alives within 5 minutes.
+//   - limits.response_timeout 10s: a host posts its receive buffers as it handles
+//     responses; one that has not done so for 10 s (RNR retry never ends by itself) is
+//     holding the target's buffers hostage.
 //
 // # Limits
 //

@@ -189,6 +189,16 @@ func (c *Config) String() string {
 	} else {
 		w(0, "# metrics: off", "")
 	}
+	l := c.Limits
+	w(0, "limits:", "")
+	w(1, fmt.Sprintf("max_queues: %d", l.MaxQueues), "")
+	w(1, fmt.Sprintf("max_queues_per_address: %d", l.MaxQueuesPerAddress), "")
+	w(1, fmt.Sprintf("max_controllers_per_host: %d", l.MaxControllersPerHost), "")
+	w(1, fmt.Sprintf("max_queues_per_host: %d", l.MaxQueuesPerHost), "")
+	w(1, "connect_timeout: "+l.ConnectTimeout.String(), "")
+	w(1, "min_keep_alive_timeout: "+l.MinKeepAliveTimeout.String(), "")
+	w(1, "max_keep_alive_timeout: "+l.MaxKeepAliveTimeout.String(), "")
+	w(1, "response_timeout: "+l.ResponseTimeout.String(), "")
 	return b.String()
 }
 

@@ -63,6 +63,22 @@ func maxIOQueuesRange(v string) (string, string) {
 	return v + " is out of range", fmt.Sprintf("use 1..%d I/O queues per controller (default %d)", MaxMaxIOQueues, DefaultMaxIOQueues)
 }
 
+func maxQueuesRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 2..%d queues in total (default %d)", MaxMaxQueues, DefaultMaxQueues)
+}
+
+func perAddressRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 1..max_queues queues per source address (default %d)", DefaultMaxQueuesPerAddr)
+}
+
+func ctrlsPerHostRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 1..%d controllers per host NQN (default %d)", MaxMaxCtrlsPerHost, DefaultMaxCtrlsPerHost)
+}
+
+func queuesPerHostRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 2..max_queues queues per host NQN (default %d): an admin queue and at least one I/O queue", DefaultMaxQueuesPerHost)
+}
+
 type validator struct {
 	c     *Config
 	src   *source
@@ -79,6 +95,7 @@ func (c *Config) resolve() (errs, warns []*FieldError) {
 	v.transport()
 	v.control()
 	v.metrics()
+	v.limits()
 	v.listeners()
 	v.hosts()
 	v.subsystems()
@@ -211,6 +228,93 @@ func (v *validator) transport() {
 	if (t.KeepAliveTimeout < MinKeepAliveTimeout || t.KeepAliveTimeout > MaxKeepAliveTimeout) && !v.skip(tp+"keep_alive_timeout") {
 		v.fail(tp+"keep_alive_timeout", t.KeepAliveTimeout.String(), t.KeepAliveTimeout.String()+" is out of range",
 			fmt.Sprintf("use %v to %v (default %v), e.g. 120s", MinKeepAliveTimeout, MaxKeepAliveTimeout, time.Duration(DefaultKeepAliveTimeout)))
+	}
+}
+
+// --- limits ---
+
+func (v *validator) limits() {
+	l := &v.c.Limits
+	const lp = "limits."
+	def := func(f *int, name string, d int) {
+		if *f == 0 && !v.explicit(lp+name) {
+			*f = d
+		}
+	}
+	defDur := func(f *time.Duration, name string, d time.Duration) {
+		if *f == 0 && !v.explicit(lp+name) {
+			*f = d
+		}
+	}
+	def(&l.MaxQueues, "max_queues", DefaultMaxQueues)
+	mqOK := l.MaxQueues >= 2 && l.MaxQueues <= MaxMaxQueues
+	mq := DefaultMaxQueues // what the per-address and per-host defaults may not exceed
+	if mqOK {
+		mq = l.MaxQueues
+	}
+	def(&l.MaxQueuesPerAddress, "max_queues_per_address", min(DefaultMaxQueuesPerAddr, mq))
+	def(&l.MaxControllersPerHost, "max_controllers_per_host", DefaultMaxCtrlsPerHost)
+	def(&l.MaxQueuesPerHost, "max_queues_per_host", min(DefaultMaxQueuesPerHost, max(mq, 2)))
+	defDur(&l.ConnectTimeout, "connect_timeout", DefaultConnectTimeout)
+	defDur(&l.MinKeepAliveTimeout, "min_keep_alive_timeout", DefaultMinKATO)
+	defDur(&l.MaxKeepAliveTimeout, "max_keep_alive_timeout", DefaultMaxKATO)
+	defDur(&l.ResponseTimeout, "response_timeout", DefaultResponseTimeout)
+
+	if !mqOK && !v.skip(lp+"max_queues") {
+		v.failRange(lp+"max_queues", strconv.Itoa(l.MaxQueues), maxQueuesRange)
+	}
+	switch {
+	case v.skip(lp + "max_queues_per_address"):
+	case l.MaxQueuesPerAddress < 1 || l.MaxQueuesPerAddress > MaxMaxQueues:
+		v.failRange(lp+"max_queues_per_address", strconv.Itoa(l.MaxQueuesPerAddress), perAddressRange)
+	case mqOK && l.MaxQueuesPerAddress > l.MaxQueues:
+		v.fail(lp+"max_queues_per_address", strconv.Itoa(l.MaxQueuesPerAddress),
+			fmt.Sprintf("%d is more than max_queues %d", l.MaxQueuesPerAddress, l.MaxQueues),
+			"lower max_queues_per_address or raise max_queues: one address can never hold more than every queue")
+	case mqOK && l.MaxQueuesPerAddress == l.MaxQueues:
+		v.warn(lp+"max_queues_per_address", strconv.Itoa(l.MaxQueuesPerAddress),
+			"one source address may take every queue the target has, locking out the others",
+			"set max_queues_per_address below max_queues (default: a quarter of the default max_queues)")
+	}
+	if (l.MaxControllersPerHost < 1 || l.MaxControllersPerHost > MaxMaxCtrlsPerHost) && !v.skip(lp+"max_controllers_per_host") {
+		v.failRange(lp+"max_controllers_per_host", strconv.Itoa(l.MaxControllersPerHost), ctrlsPerHostRange)
+	}
+	switch {
+	case v.skip(lp + "max_queues_per_host"):
+	case l.MaxQueuesPerHost < 2 || l.MaxQueuesPerHost > MaxMaxQueues:
+		v.failRange(lp+"max_queues_per_host", strconv.Itoa(l.MaxQueuesPerHost), queuesPerHostRange)
+	case mqOK && l.MaxQueuesPerHost > l.MaxQueues:
+		v.fail(lp+"max_queues_per_host", strconv.Itoa(l.MaxQueuesPerHost),
+			fmt.Sprintf("%d is more than max_queues %d", l.MaxQueuesPerHost, l.MaxQueues),
+			"lower max_queues_per_host or raise max_queues: one host can never hold more than every queue")
+	}
+	durRange := func(name string, d, lo, hi, def time.Duration) bool {
+		if v.skip(lp + name) {
+			return false
+		}
+		if d < lo || d > hi {
+			v.fail(lp+name, d.String(), d.String()+" is out of range",
+				fmt.Sprintf("use %v to %v (default %v)", lo, hi, def))
+			return false
+		}
+		return true
+	}
+	durRange("connect_timeout", l.ConnectTimeout, MinConnectTimeout, MaxConnectTimeout, DefaultConnectTimeout)
+	durRange("response_timeout", l.ResponseTimeout, MinResponseTimeout, MaxResponseTimeout, DefaultResponseTimeout)
+	minOK := durRange("min_keep_alive_timeout", l.MinKeepAliveTimeout, MinMinKATO, MaxMinKATO, DefaultMinKATO)
+	maxOK := durRange("max_keep_alive_timeout", l.MaxKeepAliveTimeout, MinMaxKATO, MaxMaxKATO, DefaultMaxKATO)
+	if minOK && maxOK && l.MinKeepAliveTimeout > l.MaxKeepAliveTimeout {
+		v.fail(lp+"min_keep_alive_timeout", l.MinKeepAliveTimeout.String(),
+			fmt.Sprintf("%v is more than max_keep_alive_timeout %v", l.MinKeepAliveTimeout, l.MaxKeepAliveTimeout),
+			"lower min_keep_alive_timeout or raise max_keep_alive_timeout")
+		return
+	}
+	kp := "transport.keep_alive_timeout"
+	if kato := v.c.Transport.KeepAliveTimeout; minOK && maxOK && !v.skip(kp) && kato >= MinKeepAliveTimeout && kato <= MaxKeepAliveTimeout &&
+		(kato < l.MinKeepAliveTimeout || kato > l.MaxKeepAliveTimeout) {
+		v.fail(kp, kato.String(),
+			fmt.Sprintf("%v is outside limits.min_keep_alive_timeout..limits.max_keep_alive_timeout (%v..%v)", kato, l.MinKeepAliveTimeout, l.MaxKeepAliveTimeout),
+			"choose a keep_alive_timeout within the limits, or widen the limits")
 	}
 }
 
