@@ -53,7 +53,11 @@
 //
 //	q, err := port.NewQueue(tq, depth)   // tq implements TransportQueue; depth = receive slots
 //
-// and preallocates depth Requests (one per receive slot; zero values, reused forever; a
+// (which fails with ErrTooManyQueues when the target holds limits.max_queues already:
+// reject the connection), optionally tells the core the host's address (q.SetPeer, for
+// logs) and the queue ID the transport connected it as (q.ExpectQID: a Connect naming
+// another is refused), and preallocates depth Requests (one per receive slot; zero
+// values, reused forever; a
 // Request may be embedded in the transport's own slot struct, and Request.Context is
 // free for the transport). For every command capsule received, on the queue's receive
 // goroutine:
@@ -111,7 +115,23 @@
 //     host went away). It completes held AERs, waits until every begun command has
 //     completed (Complete keeps being called meanwhile, so Close must not run on a
 //     goroutine that Complete waits for), and detaches the queue; closing an admin queue
-//     destroys its controller and disconnects the controller's I/O queues.
+//     destroys its controller and disconnects the controller's I/O queues. The wait is
+//     bounded (WithQueueCloseTimeout, 30 s): when a backend request never completes,
+//     Close logs it and returns false, and the transport must keep the memory that
+//     request uses (Request, Data, ICD) until its Complete arrives, if ever.
+//
+// # Limits
+//
+// The core enforces the configuration's limits section on every transport: at most
+// limits.max_queues queues (Port.NewQueue), a Fabrics Connect within
+// limits.connect_timeout of NewQueue (else the queue is disconnected with
+// ErrConnectTimeout), per host NQN at most limits.max_controllers_per_host controllers
+// and limits.max_queues_per_host connected queues (Connect fails with Controller Busy,
+// without DNR; Number of Queues grants no more I/O queues than the host has left), and a
+// keep-alive timeout within limits.min/max_keep_alive_timeout (KATO 0:
+// transport.keep_alive_timeout). Limits that need the transport's view (per source
+// address, response progress) are the transport's. Refusals are logged once per host and
+// interval.
 //
 // Buffer ownership: Cmd, ICD and Data belong to the transport, which keeps them valid
 // from Begin until Complete returns. The core reads Data for host-to-controller commands

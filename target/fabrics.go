@@ -2,6 +2,7 @@ package target
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
@@ -67,14 +68,21 @@ func (q *Queue) connect(r *Request) {
 			ce.st.Code() == nvmeproto.StatusConnectInvalidHost.Code() {
 			r.CQE.DW0 = nvmeproto.ConnectInvalidParamDW0(ce.ipo, ce.iattr)
 		}
-		if q.limiter.allow() {
+		// Once per host (or, before the host NQN is known, per peer) and interval: a host
+		// retrying a refused Connect in a loop does not flood the log.
+		key := "connect " + d.HostNQN
+		if d.HostNQN == "" {
+			key = "connect peer " + q.peer
+		}
+		if ok, n := q.t.refusals.Allow(key); ok {
 			q.log.Warn("connect refused", "reason", ce.msg, "status", ce.st.String(), "ipo", ce.ipo, "iattr", ce.iattr,
 				"qid", cc.QID, "sqsize", cc.SQSize, "kato", cc.KATO, "cntlid", d.CNTLID,
-				"subnqn", d.SubNQN, "hostnqn", d.HostNQN, "port", q.port.id)
+				"subnqn", d.SubNQN, "hostnqn", d.HostNQN, "port", q.port.id, "peer", q.peer, "suppressed", n)
 		}
 		q.finish(r, ce.st)
 		return
 	}
+	q.stopConnectTimer()
 	b := q.bind.Load()
 	var authreq uint16
 	if b.auth != nil {
@@ -117,6 +125,12 @@ func (q *Queue) connectCheck(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	if uint32(cc.SQSize)+1 > q.depth {
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue larger than the transport connection's depth")
 	}
+	if q.expectQID >= 0 && int32(cc.QID) != q.expectQID {
+		// The transport sized the queue, its buffers and its share of the admin reserve
+		// by the qid it was connected as: an admin queue connecting as an I/O queue (or
+		// the reverse) would get what it did not ask for.
+		return invalidSQE(nvmeproto.ConnectSQEOffQID, fmt.Sprintf("queue ID %d, but the transport connection is queue %d", cc.QID, q.expectQID))
+	}
 	return nil
 }
 
@@ -127,6 +141,9 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	}
 	if int(cc.SQSize)+1 > AdminQueueDepth {
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "admin queue larger than 32 entries")
+	}
+	if over := q.t.hostTake(d.HostNQN, true); over != "" {
+		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over}
 	}
 	s := q.t.subsystem(d.SubNQN)
 	var auth *ctrlAuth
@@ -148,13 +165,15 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	s.mu.Lock()
 	if s.closed || !s.allocCntlid(c) {
 		s.mu.Unlock()
+		q.t.hostRelease(d.HostNQN, true)
 		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: "no controller ID available"}
 	}
 	s.mu.Unlock()
 	c.log = q.t.log.With("subsystem", s.nqn, "cntlid", c.cntlid, "host", d.HostNQN)
-	kato := roundKATO(cc.KATO)
-	if c.disc && kato == 0 {
-		kato = q.t.tr.KeepAliveTimeout
+	kato := q.t.keepAlive(cc.KATO)
+	if kato != roundKATO(cc.KATO) {
+		c.log.Info("keep-alive timeout adjusted to the limits", "host_kato_ms", cc.KATO, "kato", kato,
+			"min", q.t.lim.MinKeepAliveTimeout, "max", q.t.lim.MaxKeepAliveTimeout)
 	}
 	b := &binding{ctrl: c, qid: 0, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
 	if c.auth != nil {
@@ -191,15 +210,23 @@ func (q *Queue) connectIO(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto
 	case int(cc.SQSize)+1 > q.t.tr.QueueDepth:
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue larger than CAP.MQES+1")
 	}
+	if over := q.t.hostTake(d.HostNQN, false); over != "" {
+		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var ce *connectError
 	switch {
 	case c.dead || !c.enabled.Load() || c.shutdown:
-		return &connectError{st: nvmeproto.StatusCommandSequenceError.WithDNR(), msg: "controller is not ready"}
+		ce = &connectError{st: nvmeproto.StatusCommandSequenceError.WithDNR(), msg: "controller is not ready"}
 	case int(cc.QID) > c.ioQueues:
-		return invalidSQE(nvmeproto.ConnectSQEOffQID, "queue ID beyond the number of queues granted")
+		ce = invalidSQE(nvmeproto.ConnectSQEOffQID, "queue ID beyond the number of queues granted")
 	case c.queues[cc.QID] != nil:
-		return &connectError{st: nvmeproto.StatusCommandSequenceError.WithDNR(), msg: "queue ID already connected"}
+		ce = &connectError{st: nvmeproto.StatusCommandSequenceError.WithDNR(), msg: "queue ID already connected"}
+	}
+	if ce != nil {
+		q.t.hostRelease(d.HostNQN, false)
+		return ce
 	}
 	b := &binding{ctrl: c, qid: cc.QID, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
 	if c.auth != nil {

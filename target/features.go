@@ -86,18 +86,17 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 		if len(c.liveQueues(1)) > 0 {
 			return nvmeproto.StatusCommandSequenceError.WithDNR()
 		}
-		max := uint32(c.t.tr.MaxIOQueues)
-		nsqa, ncqa := min(nsqr+1, max), min(ncqr+1, max)
+		// No more than the host has left of limits.max_queues_per_host (its queues
+		// connected now include this controller's admin queue), and at least one: the
+		// field cannot say none.
+		limit := uint32(max(min(c.t.tr.MaxIOQueues, c.t.hostQueuesLeft(c.hostNQN)), 1))
+		nsqa, ncqa := min(nsqr+1, limit), min(ncqr+1, limit)
 		c.ioQueues = int(min(nsqa, ncqa))
 		r.CQE.DW0 = uint32(nvmeproto.MakeNumQueues(uint16(nsqa-1), uint16(ncqa-1)))
 	case fidAsyncEvent:
 		c.aec = v & c.supportedAEC()
 	case fidKeepAlive:
-		kato := roundKATO(v)
-		if c.disc && kato == 0 {
-			kato = c.t.tr.KeepAliveTimeout
-		}
-		c.startKeepAlive(kato)
+		c.startKeepAlive(c.t.keepAlive(v))
 	case fidTimestamp:
 		var ts nvmeproto.Timestamp
 		ts.Unmarshal(r.Data[:nvmeproto.TimestampSize]) // cannot fail: the length was checked

@@ -71,6 +71,10 @@ type Queue struct {
 	// resvIO counts the namespace I/O commands in flight by the parity of the
 	// subsystem's abort epoch they began in (see reservation.go).
 	resvIO [2]atomic.Int64
+
+	peer         string      // the host's address, for logs before Connect (SetPeer)
+	expectQID    int32       // the qid the transport connected the queue as, -1: any (ExpectQID)
+	connectTimer *time.Timer // limits.connect_timeout
 }
 
 var queueSeq atomic.Uint32
@@ -94,17 +98,23 @@ func (p *Port) NewQueue(tq TransportQueue, depth int) (*Queue, error) {
 	}
 	q := &Queue{
 		t: p.t, port: p, tq: tq, depth: uint32(depth),
-		log:     p.t.log,
-		drained: make(chan struct{}),
-		shard:   uint8(queueSeq.Add(1) % statShards),
+		log:       p.t.log,
+		drained:   make(chan struct{}),
+		shard:     uint8(queueSeq.Add(1) % statShards),
+		expectQID: -1,
+	}
+	if !p.t.takeQueue() {
+		return nil, fmt.Errorf("%w: the target holds limits.max_queues (%d) queues", ErrTooManyQueues, p.t.lim.MaxQueues)
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
+		p.t.releaseQueue()
 		return nil, ErrClosed
 	}
 	p.queues[q] = struct{}{}
 	p.mu.Unlock()
+	q.startConnectTimer()
 	return q, nil
 }
 
@@ -237,10 +247,18 @@ func (q *Queue) Fail(r *Request, st nvmeproto.Status) {
 // the queue held, then waits until every other command begun on it has completed (their
 // Complete calls still arrive; the transport may drop the responses). Closing a
 // controller's admin queue ends the controller: its I/O queues are asked to disconnect.
-// Close is idempotent; after it returns the core makes no more calls for this queue.
-func (q *Queue) Close() {
+//
+// The wait is bounded (WithQueueCloseTimeout): a command whose backend request never
+// completes is logged, and Close returns without it. Close then reports false, and the
+// transport must keep what that command uses (its Request, data and in-capsule buffers)
+// until Complete is called for it, which may be never. Otherwise Close reports true and
+// the core makes no more calls for this queue. Close is idempotent (later calls report
+// true).
+func (q *Queue) Close() (drained bool) {
+	drained = true
 	q.closeOnce.Do(func() {
 		q.markClosing()
+		q.stopConnectTimer()
 		q.port.mu.Lock()
 		delete(q.port.queues, q)
 		q.port.mu.Unlock()
@@ -251,11 +269,43 @@ func (q *Queue) Close() {
 		if b != nil && b.qid == 0 {
 			b.ctrl.adminQueueClosed()
 		}
-		<-q.drained
+		drained = q.waitDrained()
+		// A Connect still executing when Close began may have bound the queue meanwhile.
+		if late := q.bind.Load(); late != nil && b == nil {
+			b = late
+			if b.qid == 0 {
+				b.ctrl.adminQueueClosed()
+			}
+		}
 		if b != nil {
 			b.ctrl.queueClosed(q, b.qid)
+			q.t.hostRelease(b.ctrl.hostNQN, b.qid == 0)
 		}
+		q.t.releaseQueue()
 	})
+	return drained
+}
+
+// waitDrained waits, at most the target's close timeout, until no command begun on the
+// closing queue is executing; it reports whether that happened.
+func (q *Queue) waitDrained() bool {
+	select {
+	case <-q.drained:
+		return true
+	default:
+	}
+	t := time.NewTimer(q.t.closeTimeout)
+	defer t.Stop()
+	select {
+	case <-q.drained:
+		return true
+	case <-t.C:
+	}
+	n := q.state.Load() &^ closingBit
+	q.log.Error("commands still executing after the queue closed: it is released without them; "+
+		"their memory stays allocated until the backend completes them",
+		"qid", q.QID(), "cntlid", q.ControllerID(), "peer", q.peer, "commands", n, "waited", q.t.closeTimeout)
+	return false
 }
 
 // disconnect stops the queue accepting commands and asks the transport to tear it down.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/ratelog"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -75,15 +76,19 @@ func WithExecutorWorkers(n int) Option { return func(t *Target) { t.workers = n 
 // it is applied, so Config always describes exactly what is being served and nothing below
 // the conf package fills in a default.
 type Target struct {
-	log         *slog.Logger
-	openBackend func(backend.Spec) (backend.Backend, error)
-	workers     int
-	authKeys    AuthKeys       // DH-HMAC-CHAP keys of the hosts: WithAuthKeys, or *configAuthKeys
-	tr          conf.Transport // resolved transport settings; fixed for the Target's life
-	mdtsBytes   uint32         // largest transfer: tr.MaxIOSize
-	mdts        uint8          // log2(mdtsBytes / 4 KiB)
-	started     time.Time
-	resv        *resvStore // the state file of persistent reservations; nil: no PTPL
+	log          *slog.Logger
+	openBackend  func(backend.Spec) (backend.Backend, error)
+	workers      int
+	authKeys     AuthKeys       // DH-HMAC-CHAP keys of the hosts: WithAuthKeys, or *configAuthKeys
+	tr           conf.Transport // resolved transport settings; fixed for the Target's life
+	lim          conf.Limits    // resolved limits; fixed for the Target's life
+	adm          admission      // what hosts hold against lim
+	refusals     ratelog.Limiter
+	closeTimeout time.Duration // Queue.Close's wait for commands still executing
+	mdtsBytes    uint32        // largest transfer: tr.MaxIOSize
+	mdts         uint8         // log2(mdtsBytes / 4 KiB)
+	started      time.Time
+	resv         *resvStore // the state file of persistent reservations; nil: no PTPL
 
 	// cfgMu serializes changes of the configuration; cfg is replaced (never modified)
 	// under both cfgMu and mu, so either lock is enough to read it.
@@ -124,13 +129,15 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		return nil, fmt.Errorf("target: configuration: %w", err)
 	}
 	t := &Target{
-		log:         slog.Default(),
-		openBackend: backend.Open,
-		tr:          rc.Transport,
-		cfg:         rc,
-		started:     time.Now(),
-		subsystems:  make(map[string]*subsystem),
-		nextPortID:  1,
+		log:          slog.Default(),
+		openBackend:  backend.Open,
+		tr:           rc.Transport,
+		lim:          rc.Limits,
+		closeTimeout: DefaultQueueCloseTimeout,
+		cfg:          rc,
+		started:      time.Now(),
+		subsystems:   make(map[string]*subsystem),
+		nextPortID:   1,
 	}
 	for _, o := range opts {
 		o(t)

@@ -1,0 +1,185 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gonvmf/gonvmf/conf"
+)
+
+// Errors of the limits (conf.Limits) the core enforces.
+var (
+	// ErrTooManyQueues: Port.NewQueue refused a queue because the target holds
+	// limits.max_queues already. A transport rejects the connection (RDMA: NO_RSC).
+	ErrTooManyQueues = errors.New("target: too many queues")
+	// ErrConnectTimeout: the queue did not complete a Fabrics Connect within
+	// limits.connect_timeout of its creation; the core disconnects it.
+	ErrConnectTimeout = errors.New("target: no Connect within the connect timeout")
+)
+
+// DefaultQueueCloseTimeout is how long Queue.Close waits for the commands still executing
+// on a closing queue (see WithQueueCloseTimeout).
+const DefaultQueueCloseTimeout = 30 * time.Second
+
+// WithQueueCloseTimeout bounds how long Queue.Close waits for commands still executing
+// (a backend request that never completes: a hung disk or network file system). After it
+// Close logs the commands left and returns; they complete later or never, and the
+// transport keeps the memory they use until they do (default DefaultQueueCloseTimeout).
+func WithQueueCloseTimeout(d time.Duration) Option { return func(t *Target) { t.closeTimeout = d } }
+
+// Limits returns the resolved limits (the configuration's limits section) the target and
+// its transports enforce. They do not change while the Target runs.
+func (t *Target) Limits() conf.Limits { return t.lim }
+
+// admission counts what hosts hold against the limits: queues in total, and controllers
+// and connected queues per host NQN.
+type admission struct {
+	mu     sync.Mutex
+	queues int // queues created by Port.NewQueue and not closed
+	hosts  map[string]*hostUse
+}
+
+// hostUse is what one host NQN holds.
+type hostUse struct {
+	ctrls, queues int
+}
+
+// takeQueue counts a new queue against limits.max_queues.
+func (t *Target) takeQueue() bool {
+	a := &t.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.queues >= t.lim.MaxQueues {
+		return false
+	}
+	a.queues++
+	return true
+}
+
+func (t *Target) releaseQueue() {
+	a := &t.adm
+	a.mu.Lock()
+	a.queues--
+	a.mu.Unlock()
+}
+
+// QueueCount returns the number of queues the target holds (created, not yet closed).
+func (t *Target) QueueCount() int {
+	t.adm.mu.Lock()
+	defer t.adm.mu.Unlock()
+	return t.adm.queues
+}
+
+// hostTake counts a controller (ctrl) and a connected queue for host against the
+// per-host limits; it returns what is over the limit ("" when admitted).
+func (t *Target) hostTake(host string, ctrl bool) string {
+	a := &t.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u := a.hosts[host]
+	if u == nil {
+		u = &hostUse{}
+	}
+	switch {
+	case ctrl && u.ctrls >= t.lim.MaxControllersPerHost:
+		return fmt.Sprintf("the host has %d controllers, limits.max_controllers_per_host", u.ctrls)
+	case u.queues >= t.lim.MaxQueuesPerHost:
+		return fmt.Sprintf("the host has %d connected queues, limits.max_queues_per_host", u.queues)
+	}
+	if a.hosts == nil {
+		a.hosts = make(map[string]*hostUse)
+	}
+	a.hosts[host] = u
+	u.queues++
+	if ctrl {
+		u.ctrls++
+	}
+	return ""
+}
+
+// hostRelease undoes hostTake.
+func (t *Target) hostRelease(host string, ctrl bool) {
+	a := &t.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u := a.hosts[host]
+	if u == nil {
+		return
+	}
+	u.queues--
+	if ctrl {
+		u.ctrls--
+	}
+	if u.queues <= 0 && u.ctrls <= 0 {
+		delete(a.hosts, host)
+	}
+}
+
+// hostQueuesLeft is how many more queues host may connect.
+func (t *Target) hostQueuesLeft(host string) int {
+	a := &t.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	if u := a.hosts[host]; u != nil {
+		n = u.queues
+	}
+	return max(t.lim.MaxQueuesPerHost-n, 0)
+}
+
+// HostUsage returns the controllers and connected queues host holds.
+func (t *Target) HostUsage(host string) (ctrls, queues int) {
+	a := &t.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if u := a.hosts[host]; u != nil {
+		return u.ctrls, u.queues
+	}
+	return 0, 0
+}
+
+// keepAlive returns the keep-alive timeout in effect for a host's KATO of ms
+// milliseconds: rounded up to the keep-alive granularity, then clamped to the limits;
+// KATO 0 (the specification's "keep alive disabled") is transport.keep_alive_timeout,
+// so that the controller of a host that vanished is reclaimed all the same.
+func (t *Target) keepAlive(ms uint32) time.Duration {
+	if ms == 0 {
+		return t.tr.KeepAliveTimeout
+	}
+	return min(max(roundKATO(ms), t.lim.MinKeepAliveTimeout), t.lim.MaxKeepAliveTimeout)
+}
+
+// startConnectTimer disconnects q if it has not completed a Connect within
+// limits.connect_timeout.
+func (q *Queue) startConnectTimer() {
+	d := q.t.lim.ConnectTimeout
+	q.connectTimer = time.AfterFunc(d, func() {
+		if q.bind.Load() != nil || q.closing() {
+			return
+		}
+		if ok, n := q.t.refusals.Allow("connect-timeout " + q.peer); ok {
+			q.log.Warn("queue sent no Connect in time: disconnecting", "peer", q.peer, "port", q.port.id,
+				"connect_timeout", d, "suppressed", n)
+		}
+		q.disconnect(ErrConnectTimeout)
+	})
+}
+
+// stopConnectTimer stops the timer once the queue is bound or closing.
+func (q *Queue) stopConnectTimer() {
+	if q.connectTimer != nil {
+		q.connectTimer.Stop()
+	}
+}
+
+// SetPeer names the host's end of the queue (an address) in the core's log lines about
+// the queue before its Connect names the host, and keys their rate limit.
+func (q *Queue) SetPeer(peer string) { q.peer = peer }
+
+// ExpectQID tells the core the queue ID the transport connected the queue as (RDMA: the
+// qid of the CM private data, which sized the queue and chose its buffers): a Connect
+// naming another queue ID is refused with Invalid Parameters (SQE, QID). Call it before
+// the queue's first command.
+func (q *Queue) ExpectQID(qid uint16) { q.expectQID = int32(qid) }

@@ -1,0 +1,210 @@
+package target_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// TestLimitMaxQueues: the target holds at most limits.max_queues queues; a closed queue
+// makes room again.
+func TestLimitMaxQueues(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Limits.MaxQueues = 3
+	cfg.Limits.MaxQueuesPerAddress = 2
+	cfg.Limits.MaxQueuesPerHost = 2
+	e := newEnv(t, cfg)
+	var cs []interface{ Close() error }
+	for i := range 3 {
+		c, err := e.port.Dial(32)
+		if err != nil {
+			t.Fatalf("queue %d: %v", i, err)
+		}
+		cs = append(cs, c)
+	}
+	if _, err := e.port.Dial(32); !errors.Is(err, target.ErrTooManyQueues) {
+		t.Fatalf("fourth queue: %v, want ErrTooManyQueues", err)
+	}
+	if n := e.tgt.QueueCount(); n != 3 {
+		t.Errorf("QueueCount %d, want 3", n)
+	}
+	cs[0].Close()
+	waitFor(t, func() bool { return e.tgt.QueueCount() == 2 })
+	c, err := e.port.Dial(32)
+	if err != nil {
+		t.Fatalf("a queue after one closed: %v", err)
+	}
+	c.Close()
+}
+
+// TestLimitConnectTimeout: a queue that sends no Connect within limits.connect_timeout
+// is disconnected; one that connects in time stays.
+func TestLimitConnectTimeout(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Limits.ConnectTimeout = time.Second
+	e := newEnv(t, cfg)
+	idle, err := e.port.Dial(32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := e.adminConnect(subNQN, hostNQN, 0)
+	select {
+	case <-idle.Done():
+		if !errors.Is(idle.Err(), target.ErrConnectTimeout) {
+			t.Errorf("idle queue ended with %v, want ErrConnectTimeout", idle.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a queue without Connect is still up 10 s after a 1 s connect timeout")
+	}
+	select {
+	case <-h.conn.Done():
+		t.Fatalf("the connected queue was torn down too: %v", h.conn.Err())
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if _, c := h.propGet(nvmeproto.PropCSTS, false); !c.Status.Success() {
+		t.Errorf("connected queue after the timeout: %v", c.Status)
+	}
+}
+
+// TestLimitControllersPerHost: a host NQN gets at most limits.max_controllers_per_host
+// controllers (Controller Busy beyond, without DNR: it may clear), others are not
+// affected, and a destroyed controller makes room.
+func TestLimitControllersPerHost(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Limits.MaxControllersPerHost = 2
+	e := newEnv(t, cfg)
+	a1, _ := e.adminConnect(subNQN, hostNQN, 0)
+	e.adminConnect(subNQN, hostNQN, 0)
+	h := e.dial(32)
+	c := h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN)
+	expect(t, "third controller of the host", c, nvmeproto.StatusConnectControllerBusy)
+	if c.Status.DNR() {
+		t.Errorf("Controller Busy with DNR: the host would never retry")
+	}
+	e.adminConnect(subNQN, otherNQN, 0) // another host is not affected
+	a1.conn.Close()
+	waitFor(t, func() bool { n, _ := e.tgt.HostUsage(hostNQN); return n == 1 })
+	expectOK(t, "a controller after one went away", h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN))
+}
+
+// TestLimitQueuesPerHost: Number of Queues grants no more I/O queues than the host has
+// left of limits.max_queues_per_host, and a Connect beyond it fails with Controller Busy.
+func TestLimitQueuesPerHost(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Transport.MaxIOQueues = 8
+	cfg.Limits.MaxQueuesPerHost = 4
+	e := newEnv(t, cfg)
+	a, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	c := a.setFeature(0x07, 7|7<<16, nil) // ask for 8
+	expectOK(t, "number of queues", c)
+	if nsqa, ncqa := c.DW0&0xFFFF+1, c.DW0>>16+1; nsqa != 3 || ncqa != 3 {
+		t.Errorf("granted %d/%d I/O queues, want 3 (4 per host minus the admin queue)", nsqa, ncqa)
+	}
+	for qid := uint16(1); qid <= 3; qid++ {
+		e.ioConnect(qid, cntlid, 32)
+	}
+	// A second controller of the host cannot connect any queue: the host holds 4.
+	h := e.dial(32)
+	expect(t, "admin connect past the host's queues", h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN),
+		nvmeproto.StatusConnectControllerBusy)
+	if ctrls, queues := e.tgt.HostUsage(hostNQN); ctrls != 1 || queues != 4 {
+		t.Errorf("host usage %d controllers, %d queues; want 1, 4", ctrls, queues)
+	}
+}
+
+// TestLimitKeepAlive: KATO 0 is transport.keep_alive_timeout, a KATO below or above the
+// limits is raised or lowered to them (Get Features reports it), and a controller whose
+// host connected with KATO 0 and went silent is reclaimed.
+func TestLimitKeepAlive(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Transport.KeepAliveTimeout = 2 * time.Second
+	cfg.Limits.MinKeepAliveTimeout = time.Second
+	cfg.Limits.MaxKeepAliveTimeout = 3 * time.Second
+	e := newEnv(t, cfg)
+	kato := func(h *hostQueue) uint32 {
+		_, c := h.getFeature(0x0F, 0, 0, 0)
+		expectOK(t, "get keep alive timer", c)
+		return c.DW0
+	}
+	for _, tc := range []struct{ host, want uint32 }{{0, 2000}, {100, 1000}, {2500, 2500}, {3600_000, 3000}} {
+		h, _ := e.adminConnect(subNQN, hostNQN, tc.host)
+		if got := kato(h); got != tc.want {
+			t.Errorf("connect KATO %d ms: in effect %d ms, want %d", tc.host, got, tc.want)
+		}
+		expectOK(t, "set keep alive timer", h.setFeature(0x0F, tc.host, nil))
+		if got := kato(h); got != tc.want {
+			t.Errorf("set features KATO %d ms: in effect %d ms, want %d", tc.host, got, tc.want)
+		}
+		h.conn.Close()
+	}
+	// A host connects with KATO 0 and vanishes without closing its queue.
+	h, _ := e.adminConnect(subNQN, hostNQN, 0)
+	select {
+	case <-h.conn.Done():
+		if !errors.Is(h.conn.Err(), target.ErrKeepAliveExpired) {
+			t.Errorf("KATO 0 controller ended with %v, want keep-alive expiry", h.conn.Err())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a KATO 0 controller whose host went silent was not reclaimed")
+	}
+}
+
+// TestQueueCloseBounded: a backend request that never completes does not make closing
+// its queue wait forever: Close returns after the close timeout reporting it, the
+// controller and the host's accounting are released, and the request still completes
+// (to the transport) when the backend finally finishes it.
+func TestQueueCloseBounded(t *testing.T) {
+	gate := make(chan struct{})
+	open := func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		return &stuckBackend{Backend: b, gate: gate}, nil
+	}
+	cfg := baseConfig(memNS(1, 1<<20))
+	e := newEnv(t, cfg, target.WithBackendOpener(open), target.WithQueueCloseTimeout(500*time.Millisecond))
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	io := e.ioConnect(1, cntlid, 32)
+	cmd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	done := io.submit(&cmd, make([]byte, 4096))
+	time.Sleep(100 * time.Millisecond) // the read is in the backend
+	closed := make(chan struct{})
+	go func() { io.conn.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		close(gate)
+		t.Fatal("closing a queue waited for a backend request that does not complete")
+	}
+	if _, q := e.tgt.HostUsage(hostNQN); q != 1 {
+		t.Errorf("host holds %d queues after its I/O queue closed, want 1 (the admin queue)", q)
+	}
+	close(gate)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late request never completed")
+	}
+}
+
+// stuckBackend blocks reads until gate closes.
+type stuckBackend struct {
+	backend.Backend
+	gate chan struct{}
+}
+
+func (b *stuckBackend) ReadBlocks(buf []byte, slba uint64) error {
+	<-b.gate
+	return b.Backend.ReadBlocks(buf, slba)
+}
+
+func (b *stuckBackend) Info() backend.Info {
+	i := backend.Describe(b.Backend)
+	i.Inline = false // through the executor's workers, as a file would
+	return i
+}
