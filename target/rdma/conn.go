@@ -3,6 +3,7 @@ package rdma
 import (
 	"errors"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,7 @@ type rctx struct {
 	rdAll   bool
 	rdErr   bool
 
+	bypassed int    // rounds other connections' buffers were served while this one waited (share.go)
 	sqSlots  int    // send queue slots held by the response chain
 	seq      uint64 // the response's position among the connection's responses
 	unsigned bool   // the response SEND was posted unsignaled (see conn.unsig)
@@ -161,6 +163,9 @@ type conn struct {
 	freeCtx  []int32
 	recvWait ring // receive completions waiting for a free context
 
+	share connShare // its part of the buffer pool (share.go)
+	watch respWatch // its responses' progress (watchdog.go)
+
 	sqUsed, rdUsed int
 	readWait       fifo
 	sendWait       fifo
@@ -190,6 +195,9 @@ type conn struct {
 	drainDeadline time.Time
 	closeReason   atomic.Pointer[error]
 
+	peer       netip.Addr  // the host's address (limits.max_queues_per_address)
+	lateCore   int         // commands the core still executes after its queue closed (see lateDone)
+	coreLate   atomic.Bool // the core queue closed with commands still executing
 	closeReq   atomic.Bool
 	coreClosed atomic.Bool
 	attnQueued atomic.Bool
@@ -428,20 +436,15 @@ func (c *conn) start(x *rctx, i, n int) {
 		return
 	}
 	x.bufOrder = k
-	g := c.g
-	waiting := g.bufWait.head != nil
-	if c.admin {
-		waiting = g.adminBufWait.head != nil
-	}
-	if !waiting {
-		if off, ok := c.pool.alloc(k, c.admin); ok {
+	if c.mayAllocNow() {
+		if off, ok := c.allocBuf(k); ok {
 			x.bufOff, x.hasBuf = off, true
 			c.haveBuf(x)
 			return
 		}
 	}
 	x.state = stWantBuf
-	g.waitBuf(x)
+	c.g.waitBuf(x)
 }
 
 // chainFits reports whether the response of controller-to-host command r (its RDMA
@@ -530,6 +533,7 @@ func (c *conn) onRead(i int, wc *rdmacm.Completion) {
 	c.rdUsed--
 	c.sqUsed--
 	c.sigOut--
+	c.watch.done++
 	x.rdOut--
 	if wc.Status != rdmacm.WCSuccess {
 		x.rdErr = true
@@ -585,13 +589,15 @@ func (c *conn) onComplete(x *rctx) {
 	}
 	if c.state != stateLive {
 		c.recycle(x)
+		if c.state == stateDead && c.lateCore > 0 {
+			c.lateDone()
+		}
 		return
 	}
 	if x.hasBuf && x.req.Dir == nvmeproto.DirHostToCtrl {
 		// The backend is done with the host's data: the buffer is free before the
 		// response goes out.
-		x.hasBuf = false
-		c.pool.release(x.bufOff, x.bufOrder)
+		c.freeBuf(x)
 	}
 	w := c.respWRs(x)
 	if c.sendWait.head != nil || c.sqUsed+w > c.cfg.sqSize {
@@ -750,6 +756,7 @@ func (c *conn) onSend(i int, wc *rdmacm.Completion) {
 	if x.state != stSend {
 		return // an unsignaled response already retired by a later completion
 	}
+	c.watch.done++
 	if wc.Status != rdmacm.WCSuccess && wc.Status != rdmacm.WCFlushErr {
 		c.fatal("response SEND failed", wc)
 	}
@@ -772,8 +779,7 @@ func (c *conn) onSend(i int, wc *rdmacm.Completion) {
 // recycle frees x's buffer and the context; a receive waiting for a context gets it.
 func (c *conn) recycle(x *rctx) {
 	if x.hasBuf {
-		x.hasBuf = false
-		c.pool.release(x.bufOff, x.bufOrder)
+		c.freeBuf(x)
 	}
 	r := &x.req
 	r.Data, r.ICD, r.SGL = nil, nil, nil
@@ -916,17 +922,8 @@ func (c *conn) beginClose() {
 	if err := c.ep.Disconnect(); err != nil {
 		c.log.Debug("rdma_disconnect", "qid", c.cfg.qid, "err", err)
 	}
-	g := c.g
 	// Commands waiting for buffers, READ credits or send slots.
-	for _, q := range [...]*fifo{&g.adminBufWait, &g.bufWait} {
-		for x := q.removeConn(c); x != nil; {
-			n := x.next
-			x.next = nil
-			c.failNoBuffer(x)
-			x = n
-		}
-	}
-	g.pool.setWant(g, g.adminBufWait.head != nil || g.bufWait.head != nil)
+	c.g.dropWaiters(c)
 	for x := c.readWait.pop(); x != nil; x = c.readWait.pop() {
 		x.rdAll = true // post no more
 		if x.state == stRead && x.rdOut == 0 {
@@ -941,7 +938,9 @@ func (c *conn) beginClose() {
 		c.releaseRecv(int(i))
 	}
 	go func() {
-		c.q.Close()
+		if !c.q.Close() {
+			c.coreLate.Store(true) // before coreClosed: maybeFinalize reads it after
+		}
 		c.coreClosed.Store(true)
 		c.g.pushAttn(c)
 	}()
@@ -1041,6 +1040,34 @@ func (c *conn) maybeFinalize() {
 			c.recycle(x)
 		}
 	}
+	if c.coreLate.Load() {
+		// The core gave up waiting for commands its backend has not completed: they may
+		// still read their in-capsule data in this connection's memory (and write their
+		// pool buffers), so the memory is released only once the last one completes.
+		for _, x := range c.ctxs[:c.nctx] {
+			if x.state == stCore {
+				c.lateCore++
+			}
+		}
+		if c.lateCore > 0 {
+			c.log.Warn("queue pair destroyed; its memory is kept until the backend completes the commands still executing",
+				"qid", c.cfg.qid, "commands", c.lateCore)
+			return
+		}
+	}
+	if c.onDead != nil {
+		go c.onDead(c)
+	}
+}
+
+// lateDone notes that a command the core still executed after its queue closed has
+// completed; after the last one the connection's memory is released.
+func (c *conn) lateDone() {
+	c.lateCore--
+	if c.lateCore > 0 {
+		return
+	}
+	c.log.Info("the commands left executing after the queue closed have completed: releasing its memory", "qid", c.cfg.qid)
 	if c.onDead != nil {
 		go c.onDead(c)
 	}

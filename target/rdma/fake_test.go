@@ -317,6 +317,19 @@ func (e *fakeEP) deliverHeld(stopHolding bool) {
 	}
 }
 
+// deliverOne delivers the oldest held SEND completion, if any.
+func (e *fakeEP) deliverOne() {
+	e.mu.Lock()
+	if len(e.held) == 0 {
+		e.mu.Unlock()
+		return
+	}
+	wc := e.held[0]
+	e.held = e.held[1:]
+	e.mu.Unlock()
+	e.cq.push(wc)
+}
+
 // releaseReads delivers the oldest held READ completion; it reports whether there was one.
 func (e *fakeEP) releaseRead() bool {
 	e.mu.Lock()
@@ -466,6 +479,7 @@ type engineOpts struct {
 	maxMsg    int
 	hostBytes int
 	nss       []conf.Namespace
+	respTO    time.Duration // limits.response_timeout of the poll group (0: no watchdog)
 
 	srq        int                    // > 0: I/O queues share a receive queue of at most this many buffers
 	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
@@ -534,7 +548,7 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.g = newGroup(0, e.pool, e.cq, groupConfig{busyPoll: o.busyPoll, spin: o.spin, cqeCap: 1 << 20}, log)
+	e.g = newGroup(0, e.pool, e.cq, groupConfig{busyPoll: o.busyPoll, spin: o.spin, cqeCap: 1 << 20, respTimeout: o.respTO}, log)
 	if o.srq > 0 {
 		e.srq = &fakeSRQ{}
 		e.g.srq = newSharedRecv(e.srq, tgt.TransportConfig().InCapsuleDataSize, o.srq, func(n int) (region, func() error, error) {
@@ -600,6 +614,7 @@ func (e *engine) dial(qid uint16, depth int) *fconn {
 		e.t.Fatal(err)
 	}
 	c.q = q
+	q.ExpectQID(qid) // as accept does with the CM private data's qid
 	fc := &fconn{c: c, ep: ep, dead: make(chan struct{})}
 	c.onDead = func(*conn) {
 		if c.cfg.srq {

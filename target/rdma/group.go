@@ -10,6 +10,7 @@ import (
 	_ "unsafe" // go:linkname
 
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/internal/ratelog"
 	"github.com/gonvmf/gonvmf/rdmacm"
 )
 
@@ -72,6 +73,8 @@ type groupConfig struct {
 	busyPoll bool // never sleep on the completion channel
 	spin     int  // event mode: empty polls after the last work before sleeping
 	cqeCap   int  // completion queue entries (the sum of its connections' needs must fit)
+	// respTimeout is limits.response_timeout (watchdog.go); 0: no watchdog.
+	respTimeout time.Duration
 }
 
 // group is a poll group: one goroutine polling one completion queue shared by many
@@ -110,10 +113,14 @@ type group struct {
 	wantFlag atomic.Bool // some request waits for pool buffers (read by pool.release)
 	wantBuf  bool        // the group's own copy of wantFlag
 
-	adminBufWait fifo // admin commands waiting for a buffer (served first)
-	bufWait      fifo // I/O commands waiting for a buffer
+	adminBufWait fifo        // admin commands waiting for a buffer (served first)
+	shares       groupShares // I/O commands waiting for a buffer, by connection (share.go)
 	dirty        []*conn
 	draining     []*conn
+
+	watchTimer *time.Timer     // sets watchDue every watchPeriod (watchdog.go)
+	watchDue   atomic.Bool     // the connections' progress is due for a check
+	refusals   ratelog.Limiter // connections torn down for a limit: a line per host and interval
 
 	stopping atomic.Bool
 	cqGone   bool // the completion queue was closed under the group
@@ -161,6 +168,7 @@ func newGroup(id int, p *pool, cq compQueue, cfg groupConfig, log *slog.Logger) 
 		g.free = append(g.free, int32(i))
 	}
 	p.addGroup(g)
+	g.startWatch()
 	return g
 }
 
@@ -178,6 +186,9 @@ func (g *group) attach(c *conn) error {
 	g.free = g.free[:len(g.free)-1]
 	g.gens[slot] = (g.gens[slot] + 1) & 0xFFFFFF
 	g.cqeUsed += c.cqeNeed
+	if !c.admin {
+		g.pool.addIOConn(1)
+	}
 	c.g = g
 	c.slot = int(slot)
 	c.gen = g.gens[slot]
@@ -217,6 +228,9 @@ func (g *group) detach(c *conn) {
 	}
 	g.free = append(g.free, int32(c.slot))
 	g.cqeUsed -= c.cqeNeed
+	if !c.admin {
+		g.pool.addIOConn(-1)
+	}
 	g.nconns.Add(-1)
 }
 
@@ -266,6 +280,11 @@ func (g *group) stop() {
 // run is the poll group's goroutine.
 func (g *group) run() {
 	defer close(g.stopped)
+	defer func() {
+		if g.watchTimer != nil {
+			g.watchTimer.Stop()
+		}
+	}()
 	idle := 0
 	for {
 		if g.iterate() {
@@ -332,6 +351,10 @@ func (g *group) iterate() bool {
 		if g.serveBufWait() {
 			work = true
 		}
+	}
+	if g.watchDue.Load() {
+		g.watchDue.Store(false)
+		g.watchdog(time.Now())
 	}
 	g.post()
 	if len(g.draining) > 0 && work {
@@ -509,46 +532,6 @@ func (g *group) processAttn() {
 		}
 		c = n
 	}
-}
-
-// serveBufWait gives freed buffers to waiting requests, admin ones first, in arrival
-// order. It reports whether any request got one.
-func (g *group) serveBufWait() bool {
-	progress := false
-	for _, q := range [...]*fifo{&g.adminBufWait, &g.bufWait} {
-		for q.head != nil {
-			x := q.head
-			if x.c.state != stateLive {
-				q.pop()
-				x.c.failNoBuffer(x)
-				continue
-			}
-			off, ok := g.pool.alloc(x.bufOrder, x.c.admin)
-			if !ok {
-				break
-			}
-			q.pop()
-			x.bufOff, x.hasBuf = off, true
-			x.c.haveBuf(x)
-			progress = true
-		}
-		if q.head != nil {
-			break // admin commands waiting: I/O waits behind them
-		}
-	}
-	g.pool.setWant(g, g.adminBufWait.head != nil || g.bufWait.head != nil)
-	return progress
-}
-
-// waitBuf queues x until the pool has a buffer for it.
-func (g *group) waitBuf(x *rctx) {
-	g.stats.bufWaits.Add(1)
-	if x.c.admin {
-		g.adminBufWait.push(x)
-	} else {
-		g.bufWait.push(x)
-	}
-	g.pool.setWant(g, true)
 }
 
 // markDirty notes that c has staged work requests to post at the end of the round.

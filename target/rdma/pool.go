@@ -55,6 +55,12 @@ type pool struct {
 	free    int    // free pages
 	minFree int    // low-water mark, for statistics
 
+	headroom int // pages borrowing connections leave free (share.go)
+
+	ioConns atomic.Int32 // I/O connections sharing the pool
+	quota   atomic.Int64 // pages an I/O connection may hold without borrowing
+	needy   atomic.Int32 // groups with a request waiting within its connection's share
+
 	wanting atomic.Int32 // groups with requests waiting for buffers
 	groupMu sync.Mutex
 	groups  []*group
@@ -85,6 +91,8 @@ func newPool(reg region, maxBytes int) (*pool, error) {
 	// than one, so that admin commands never wait behind I/O; a pool of a single largest
 	// buffer reserves nothing (I/O could not run at all otherwise).
 	p.reserve = min(1<<maxOrder, npages-(1<<maxOrder))
+	p.headroom = (npages - p.reserve) / headroomFraction
+	p.addIOConn(0)
 	for i := range p.heads {
 		p.heads[i] = -1
 	}
@@ -146,9 +154,18 @@ func (p *pool) unlink(pg, k int) {
 // alloc returns the byte offset of a free buffer of 1<<k pages, or false. Without prio
 // it leaves the reserve alone.
 func (p *pool) alloc(k int, prio bool) (int, bool) {
+	keep := p.reserve
+	if prio {
+		keep = 0
+	}
+	return p.allocKeep(k, keep)
+}
+
+// allocKeep is alloc that leaves at least keep pages free.
+func (p *pool) allocKeep(k, keep int) (int, bool) {
 	need := 1 << k
 	p.mu.Lock()
-	if p.free-need < 0 || (!prio && p.free-need < p.reserve) {
+	if p.free-need < keep {
 		p.mu.Unlock()
 		return 0, false
 	}

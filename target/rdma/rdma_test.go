@@ -233,6 +233,12 @@ type rdmaEnv struct {
 
 func newRDMAEnv(t testing.TB, tcfg conf.Transport, nss ...conf.Namespace) *rdmaEnv {
 	t.Helper()
+	return newRDMAEnvLimits(t, tcfg, conf.Limits{}, nss...)
+}
+
+// newRDMAEnvLimits is newRDMAEnv with limits (zero fields: the defaults).
+func newRDMAEnvLimits(t testing.TB, tcfg conf.Transport, lim conf.Limits, nss ...conf.Namespace) *rdmaEnv {
+	t.Helper()
 	ip := rdmatest.RequireAddr(t)
 	if nss == nil {
 		nss = []conf.Namespace{
@@ -257,6 +263,7 @@ func newRDMAEnv(t testing.TB, tcfg conf.Transport, nss ...conf.Namespace) *rdmaE
 		Listeners:  []conf.Listener{{Address: ip.String(), Port: port}},
 		Subsystems: []conf.Subsystem{{NQN: testSubNQN, AllowAnyHost: true, Namespaces: nss}},
 		Transport:  tcfg,
+		Limits:     lim,
 	}
 	log := testLogger(t)
 	tgt, err := target.New(cfg, target.WithLogger(log))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/ratelog"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/rdmacm"
 	"github.com/gonvmf/gonvmf/target"
@@ -81,11 +82,14 @@ type Transport struct {
 	devices   map[string]*device
 	listeners map[*rdmacm.CMID]*Listener
 	conns     map[*rdmacm.CMID]*conn
-	live      sync.WaitGroup // connections not yet released
+	perAddr   map[netip.Addr]int // connections (in conns) by the host's address
+	live      sync.WaitGroup     // connections not yet released
 	closed    bool
 	draining  bool // Drain started: no new connections
 
 	m transportMetrics
+
+	refusals ratelog.Limiter // rejected connection requests: a line per address and interval
 }
 
 // Listener is one address the transport accepts connections on.
@@ -128,6 +132,7 @@ func New(t *target.Target, opts ...Option) (*Transport, error) {
 		devices:   make(map[string]*device),
 		listeners: make(map[*rdmacm.CMID]*Listener),
 		conns:     make(map[*rdmacm.CMID]*conn),
+		perAddr:   make(map[netip.Addr]int),
 	}
 	tr.cmCtx, tr.cmCancel = context.WithCancel(context.Background())
 	go tr.cmLoop()
@@ -597,8 +602,8 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 			return nil, fmt.Errorf("completion queue of poll group %d: %w", i, err)
 		}
 		d.cqs = append(d.cqs, cq)
-		g := newGroup(i, d.pool, &threadCQ{CQ: cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries()},
-			tr.log.With("device", name))
+		g := newGroup(i, d.pool, &threadCQ{CQ: cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries(),
+			respTimeout: tr.t.Limits().ResponseTimeout}, tr.log.With("device", name))
 		g.m.shard = int(tr.m.groups.Add(1) - 1)
 		if tc.SharedReceiveQueue > 0 {
 			if err := d.addSRQ(g, tc.SharedReceiveQueue, tc.InCapsuleDataSize); err != nil {
@@ -799,9 +804,14 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 	tr.mu.Lock()
 	lis := tr.listeners[ev.Listener]
 	closed := tr.closed
+	rj := tr.admit(remote.Addr())
 	tr.mu.Unlock()
 	if lis == nil || closed || tr.draining {
 		tr.rejectConn(id, remote, reject(nvmeproto.RDMARejectNoResources, "the listener is closing"), nil)
+		return
+	}
+	if rj != nil {
+		tr.rejectConn(id, remote, rj, ev)
 		return
 	}
 	lim := lis.port.Limits()
@@ -918,6 +928,8 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	c.q = q
 	q.SetRing(g.ring)
 	q.SetCounterShard(g.m.shard)
+	q.SetPeer(id.RemoteAddr().String())
+	q.ExpectQID(p.req.QID)
 	c.onDead = func(c *conn) { tr.connDead(c, id, arena) }
 	// Receives go up before the accept: the host may send as soon as it is established.
 	if err = c.postInitialRecvs(); err != nil {
@@ -929,6 +941,8 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 		return ErrClosed
 	}
 	tr.conns[id] = c
+	c.peer = ep.id.RemoteAddr().Addr()
+	tr.perAddr[c.peer]++
 	tr.live.Add(1)
 	tr.mu.Unlock()
 	g.publish(c)
@@ -952,6 +966,21 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	return nil
 }
 
+// admit checks a connection request from addr against the transport's share of the
+// limits: queues in total (the core counts them too, for every transport) and per source
+// address — before a Connect names the host, the address is all there is to go by.
+// Called with tr.mu held.
+func (tr *Transport) admit(addr netip.Addr) *rejectError {
+	lim := tr.t.Limits()
+	if n := len(tr.conns); n >= lim.MaxQueues {
+		return reject(nvmeproto.RDMARejectNoResources, "the target holds %d queues, limits.max_queues", n)
+	}
+	if n := tr.perAddr[addr]; n >= lim.MaxQueuesPerAddress {
+		return reject(nvmeproto.RDMARejectNoResources, "%v holds %d queues, limits.max_queues_per_address", addr, n)
+	}
+	return nil
+}
+
 // connDead releases what accept created once the connection is torn down.
 func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, arena *rdmacm.Arena) {
 	if err := id.Close(); err != nil {
@@ -966,6 +995,9 @@ func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, arena *rdmacm.Arena) {
 	tr.mu.Lock()
 	if tr.conns[id] == c {
 		delete(tr.conns, id)
+		if tr.perAddr[c.peer]--; tr.perAddr[c.peer] <= 0 {
+			delete(tr.perAddr, c.peer)
+		}
 	}
 	tr.mu.Unlock()
 	c.log.Debug("connection released", "reason", c.reason())
@@ -985,7 +1017,10 @@ func (tr *Transport) rejectConn(id *rdmacm.CMID, remote netip.AddrPort, rj *reje
 		}
 		attrs = append(attrs, "private_data_len", len(ev.Param.PrivateData), "host_responder_resources", ev.Param.InitiatorDepth)
 	}
-	tr.log.Warn("connection request rejected", attrs...)
+	// Once per address and interval: a host retrying in a loop does not flood the log.
+	if ok, n := tr.refusals.Allow(remote.Addr().String()); ok {
+		tr.log.Warn("connection request rejected", append(attrs, "suppressed", n)...)
+	}
 	tr.m.reject(rj.status)
 	if err := id.Reject(rejectData(rj.status)); err != nil {
 		tr.log.Debug("rdma_reject", "err", err)

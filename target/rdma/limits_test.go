@@ -1,0 +1,161 @@
+package rdma
+
+import (
+	"errors"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/rdmacm"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// TestEngineConnectQIDMismatch: a queue pair opened as the admin queue (qid 0 in the CM
+// private data: admin priority, the admin buffer reserve) cannot Connect as an I/O queue,
+// nor an I/O queue pair as an admin queue.
+func TestEngineConnectQIDMismatch(t *testing.T) {
+	e := newEngine(t, engineOpts{icd: 8192})
+	a, cntlid := e.adminConnect(0)
+	// Opened as qid 0, connecting as I/O queue 1.
+	fake := e.dial(0, 32)
+	c := fake.h.connect(1, 0, cntlid, testSubNQN, testHostNQN)
+	if c.Status.Code() != nvmeproto.StatusConnectInvalidParameters.Code() || !c.Status.DNR() {
+		t.Fatalf("admin queue pair connecting as qid 1: status %v, want Connect Invalid Parameters with DNR", c.Status)
+	}
+	if off, iattr := nvmeproto.ParseConnectInvalidParamDW0(c.DW0); off != nvmeproto.ConnectSQEOffQID || iattr != nvmeproto.ConnectIAttrSQE {
+		t.Errorf("IPO %d IATTR %d, want the SQE's QID (%d, %d)", off, iattr, nvmeproto.ConnectSQEOffQID, nvmeproto.ConnectIAttrSQE)
+	}
+	// Opened as qid 2, connecting as the admin queue of a new controller.
+	io := e.dial(2, 32)
+	c = io.h.connect(0, 0, nvmeproto.CNTLIDDynamic, testSubNQN, testHostNQN)
+	if c.Status.Code() != nvmeproto.StatusConnectInvalidParameters.Code() {
+		t.Fatalf("I/O queue pair connecting as qid 0: status %v, want Connect Invalid Parameters", c.Status)
+	}
+	// The matching Connects work.
+	expectOK(t, "I/O connect as its own qid", io.h.connect(2, 0, cntlid, testSubNQN, testHostNQN))
+	e.closeAll(io, fake, a)
+}
+
+// gatedBackend holds every read until its gate opens, through the executor's workers.
+type gatedBackend struct {
+	backend.Backend
+	gate chan struct{}
+	in   chan struct{} // a read reached the backend
+}
+
+func (b *gatedBackend) ReadBlocks(buf []byte, slba uint64) error {
+	select {
+	case b.in <- struct{}{}:
+	default:
+	}
+	<-b.gate
+	return b.Backend.ReadBlocks(buf, slba)
+}
+
+func (b *gatedBackend) Info() backend.Info {
+	i := backend.Describe(b.Backend)
+	i.Inline = false
+	return i
+}
+
+// TestEngineStuckBackendClose: a backend request that does not complete does not hold a
+// disconnected queue forever: after the core's close timeout the queue pair is destroyed
+// and its completion queue share given back, while its memory stays until the request
+// completes — then everything is released.
+func TestEngineStuckBackendClose(t *testing.T) {
+	gb := &gatedBackend{gate: make(chan struct{}), in: make(chan struct{}, 1)}
+	open := func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		if s.Kind == backend.KindMemory {
+			gb.Backend = b
+			return gb, nil
+		}
+		return b, nil
+	}
+	e := newEngine(t, engineOpts{icd: 8192, targetOpts: []target.Option{
+		target.WithBackendOpener(open), target.WithQueueCloseTimeout(300 * time.Millisecond)}})
+	a, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 16)
+	cmd := io.h.begin()
+	r := rw(nvmeproto.OpRead, 1, 0, 8)
+	r.SGL = cmd.keyedAt(0, 4096)
+	if err := cmd.submit(&r, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gb.in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read never reached the backend")
+	}
+	io.ep.Disconnect()
+	io.c.requestClose(errHostDisconnect)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		io.ep.mu.Lock()
+		destroyed := io.ep.dead
+		io.ep.mu.Unlock()
+		if destroyed && e.g.nconns.Load() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(gb.gate)
+			t.Fatalf("a queue whose backend request is stuck was not released: QP destroyed %v, %d connections in the group",
+				destroyed, e.g.nconns.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case <-io.dead:
+		t.Fatal("the connection's memory was released while a backend request may still use it")
+	default:
+	}
+	close(gb.gate)
+	io.waitDead(t)
+	e.closeAll(a)
+}
+
+// TestRDMALimits: connection requests beyond limits.max_queues_per_address are rejected
+// with NO_RSC, and queue pairs that never send a Connect are torn down after
+// limits.connect_timeout, which makes room again.
+func TestRDMALimits(t *testing.T) {
+	e := newRDMAEnvLimits(t, conf.Transport{}, conf.Limits{MaxQueuesPerAddress: 2, ConnectTimeout: time.Second})
+	var links []*rdmaLink
+	for i := range 2 {
+		l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 0})
+		if err != nil {
+			t.Fatalf("queue pair %d: %v", i, err)
+		}
+		links = append(links, l)
+	}
+	defer func() {
+		for _, l := range links {
+			l.close()
+		}
+	}()
+	l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 0})
+	if err == nil {
+		l.close()
+		t.Fatal("a third queue pair from the address was accepted; limits.max_queues_per_address is 2")
+	}
+	var rj *rdmacm.RejectError
+	if !errors.As(err, &rj) {
+		t.Fatalf("dial: %v; want a reject", err)
+	}
+	var r nvmeproto.RDMAConnRej
+	if err := r.Unmarshal(rj.PrivateData); err != nil || r.Status != nvmeproto.RDMARejectNoResources {
+		t.Errorf("reject %v (%v), want NO_RSC", r.Status, err)
+	}
+	// Neither queue pair sends a Connect: both are gone after the 1 s connect timeout.
+	e.waitConns(0, 15*time.Second)
+	a, _ := e.adminConnect(0)
+	expectOK(t, "identify after the idle queue pairs were torn down", func() nvmeproto.Completion {
+		c, _ := a.exec(nvmeproto.Command{Opcode: nvmeproto.OpIdentify, CDW10: 1}, nil, 4096)
+		return c
+	}())
+}

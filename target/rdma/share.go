@@ -1,0 +1,310 @@
+package rdma
+
+// Fair shares of the buffer pool.
+//
+// One pool serves every connection of a device. Without limits a single host can take
+// all of it — a host that sends reads and never posts receive buffers keeps each read's
+// buffer until the response SEND completes, which under RNR retry 7 is never — and every
+// other host's commands then wait forever. So every I/O connection has a share, and the
+// waiting room is not one FIFO:
+//
+//   - quota: an I/O connection may hold up to (pool − admin reserve − headroom) / (I/O
+//     connections on the device) pages, at least one largest buffer, whatever the others
+//     do. Its requests within that share are served before anyone's beyond it.
+//   - borrowing: beyond its quota a connection is served only while no connection waits
+//     within its share (anywhere on the device), and never from the headroom — the last
+//     eighth of the pool, kept for connections within their share — so a connection that
+//     arrives or wakes up later finds buffers at once, without waiting for a borrower to
+//     give any back.
+//   - waiting: each connection's waiting requests form its own FIFO; a poll group serves
+//     the connections with waiters round robin, one buffer each per round, so a large
+//     request (or a greedy connection) never holds up other connections' requests. A
+//     request within its share that other connections' requests have overtaken too often
+//     (maxBypass rounds) stops the group's round robin until it is served, so large
+//     buffers are not starved by a stream of small ones either. Within one connection
+//     requests are served in arrival order.
+//   - buffers held hostage: a response that does not complete (see watchdog.go) ends its
+//     connection after limits.response_timeout, which returns its buffers.
+//
+// Admin queues are outside all this: they have their own FIFO, served first, and the
+// pool's reserve.
+
+// connShare is a connection's part in the pool's division (owned by its poll group).
+type connShare struct {
+	held   int   // pool pages the connection's requests hold
+	wait   fifo  // its requests waiting for a buffer, in arrival order
+	queued bool  // in its group's round robin of connections with waiters
+	next   *conn // the round robin's link
+}
+
+// groupShares is a poll group's part: the connections whose requests wait for buffers.
+type groupShares struct {
+	head, tail *conn // round robin of connections with waiters (head is served next)
+	waiting    int   // I/O requests waiting, over all connections
+	starved    *rctx // a request overtaken too often: served before anything else
+	needy      bool  // the group's own copy of needyFlag (pool.needy counts it)
+}
+
+// maxBypass is how many rounds a request within its share may be overtaken by other
+// connections' requests (its buffer did not fit while theirs did) before the group
+// serves nothing else until it fits.
+const maxBypass = 16
+
+// headroomFraction: the headroom is 1/headroomFraction of the pool outside the reserve.
+const headroomFraction = 8
+
+// quotaPages is the number of pages an I/O connection of the pool may hold without
+// borrowing.
+func (p *pool) quotaPages() int { return int(p.quota.Load()) }
+
+// setIOConns records the number of I/O connections sharing the pool and recomputes the
+// quota.
+func (p *pool) addIOConn(delta int) {
+	n := int(p.ioConns.Add(int32(delta)))
+	usable := p.npages - p.reserve - p.headroom
+	q := usable
+	if n > 1 {
+		q = usable / n
+	}
+	p.quota.Store(int64(max(q, 1<<p.maxOrder)))
+}
+
+// setNeedy records whether g has a request waiting within its connection's share.
+func (p *pool) setNeedy(g *group, needy bool) {
+	if g.shares.needy == needy {
+		return
+	}
+	g.shares.needy = needy
+	if needy {
+		p.needy.Add(1)
+	} else {
+		p.needy.Add(-1)
+	}
+}
+
+// within reports whether c may take a buffer of 1<<k pages inside its share.
+func (c *conn) within(k int) bool {
+	return c.share.held+1<<k <= c.pool.quotaPages()
+}
+
+// allocBuf takes a buffer of 1<<k pages for one of c's requests under the share rules
+// (admin queues: from anywhere, the reserve included).
+func (c *conn) allocBuf(k int) (int, bool) {
+	p := c.pool
+	if c.admin {
+		off, ok := p.alloc(k, true)
+		if ok {
+			c.share.held += 1 << k
+		}
+		return off, ok
+	}
+	keep := p.reserve
+	if !c.within(k) {
+		if p.needy.Load() > 0 {
+			return 0, false // others wait for their share: no borrowing
+		}
+		keep += p.headroom
+	}
+	off, ok := p.allocKeep(k, keep)
+	if ok {
+		c.share.held += 1 << k
+	}
+	return off, ok
+}
+
+// freeBuf gives x's buffer back to the pool.
+func (c *conn) freeBuf(x *rctx) {
+	x.hasBuf = false
+	c.share.held -= 1 << x.bufOrder
+	c.pool.release(x.bufOff, x.bufOrder)
+}
+
+// mayAllocNow reports whether a new request of c may take a buffer at once rather than
+// join the waiting room: nothing of c's waits before it, and no request of the group
+// waits within its share (then buffers go round robin, so that the waiting one is
+// overtaken a bounded number of times).
+func (c *conn) mayAllocNow() bool {
+	if c.admin {
+		return c.g.adminBufWait.head == nil
+	}
+	return c.share.wait.head == nil && !c.g.shares.needy && c.g.shares.starved == nil
+}
+
+// waitBuf queues x until the pool has a buffer for it.
+func (g *group) waitBuf(x *rctx) {
+	g.stats.bufWaits.Add(1)
+	c := x.c
+	x.bypassed = 0
+	if c.admin {
+		g.adminBufWait.push(x)
+	} else {
+		c.share.wait.push(x)
+		g.shares.waiting++
+		if !c.share.queued {
+			g.shares.enqueue(c)
+		}
+	}
+	g.pool.setWant(g, true)
+}
+
+func (s *groupShares) enqueue(c *conn) {
+	c.share.queued = true
+	c.share.next = nil
+	if s.tail == nil {
+		s.head = c
+	} else {
+		s.tail.share.next = c
+	}
+	s.tail = c
+}
+
+func (s *groupShares) dequeue() *conn {
+	c := s.head
+	if c != nil {
+		s.head = c.share.next
+		if s.head == nil {
+			s.tail = nil
+		}
+		c.share.next = nil
+		c.share.queued = false
+	}
+	return c
+}
+
+// serveBufWait gives freed buffers to waiting requests: admin ones first, in arrival
+// order, then I/O connections round robin under the share rules. It reports whether any
+// request got one.
+func (g *group) serveBufWait() bool {
+	progress := false
+	q := &g.adminBufWait
+	for q.head != nil {
+		x := q.head
+		if x.c.state != stateLive {
+			q.pop()
+			x.c.failNoBuffer(x)
+			continue
+		}
+		off, ok := x.c.allocBuf(x.bufOrder)
+		if !ok {
+			break
+		}
+		q.pop()
+		x.bufOff, x.hasBuf = off, true
+		x.c.haveBuf(x)
+		progress = true
+	}
+	if q.head == nil && g.serveShares() {
+		progress = true
+	}
+	g.pool.setWant(g, g.adminBufWait.head != nil || g.shares.waiting > 0)
+	return progress
+}
+
+// serveShares serves the I/O connections with waiting requests, one buffer each per
+// round, until a round serves none (or a starved request does not fit).
+func (g *group) serveShares() bool {
+	s := &g.shares
+	progress := false
+	needy := false
+	if x := s.starved; x != nil {
+		if x.state != stWantBuf || x.c.share.wait.head != x {
+			s.starved = nil // served, or failed with its connection
+		} else if !g.serveHead(x.c) {
+			g.pool.setNeedy(g, true)
+			return false
+		} else {
+			s.starved = nil
+			progress = true
+		}
+	}
+	for s.head != nil {
+		served := 0
+		var failed *rctx // the first request of the round that did not fit
+		// One round: every connection queued at its start gets a turn.
+		for n := s.count(); n > 0; n-- {
+			c := s.dequeue()
+			if c.share.wait.head == nil {
+				continue // emptied by its teardown
+			}
+			x := c.share.wait.head
+			if g.serveHead(c) {
+				served++
+			} else {
+				if c.within(x.bufOrder) {
+					needy = true
+					if failed == nil {
+						failed = x
+					}
+				}
+			}
+			if c.share.wait.head != nil {
+				s.enqueue(c)
+			}
+		}
+		if served == 0 {
+			break
+		}
+		progress = true
+		if failed != nil {
+			if failed.bypassed++; failed.bypassed >= maxBypass {
+				s.starved = failed
+				break
+			}
+		}
+	}
+	g.pool.setNeedy(g, needy || s.starved != nil)
+	return progress
+}
+
+// count returns the number of connections in the round robin.
+func (s *groupShares) count() int {
+	n := 0
+	for c := s.head; c != nil; c = c.share.next {
+		n++
+	}
+	return n
+}
+
+// serveHead gives c's first waiting request a buffer if the share rules and the pool
+// allow (or fails it if c is going away); it reports whether the request left the
+// waiting room.
+func (g *group) serveHead(c *conn) bool {
+	x := c.share.wait.head
+	if c.state != stateLive {
+		c.share.wait.pop()
+		g.shares.waiting--
+		c.failNoBuffer(x)
+		return true
+	}
+	off, ok := c.allocBuf(x.bufOrder)
+	if !ok {
+		return false
+	}
+	c.share.wait.pop()
+	g.shares.waiting--
+	x.bufOff, x.hasBuf = off, true
+	c.haveBuf(x)
+	return true
+}
+
+// dropWaiters fails every request of c waiting for a buffer (c is closing).
+func (g *group) dropWaiters(c *conn) {
+	for x := g.adminBufWait.removeConn(c); x != nil; {
+		n := x.next
+		x.next = nil
+		c.failNoBuffer(x)
+		x = n
+	}
+	for x := c.share.wait.pop(); x != nil; x = c.share.wait.pop() {
+		g.shares.waiting--
+		if g.shares.starved == x {
+			g.shares.starved = nil
+		}
+		c.failNoBuffer(x)
+	}
+	// c stays in the round robin until its turn comes (with nothing to serve).
+	g.pool.setWant(g, g.adminBufWait.head != nil || g.shares.waiting > 0)
+	if g.shares.waiting == 0 {
+		g.pool.setNeedy(g, false)
+	}
+}

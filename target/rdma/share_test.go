@@ -1,0 +1,218 @@
+package rdma
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// holdSends makes the fake host keep the target's response SENDs from completing (as a
+// host that posts no receive buffers does, under RNR retry), while it still sees the
+// responses: its command IDs free up and it sends more.
+func holdSends(fc *fconn) {
+	fc.ep.mu.Lock()
+	fc.ep.holdSend = true
+	fc.ep.mu.Unlock()
+}
+
+// flood sends n reads of nlb blocks of the null namespace on fc without waiting for
+// them, from goroutines; done counts the completions.
+func flood(t *testing.T, fc *fconn, n, nlb int, done *atomic.Int32) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := fc.h.begin()
+			r := rw(nvmeproto.OpRead, 2, uint64(i*nlb), nlb)
+			r.SGL = cmd.keyedAt(0, nlb*512)
+			if err := cmd.submit(&r, nil); err != nil {
+				cmd.release()
+				return
+			}
+			if _, ok := cmd.wait(60 * time.Second); ok {
+				done.Add(1)
+			}
+			cmd.release()
+		}()
+	}
+	return &wg
+}
+
+// waitPoolBelow waits until the pool has fewer than pages free.
+func waitPoolBelow(t *testing.T, p *pool, pages int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		free, _, _ := p.stats()
+		if free < pages {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool still has %d pages free, want fewer than %d", free, pages)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestEngineFairShare: a host that sends a flood of 128 KiB reads and never lets their
+// responses complete (holding every buffer it gets) takes no more than the pool minus
+// the headroom; another host's 4 KiB reads keep completing at once.
+func TestEngineFairShare(t *testing.T) {
+	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10}) // 4 MiB pool: 1024 pages
+	_, cntlid := e.adminConnect(0)
+	hostile := e.ioConnect(1, cntlid, 64)
+	honest := e.ioConnect(2, cntlid, 16)
+	holdSends(hostile)
+	var hdone atomic.Int32
+	wg := flood(t, hostile, 63, 256, &hdone) // 63 × 32 pages: twice the pool
+	waitPoolBelow(t, e.pool, e.pool.reserve+2*e.pool.headroom)
+	time.Sleep(50 * time.Millisecond) // the flood's later reads wait for buffers
+	if got, limit := hostile.c.share.held, e.pool.npages-e.pool.reserve-e.pool.headroom; got > limit {
+		t.Errorf("the hostile connection holds %d pages, more than pool − reserve − headroom = %d", got, limit)
+	}
+	start := time.Now()
+	for i := range 100 {
+		c, _ := honest.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
+		expectOK(t, "honest read", c)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("100 reads of the honest host took %v next to the hostile one", d)
+	}
+	hostile.ep.releaseHeld()
+	wg.Wait()
+	if n := hdone.Load(); n != 63 {
+		t.Errorf("%d of the hostile host's 63 reads completed once it let them", n)
+	}
+	e.closeAll(hostile, honest)
+}
+
+// TestEngineLargeDoesNotBlockSmall: a 128 KiB request that does not fit in what the pool
+// has left does not hold up another connection's 4 KiB requests that do (a single FIFO
+// would), and is itself served once the buffers come back, even while the small
+// requests keep coming.
+func TestEngineLargeDoesNotBlockSmall(t *testing.T) {
+	// 64 pages: 32 for the admin reserve, 32 (one 128 KiB buffer) for I/O.
+	e := newEngine(t, engineOpts{poolSize: 256 << 10, maxIO: 128 << 10})
+	_, cntlid := e.adminConnect(0)
+	holder := e.ioConnect(1, cntlid, 16)
+	large := e.ioConnect(2, cntlid, 16)
+	small := e.ioConnect(3, cntlid, 16)
+	// The holder keeps 7 × 16 KiB = 28 pages: 4 pages of I/O buffer left.
+	holdSends(holder)
+	var hdone atomic.Int32
+	hwg := flood(t, holder, 7, 32, &hdone)
+	waitPoolBelow(t, e.pool, e.pool.reserve+5)
+	var ldone atomic.Int32
+	waits := e.g.stats.bufWaits.Load()
+	lwg := flood(t, large, 1, 256, &ldone) // 32 pages: does not fit
+	deadline := time.Now().Add(5 * time.Second)
+	for e.g.stats.bufWaits.Load() == waits {
+		if time.Now().After(deadline) {
+			t.Fatal("the 128 KiB read did not wait for a buffer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	c, _ := small.h.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
+	expectOK(t, "small read next to a waiting large one", c)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a 4 KiB read took %v behind a 128 KiB one that does not fit", d)
+	}
+	// Small reads keep coming while the holder lets go, and their responses complete one
+	// every millisecond, so they always hold pages and each freed page has a small read
+	// waiting for it: the large read must get its 32 pages all the same.
+	holdSends(small)
+	stop := make(chan struct{})
+	var swg sync.WaitGroup
+	swg.Add(1)
+	go func() {
+		defer swg.Done()
+		for {
+			select {
+			case <-stop:
+				small.ep.releaseHeld()
+				return
+			case <-time.After(time.Millisecond):
+				small.ep.deliverOne()
+			}
+		}
+	}()
+	for w := range 8 {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, _ := small.h.exec(rw(nvmeproto.OpRead, 2, uint64(w*1000+i), 8), nil, 4096)
+				expectOK(t, "small read", c)
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	holder.ep.releaseHeld()
+	hwg.Wait()
+	served := make(chan struct{})
+	go func() { lwg.Wait(); close(served) }()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Errorf("the 128 KiB read was not served within 5 s while 4 KiB reads kept coming")
+	}
+	close(stop)
+	swg.Wait()
+	<-served
+	if ldone.Load() != 1 {
+		t.Errorf("the large read did not complete")
+	}
+	e.closeAll(holder, large, small)
+}
+
+// TestEngineResponseTimeout: a connection whose response SENDs never complete is torn
+// down after the response timeout and its buffers return to the pool; another
+// connection is not affected.
+func TestEngineResponseTimeout(t *testing.T) {
+	e := newEngine(t, engineOpts{respTO: 500 * time.Millisecond})
+	_, cntlid := e.adminConnect(0)
+	stuck := e.ioConnect(1, cntlid, 16)
+	other := e.ioConnect(2, cntlid, 16)
+	holdSends(stuck)
+	var done atomic.Int32
+	wg := flood(t, stuck, 8, 256, &done)
+	start := time.Now()
+	stuck.waitDead(t)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("torn down %v after its responses stalled; the response timeout is 500 ms", d)
+	}
+	stuck.h.lost()
+	wg.Wait()
+	c, _ := other.h.exec(rw(nvmeproto.OpRead, 2, 0, 256), nil, 128<<10)
+	expectOK(t, "the other connection's read", c)
+	// Slow but moving responses are not a stall.
+	holdSends(other)
+	go func() {
+		for range 12 {
+			time.Sleep(100 * time.Millisecond)
+			other.ep.deliverHeld(false)
+		}
+		other.ep.releaseHeld()
+	}()
+	for i := range 10 {
+		c, _ := other.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
+		expectOK(t, "read with slow responses", c)
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case <-other.dead:
+		t.Fatal("a connection whose responses were slow but progressing was torn down")
+	default:
+	}
+	e.closeAll(other)
+}
