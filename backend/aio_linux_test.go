@@ -69,7 +69,7 @@ func TestRingReadWrite(t *testing.T) {
 	if !b.direct {
 		t.Skip("the test directory's filesystem has no O_DIRECT: the ring would not be used")
 	}
-	e := NewExecutor(b, 2, 0)
+	e := NewExecutor(b, 2)
 	defer e.Close()
 	h := newRingHarness(t, 8)
 
@@ -139,7 +139,7 @@ func TestRingExecutorClose(t *testing.T) {
 	if !b.direct {
 		t.Skip("no O_DIRECT in the test directory")
 	}
-	e := NewExecutor(b, 1, 0)
+	e := NewExecutor(b, 1)
 	h := newRingHarness(t, 4)
 	r := Request{Op: OpRead, Buf: alignedBuf(4096), Done: func(*Request) { h.done.Add(1) }}
 	e.SubmitRing(h.g, &r)
@@ -168,7 +168,7 @@ func TestRingAllocations(t *testing.T) {
 	if !b.direct {
 		t.Skip("no O_DIRECT in the test directory")
 	}
-	e := NewExecutor(b, 1, 0)
+	e := NewExecutor(b, 1)
 	defer e.Close()
 	h := newRingHarness(t, 4)
 	r := Request{Op: OpRead, Buf: alignedBuf(4096), Done: func(*Request) { h.done.Add(1) }}
@@ -215,7 +215,7 @@ func TestRingBatchAndUserReap(t *testing.T) {
 	if !b.direct {
 		t.Skip("no O_DIRECT in the test directory")
 	}
-	e := NewExecutor(b, 1, 0)
+	e := NewExecutor(b, 1)
 	defer e.Close()
 	h := newRingHarness(t, 16)
 	if h.g.ring == nil {

@@ -63,7 +63,7 @@ func runQD(b *testing.B, be Backend, op Op, qd int, blocks uint64) {
 // runQDSize is runQD with requests of bs bytes at bs-aligned offsets (blocks counts 4 KiB
 // blocks).
 func runQDSize(b *testing.B, be Backend, op Op, qd int, blocks uint64, bs int) {
-	e := NewExecutor(be, 0, 0)
+	e := NewExecutor(be, 0)
 	defer e.Close()
 	done := make(chan *Request, qd)
 	reqs := make([]Request, qd)

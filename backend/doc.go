@@ -11,11 +11,13 @@
 //
 // The file and block backends use synchronous pread/pwrite on descriptors opened with
 // O_DIRECT, so an Executor runs them on a bounded pool of worker goroutines to keep many
-// commands in flight. The null and memory backends never block, and the Executor runs
-// their requests inline in the submitting goroutine. A caller with its own event loop can
-// instead hand reads and writes of O_DIRECT files and block devices to a Ring (Linux
-// native asynchronous I/O) with Executor.SubmitRing, and reap their completions itself:
-// no worker goroutine, no hand-off between threads.
+// commands in flight; Executor.Submit never blocks (requests the workers cannot take yet
+// wait in a queue linked through the caller's Requests), so an event loop serving many
+// hosts is never held up by one slow backend. The null and memory backends never block,
+// and the Executor runs their requests inline in the submitting goroutine. A caller with
+// its own event loop can instead hand reads and writes of O_DIRECT files and block
+// devices to a Ring (Linux native asynchronous I/O) with Executor.SubmitRing, and reap
+// their completions itself: no worker goroutine, no hand-off between threads.
 //
 // The rbd backend (files rbd*.go; built with the tags ceph and pacific, as `make
 // build-ceph` does, and otherwise an error naming that build) is asynchronous by nature:

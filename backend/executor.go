@@ -67,9 +67,11 @@ type Request struct {
 	Err error
 	// Done is called exactly once when the request completes, from a worker goroutine,
 	// for inline backends from Submit before it returns, for asynchronous ones (rbd) from
-	// the backend's completion goroutine (or Submit, for a request failing its checks). Done must be quick and must not
-	// call Submit on the same Executor (with a full queue that deadlocks).
+	// the backend's completion goroutine (or Submit, for a request failing its checks).
+	// Done must be quick.
 	Done func(*Request)
+
+	next *Request // the executor's queue (Submit to a worker)
 }
 
 // Executor runs Requests against a Backend on a bounded pool of worker goroutines, so a
@@ -77,24 +79,34 @@ type Request struct {
 // For backends that never block (Info.Inline: null, memory) it runs each request inline in
 // Submit instead: Done is then called before Submit returns. Backends that complete
 // requests on their own (Info.Async: rbd) get them straight from Submit, without workers.
+//
+// Submit never waits for the workers: requests beyond those they hold wait in a queue
+// linked through the Requests themselves, which the callers own, so the queue needs no
+// memory of its own and has no bound but the number of Requests in existence. A
+// transport's event loop (a poll group serving many hosts and namespaces) can therefore
+// hand a slow or stuck backend as many requests as it likes without being blocked itself.
 type Executor struct {
 	b      Backend
 	inline bool
 	async  asyncStarter // the backend starts requests itself (Info.Async)
-	ch     chan *Request
 	mu     sync.RWMutex // held shared by Submit, exclusively by Close
 	closed bool
 	wg     sync.WaitGroup // workers
 	active sync.WaitGroup // inline executions in progress
+
+	qmu        sync.Mutex // the workers' queue
+	qcond      sync.Cond  // signaled when a request is queued or the executor stops
+	head, tail *Request
+	queued     int
+	stopping   bool // Close: workers exit once the queue is empty
 }
 
 // NewExecutor starts an executor for b. workers <= 0 means Describe(b).Workers (which
-// follows Spec.Workers), or DefaultWorkers; depth is the submission queue length beyond
-// the requests the workers hold, <= 0 meaning 4*workers. Submit blocks while the queue is
-// full.
-func NewExecutor(b Backend, workers, depth int) *Executor {
+// follows Spec.Workers), or DefaultWorkers.
+func NewExecutor(b Backend, workers int) *Executor {
 	info := Describe(b)
 	e := &Executor{b: b, inline: info.Inline}
+	e.qcond.L = &e.qmu
 	if a, ok := b.(asyncStarter); ok {
 		e.async = a
 		return e
@@ -108,10 +120,6 @@ func NewExecutor(b Backend, workers, depth int) *Executor {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	if depth <= 0 {
-		depth = 4 * workers
-	}
-	e.ch = make(chan *Request, depth)
 	e.wg.Add(workers)
 	for range workers {
 		go e.worker()
@@ -119,8 +127,16 @@ func NewExecutor(b Backend, workers, depth int) *Executor {
 	return e
 }
 
-// Submit queues r for execution; it does not allocate. It blocks while the queue is full,
-// and runs r inline for inline backends. After Close, r completes at once with ErrClosed.
+// Queued returns the number of requests waiting for a worker.
+func (e *Executor) Queued() int {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	return e.queued
+}
+
+// Submit starts r; it does not allocate and never blocks: r waits for a worker in the
+// executor's queue (or runs inline for inline backends). After Close, r completes at
+// once with ErrClosed.
 func (e *Executor) Submit(r *Request) {
 	e.mu.RLock()
 	if e.closed {
@@ -143,7 +159,17 @@ func (e *Executor) Submit(r *Request) {
 		return
 	}
 	handoffs.Add(1)
-	e.ch <- r
+	e.qmu.Lock()
+	r.next = nil
+	if e.tail == nil {
+		e.head = r
+	} else {
+		e.tail.next = r
+	}
+	e.tail = r
+	e.queued++
+	e.qcond.Signal()
+	e.qmu.Unlock()
 	e.mu.RUnlock()
 }
 
@@ -210,17 +236,34 @@ func (e *Executor) Close() {
 		return
 	}
 	e.closed = true
-	if e.ch != nil {
-		close(e.ch)
-	}
 	e.mu.Unlock()
+	e.qmu.Lock()
+	e.stopping = true
+	e.qcond.Broadcast()
+	e.qmu.Unlock()
 	e.wg.Wait()
 	e.active.Wait()
 }
 
 func (e *Executor) worker() {
 	defer e.wg.Done()
-	for r := range e.ch {
+	for {
+		e.qmu.Lock()
+		for e.head == nil && !e.stopping {
+			e.qcond.Wait()
+		}
+		r := e.head
+		if r == nil { // stopping, and nothing left
+			e.qmu.Unlock()
+			return
+		}
+		e.head = r.next
+		if e.head == nil {
+			e.tail = nil
+		}
+		r.next = nil
+		e.queued--
+		e.qmu.Unlock()
 		e.run(r)
 	}
 }

@@ -51,12 +51,12 @@ func (g *gateBackend) Info() Info { return Info{Kind: "gate", Workers: 3} }
 // wait queued, and Close waits for all of them.
 func TestExecutorBoundedWorkers(t *testing.T) {
 	g := newGateBackend(t)
-	e := NewExecutor(g, 0, 16) // workers from Info: 3
+	e := NewExecutor(g, 0) // workers from Info: 3
 	var done atomic.Int32
 	reqs := make([]Request, 10)
 	for i := range reqs {
 		reqs[i] = Request{Op: OpRead, Buf: alignedBuf(512), Done: func(*Request) { done.Add(1) }}
-		e.Submit(&reqs[i]) // queue depth 16: never blocks here
+		e.Submit(&reqs[i])
 	}
 	waitFor(t, func() bool { return g.running.Load() == 3 })
 	time.Sleep(20 * time.Millisecond) // give a fourth worker, if any, time to show up
@@ -94,6 +94,49 @@ func TestExecutorBoundedWorkers(t *testing.T) {
 	e.Close() // idempotent
 }
 
+// TestExecutorSubmitNeverBlocks: with every worker stuck, Submit still returns at once
+// for any number of requests (a transport's event loop calls it for many hosts), and
+// they all run, in order, once the backend moves again.
+func TestExecutorSubmitNeverBlocks(t *testing.T) {
+	g := newGateBackend(t)
+	e := NewExecutor(g, 1)
+	const n = 5000
+	reqs := make([]Request, n)
+	var order []int
+	var mu sync.Mutex
+	submitted := make(chan struct{})
+	go func() {
+		defer close(submitted)
+		for i := range reqs {
+			reqs[i] = Request{Op: OpRead, Buf: alignedBuf(512), Done: func(*Request) {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+			}}
+			e.Submit(&reqs[i])
+		}
+	}()
+	select {
+	case <-submitted:
+	case <-time.After(10 * time.Second):
+		close(g.gate)
+		t.Fatal("Submit blocked behind a stuck backend")
+	}
+	if q := e.Queued(); q < n-1 {
+		t.Errorf("%d requests queued, want at least %d", q, n-1)
+	}
+	close(g.gate)
+	e.Close()
+	if len(order) != n {
+		t.Fatalf("%d of %d requests completed", len(order), n)
+	}
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("request %d completed as the %dth: one worker runs them in order", v, i)
+		}
+	}
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -112,7 +155,7 @@ func TestExecutorInline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := NewExecutor(b, 8, 8)
+		e := NewExecutor(b, 8)
 		if !Describe(b).Inline {
 			t.Errorf("%s: not inline", kind)
 		}
@@ -138,7 +181,7 @@ func TestExecutorHandoffs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mem.Close()
-	inline := NewExecutor(mem, 1, 1)
+	inline := NewExecutor(mem, 1)
 	defer inline.Close()
 	h0 := Handoffs()
 	r := Request{Op: OpRead, Buf: alignedBuf(512), Done: func(*Request) {}}
@@ -147,7 +190,7 @@ func TestExecutorHandoffs(t *testing.T) {
 		t.Errorf("an inline request counted as a hand-off")
 	}
 	f := openTestFile(t, Spec{Path: filepath.Join(t.TempDir(), "h.img"), Size: 1 << 20})
-	e := NewExecutor(f, 1, 1)
+	e := NewExecutor(f, 1)
 	defer e.Close()
 	done := make(chan struct{})
 	r2 := Request{Op: OpRead, Buf: alignedBuf(4096), Done: func(*Request) { close(done) }}
@@ -236,7 +279,7 @@ func TestExecutorConcurrent(t *testing.T) {
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			b := tg.open(t)
-			e := NewExecutor(b, 0, 0)
+			e := NewExecutor(b, 0)
 			defer e.Close()
 			const goroutines, rounds, blocks = 16, 40, 16
 			region := b.NumBlocks() / goroutines
@@ -300,7 +343,7 @@ func TestExecutorSubmitAllocs(t *testing.T) {
 	mem, _ := Open(Spec{Kind: KindMemory, Size: 1 << 20})
 	file := openTestFile(t, Spec{Path: tempPath(t), Size: 1 << 20, Workers: 2})
 	for _, b := range []Backend{mem, file} {
-		e := NewExecutor(b, 0, 0)
+		e := NewExecutor(b, 0)
 		done := make(chan *Request, 1)
 		req := &Request{Op: OpWrite, SLBA: 8, Buf: alignedBuf(4096), Done: func(r *Request) { done <- r }}
 		e.Submit(req) // first write allocates the memory chunk

@@ -80,7 +80,7 @@ func TestRBDExecutor(t *testing.T) {
 	if !info.Async || info.Workers != 0 || info.Inline || info.Kind != KindRBD || info.Path != rs.Name() {
 		t.Fatalf("Info = %+v; want an async rbd backend without workers named %s", info, rs.Name())
 	}
-	e := NewExecutor(b, 0, 0)
+	e := NewExecutor(b, 0)
 	defer e.Close()
 
 	const n = 128 // in flight at once, each 16 KiB at its own offset
@@ -167,7 +167,7 @@ func TestRBDRing(t *testing.T) {
 	_, rs := testImage(t, "8M")
 	b := openRBDTest(t, Spec{RBD: rs, LBASize: 4096})
 	defer b.Close()
-	e := NewExecutor(b, 0, 0)
+	e := NewExecutor(b, 0)
 	defer e.Close()
 	h := newRingHarness(t, 4)
 	owner := make(chan struct{}) // closed while the test goroutine may run Done
@@ -245,7 +245,7 @@ func TestRBDSubmitAllocs(t *testing.T) {
 	_, rs := testImage(t, "8M")
 	b := openRBDTest(t, Spec{RBD: rs})
 	defer b.Close()
-	e := NewExecutor(b, 0, 0)
+	e := NewExecutor(b, 0)
 	defer e.Close()
 	done := make(chan *Request, 1)
 	req := &Request{Op: OpWrite, SLBA: 8, Buf: alignedBuf(4096), Done: func(r *Request) { done <- r }}

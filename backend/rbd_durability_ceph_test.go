@@ -79,7 +79,7 @@ func TestRBDFlushFailureIsErrSync(t *testing.T) {
 	}
 	// Write zeroes with FUA needs a flush, which fails the same way.
 	if b.(*rbdImage).c.cache != rbdCacheNone {
-		e := NewExecutor(b, 0, 0)
+		e := NewExecutor(b, 0)
 		if err2 := submitWait(e, &Request{Op: OpWriteZeroes, SLBA: 0, NLB: 8, FUA: true}); err2 != err {
 			t.Errorf("FUA write zeroes on the failed image: %v, want %v", err2, err)
 		}
@@ -134,7 +134,7 @@ func TestRBDConcurrentFlushFailure(t *testing.T) {
 	f := &Faults{}
 	b := openRBDTest(t, Spec{RBD: rs, Faults: f})
 	defer b.Close()
-	e := NewExecutor(b, 0, 0)
+	e := NewExecutor(b, 0)
 	defer e.Close()
 	h := newRingHarness(t, 4)
 
@@ -207,7 +207,7 @@ func TestRBDWriteCacheOffSyncs(t *testing.T) {
 			if Describe(b).VolatileWriteCache != (policy != "none") {
 				t.Errorf("VolatileWriteCache = %v with cache %s", Describe(b).VolatileWriteCache, policy)
 			}
-			e := NewExecutor(b, 0, 0)
+			e := NewExecutor(b, 0)
 			defer e.Close()
 			cached := 0
 			if policy != "none" {

@@ -417,10 +417,9 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 	}
 	ns.blocks.Store(be.NumBlocks())
 	ns.readOnly.Store(be.ReadOnly() || cn.ReadOnly)
-	// Queue room for two controllers' worth of full I/O queues, so that a transport's
-	// receive goroutine (which calls Execute) rarely blocks in Submit behind a slow backend.
-	depth := min(2*t.tr.QueueDepth*t.tr.MaxIOQueues, 1<<16)
-	ns.exec = backend.NewExecutor(be, t.workers, depth)
+	// Submit never blocks, however many commands wait for the workers: a transport's
+	// event loop calls it for every host of the namespace.
+	ns.exec = backend.NewExecutor(be, t.workers)
 	return ns, nil
 }
 

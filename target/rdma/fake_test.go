@@ -480,6 +480,8 @@ type engineOpts struct {
 	hostBytes int
 	nss       []conf.Namespace
 	respTO    time.Duration // limits.response_timeout of the poll group (0: no watchdog)
+	qd        int           // transport.queue_depth (0: default)
+	ioQueues  int           // transport.max_io_queues (0: default)
 
 	srq        int                    // > 0: I/O queues share a receive queue of at most this many buffers
 	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
@@ -531,7 +533,8 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 	cfg := &conf.Config{
 		Listeners:  []conf.Listener{{Address: "10.99.0.1"}},
 		Subsystems: []conf.Subsystem{{NQN: testSubNQN, AllowAnyHost: true, Namespaces: o.nss}},
-		Transport:  conf.Transport{MaxIOSize: o.maxIO, InCapsuleDataSize: o.icd, BufferPoolSize: conf.Size(o.poolSize)},
+		Transport: conf.Transport{MaxIOSize: o.maxIO, InCapsuleDataSize: o.icd, BufferPoolSize: conf.Size(o.poolSize),
+			QueueDepth: o.qd, MaxIOQueues: o.ioQueues},
 	}
 	log := testLogger(t)
 	tgt, err := target.New(cfg, append([]target.Option{target.WithLogger(log)}, o.targetOpts...)...)

@@ -55,6 +55,15 @@ func (b *gatedBackend) ReadBlocks(buf []byte, slba uint64) error {
 	return b.Backend.ReadBlocks(buf, slba)
 }
 
+func (b *gatedBackend) Flush() error {
+	select {
+	case b.in <- struct{}{}:
+	default:
+	}
+	<-b.gate
+	return b.Backend.Flush()
+}
+
 func (b *gatedBackend) Info() backend.Info {
 	i := backend.Describe(b.Backend)
 	i.Inline = false
@@ -158,4 +167,69 @@ func TestRDMALimits(t *testing.T) {
 		c, _ := a.exec(nvmeproto.Command{Opcode: nvmeproto.OpIdentify, CDW10: 1}, nil, 4096)
 		return c
 	}())
+}
+
+// TestEnginePollGroupNeverBlocksOnBackend: a namespace whose backend is stuck, with more
+// commands waiting for it than any queue bound (three controllers' worth of Flushes,
+// which always take the worker path), does not stop the poll group: another controller
+// connects and is served, and so are reads of another namespace.
+func TestEnginePollGroupNeverBlocksOnBackend(t *testing.T) {
+	gb := &gatedBackend{gate: make(chan struct{}), in: make(chan struct{}, 1)}
+	open := func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		if s.Kind == backend.KindMemory {
+			gb.Backend = b
+			return gb, nil
+		}
+		return b, nil
+	}
+	e := newEngine(t, engineOpts{qd: 16, ioQueues: 2, targetOpts: []target.Option{
+		target.WithBackendOpener(open), target.WithExecutorWorkers(1)}})
+	var conns []*fconn
+	var flushes []*hostCmd
+	for range 3 {
+		a, cntlid := e.adminConnect(0)
+		conns = append(conns, a)
+		for qid := uint16(1); qid <= 2; qid++ {
+			io := e.ioConnect(qid, cntlid, 16)
+			conns = append(conns, io)
+			for range 15 {
+				cmd := io.h.begin()
+				f := nvmeproto.Command{Opcode: nvmeproto.OpFlush, NSID: 1}
+				if err := cmd.submit(&f, nil); err != nil {
+					t.Fatal(err)
+				}
+				flushes = append(flushes, cmd)
+			}
+		}
+	}
+	// 90 Flushes on a backend that completes none.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a, cntlid := e.adminConnect(0)
+		io := e.ioConnect(1, cntlid, 16)
+		c, _ := io.h.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
+		expectOK(t, "read of another namespace", c)
+		conns = append(conns, a, io)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		close(gb.gate)
+		t.Fatal("the poll group is blocked behind a stuck backend: a new controller was not served")
+	}
+	close(gb.gate)
+	for _, f := range flushes {
+		c, ok := f.wait(30 * time.Second)
+		if !ok {
+			t.Fatal("a Flush did not complete once the backend did")
+		}
+		expectOK(t, "flush", c)
+		f.release()
+	}
+	e.closeAll(conns...)
 }
