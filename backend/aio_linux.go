@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -360,12 +361,25 @@ func (g *Ring) ioError(sl *ringSlot, errno unix.Errno) error {
 	return fmt.Errorf("backend: %s %s at byte %d, %d bytes: %w", what, sl.s.path, sl.off+int64(sl.done), len(sl.r.Buf)-sl.done, errno)
 }
 
-// Close submits what is queued, waits for the requests in flight (reaping them) and
-// destroys the context.
+// RingCloseTimeout bounds how long Ring.Close waits for requests in flight.
+var RingCloseTimeout = 10 * time.Second
+
+// Close submits what is queued, waits for the requests in flight (reaping them, so their
+// Done is called) and destroys the context. The wait is bounded (RingCloseTimeout):
+// requests the kernel (or librbd) has not completed by then — a hung device or network
+// file system — are left, the context is not destroyed (io_destroy would wait for them),
+// and Close returns an error counting them. Their buffers must then stay mapped.
 func (g *Ring) Close() error {
-	g.ext.close()
+	deadline := time.Now().Add(RingCloseTimeout)
+	if !g.ext.close(deadline) {
+		return fmt.Errorf("backend: %d rbd requests still in flight %v after closing the ring began: left behind", g.ext.inFlight(), RingCloseTimeout)
+	}
 	g.Flush()
 	for g.inflight.Load() > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("backend: %d asynchronous I/Os still in flight %v after closing the ring began: "+
+				"the AIO context is left (io_destroy would wait for them)", g.inflight.Load(), RingCloseTimeout)
+		}
 		var ts unix.Timespec
 		ts.Nsec = 10e6
 		n, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, g.ctx, 1, uintptr(len(g.events)),

@@ -249,3 +249,31 @@ func TestRingBatchAndUserReap(t *testing.T) {
 		t.Errorf("%d requests left in the ring", h.g.InFlight())
 	}
 }
+
+// TestRingCloseBounded: a request the kernel never completes does not make Ring.Close
+// spin forever: it returns an error naming the requests left once RingCloseTimeout has
+// passed.
+func TestRingCloseBounded(t *testing.T) {
+	old := RingCloseTimeout
+	RingCloseTimeout = 200 * time.Millisecond
+	defer func() { RingCloseTimeout = old }()
+	g, err := NewRing(4, -1)
+	if err != nil {
+		t.Skipf("no AIO context: %v", err)
+	}
+	g.inflight.Add(1) // a request the kernel will never complete (none was submitted)
+	done := make(chan error, 1)
+	go func() { done <- g.Close() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "1 asynchronous I/Os still in flight") {
+			t.Errorf("Close: %v, want an error counting the request left", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Ring.Close spins on a request that never completes")
+	}
+	g.inflight.Add(-1)
+	if err := g.Close(); err != nil {
+		t.Errorf("Close once nothing is in flight: %v", err)
+	}
+}

@@ -502,18 +502,24 @@ func (x *ringExt) reap() int {
 	return rbdDrain(h)
 }
 
-// close waits for the rbd requests in flight on the ring, completing them.
-func (x *ringExt) close() {
+// close waits until deadline for the rbd requests in flight on the ring, completing
+// them; it reports whether none is left (if one is, the queue stays allocated: librbd
+// will still complete into it).
+func (x *ringExt) close(deadline time.Time) bool {
 	if x.q == nil {
-		return
+		return true
 	}
 	for x.inflight.Load() > 0 {
 		if x.reap() == 0 {
+			if time.Now().After(deadline) {
+				return false
+			}
 			time.Sleep(100 * time.Microsecond)
 		}
 	}
 	C.free(unsafe.Pointer(x.q))
 	x.q = nil
+	return true
 }
 
 // rbdImage is an open image: the Backend.

@@ -2,7 +2,10 @@
 
 package backend
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // RBDAvailable reports whether this build has the rbd backend (the ceph build).
 const RBDAvailable = false
@@ -18,7 +21,7 @@ func openRBD(s Spec) (Backend, error) {
 // build.
 type ringExt struct{}
 
-func (*ringExt) ready() bool   { return false }
-func (*ringExt) reap() int     { return 0 }
-func (*ringExt) inFlight() int { return 0 }
-func (*ringExt) close()        {}
+func (*ringExt) ready() bool          { return false }
+func (*ringExt) reap() int            { return 0 }
+func (*ringExt) inFlight() int        { return 0 }
+func (*ringExt) close(time.Time) bool { return true }
