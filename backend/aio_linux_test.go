@@ -277,3 +277,163 @@ func TestRingCloseBounded(t *testing.T) {
 		t.Errorf("Close once nothing is in flight: %v", err)
 	}
 }
+
+// TestRingNowaitFallback: writes into the holes of a sparse file would block io_submit on
+// block allocation (ext4, xfs: see BenchmarkRingSubmitWrite); under RWF_NOWAIT the kernel
+// answers EAGAIN and the ring hands them to the executor's workers, with the data intact.
+func TestRingNowaitFallback(t *testing.T) {
+	dir := directDir(t)
+	if fs := fsName(dir); fs != "ext4" && fs != "xfs" {
+		t.Skipf("%s: only ext4 and xfs are known to refuse a non-overwriting direct write under RWF_NOWAIT", fs)
+	}
+	b := openTestFile(t, Spec{Path: filepath.Join(dir, "sparse.img"), Size: 64 << 20, LBASize: 4096})
+	if !b.direct {
+		t.Skip("no O_DIRECT")
+	}
+	e := NewExecutor(b, 2)
+	defer e.Close()
+	h := newRingHarness(t, 16)
+	const n = 16
+	bufs := make([][]byte, n)
+	reqs := make([]Request, n)
+	for i := range reqs {
+		bufs[i] = alignedBuf(4096)
+		fill(bufs[i], byte(i+1))
+		reqs[i] = Request{Op: OpWrite, SLBA: uint64(i * 997), Buf: bufs[i], Done: func(r *Request) {
+			if r.Err != nil {
+				t.Errorf("write: %v", r.Err)
+			}
+			h.done.Add(1)
+		}}
+		e.SubmitRing(h.g, &reqs[i])
+	}
+	h.wait(n)
+	if h.g.Fallbacks() == 0 {
+		t.Errorf("no write into a hole went to the workers: io_submit did the allocation on the ring's owner")
+	}
+	for i := range reqs {
+		got := alignedBuf(4096)
+		if err := b.ReadBlocks(got, uint64(i*997)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, bufs[i]) {
+			t.Errorf("block %d: data differs after the fallback", i*997)
+		}
+	}
+	// Overwrites of allocated blocks stay on the ring.
+	before := h.g.Fallbacks()
+	for i := range reqs {
+		e.SubmitRing(h.g, &reqs[i])
+	}
+	h.wait(2 * n)
+	if d := h.g.Fallbacks() - before; d > n/2 {
+		t.Errorf("%d of %d overwrites of allocated blocks went to the workers", d, n)
+	}
+}
+
+// TestRingBatchFaults: inside one batch, io_submit takes only part of the requests,
+// refuses one (EAGAIN) at the head of the rest, and the kernel completes another with
+// EAGAIN (RWF_NOWAIT) and a third short. Every request must still complete exactly once,
+// with its data in place: the refused and the EAGAIN ones through the workers, the short
+// one by resubmitting its rest.
+func TestRingBatchFaults(t *testing.T) {
+	b := openTestFile(t, Spec{Path: filepath.Join(directDir(t), "ns.img"), Size: 1 << 20, LBASize: 512})
+	if !b.direct {
+		t.Skip("no O_DIRECT in the test directory")
+	}
+	// Allocate the blocks first: writes into holes would really get EAGAIN (ext4, xfs).
+	for lba := uint64(0); lba < 80; lba += 8 {
+		if err := b.WriteBlocks(alignedBuf(4096), lba, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := NewExecutor(b, 2)
+	defer e.Close()
+	h := newRingHarness(t, 16)
+	const (
+		n       = 10
+		refused = 3 // io_submit refuses it when it heads a call
+		again   = 2 // completes with EAGAIN
+		short   = 7 // completes short: half of it
+	)
+	reqs := make([]Request, n)
+	bufs := make([][]byte, n)
+	var dones [n]atomic.Int32
+	for i := range reqs {
+		bufs[i] = alignedBuf(4096)
+		fill(bufs[i], byte(0x40+i))
+		reqs[i] = Request{Op: OpWrite, SLBA: uint64(i) * 8, Buf: bufs[i], Done: func(r *Request) {
+			if r.Err != nil {
+				t.Errorf("write %d: %v", i, r.Err)
+			}
+			dones[i].Add(1)
+			h.done.Add(1)
+		}}
+	}
+	index := func(cb *iocb) int {
+		r := h.g.slots[cb.data].r
+		for i := range reqs {
+			if r == &reqs[i] {
+				return i
+			}
+		}
+		t.Fatalf("iocb of slot %d names no test request", cb.data)
+		return -1
+	}
+	var calls, refusals int
+	h.g.faultSubmit = func(cbs []*iocb) (int, unix.Errno) {
+		calls++
+		if index(cbs[0]) == refused && refusals == 0 {
+			refusals++
+			return 0, unix.EAGAIN
+		}
+		return h.g.sysSubmit(cbs[:min(len(cbs), 3)]) // part of the batch only
+	}
+	var againDone, shortDone bool
+	h.g.faultResult = func(r *Request, res int64) int64 {
+		switch {
+		case r == &reqs[again] && !againDone:
+			againDone = true
+			return -int64(unix.EAGAIN)
+		case r == &reqs[short] && !shortDone && res > 0:
+			shortDone = true
+			return res / 2
+		}
+		return res
+	}
+	for i := range reqs {
+		e.SubmitRing(h.g, &reqs[i])
+	}
+	if got := h.g.Flush(); got != n {
+		t.Fatalf("Flush handed %d requests; want %d", got, n)
+	}
+	// 0-2 in one call, the refusal of 3, then 4-6 and 7-9.
+	if calls != 4 {
+		t.Errorf("%d io_submit calls for a batch of %d taken 3 at a time with one refused; want 4", calls, n)
+	}
+	h.wait(n)
+	if !againDone || !shortDone {
+		t.Fatalf("the faults were not injected (EAGAIN %v, short %v)", againDone, shortDone)
+	}
+	time.Sleep(50 * time.Millisecond) // a second Done would come now
+	for i := range dones {
+		if d := dones[i].Load(); d != 1 {
+			t.Errorf("request %d completed %d times; want exactly once", i, d)
+		}
+	}
+	if f := h.g.Fallbacks(); f != 2 {
+		t.Errorf("%d requests went to the workers; want 2 (the refused and the EAGAIN one)", f)
+	}
+	if h.g.InFlight() != 0 || h.g.Pending() != 0 {
+		t.Errorf("%d requests in the ring, %d queued after all completed", h.g.InFlight(), h.g.Pending())
+	}
+	for i := range reqs {
+		got := alignedBuf(4096)
+		if err := b.ReadBlocks(got, uint64(i)*8); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, bufs[i]) {
+			t.Errorf("request %d: the data on disk differs from what was written", i)
+		}
+	}
+}

@@ -158,6 +158,13 @@ func (e *Executor) Submit(r *Request) {
 		e.active.Done()
 		return
 	}
+	e.enqueue(r)
+	e.mu.RUnlock()
+}
+
+// enqueue hands r to the workers. The caller holds e.mu shared or an e.active count (a
+// ring request that would have blocked): Close stops the workers only after both.
+func (e *Executor) enqueue(r *Request) {
 	handoffs.Add(1)
 	e.qmu.Lock()
 	r.next = nil
@@ -170,7 +177,6 @@ func (e *Executor) Submit(r *Request) {
 	e.queued++
 	e.qcond.Signal()
 	e.qmu.Unlock()
-	e.mu.RUnlock()
 }
 
 // asyncStarter is a backend that completes requests on its own (Info.Async): rbd.
@@ -237,12 +243,12 @@ func (e *Executor) Close() {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	e.active.Wait() // ring requests may still hand theirs to the workers
 	e.qmu.Lock()
 	e.stopping = true
 	e.qcond.Broadcast()
 	e.qmu.Unlock()
 	e.wg.Wait()
-	e.active.Wait()
 }
 
 func (e *Executor) worker() {

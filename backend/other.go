@@ -21,6 +21,7 @@ func NewRing(depth, notify int) (*Ring, error) {
 }
 
 func (g *Ring) InFlight() int                       { return 0 }
+func (g *Ring) Fallbacks() uint64                   { return 0 }
 func (g *Ring) Ready() bool                         { return false }
 func (g *Ring) Reap() int                           { return 0 }
 func (g *Ring) Flush() int                          { return 0 }

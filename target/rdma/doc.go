@@ -99,7 +99,10 @@
 // group takes the completions from the ring the kernel keeps in the process's memory,
 // without a system call, as the kernel's target does with its file and block backends.
 // No goroutine hand-off is on that path; other commands (and reads and writes when a
-// group's ring is full) run on the namespace's worker goroutines.
+// group's ring is full) run on the namespace's worker goroutines, and so do those that
+// would make io_submit sleep — a write into a hole of a sparse file (block allocation)
+// or a full device queue: they are submitted with RWF_NOWAIT, and the kernel's EAGAIN
+// hands them to the workers (Stats.AIOFallbacks). A poll group never waits for a backend.
 //
 // # Faults
 //

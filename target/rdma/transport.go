@@ -416,6 +416,7 @@ type Stats struct {
 	Sleeps          uint64 // times a poll group slept on its completion channel
 	Wakeups         uint64 // sleeps ended by a completion event (the rest: a wake-up or a timeout)
 	SharedRecvBufs  int    // receive buffers of the poll groups' shared receive queues
+	AIOFallbacks    uint64 // reads and writes that would have blocked io_submit, run by workers instead
 }
 
 // Stats returns the transport's counters summed over devices and poll groups.
@@ -443,6 +444,9 @@ func (tr *Transport) Stats() Stats {
 			s.Wakeups += g.stats.wakeups.Load()
 			if g.srq != nil {
 				s.SharedRecvBufs += int(g.srq.slots.Load())
+			}
+			if g.ring != nil {
+				s.AIOFallbacks += g.ring.Fallbacks()
 			}
 		}
 	}
