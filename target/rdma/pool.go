@@ -60,6 +60,9 @@ type pool struct {
 	ioConns atomic.Int32 // I/O connections sharing the pool
 	quota   atomic.Int64 // pages an I/O connection may hold without borrowing
 	needy   atomic.Int32 // groups with a request waiting within its connection's share
+	// needyEvents counts the times a request within its share found no buffer: the
+	// watchdog sees pressure between two of its checks even if it lasts microseconds each.
+	needyEvents atomic.Uint64
 
 	wanting atomic.Int32 // groups with requests waiting for buffers
 	groupMu sync.Mutex

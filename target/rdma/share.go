@@ -11,11 +11,16 @@ package rdma
 //   - quota: an I/O connection may hold up to (pool − admin reserve − headroom) / (I/O
 //     connections on the device) pages, at least one largest buffer, whatever the others
 //     do. Its requests within that share are served before anyone's beyond it.
+//   - headroom: the last eighth of the pool serves only connections that hold little
+//     (at most two largest buffers: smallGrant), so one that arrives or wakes up later —
+//     or a queue's Connect — finds buffers at once, whatever the others hold.
 //   - borrowing: beyond its quota a connection is served only while no connection waits
-//     within its share (anywhere on the device), and never from the headroom — the last
-//     eighth of the pool, kept for connections within their share — so a connection that
-//     arrives or wakes up later finds buffers at once, without waiting for a borrower to
-//     give any back.
+//     within its share (anywhere on the device), and never from the headroom.
+//   - reclaim under pressure: a connection holding more than its quota whose responses
+//     have made no progress for a couple of seconds while another waits within its share
+//     is torn down (watchdog.go). Borrowed buffers come back in microseconds from a host
+//     that reads its responses; a host that does not must not keep the others waiting
+//     until limits.response_timeout.
 //   - waiting: each connection's waiting requests form its own FIFO; a poll group serves
 //     the connections with waiters round robin, one buffer each per round, so a large
 //     request (or a greedy connection) never holds up other connections' requests. A
@@ -52,6 +57,10 @@ const maxBypass = 16
 
 // headroomFraction: the headroom is 1/headroomFraction of the pool outside the reserve.
 const headroomFraction = 8
+
+// smallGrantBuffers: a connection holding no more than this many largest buffers may
+// take pages from the headroom.
+const smallGrantBuffers = 2
 
 // quotaPages is the number of pages an I/O connection of the pool may hold without
 // borrowing.
@@ -99,7 +108,12 @@ func (c *conn) allocBuf(k int) (int, bool) {
 		return off, ok
 	}
 	keep := p.reserve
-	if !c.within(k) {
+	switch {
+	case c.share.held+1<<k <= smallGrantBuffers<<p.maxOrder:
+		// A small holder: the headroom is for it.
+	case c.within(k):
+		keep += p.headroom
+	default:
 		if p.needy.Load() > 0 {
 			return 0, false // others wait for their share: no borrowing
 		}
@@ -253,6 +267,9 @@ func (g *group) serveShares() bool {
 		}
 	}
 	g.pool.setNeedy(g, needy || s.starved != nil)
+	if needy {
+		g.pool.needyEvents.Add(1) // pressure, for the watchdog
+	}
 	return progress
 }
 

@@ -216,3 +216,44 @@ func TestEngineResponseTimeout(t *testing.T) {
 	}
 	e.closeAll(other)
 }
+
+// TestEngineReclaimUnderPressure: a connection that borrowed most of the pool and whose
+// responses stall is torn down within seconds once another connection keeps waiting
+// within its share — long before the response timeout. Meanwhile the waiting connection
+// still progresses through the headroom, two largest buffers at a time.
+func TestEngineReclaimUnderPressure(t *testing.T) {
+	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10, respTO: 60 * time.Second}) // 1024 pages
+	_, cntlid := e.adminConnect(0)
+	hostile := e.ioConnect(1, cntlid, 64)
+	honest := e.ioConnect(2, cntlid, 32)
+	holdSends(hostile)
+	var hdone atomic.Int32
+	hwg := flood(t, hostile, 63, 256, &hdone)
+	waitPoolBelow(t, e.pool, e.pool.reserve+2*e.pool.headroom)
+	time.Sleep(50 * time.Millisecond)
+	// The honest connection keeps 16 reads of 128 KiB in flight: more than the headroom
+	// gives a small holder, well within its share.
+	start := time.Now()
+	rounds := 0
+	for {
+		var odone atomic.Int32
+		flood(t, honest, 16, 256, &odone).Wait()
+		if n := odone.Load(); n != 16 {
+			t.Fatalf("%d of 16 reads within the honest connection's share completed", n)
+		}
+		rounds++
+		select {
+		case <-hostile.dead:
+		default:
+			if time.Since(start) < 20*time.Second {
+				continue
+			}
+			t.Fatalf("the stalled borrower was not reclaimed within 20 s (response timeout 60 s)")
+		}
+		break
+	}
+	t.Logf("the hostile connection was torn down %v after the honest one began waiting (%d rounds of 16 reads)", time.Since(start), rounds)
+	hostile.h.lost()
+	hwg.Wait()
+	e.closeAll(honest)
+}

@@ -16,10 +16,20 @@ import (
 // poll group therefore checks its connections every watchPeriod: a live connection with
 // signaled work requests outstanding whose send queue has completed nothing for
 // limits.response_timeout is torn down (errResponseTimeout), which flushes its work
-// requests and gives its buffers back to the pool.
+// requests and gives its buffers back to the pool; so is, after pressureStall, one that
+// holds more than its share of the pool while another connection waits within its own
+// (errHoldingBuffers, see share.go).
 
-// errResponseTimeout ends a connection whose responses made no progress.
-var errResponseTimeout = errors.New("rdma: responses made no progress within limits.response_timeout (the host posts no receive buffers?)")
+// Why the watchdog ends a connection.
+var (
+	errResponseTimeout = errors.New("rdma: responses made no progress within limits.response_timeout (the host posts no receive buffers?)")
+	errHoldingBuffers  = errors.New("rdma: holding more than its share of the buffer pool with responses making no progress while other queues wait")
+)
+
+// pressureStall is how long a connection over its share of the pool may go without
+// response progress while another connection waits within its share (share.go), for a
+// response timeout of d.
+func pressureStall(d time.Duration) time.Duration { return min(d/2, 2*time.Second) }
 
 // watchPeriod is how often a poll group checks its connections' progress for a response
 // timeout of d: a quarter of it, at most a second. A stall is acted on between d and
@@ -53,18 +63,22 @@ func (g *group) startWatch() {
 
 // watchdog checks every live connection of the group for stalled responses.
 func (g *group) watchdog(now time.Time) {
+	ev := g.pool.needyEvents.Load()
+	pressure := ev != g.seenNeedy || g.pool.needy.Load() > 0
+	g.seenNeedy = ev
 	for i := range g.conns {
 		c := g.conns[i].Load()
 		if c == nil || c.state != stateLive {
 			continue
 		}
-		c.checkProgress(now, g.cfg.respTimeout)
+		c.checkProgress(now, g.cfg.respTimeout, pressure)
 	}
 }
 
 // checkProgress tears c down if its send queue has had work outstanding and completed
-// nothing for timeout.
-func (c *conn) checkProgress(now time.Time, timeout time.Duration) {
+// nothing for timeout, or for pressureStall while it holds more than its share of the
+// pool and another connection waited within its own since the last check (pressure).
+func (c *conn) checkProgress(now time.Time, timeout time.Duration, pressure bool) {
 	w := &c.watch
 	outstanding := c.sigOut > 0 || c.sendWait.head != nil
 	if w.done != w.seen || !outstanding {
@@ -76,14 +90,21 @@ func (c *conn) checkProgress(now time.Time, timeout time.Duration) {
 		w.since = now
 		return
 	}
-	if now.Sub(w.since) < timeout {
+	stalled := now.Sub(w.since)
+	reason, msg := errResponseTimeout, "responses made no progress: disconnecting the queue and freeing its buffers"
+	switch {
+	case stalled >= timeout:
+	case stalled >= pressureStall(timeout) && pressure && c.share.held > c.pool.quotaPages():
+		reason = errHoldingBuffers
+		msg = "responses made no progress while the queue holds more than its share of the buffer pool and others wait: " +
+			"disconnecting the queue and freeing its buffers"
+	default:
 		return
 	}
 	if ok, n := c.g.refusals.Allow("response-timeout " + c.peer.String()); ok {
-		c.log.Warn("responses made no progress: disconnecting the queue and freeing its buffers",
-			"qid", c.cfg.qid, "cntlid", c.q.ControllerID(), "response_timeout", timeout,
-			"signaled_outstanding", c.sigOut, "requests", c.busyContexts(), "pool_pages_held", c.share.held,
-			"suppressed", n)
+		c.log.Warn(msg, "qid", c.cfg.qid, "cntlid", c.q.ControllerID(), "stalled", stalled.Round(time.Millisecond),
+			"response_timeout", timeout, "signaled_outstanding", c.sigOut, "requests", c.busyContexts(),
+			"pool_pages_held", c.share.held, "pool_quota_pages", c.pool.quotaPages(), "suppressed", n)
 	}
-	c.requestCloseLocal(errResponseTimeout)
+	c.requestCloseLocal(reason)
 }
