@@ -57,10 +57,12 @@
 //	        → SEND completion: buffer and context free
 //
 // When the buffer pool, the RDMA READ credits (the negotiated initiator depth) or the
-// send queue run short, the request waits in a FIFO and continues when a completion
-// frees what it needs; a transient shortage never fails a command. Admin commands have
-// their own FIFO, served first, and part of the pool is reserved for them, so Keep Alive,
-// Identify and Get Log Page never wait behind I/O. The admin Connect's 1024 bytes are
+// send queue run short, the request waits and continues when a completion frees what it
+// needs; a transient shortage never fails a command. Admin commands have their own FIFO,
+// served first, and part of the pool is reserved for them, so Keep Alive, Identify and
+// Get Log Page never wait behind I/O. I/O commands waiting for buffers queue per
+// connection and are served round robin under fair shares of the pool (share.go): one
+// host cannot hold up another's commands, nor take the whole pool. The admin Connect's 1024 bytes are
 // fetched with an RDMA READ like any write data; in-capsule data (Data Block/Offset) is
 // used where it arrived; keyed descriptors with the Address and Invalidate subtypes are
 // served (responses never use Send with Invalidate, which Soft-RoCE does not honour: the
@@ -104,6 +106,18 @@
 // or a full device queue: they are submitted with RWF_NOWAIT, and the kernel's EAGAIN
 // hands them to the workers (Stats.AIOFallbacks). A poll group never waits for a backend.
 //
+// # Limits
+//
+// Connection requests beyond limits.max_queues, or from an address that holds
+// limits.max_queues_per_address queue pairs, are rejected with NO_RSC (the core's limits
+// — connect timeout, per-host controllers and queues, keep-alive bounds — apply too; the
+// transport tells the core the CM qid, and a Connect naming another is refused). Each I/O
+// connection has a share of the buffer pool (share.go). A poll group's watchdog
+// (watchdog.go) tears down a connection whose responses make no progress for
+// limits.response_timeout — a host that posts no receive buffers holds a SEND forever
+// under RNR retry 7 — or for a couple of seconds while it holds more than its share and
+// another connection waits within its own.
+//
 // # Faults
 //
 // A host that disconnects, a QP error (an error completion: a bad rkey, retries
@@ -112,5 +126,8 @@
 // to the error state (rdma_disconnect), commands waiting for buffers, credits or slots
 // fail, the device flushes what it holds (or, if it does not within 5 s, the QP is
 // destroyed regardless), the core queue closes once its commands have completed, and the
-// QP, CM ID and memory are released. Other connections are not affected.
+// QP, CM ID and memory are released. Other connections are not affected. If the core gives
+// up waiting for a command whose backend never completes it (target.Queue.Close's bound),
+// the QP and its completion queue share are released, and the connection's memory once
+// that command completes.
 package rdma
