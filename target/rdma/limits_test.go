@@ -233,3 +233,58 @@ func TestEnginePollGroupNeverBlocksOnBackend(t *testing.T) {
 	}
 	e.closeAll(conns...)
 }
+
+// TestRDMAResponseTimeout: a host that stops posting receive buffers holds the target's
+// response SENDs under RNR retry, and with them the read buffers; the target tears the
+// queue down after limits.response_timeout, the buffers return to the pool, and another
+// host keeps being served meanwhile.
+func TestRDMAResponseTimeout(t *testing.T) {
+	e := newRDMAEnvLimits(t, conf.Transport{BufferPoolSize: 8 << 20}, conf.Limits{ResponseTimeout: 2 * time.Second})
+	_, cntlid := e.adminConnect(0)
+	other := e.ioConnect(1, cntlid, 32)
+	// The hog: one receive buffer, for its Connect's response, then none.
+	h := newHostQueue(t, 32, 128<<10)
+	l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 2, depth: 32, icd: 8192, recvs: 1, noRepost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	l.onResp = h.onResponse
+	h.attach(l)
+	expectOK(t, "hog connect", h.connect(2, 0, cntlid, testSubNQN, testHostNQN))
+	start := time.Now()
+	for i := range 31 {
+		cmd := h.begin()
+		r := rw(nvmeproto.OpRead, 2, uint64(i*256), 256)
+		r.SGL = cmd.keyedAt(0, 128<<10)
+		if err := cmd.submit(&r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := false
+	for time.Since(start) < 30*time.Second {
+		s := e.tr.Stats()
+		if s.PoolFreeBytes < s.PoolTotalBytes-512<<10 {
+			held = true
+		}
+		// The other host is served while the hog holds its buffers.
+		c, _ := other.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
+		expectOK(t, "the other host's read", c)
+		if e.tr.Stats().Connections == 2 { // the hog's queue is gone
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d := time.Since(start)
+	if e.tr.Stats().Connections != 2 {
+		t.Fatalf("the hog's queue is still up %v after its responses stalled (response timeout 2 s)", d)
+	}
+	if !held {
+		t.Errorf("the hog never held pool buffers: the test did not exercise the stall")
+	}
+	t.Logf("hog's queue torn down %v after its reads", d)
+	// Everything the hog held is back once the other host's queues (whose last unsignaled
+	// responses keep a few pages until their connection ends) are gone too.
+	l.close()
+	e.expectPoolFree()
+}

@@ -40,12 +40,13 @@ type rdmaLink struct {
 	capSz  int
 	rspOff int // response receive buffers
 
-	onResp func([]byte)
-	lost   func()
-	stop   atomic.Bool
-	done   chan struct{}
-	sendMu sync.Mutex
-	closed sync.Once
+	onResp   func([]byte)
+	lost     func()
+	noRepost bool
+	stop     atomic.Bool
+	done     chan struct{}
+	sendMu   sync.Mutex
+	closed   sync.Once
 }
 
 type dialOpts struct {
@@ -56,6 +57,8 @@ type dialOpts struct {
 	icd       int   // largest in-capsule data the host sends
 	respRes   uint8 // RDMA READs the host serves (default 16)
 	noRespRes bool
+	recvs     int  // receive buffers posted at first (default depth)
+	noRepost  bool // never post a receive again (a host that holds the target's responses)
 }
 
 var testPortSeq atomic.Uint32
@@ -79,7 +82,11 @@ func dialRDMA(t testing.TB, addr netip.AddrPort, o dialOpts) (*rdmaLink, *rdmacm
 	if err != nil {
 		return nil, nil, err
 	}
-	l := &rdmaLink{t: t, ch: ch, depth: o.depth, data: o.dataBytes, capSz: nvmeproto.SQESize + o.icd, done: make(chan struct{})}
+	if o.recvs == 0 {
+		o.recvs = o.depth
+	}
+	l := &rdmaLink{t: t, ch: ch, depth: o.depth, data: o.dataBytes, capSz: nvmeproto.SQESize + o.icd, done: make(chan struct{}),
+		noRepost: o.noRepost}
 	l.capOff = alignUp(l.data, pageSize)
 	l.rspOff = alignUp(l.capOff+o.depth*l.capSz, pageSize)
 	size := l.rspOff + o.depth*nvmeproto.CQESize
@@ -105,7 +112,7 @@ func dialRDMA(t testing.TB, addr netip.AddrPort, o dialOpts) (*rdmaLink, *rdmacm
 				MaxSendWR: 2 * o.depth, MaxRecvWR: o.depth, MaxSendSGE: 1, MaxRecvSGE: 1}); err != nil {
 				return err
 			}
-			wrs := make([]rdmacm.RecvWR, o.depth)
+			wrs := make([]rdmacm.RecvWR, o.recvs)
 			for i := range wrs {
 				wrs[i].ID = uint64(i)
 				wrs[i].SetSGL(l.mem.SGE(l.rspOff+i*nvmeproto.CQESize, nvmeproto.CQESize))
@@ -152,6 +159,9 @@ func (l *rdmaLink) poll() {
 			off := l.rspOff + i*nvmeproto.CQESize
 			if l.onResp != nil {
 				l.onResp(bytes.Clone(l.mem.Bytes()[off : off+int(wc.ByteLen)]))
+			}
+			if l.noRepost {
+				continue
 			}
 			var w [1]rdmacm.RecvWR
 			w[0].ID = uint64(i)
