@@ -159,8 +159,11 @@ func (q *Queue) startConnectTimer() {
 		if q.bind.Load() != nil || q.closing() {
 			return
 		}
-		if ok, n := q.t.refusals.Allow("connect-timeout " + q.peer); ok {
-			q.log.Warn("queue sent no Connect in time: disconnecting", "peer", q.peer, "port", q.port.id,
+		q.connectMu.Lock()
+		peer := q.peer
+		q.connectMu.Unlock()
+		if ok, n := q.t.refusals.Allow("connect-timeout " + peer); ok {
+			q.log.Warn("queue sent no Connect in time: disconnecting", "peer", peer, "port", q.port.id,
 				"connect_timeout", d, "suppressed", n)
 		}
 		q.disconnect(ErrConnectTimeout)
@@ -176,7 +179,11 @@ func (q *Queue) stopConnectTimer() {
 
 // SetPeer names the host's end of the queue (an address) in the core's log lines about
 // the queue before its Connect names the host, and keys their rate limit.
-func (q *Queue) SetPeer(peer string) { q.peer = peer }
+func (q *Queue) SetPeer(peer string) {
+	q.connectMu.Lock()
+	q.peer = peer
+	q.connectMu.Unlock()
+}
 
 // ExpectQID tells the core the queue ID the transport connected the queue as (RDMA: the
 // qid of the CM private data, which sized the queue and chose its buffers): a Connect

@@ -302,9 +302,12 @@ func (q *Queue) waitDrained() bool {
 	case <-t.C:
 	}
 	n := q.state.Load() &^ closingBit
+	q.connectMu.Lock()
+	peer := q.peer
+	q.connectMu.Unlock()
 	q.log.Error("commands still executing after the queue closed: it is released without them; "+
 		"their memory stays allocated until the backend completes them",
-		"qid", q.QID(), "cntlid", q.ControllerID(), "peer", q.peer, "commands", n, "waited", q.t.closeTimeout)
+		"qid", q.QID(), "cntlid", q.ControllerID(), "peer", peer, "commands", n, "waited", q.t.closeTimeout)
 	return false
 }
 

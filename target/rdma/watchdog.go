@@ -102,7 +102,7 @@ func (c *conn) checkProgress(now time.Time, timeout time.Duration, pressure bool
 		return
 	}
 	if ok, n := c.g.refusals.Allow("response-timeout " + c.peer.String()); ok {
-		c.log.Warn(msg, "qid", c.cfg.qid, "cntlid", c.q.ControllerID(), "stalled", stalled.Round(time.Millisecond),
+		c.log.Warn(msg, "cntlid", c.q.ControllerID(), "stalled", stalled.Round(time.Millisecond),
 			"response_timeout", timeout, "signaled_outstanding", c.sigOut, "requests", c.busyContexts(),
 			"pool_pages_held", c.share.held, "pool_quota_pages", c.pool.quotaPages(), "suppressed", n)
 	}
