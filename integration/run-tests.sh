@@ -4,7 +4,8 @@
 #   integration/run-tests.sh [options] [NAME...]
 #
 # Setup: checks the host, builds or refreshes the guest image (integration/vm/vm.sh image),
-# builds $GONVMF_BUILD/bin/gonvmf (if cmd/gonvmf exists) and, for the go-tests suite, one test
+# builds $GONVMF_BUILD/bin/gonvmf (if cmd/gonvmf exists), the suites' helpers
+# (integration/cmd/NAME → $GONVMF_BUILD/bin/NAME) and, for the go-tests suite, one test
 # binary per package with a `func TestRDMA...` in a _test.go file.
 # Suites: every integration/tests/*.sh, sorted by name, then the built-in go-tests suite
 # (the TestRDMA* tests of those packages, all in one guest, with GONVMF_REQUIRE_RDMA=1).
@@ -122,6 +123,15 @@ if [ $build = 1 ] && ls "$SRC"/cmd/gonvmf/*.go > /dev/null 2>&1; then
 			break
 			;;
 		esac
+	done
+fi
+# Test helpers the suites run (integration/cmd/NAME → $GONVMF_BUILD/bin/NAME).
+if [ $build = 1 ]; then
+	for d in "$SRC"/integration/cmd/*/; do
+		[ -d "$d" ] && ls "$d"*.go > /dev/null 2>&1 || continue
+		name=$(basename "$d")
+		say "go build -o $GONVMF_BUILD/bin/$name ./integration/cmd/$name"
+		gobuild go build -o "$GONVMF_BUILD/bin/$name" "./integration/cmd/$name"
 	done
 fi
 rdma_pkgs=()
