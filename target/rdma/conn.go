@@ -436,7 +436,7 @@ func (c *conn) start(x *rctx, i, n int) {
 		return
 	}
 	x.bufOrder = k
-	if c.mayAllocNow() {
+	if c.mayAllocNow(k) {
 		if off, ok := c.allocBuf(k); ok {
 			x.bufOff, x.hasBuf = off, true
 			c.haveBuf(x)

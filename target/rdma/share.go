@@ -26,8 +26,9 @@ package rdma
 //     request (or a greedy connection) never holds up other connections' requests. A
 //     request within its share that other connections' requests have overtaken too often
 //     (maxBypass rounds) stops the group's round robin until it is served, so large
-//     buffers are not starved by a stream of small ones either. Within one connection
-//     requests are served in arrival order.
+//     buffers are not starved by a stream of small ones either — except for small
+//     holders' requests when it cannot use the headroom itself: those take pages it
+//     could not have had. Within one connection requests are served in arrival order.
 //   - buffers held hostage: a response that does not complete (see watchdog.go) ends its
 //     connection after limits.response_timeout, which returns its buffers.
 //
@@ -47,6 +48,7 @@ type groupShares struct {
 	head, tail *conn // round robin of connections with waiters (head is served next)
 	waiting    int   // I/O requests waiting, over all connections
 	starved    *rctx // a request overtaken too often: served before anything else
+	starvedBig bool  // ... that cannot use the headroom: small holders' requests still may
 	needy      bool  // the group's own copy of needyFlag (pool.needy counts it)
 }
 
@@ -109,7 +111,7 @@ func (c *conn) allocBuf(k int) (int, bool) {
 	}
 	keep := p.reserve
 	switch {
-	case c.share.held+1<<k <= smallGrantBuffers<<p.maxOrder:
+	case c.small(k):
 		// A small holder: the headroom is for it.
 	case c.within(k):
 		keep += p.headroom
@@ -133,15 +135,23 @@ func (c *conn) freeBuf(x *rctx) {
 	c.pool.release(x.bufOff, x.bufOrder)
 }
 
-// mayAllocNow reports whether a new request of c may take a buffer at once rather than
-// join the waiting room: nothing of c's waits before it, and no request of the group
-// waits within its share (then buffers go round robin, so that the waiting one is
-// overtaken a bounded number of times).
-func (c *conn) mayAllocNow() bool {
+// small reports whether a buffer of 1<<k pages keeps c a small holder (share.go), which
+// may take pages from the headroom.
+func (c *conn) small(k int) bool {
+	return c.share.held+1<<k <= smallGrantBuffers<<c.pool.maxOrder
+}
+
+// mayAllocNow reports whether a new request of c for 1<<k pages may take a buffer at once
+// rather than join the waiting room: nothing of c's waits before it, no request of the
+// group waits within its share (then buffers go round robin, so that the waiting one is
+// overtaken a bounded number of times), and no starved request is owed the pages it
+// would take.
+func (c *conn) mayAllocNow(k int) bool {
 	if c.admin {
 		return c.g.adminBufWait.head == nil
 	}
-	return c.share.wait.head == nil && !c.g.shares.needy && c.g.shares.starved == nil
+	s := &c.g.shares
+	return c.share.wait.head == nil && !s.needy && (s.starved == nil || s.starvedBig && c.small(k))
 }
 
 // waitBuf queues x until the pool has a buffer for it.
@@ -221,14 +231,18 @@ func (g *group) serveShares() bool {
 	progress := false
 	needy := false
 	if x := s.starved; x != nil {
-		if x.state != stWantBuf || x.c.share.wait.head != x {
+		switch {
+		case x.state != stWantBuf || x.c.share.wait.head != x:
 			s.starved = nil // served, or failed with its connection
-		} else if !g.serveHead(x.c) {
-			g.pool.setNeedy(g, true)
-			return false
-		} else {
+		case g.serveHead(x.c):
 			s.starved = nil
 			progress = true
+		case !x.c.small(x.bufOrder):
+			// It cannot use the headroom: small holders, which only can, go on.
+			s.starvedBig = true
+		default:
+			g.pool.setNeedy(g, true)
+			return false
 		}
 	}
 	for s.head != nil {
@@ -241,6 +255,10 @@ func (g *group) serveShares() bool {
 				continue // emptied by its teardown
 			}
 			x := c.share.wait.head
+			if s.starved != nil && !c.small(x.bufOrder) {
+				s.enqueue(c) // the starved request is owed these pages
+				continue
+			}
 			if g.serveHead(c) {
 				served++
 			} else {
@@ -259,10 +277,13 @@ func (g *group) serveShares() bool {
 			break
 		}
 		progress = true
-		if failed != nil {
+		if failed != nil && s.starved == nil {
 			if failed.bypassed++; failed.bypassed >= maxBypass {
 				s.starved = failed
-				break
+				s.starvedBig = !failed.c.small(failed.bufOrder)
+				if !s.starvedBig {
+					break
+				}
 			}
 		}
 	}

@@ -257,3 +257,41 @@ func TestEngineReclaimUnderPressure(t *testing.T) {
 	hwg.Wait()
 	e.closeAll(honest)
 }
+
+// TestEngineStarvedRequestSparesSmallHolders: a request within its share that cannot
+// fit, overtaken until it is owed the next buffers, holds up the requests that compete
+// for the same pages — but not those of a small holder, served from the headroom the
+// starved request could not use anyway. (Seen in the guest: a hostile host's queue within
+// its share, starved behind a borrower that never gives back, stalled the Linux host's
+// 4 KiB reads for seconds.)
+func TestEngineStarvedRequestSparesSmallHolders(t *testing.T) {
+	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10}) // 1024 pages; no watchdog
+	_, cntlid := e.adminConnect(0)
+	borrower := e.ioConnect(1, cntlid, 64)
+	within := e.ioConnect(2, cntlid, 64)
+	honest := e.ioConnect(3, cntlid, 16)
+	holdSends(borrower)
+	holdSends(within)
+	var bdone, wdone atomic.Int32
+	bwg := flood(t, borrower, 63, 256, &bdone) // takes all but the headroom and the reserve
+	waitPoolBelow(t, e.pool, e.pool.reserve+2*e.pool.headroom)
+	time.Sleep(50 * time.Millisecond)
+	wwg := flood(t, within, 20, 256, &wdone) // two buffers from the headroom, then waits within its share
+	deadline := time.Now().Add(10 * time.Second)
+	start := time.Now()
+	for i := 0; time.Now().Before(deadline); i++ {
+		c, _ := honest.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
+		expectOK(t, "honest read", c)
+		if i >= 300 {
+			break
+		}
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("300 reads of a small holder took %v next to a starved request", d)
+	}
+	borrower.ep.releaseHeld()
+	within.ep.releaseHeld()
+	bwg.Wait()
+	wwg.Wait()
+	e.closeAll(borrower, within, honest)
+}
