@@ -1,5 +1,5 @@
 // Command nvmf-hog is a hostile NVMe over Fabrics RDMA host, for gonvmf's fairness tests
-// (integration/tests/45-fairness.sh). It plays by the wire format but takes more than its
+// (integration/tests/46-fairness.sh). It plays by the wire format but takes more than its
 // share: it creates a controller like any host (admin queue, Connect, CC.EN, Number of
 // Queues, keep-alive), connects its I/O queues, and on each sends twice the queue depth
 // of large reads at once — more than the queue has room for — while posting no receive

@@ -1,5 +1,5 @@
 #!/bin/bash
-# 45-fairness: one host cannot starve another. The Linux host runs fio 4k randread QD16 on
+# 46-fairness: one host cannot starve another. The Linux host runs fio 4k randread QD16 on
 # a gonvmf null namespace, alone and then next to nvmf-hog (integration/cmd/nvmf-hog), a
 # hostile host of its own NQN that connects 8 I/O queues and sends each 2 × 128 reads of
 # 128 KiB at once while posting no receive buffer for their responses — trying to hold
