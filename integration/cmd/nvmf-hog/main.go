@@ -118,12 +118,16 @@ func main() {
 		// One receive buffer: the Connect's response. None after it.
 		q, err := dial(ap, uint16(qid), *depth, 1, false, *size)
 		if err != nil {
-			fail("I/O queue %d: %v", qid, err)
+			fmt.Printf("hog: I/O queue %d: %v; holding on with %d queues\n", qid, err, len(ios))
+			break
+		}
+		if _, err := q.connect(uint16(qid), *depth, 0, cntlid, *sub, *host); err != nil {
+			// A target whose pool the earlier queues hold cannot even serve this Connect.
+			fmt.Printf("hog: I/O queue %d connect: %v; holding on with %d queues\n", qid, err, len(ios))
+			q.close()
+			break
 		}
 		ios = append(ios, q)
-		if _, err := q.connect(uint16(qid), *depth, 0, cntlid, *sub, *host); err != nil {
-			fail("I/O queue %d connect: %v", qid, err)
-		}
 		nlb := *size / *lba
 		for i := 0; i < 2**depth; i++ {
 			var cmd nvmeproto.Command
@@ -145,7 +149,7 @@ func main() {
 		}()
 	}
 	fmt.Printf("hog: %d queues loaded: %d reads of %d bytes each, no receive buffers for their responses\n",
-		granted, 2**depth, *size)
+		len(ios), 2**depth, *size)
 	if *hold > 0 {
 		select {
 		case <-time.After(*hold):
