@@ -33,12 +33,19 @@ const (
 	RejectIncompatibleFormat
 	// RejectInternal: the target could not set the queue up.
 	RejectInternal
+	// RejectHostLimit: Controller Busy because the host NQN holds
+	// limits.max_controllers_per_host controllers or limits.max_queues_per_host queues.
+	RejectHostLimit
+	// RejectConnectTimeout: the queue sent no Connect within limits.connect_timeout and
+	// was torn down.
+	RejectConnectTimeout
 	NumConnectRejects
 )
 
 var connectRejectNames = [NumConnectRejects]string{
 	"invalid_parameters", "unknown_subsystem", "host_not_allowed", "authentication_failed",
 	"controller_busy", "invalid_state", "incompatible_format", "internal_error",
+	"host_limit", "connect_timeout",
 }
 
 // String returns the reason's name in snake_case (a metrics label value).
@@ -56,6 +63,9 @@ func (c *connectRejects) add(r ConnectReject) { c[r%NumConnectRejects].Add(1) }
 
 // reason classifies a refused Connect.
 func (ce *connectError) reason() ConnectReject {
+	if ce.hostLimit {
+		return RejectHostLimit
+	}
 	switch ce.st.Code() {
 	case nvmeproto.StatusConnectInvalidParameters.Code():
 		if ce.iattr == nvmeproto.ConnectIAttrData && ce.ipo == nvmeproto.ConnectDataOffSubNQN {

@@ -32,14 +32,17 @@ type connectError struct {
 	ipo   uint16
 	iattr uint8
 	msg   string
+	// hostLimit: refused for the host's limits (max_controllers_per_host,
+	// max_queues_per_host), counted apart from other Controller Busy refusals.
+	hostLimit bool
 }
 
 func invalidSQE(off uint16, msg string) *connectError {
-	return &connectError{nvmeproto.StatusConnectInvalidParameters.WithDNR(), off, nvmeproto.ConnectIAttrSQE, msg}
+	return &connectError{st: nvmeproto.StatusConnectInvalidParameters.WithDNR(), ipo: off, iattr: nvmeproto.ConnectIAttrSQE, msg: msg}
 }
 
 func invalidData(off uint16, msg string) *connectError {
-	return &connectError{nvmeproto.StatusConnectInvalidParameters.WithDNR(), off, nvmeproto.ConnectIAttrData, msg}
+	return &connectError{st: nvmeproto.StatusConnectInvalidParameters.WithDNR(), ipo: off, iattr: nvmeproto.ConnectIAttrData, msg: msg}
 }
 
 // connect executes a Connect command on an unbound queue.
@@ -143,7 +146,7 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "admin queue larger than 32 entries")
 	}
 	if over := q.t.hostTake(d.HostNQN, true); over != "" {
-		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over}
+		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over, hostLimit: true}
 	}
 	s := q.t.subsystem(d.SubNQN)
 	var auth *ctrlAuth
@@ -180,6 +183,7 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 		var err error
 		if b.auth, err = q.newQueueAuth(c, 0); err != nil {
 			s.removeController(c)
+			q.t.hostRelease(d.HostNQN, true)
 			return &connectError{st: nvmeproto.StatusInternalError, msg: err.Error()}
 		}
 	}
@@ -211,7 +215,7 @@ func (q *Queue) connectIO(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue larger than CAP.MQES+1")
 	}
 	if over := q.t.hostTake(d.HostNQN, false); over != "" {
-		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over}
+		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over, hostLimit: true}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -232,6 +236,7 @@ func (q *Queue) connectIO(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto
 	if c.auth != nil {
 		var err error
 		if b.auth, err = q.newQueueAuth(c, cc.QID); err != nil {
+			q.t.hostRelease(d.HostNQN, false)
 			return &connectError{st: nvmeproto.StatusInternalError, msg: err.Error()}
 		}
 	}

@@ -38,6 +38,8 @@ func baseConfig(nss ...conf.Namespace) *conf.Config {
 			NQN: subNQN, AllowAnyHost: true, Namespaces: nss,
 		}},
 		Transport: conf.Transport{QueueDepth: 128, MaxIOQueues: 4, InCapsuleDataSize: 8192, MaxIOSize: 128 << 10},
+		// The keep-alive tests use KATOs below the default minimum (1 s) to run fast.
+		Limits: conf.Limits{MinKeepAliveTimeout: 100 * time.Millisecond},
 	}
 }
 

@@ -166,6 +166,7 @@ func (q *Queue) startConnectTimer() {
 			q.log.Warn("queue sent no Connect in time: disconnecting", "peer", peer, "port", q.port.id,
 				"connect_timeout", d, "suppressed", n)
 		}
+		q.t.rejects.add(RejectConnectTimeout)
 		q.disconnect(ErrConnectTimeout)
 	})
 }

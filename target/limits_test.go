@@ -57,6 +57,9 @@ func TestLimitConnectTimeout(t *testing.T) {
 		if !errors.Is(idle.Err(), target.ErrConnectTimeout) {
 			t.Errorf("idle queue ended with %v, want ErrConnectTimeout", idle.Err())
 		}
+		if n := e.tgt.ConnectRejects()[target.RejectConnectTimeout]; n != 1 {
+			t.Errorf("connect rejects for connect_timeout: %d, want 1", n)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a queue without Connect is still up 10 s after a 1 s connect timeout")
 	}
@@ -84,6 +87,9 @@ func TestLimitControllersPerHost(t *testing.T) {
 	expect(t, "third controller of the host", c, nvmeproto.StatusConnectControllerBusy)
 	if c.Status.DNR() {
 		t.Errorf("Controller Busy with DNR: the host would never retry")
+	}
+	if n := e.tgt.ConnectRejects()[target.RejectHostLimit]; n != 1 {
+		t.Errorf("connect rejects for host_limit: %d, want 1", n)
 	}
 	e.adminConnect(subNQN, otherNQN, 0) // another host is not affected
 	a1.conn.Close()
@@ -113,6 +119,9 @@ func TestLimitQueuesPerHost(t *testing.T) {
 		nvmeproto.StatusConnectControllerBusy)
 	if ctrls, queues := e.tgt.HostUsage(hostNQN); ctrls != 1 || queues != 4 {
 		t.Errorf("host usage %d controllers, %d queues; want 1, 4", ctrls, queues)
+	}
+	if r := e.tgt.ConnectRejects(); r[target.RejectHostLimit] != 1 || r[target.RejectControllerBusy] != 0 {
+		t.Errorf("connect rejects: host_limit %d, controller_busy %d; want 1, 0", r[target.RejectHostLimit], r[target.RejectControllerBusy])
 	}
 }
 
