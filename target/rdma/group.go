@@ -120,7 +120,6 @@ type group struct {
 
 	watchTimer *time.Timer     // sets watchDue every watchPeriod (watchdog.go)
 	watchDue   atomic.Bool     // the connections' progress is due for a check
-	seenNeedy  uint64          // pool.needyEvents at the last check
 	refusals   ratelog.Limiter // connections torn down for a limit: a line per host and interval
 
 	stopping atomic.Bool

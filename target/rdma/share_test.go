@@ -295,3 +295,37 @@ func TestEngineStarvedRequestSparesSmallHolders(t *testing.T) {
 	wwg.Wait()
 	e.closeAll(borrower, within, honest)
 }
+
+// TestWatchStall: the watchdog's verdict on a connection whose responses stall. Over its
+// share, it is reclaimed after pressureStall if another connection waited within its own
+// at any time during the stall — also when that one no longer waits, its need met by the
+// first borrowers torn down (seen in the guest: the hog's queues reclaimed after those
+// held on until the response timeout, their RNR-retried SENDs slowing the Linux host
+// next to them) — but not for waits before the stall, nor within its share; everything
+// after the response timeout.
+func TestWatchStall(t *testing.T) {
+	const timeout = 30 * time.Second
+	t0 := time.Unix(1000, 0)
+	w := &respWatch{since: t0, needy: 5}
+	ps := pressureStall(timeout)
+	for _, tc := range []struct {
+		name     string
+		after    time.Duration
+		events   uint64
+		needyNow bool
+		over     bool
+		want     error
+	}{
+		{"progressing recently, others waited", ps - time.Millisecond, 9, true, true, nil},
+		{"over its share, a wait during the stall, none now", ps, 6, false, true, errHoldingBuffers},
+		{"over its share, one waits now", ps, 5, true, true, errHoldingBuffers},
+		{"over its share, waits only before the stall", ps, 5, false, true, nil},
+		{"within its share, others waited", ps, 9, true, false, nil},
+		{"within its share, response timeout", timeout, 5, false, false, errResponseTimeout},
+		{"over its share, response timeout", timeout + time.Second, 9, true, true, errResponseTimeout},
+	} {
+		if got := w.stall(t0.Add(tc.after), timeout, tc.events, tc.needyNow, tc.over); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -17,8 +17,8 @@ import (
 // signaled work requests outstanding whose send queue has completed nothing for
 // limits.response_timeout is torn down (errResponseTimeout), which flushes its work
 // requests and gives its buffers back to the pool; so is, after pressureStall, one that
-// holds more than its share of the pool while another connection waits within its own
-// (errHoldingBuffers, see share.go).
+// holds more than its share of the pool while another connection waited within its own
+// during the stall (errHoldingBuffers, see share.go).
 
 // Why the watchdog ends a connection.
 var (
@@ -41,6 +41,27 @@ type respWatch struct {
 	done  uint64    // signaled send queue completions handled (RDMA READs and SENDs)
 	seen  uint64    // done at the last check
 	since time.Time // when a check first found no progress with work outstanding; zero: progressing
+	// needy is pool.needyEvents when the stall was first seen: a later count means a
+	// connection waited within its share during the stall.
+	needy uint64
+}
+
+// stall is what the watchdog decides for a connection whose responses made no progress
+// since w.since (now): nil to wait, errResponseTimeout after timeout, errHoldingBuffers
+// after pressureStall if it holds more than its share (over) and another connection
+// waited within its own at some time during the stall (needyEvents moved since it began,
+// or one waits now: needyNow). At some time, not at this check: the first borrowers torn
+// down free enough for the waiter, which then no longer waits, while the others stalled
+// beside them keep the pool, and the host's retried SENDs keep the fabric and CPUs busy.
+func (w *respWatch) stall(now time.Time, timeout time.Duration, needyEvents uint64, needyNow, over bool) error {
+	stalled := now.Sub(w.since)
+	switch {
+	case stalled >= timeout:
+		return errResponseTimeout
+	case stalled >= pressureStall(timeout) && over && (needyNow || needyEvents != w.needy):
+		return errHoldingBuffers
+	}
+	return nil
 }
 
 // startWatch starts the group's periodic check (a no-op without a response timeout).
@@ -63,22 +84,21 @@ func (g *group) startWatch() {
 
 // watchdog checks every live connection of the group for stalled responses.
 func (g *group) watchdog(now time.Time) {
-	ev := g.pool.needyEvents.Load()
-	pressure := ev != g.seenNeedy || g.pool.needy.Load() > 0
-	g.seenNeedy = ev
+	ev, needyNow := g.pool.needyEvents.Load(), g.pool.needy.Load() > 0
 	for i := range g.conns {
 		c := g.conns[i].Load()
 		if c == nil || c.state != stateLive {
 			continue
 		}
-		c.checkProgress(now, g.cfg.respTimeout, pressure)
+		c.checkProgress(now, g.cfg.respTimeout, ev, needyNow)
 	}
 }
 
 // checkProgress tears c down if its send queue has had work outstanding and completed
 // nothing for timeout, or for pressureStall while it holds more than its share of the
-// pool and another connection waited within its own since the last check (pressure).
-func (c *conn) checkProgress(now time.Time, timeout time.Duration, pressure bool) {
+// pool and another connection waited within its own during the stall (respWatch.stall;
+// ev is pool.needyEvents now, needyNow whether a connection waits now).
+func (c *conn) checkProgress(now time.Time, timeout time.Duration, ev uint64, needyNow bool) {
 	w := &c.watch
 	outstanding := c.sigOut > 0 || c.sendWait.head != nil
 	if w.done != w.seen || !outstanding {
@@ -87,22 +107,20 @@ func (c *conn) checkProgress(now time.Time, timeout time.Duration, pressure bool
 		return
 	}
 	if w.since.IsZero() {
-		w.since = now
+		w.since, w.needy = now, ev
 		return
 	}
-	stalled := now.Sub(w.since)
-	reason, msg := errResponseTimeout, "responses made no progress: disconnecting the queue and freeing its buffers"
-	switch {
-	case stalled >= timeout:
-	case stalled >= pressureStall(timeout) && pressure && c.share.held > c.pool.quotaPages():
-		reason = errHoldingBuffers
-		msg = "responses made no progress while the queue holds more than its share of the buffer pool and others wait: " +
-			"disconnecting the queue and freeing its buffers"
-	default:
+	reason := w.stall(now, timeout, ev, needyNow, c.share.held > c.pool.quotaPages())
+	if reason == nil {
 		return
+	}
+	msg := "responses made no progress: disconnecting the queue and freeing its buffers"
+	if reason == errHoldingBuffers {
+		msg = "responses made no progress while the queue holds more than its share of the buffer pool and others waited: " +
+			"disconnecting the queue and freeing its buffers"
 	}
 	if ok, n := c.g.refusals.Allow("response-timeout " + c.peer.String()); ok {
-		c.log.Warn(msg, "cntlid", c.q.ControllerID(), "stalled", stalled.Round(time.Millisecond),
+		c.log.Warn(msg, "cntlid", c.q.ControllerID(), "stalled", now.Sub(w.since).Round(time.Millisecond),
 			"response_timeout", timeout, "signaled_outstanding", c.sigOut, "requests", c.busyContexts(),
 			"pool_pages_held", c.share.held, "pool_quota_pages", c.pool.quotaPages(), "suppressed", n)
 	}
