@@ -115,8 +115,8 @@
 // connection has a share of the buffer pool (share.go). A poll group's watchdog
 // (watchdog.go) tears down a connection whose responses make no progress for
 // limits.response_timeout — a host that posts no receive buffers holds a SEND forever
-// under RNR retry 7 — or for a couple of seconds while it holds more than its share and
-// another connection waits within its own.
+// under RNR retry 7 — or for a couple of seconds while it holds more than its share, if
+// another connection waited within its own at some time during that stall.
 //
 // # Faults
 //

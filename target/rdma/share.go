@@ -17,8 +17,8 @@ package rdma
 //   - borrowing: beyond its quota a connection is served only while no connection waits
 //     within its share (anywhere on the device), and never from the headroom.
 //   - reclaim under pressure: a connection holding more than its quota whose responses
-//     have made no progress for a couple of seconds while another waits within its share
-//     is torn down (watchdog.go). Borrowed buffers come back in microseconds from a host
+//     have made no progress for a couple of seconds, during which another waited within
+//     its share, is torn down (watchdog.go). Borrowed buffers come back in microseconds from a host
 //     that reads its responses; a host that does not must not keep the others waiting
 //     until limits.response_timeout.
 //   - waiting: each connection's waiting requests form its own FIFO; a poll group serves
