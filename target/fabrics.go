@@ -145,9 +145,6 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	if int(cc.SQSize)+1 > AdminQueueDepth {
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "admin queue larger than 32 entries")
 	}
-	if over := q.t.hostTake(d.HostNQN, true); over != "" {
-		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over, hostLimit: true}
-	}
 	s := q.t.subsystem(d.SubNQN)
 	var auth *ctrlAuth
 	if !s.disc {
@@ -162,6 +159,10 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 		if keys != nil {
 			auth = &ctrlAuth{keys: *keys}
 		}
+	}
+	// Counted only once admitted: a refused Connect must not use up the host's limits.
+	if over := q.t.hostTake(d.HostNQN, true); over != "" {
+		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: over, hostLimit: true}
 	}
 	c := newController(q, s, d.HostNQN, d.HostID)
 	c.auth = auth

@@ -2,6 +2,7 @@ package target_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -216,4 +217,26 @@ func (b *stuckBackend) Info() backend.Info {
 	i := backend.Describe(b.Backend)
 	i.Inline = false // through the executor's workers, as a file would
 	return i
+}
+
+// TestLimitRefusedConnectNotCounted: an admin Connect refused after the per-host limits
+// were checked (here: authentication required, and the host has no key) does not count
+// against them. Else anyone could lock a host out by its NQN, which is no secret, with a
+// few refused Connects.
+func TestLimitRefusedConnectNotCounted(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Limits.MaxControllersPerHost = 2
+	e := newEnv(t, cfg, target.WithAuthKeys(oneHostKeys{nil})) // required, nobody has a key
+	for i := range 3 {
+		h := e.dial(32)
+		c := h.connect(0, 31, 0, 0xFFFF, subNQN, hostNQN)
+		expect(t, fmt.Sprintf("connect %d without a key", i), c, nvmeproto.StatusConnectInvalidParameters)
+		h.conn.Close()
+	}
+	if ctrls, queues := e.tgt.HostUsage(hostNQN); ctrls != 0 || queues != 0 {
+		t.Errorf("host usage after refused Connects: %d controllers, %d queues; want 0, 0", ctrls, queues)
+	}
+	if n := e.tgt.ConnectRejects()[target.RejectHostLimit]; n != 0 {
+		t.Errorf("%d refusals for the host's limits, want 0", n)
+	}
 }
