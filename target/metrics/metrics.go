@@ -154,6 +154,8 @@ var (
 	pgWakeups     = desc("poll_group_wakeups_total", "Sleeps of the poll group ended by a completion event.", pgLabels...)
 	pgReadWaits   = desc("poll_group_read_credit_waits_total", "Commands that waited for an RDMA READ credit (the host's responder resources).", pgLabels...)
 	pgSendWaits   = desc("poll_group_send_queue_waits_total", "Responses that waited for room in a send queue.", pgLabels...)
+	pgStalled     = desc("poll_group_stalled_queue_teardowns_total", "Queues torn down because their responses made no progress: for limits.response_timeout (response_timeout), or for seconds while holding more than their share of the buffer pool as others waited (share_reclaim).",
+		append(pgLabels, "reason")...)
 
 	poolSize  = desc("buffer_pool_size_bytes", "Size of the device's registered data buffer pool.", "device")
 	poolInUse = desc("buffer_pool_in_use_bytes", "Bytes of the buffer pool held by commands now.", "device")
@@ -167,7 +169,7 @@ var (
 var allDescs = []*prometheus.Desc{
 	nsCommands, nsBytes, nsErrors, nsLatency, nsCapacity, nsFailed,
 	subControllers, subQueues, subErrors,
-	pgQueuePairs, pgPolls, pgIdlePolls, pgCompletions, pgSleeps, pgWakeups, pgReadWaits, pgSendWaits,
+	pgQueuePairs, pgPolls, pgIdlePolls, pgCompletions, pgSleeps, pgWakeups, pgReadWaits, pgSendWaits, pgStalled,
 	poolSize, poolInUse, poolPeak, poolWaits,
 	rdmaRejects, connectRejects,
 }
@@ -248,6 +250,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(pgWakeups, g.Wakeups, g.Device, group)
 		counter(pgReadWaits, g.ReadWaits, g.Device, group)
 		counter(pgSendWaits, g.SendWaits, g.Device, group)
+		counter(pgStalled, g.ResponseTimeouts, g.Device, group, "response_timeout")
+		counter(pgStalled, g.ShareReclaims, g.Device, group, "share_reclaim")
 		waits[g.Device] += g.BufferWaits
 	}
 	for _, p := range c.srv.PoolStats() {

@@ -16,6 +16,9 @@ type groupMetrics struct {
 	// idlePolls counts the rounds that found nothing to do: no completion, no command
 	// the core completed, no connection event, no buffer to hand out.
 	idlePolls atomic.Uint64
+	// responseTimeouts and shareReclaims count the connections the watchdog tore down
+	// (watchdog.go): errResponseTimeout and errHoldingBuffers.
+	responseTimeouts, shareReclaims atomic.Uint64
 	// shard is the namespace counter shard of the group's queues (target.Queue.
 	// SetCounterShard): the group's goroutine begins and, for memory, null and
 	// asynchronous I/O, completes their commands, so they share one.

@@ -191,6 +191,9 @@ func TestEngineResponseTimeout(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("torn down %v after its responses stalled; the response timeout is 500 ms", d)
 	}
+	if rt, sr := e.g.m.responseTimeouts.Load(), e.g.m.shareReclaims.Load(); rt != 1 || sr != 0 {
+		t.Errorf("counted %d response timeouts and %d share reclaims, want 1, 0", rt, sr)
+	}
 	stuck.h.lost()
 	wg.Wait()
 	c, _ := other.h.exec(rw(nvmeproto.OpRead, 2, 0, 256), nil, 128<<10)
@@ -253,6 +256,9 @@ func TestEngineReclaimUnderPressure(t *testing.T) {
 		break
 	}
 	t.Logf("the hostile connection was torn down %v after the honest one began waiting (%d rounds of 16 reads)", time.Since(start), rounds)
+	if rt, sr := e.g.m.responseTimeouts.Load(), e.g.m.shareReclaims.Load(); rt != 0 || sr != 1 {
+		t.Errorf("counted %d response timeouts and %d share reclaims, want 0, 1", rt, sr)
+	}
 	hostile.h.lost()
 	hwg.Wait()
 	e.closeAll(honest)

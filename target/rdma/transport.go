@@ -468,6 +468,10 @@ type GroupStats struct {
 	BufferWaits uint64 // commands that waited for buffer pool memory
 	ReadWaits   uint64 // commands that waited for RDMA READ credits
 	SendWaits   uint64 // responses that waited for send queue room
+	// Queues the watchdog tore down: responses without progress for
+	// limits.response_timeout, or a stall while over the queue's share of the pool when
+	// others waited (share reclaim).
+	ResponseTimeouts, ShareReclaims uint64
 }
 
 // PoolStats describe one device's registered buffer pool.
@@ -488,6 +492,7 @@ func (tr *Transport) GroupStats() []GroupStats {
 				Polls: g.stats.polls.Load(), IdlePolls: g.m.idlePolls.Load(), Completions: g.stats.completions.Load(),
 				Sleeps: g.stats.sleeps.Load(), Wakeups: g.stats.wakeups.Load(),
 				BufferWaits: g.stats.bufWaits.Load(), ReadWaits: g.stats.readWaits.Load(), SendWaits: g.stats.sendWaits.Load(),
+				ResponseTimeouts: g.m.responseTimeouts.Load(), ShareReclaims: g.m.shareReclaims.Load(),
 			})
 		}
 	}

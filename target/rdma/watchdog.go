@@ -116,8 +116,11 @@ func (c *conn) checkProgress(now time.Time, timeout time.Duration, ev uint64, ne
 	}
 	msg := "responses made no progress: disconnecting the queue and freeing its buffers"
 	if reason == errHoldingBuffers {
+		c.g.m.shareReclaims.Add(1)
 		msg = "responses made no progress while the queue holds more than its share of the buffer pool and others waited: " +
 			"disconnecting the queue and freeing its buffers"
+	} else {
+		c.g.m.responseTimeouts.Add(1)
 	}
 	if ok, n := c.g.refusals.Allow("response-timeout " + c.peer.String()); ok {
 		c.log.Warn(msg, "cntlid", c.q.ControllerID(), "stalled", now.Sub(w.since).Round(time.Millisecond),
