@@ -416,7 +416,7 @@ type Stats struct {
 	Sleeps          uint64 // times a poll group slept on its completion channel
 	Wakeups         uint64 // sleeps ended by a completion event (the rest: a wake-up or a timeout)
 	SharedRecvBufs  int    // receive buffers of the poll groups' shared receive queues
-	AIOFallbacks    uint64 // reads and writes that would have blocked io_submit, run by workers instead
+	AIOFallbacks    uint64 // reads and writes the rings handed to workers: EAGAIN under RWF_NOWAIT, or refused by io_submit
 }
 
 // Stats returns the transport's counters summed over devices and poll groups.
