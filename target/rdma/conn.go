@@ -444,6 +444,16 @@ func (c *conn) start(x *rctx, i, n int) {
 		}
 	}
 	x.state = stWantBuf
+	if c.cfg.srq {
+		// Begin has copied what it needs of the capsule (the entry into r.Cmd, an SGL
+		// list into the Request) and there is no in-capsule data: the shared receive
+		// buffer goes back now. Commands waiting for the pool — a host flooding its queues
+		// past its share — would otherwise drain the receive queue that every I/O queue of
+		// the poll group depends on, and stall the others' commands.
+		c.g.srq.repost(int(x.recv))
+		x.recv = -1
+		r.ICD = nil
+	}
 	c.g.waitBuf(x)
 }
 

@@ -41,11 +41,14 @@
 // share one receive queue (transport.shared_receive_queue, an SRQ): it holds as many
 // buffers as those queues have entries, up to the configured limit, added in chunks as
 // queues connect and kept when they go; a command takes the next buffer whichever queue it
-// arrives on, and the completion's QP number names its connection. A host that sends more
-// commands than there are buffers is held back by RNR retries (the accept asks for retry
-// count 7: for ever), never failed; a connect or keep-alive never waits for an I/O
-// queue's buffer. With shared_receive_queue 0 every I/O queue has its own buffers, one per
-// entry.
+// arrives on, and the completion's QP number names its connection. A command that has to
+// wait for pool buffers gives its shared buffer back at once (it has no in-capsule data,
+// and Begin has copied what it needs), so a host flooding its queues past its share of
+// the pool cannot drain the receive queue its poll group's other queues depend on. A
+// host that sends more commands than there are buffers is held back by RNR retries (the
+// accept asks for retry count 7: for ever), never failed; a connect or keep-alive never
+// waits for an I/O queue's buffer. With shared_receive_queue 0 every I/O queue has its
+// own buffers, one per entry.
 //
 // # Requests
 //

@@ -3,6 +3,7 @@ package rdma
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,5 +207,39 @@ func TestEngineSRQOverrun(t *testing.T) {
 		t.Errorf("disconnected after %d commands; a queue of %d entries may have %d in contexts and waiting", sent, depth, 3*depth)
 	}
 	e.closeAll(append(idle, a)...)
+	waitBuffers(t, e)
+}
+
+// TestEngineSRQFairShare: on a shared receive queue, a host whose flood of 128 KiB reads
+// waits for pool buffers (it holds every buffer it gets: its responses never complete)
+// must not take the receive buffers with its waiting commands: another queue of the poll
+// group keeps getting its commands in, and completes them at once.
+func TestEngineSRQFairShare(t *testing.T) {
+	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10, srq: srqChunkSlots}) // 4 MiB pool, 32 receive buffers
+	_, cntlid := e.adminConnect(0)
+	hostile := e.ioConnect(1, cntlid, 64)
+	honest := e.ioConnect(2, cntlid, 16)
+	if !hostile.c.cfg.srq || !honest.c.cfg.srq {
+		t.Fatal("the I/O queues are not on the shared receive queue")
+	}
+	holdSends(hostile)
+	var hdone atomic.Int32
+	wg := flood(t, hostile, 63, 256, &hdone) // 63 × 32 pages: twice the pool, twice the receive buffers
+	waitPoolBelow(t, e.pool, e.pool.reserve+2*e.pool.headroom)
+	time.Sleep(50 * time.Millisecond) // the flood's later reads wait for buffers
+	start := time.Now()
+	for i := range 100 {
+		c, _ := honest.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
+		expectOK(t, "honest read", c)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("100 reads of the honest host took %v next to the hostile one", d)
+	}
+	hostile.ep.releaseHeld()
+	wg.Wait()
+	if n := hdone.Load(); n != 63 {
+		t.Errorf("%d of the hostile host's 63 reads completed once it let them", n)
+	}
+	e.closeAll(hostile, honest)
 	waitBuffers(t, e)
 }
