@@ -62,7 +62,10 @@ k_teardown() {
 	nvmet_teardown && { [ ! -d "$H" ] || rmdir "$H"; }
 }
 on_exit k_teardown
-check nvmet-setup nvmet_setup "$KNQN" "$SCRATCH/k-auth.img" || finish
+# Buffered: the 6.12 target's O_DIRECT file path oopsed once under this suite's perf run
+# (NULL dereference in __iomap_dio_rw from nvmet_file_execute_io, in ib-comp-wq), and
+# this suite is about authentication, not the kernel target's file I/O.
+NVMET_BUFFERED_IO=1 check nvmet-setup nvmet_setup "$KNQN" "$SCRATCH/k-auth.img" || finish
 mkdir -p "$H"
 echo 0 > "$NVMET_CFG/subsystems/$KNQN/attr_allow_any_host"
 ln -s "$H" "$NVMET_CFG/subsystems/$KNQN/allowed_hosts/$HOSTNQN"

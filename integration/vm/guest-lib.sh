@@ -144,7 +144,8 @@ null_blk_setup() {
 
 # nvmet_setup <nqn> <block device or file> [port]: export it as namespace 1 of subsystem <nqn>
 # from the Linux kernel target over rdma on $RXE_IP:<port> (default 4420), any host allowed.
-# A file on a filesystem without O_DIRECT (tmpfs, the 9p root) falls back to buffered I/O.
+# A file on a filesystem without O_DIRECT (tmpfs, the 9p root) falls back to buffered I/O;
+# NVMET_BUFFERED_IO=1 asks for buffered I/O on a file from the start.
 nvmet_setup() {
 	local nqn=${1:?nvmet_setup: need an NQN} path=${2:?nvmet_setup: need a device or file} port=${3:-$NVMET_DEFAULT_PORT}
 	local s=$NVMET_CFG/subsystems/$nqn p=$NVMET_CFG/ports/$port
@@ -163,6 +164,9 @@ nvmet_setup() {
 	echo 1 > "$s/attr_allow_any_host"
 	mkdir "$s/namespaces/1"
 	echo -n "$path" > "$s/namespaces/1/device_path"
+	if [ "${NVMET_BUFFERED_IO:-0}" = 1 ] && [ -f "$path" ]; then
+		echo 1 > "$s/namespaces/1/buffered_io"
+	fi
 	if ! echo 1 > "$s/namespaces/1/enable" 2> /dev/null; then
 		if [ -f "$path" ]; then
 			echo "nvmet_setup: enabling $path with O_DIRECT failed; using buffered_io=1" >&2
