@@ -162,23 +162,24 @@ func (v *validator) where(p string) string {
 
 // --- transport ---
 
+// defaultZero sets *f to d when it is zero because the file left the field out (an
+// explicit 0 stays, for the range check to report).
+func defaultZero[T comparable](v *validator, f *T, path string, d T) {
+	var zero T
+	if *f == zero && !v.explicit(path) {
+		*f = d
+	}
+}
+
 func (v *validator) transport() {
 	t := &v.c.Transport
 	const tp = "transport."
-	if t.QueueDepth == 0 && !v.explicit(tp+"queue_depth") {
-		t.QueueDepth = DefaultQueueDepth
-	}
+	defaultZero(v, &t.QueueDepth, tp+"queue_depth", DefaultQueueDepth)
 	// in_capsule_data_size has no default here: 0 means none (decode gives a file that
 	// leaves it out DefaultInCapsuleDataSize).
-	if t.MaxIOSize == 0 && !v.explicit(tp+"max_io_size") {
-		t.MaxIOSize = DefaultMaxIOSize
-	}
-	if t.MaxIOQueues == 0 && !v.explicit(tp+"max_io_queues") {
-		t.MaxIOQueues = DefaultMaxIOQueues
-	}
-	if t.KeepAliveTimeout == 0 && !v.explicit(tp+"keep_alive_timeout") {
-		t.KeepAliveTimeout = DefaultKeepAliveTimeout
-	}
+	defaultZero(v, &t.MaxIOSize, tp+"max_io_size", DefaultMaxIOSize)
+	defaultZero(v, &t.MaxIOQueues, tp+"max_io_queues", DefaultMaxIOQueues)
+	defaultZero(v, &t.KeepAliveTimeout, tp+"keep_alive_timeout", DefaultKeepAliveTimeout)
 
 	qdOK := t.QueueDepth >= MinQueueDepth && t.QueueDepth <= MaxQueueDepth
 	if !qdOK && !v.skip(tp+"queue_depth") {
@@ -236,16 +237,8 @@ func (v *validator) transport() {
 func (v *validator) limits() {
 	l := &v.c.Limits
 	const lp = "limits."
-	def := func(f *int, name string, d int) {
-		if *f == 0 && !v.explicit(lp+name) {
-			*f = d
-		}
-	}
-	defDur := func(f *time.Duration, name string, d time.Duration) {
-		if *f == 0 && !v.explicit(lp+name) {
-			*f = d
-		}
-	}
+	def := func(f *int, name string, d int) { defaultZero(v, f, lp+name, d) }
+	defDur := func(f *time.Duration, name string, d time.Duration) { defaultZero(v, f, lp+name, d) }
 	def(&l.MaxQueues, "max_queues", DefaultMaxQueues)
 	mqOK := l.MaxQueues >= 2 && l.MaxQueues <= MaxMaxQueues
 	mq := DefaultMaxQueues // what the per-address and per-host defaults may not exceed
