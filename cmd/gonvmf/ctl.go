@@ -226,6 +226,28 @@ func (x *ctlCtx) args(min, max int) ([]string, error) {
 	return a, nil
 }
 
+// nsArgs checks the argument count of a command whose arguments start with SUBNQN NSID,
+// and parses the NSID.
+func (x *ctlCtx) nsArgs(min, max int) ([]string, uint32, error) {
+	a, err := x.args(min, max)
+	if err != nil {
+		return nil, 0, err
+	}
+	nsid, err := parseNSID(a[1])
+	return a, nsid, err
+}
+
+// parseOnOff takes "on" or "off"; what, in the error, says what on means.
+func parseOnOff(s, what string) (bool, error) {
+	switch s {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	return false, usageError("%q: write on (%s) or off", s, what)
+}
+
 func parseNSID(s string) (uint32, error) {
 	n, err := strconv.ParseUint(s, 0, 32)
 	if err != nil || n == 0 {
@@ -524,11 +546,7 @@ func nsText(n *pb.Namespace) string {
 }
 
 func ctlNsRm(x *ctlCtx) error {
-	a, err := x.args(2, 2)
-	if err != nil {
-		return err
-	}
-	nsid, err := parseNSID(a[1])
+	a, nsid, err := x.nsArgs(2, 2)
 	if err != nil {
 		return err
 	}
@@ -540,11 +558,7 @@ func ctlNsRm(x *ctlCtx) error {
 }
 
 func ctlNsResize(x *ctlCtx) error {
-	a, err := x.args(2, 3)
-	if err != nil {
-		return err
-	}
-	nsid, err := parseNSID(a[1])
+	a, nsid, err := x.nsArgs(2, 3)
 	if err != nil {
 		return err
 	}
@@ -564,21 +578,13 @@ func ctlNsResize(x *ctlCtx) error {
 }
 
 func ctlNsRO(x *ctlCtx) error {
-	a, err := x.args(3, 3)
+	a, nsid, err := x.nsArgs(3, 3)
 	if err != nil {
 		return err
 	}
-	nsid, err := parseNSID(a[1])
+	ro, err := parseOnOff(a[2], "write-protect")
 	if err != nil {
 		return err
-	}
-	var ro bool
-	switch a[2] {
-	case "on":
-		ro = true
-	case "off":
-	default:
-		return usageError("%q: write on (write-protect) or off", a[2])
 	}
 	r, err := x.cl.SetNamespaceReadOnly(x.ctx, &pb.SetNamespaceReadOnlyRequest{Subsystem: a[0], Nsid: nsid, ReadOnly: ro})
 	if err != nil {
@@ -594,11 +600,7 @@ func ctlNsRO(x *ctlCtx) error {
 }
 
 func ctlNsReopen(x *ctlCtx) error {
-	a, err := x.args(2, 2)
-	if err != nil {
-		return err
-	}
-	nsid, err := parseNSID(a[1])
+	a, nsid, err := x.nsArgs(2, 2)
 	if err != nil {
 		return err
 	}
@@ -724,13 +726,9 @@ func ctlSubsystemAuth(x *ctlCtx) error {
 	if err != nil {
 		return err
 	}
-	var on bool
-	switch a[1] {
-	case "on":
-		on = true
-	case "off":
-	default:
-		return usageError("%q: write on (require authentication) or off", a[1])
+	on, err := parseOnOff(a[1], "require authentication")
+	if err != nil {
+		return err
 	}
 	r, err := x.cl.SetAuthRequired(x.ctx, &pb.SetAuthRequiredRequest{Subsystem: a[0], AuthRequired: on})
 	if err != nil {
