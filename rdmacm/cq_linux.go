@@ -23,7 +23,7 @@ import (
 // share one CQ; tell their completions apart by Completion.QPNum or by the
 // work request IDs.
 //
-// The usual loop of the goroutine that owns a CQ:
+// The usual loop of the goroutine that owns a CQ (PollWait is its body):
 //
 //	for {
 //		n, _ := cq.Poll(wcs)
@@ -128,6 +128,25 @@ func (cq *CQ) Poll(wc []Completion) (int, error) {
 		return 0, newError("ibv_poll_cq", negErrno(n), "%s", cq.dev.name)
 	}
 	return int(n), nil
+}
+
+// PollWait is one turn of the usual loop: Poll, and when nothing is there, Arm, Poll
+// again (a completion may have come in before the arm) and, still with nothing, Wait up
+// to timeout and return 0. A loop that needs to count or time its sleeps (a poll group)
+// writes the steps out instead. It does not allocate.
+func (cq *CQ) PollWait(wc []Completion, timeout time.Duration) (int, error) {
+	n, err := cq.Poll(wc)
+	if n > 0 || err != nil {
+		return n, err
+	}
+	if err := cq.Arm(false); err != nil {
+		return 0, err
+	}
+	if n, err = cq.Poll(wc); n > 0 || err != nil {
+		return n, err
+	}
+	_, err = cq.Wait(timeout)
+	return 0, err
 }
 
 // Arm requests a completion channel event for the next completion (only

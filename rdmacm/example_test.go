@@ -73,21 +73,11 @@ func Example_listener() {
 func pollLoop(cq *rdmacm.CQ) {
 	wcs := make([]rdmacm.Completion, 64)
 	for {
-		n, err := cq.Poll(wcs)
+		// Poll; when idle, arm, poll once more (a completion may have come in
+		// before the arm), then sleep. cq.Wake() ends the sleep early.
+		n, err := cq.PollWait(wcs, 100*time.Millisecond)
 		if err != nil {
 			return // closed
-		}
-		if n == 0 {
-			// Idle: arm, poll once more (a completion may have come in
-			// before the arm), then sleep. cq.Wake() ends the sleep early.
-			cq.Arm(false)
-			if n, err = cq.Poll(wcs); err != nil {
-				return
-			}
-			if n == 0 {
-				cq.Wait(100 * time.Millisecond)
-				continue
-			}
 		}
 		for _, wc := range wcs[:n] {
 			_ = wc // dispatch on wc.QPNum and wc.ID

@@ -75,9 +75,12 @@ func (a *Arena) Close() error                { return nil }
 // CQ is a completion queue (unavailable in this build).
 type CQ struct{}
 
-func (cq *CQ) Entries() int                                          { return 0 }
-func (cq *CQ) Device() *Device                                       { return nil }
-func (cq *CQ) Poll(wc []Completion) (int, error)                     { return 0, ErrNotSupported }
+func (cq *CQ) Entries() int                      { return 0 }
+func (cq *CQ) Device() *Device                   { return nil }
+func (cq *CQ) Poll(wc []Completion) (int, error) { return 0, ErrNotSupported }
+func (cq *CQ) PollWait(wc []Completion, timeout time.Duration) (int, error) {
+	return 0, ErrNotSupported
+}
 func (cq *CQ) Arm(solicitedOnly bool) error                          { return ErrNotSupported }
 func (cq *CQ) Wait(timeout time.Duration) (notified bool, err error) { return false, ErrNotSupported }
 func (cq *CQ) Wake()                                                 {}

@@ -134,16 +134,9 @@ func (l *rdmaLink) poll() {
 	defer close(l.done)
 	wcs := make([]rdmacm.Completion, 32)
 	for !l.stop.Load() {
-		n, err := l.cq.Poll(wcs)
+		n, err := l.cq.PollWait(wcs, 50*time.Millisecond)
 		if err != nil {
 			return
-		}
-		if n == 0 {
-			l.cq.Arm(false)
-			if n, _ = l.cq.Poll(wcs); n == 0 {
-				l.cq.Wait(50 * time.Millisecond)
-				continue
-			}
 		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != rdmacm.WCSuccess {

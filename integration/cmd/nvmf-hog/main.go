@@ -17,7 +17,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -283,16 +282,9 @@ func (q *rawQ) poll() {
 	defer close(q.done)
 	wcs := make([]rdmacm.Completion, 32)
 	for !q.stop.Load() {
-		n, err := q.cq.Poll(wcs)
+		n, err := q.cq.PollWait(wcs, 50*time.Millisecond)
 		if err != nil {
 			return
-		}
-		if n == 0 {
-			q.cq.Arm(false)
-			if n, _ = q.cq.Poll(wcs); n == 0 {
-				q.cq.Wait(50 * time.Millisecond)
-				continue
-			}
 		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != rdmacm.WCSuccess {
@@ -304,7 +296,7 @@ func (q *rawQ) poll() {
 			}
 			off := q.rspOff + int(wc.ID)*nvmeproto.CQESize
 			var c nvmeproto.Completion
-			if c.Unmarshal(bytes.Clone(q.mem.Bytes()[off:off+int(wc.ByteLen)])) == nil {
+			if int(wc.ByteLen) >= nvmeproto.CQESize && c.Unmarshal(q.mem.Bytes()[off:off+nvmeproto.CQESize]) == nil {
 				q.mu.Lock()
 				ch := q.waiters[c.CID]
 				delete(q.waiters, c.CID)
