@@ -331,58 +331,67 @@ type Limits struct {
 	// responses make no progress for this long is torn down, and the buffers they held
 	// go back to the pool. 1s..10m, default 10s.
 	ResponseTimeout time.Duration `yaml:"response_timeout"`
+	// MaxQueueDataInFlight bounds the bytes of RDMA data one I/O queue has on the wire at
+	// once (RDMA READs of write data, RDMA WRITEs of read data); its further transfers
+	// wait for its earlier ones, and other queues' commands do not wait behind megabytes
+	// of one queue's data. A transfer larger than it goes alone. 4KiB..1GiB, default
+	// 128KiB.
+	MaxQueueDataInFlight int `yaml:"max_queue_data_in_flight"`
 }
 
 // Defaults and limits. The package documentation explains each choice.
 const (
-	DefaultTransport          = "rdma"
-	DefaultPort               = 4420
-	DefaultModel              = "gonvmf"
-	DefaultLBASize            = 512
-	DefaultQueueDepth         = 128
-	MinQueueDepth             = 16
-	MaxQueueDepth             = 1024
-	DefaultInCapsuleDataSize  = 8 << 10
-	MaxInCapsuleDataSize      = 64 << 10
-	DefaultMaxIOSize          = 128 << 10
-	MinMaxIOSize              = 4 << 10
-	MaxMaxIOSize              = 8 << 20
-	MaxDefaultBufferPoolSize  = 1 * GiB
-	MaxBufferPoolSize         = 64 * GiB
-	MaxPollGroups             = 256
-	DefaultSharedReceiveQueue = 256
-	MinSharedReceiveQueue     = 32
-	MaxSharedReceiveQueue     = 65536
-	DefaultMaxIOQueues        = 16
-	MaxMaxIOQueues            = 1024
-	DefaultKeepAliveTimeout   = 120 * time.Second
-	MinKeepAliveTimeout       = time.Second
-	MaxKeepAliveTimeout       = time.Hour
-	DefaultMaxQueues          = 1024
-	MaxMaxQueues              = 65536
-	DefaultMaxQueuesPerAddr   = 256
-	DefaultMaxCtrlsPerHost    = 64
-	MaxMaxCtrlsPerHost        = 65536
-	DefaultMaxQueuesPerHost   = 256
-	DefaultConnectTimeout     = 10 * time.Second
-	MinConnectTimeout         = time.Second
-	MaxConnectTimeout         = 10 * time.Minute
-	DefaultMinKATO            = time.Second
-	MinMinKATO                = 100 * time.Millisecond
-	MaxMinKATO                = time.Hour
-	DefaultMaxKATO            = 5 * time.Minute
-	MinMaxKATO                = time.Second
-	MaxMaxKATO                = 24 * time.Hour
-	DefaultResponseTimeout    = 10 * time.Second
-	MinResponseTimeout        = time.Second
-	MaxResponseTimeout        = 10 * time.Minute
-	MaxNSID                   = 1024
-	MaxMemorySize             = 1 * TiB
-	MaxNQNLength              = 223 // bytes, not counting the NUL of the 256-byte wire field
-	MaxSerialLength           = 20
-	MaxModelLength            = 40
-	DefaultControlSocket      = "/run/gonvmf/gonvmf.sock"
-	MaxSocketPathLength       = 107 // bytes: sun_path holds 108 with the NUL
+	DefaultTransport            = "rdma"
+	DefaultPort                 = 4420
+	DefaultModel                = "gonvmf"
+	DefaultLBASize              = 512
+	DefaultQueueDepth           = 128
+	MinQueueDepth               = 16
+	MaxQueueDepth               = 1024
+	DefaultInCapsuleDataSize    = 8 << 10
+	MaxInCapsuleDataSize        = 64 << 10
+	DefaultMaxIOSize            = 128 << 10
+	MinMaxIOSize                = 4 << 10
+	MaxMaxIOSize                = 8 << 20
+	MaxDefaultBufferPoolSize    = 1 * GiB
+	MaxBufferPoolSize           = 64 * GiB
+	MaxPollGroups               = 256
+	DefaultSharedReceiveQueue   = 256
+	MinSharedReceiveQueue       = 32
+	MaxSharedReceiveQueue       = 65536
+	DefaultMaxIOQueues          = 16
+	MaxMaxIOQueues              = 1024
+	DefaultKeepAliveTimeout     = 120 * time.Second
+	MinKeepAliveTimeout         = time.Second
+	MaxKeepAliveTimeout         = time.Hour
+	DefaultMaxQueues            = 1024
+	MaxMaxQueues                = 65536
+	DefaultMaxQueuesPerAddr     = 256
+	DefaultMaxCtrlsPerHost      = 64
+	MaxMaxCtrlsPerHost          = 65536
+	DefaultMaxQueuesPerHost     = 256
+	DefaultConnectTimeout       = 10 * time.Second
+	MinConnectTimeout           = time.Second
+	MaxConnectTimeout           = 10 * time.Minute
+	DefaultMinKATO              = time.Second
+	MinMinKATO                  = 100 * time.Millisecond
+	MaxMinKATO                  = time.Hour
+	DefaultMaxKATO              = 5 * time.Minute
+	MinMaxKATO                  = time.Second
+	MaxMaxKATO                  = 24 * time.Hour
+	DefaultResponseTimeout      = 10 * time.Second
+	MinResponseTimeout          = time.Second
+	MaxResponseTimeout          = 10 * time.Minute
+	DefaultMaxQueueDataInFlight = 128 << 10
+	MinMaxQueueDataInFlight     = 4 << 10
+	MaxMaxQueueDataInFlight     = 1 << 30
+	MaxNSID                     = 1024
+	MaxMemorySize               = 1 * TiB
+	MaxNQNLength                = 223 // bytes, not counting the NUL of the 256-byte wire field
+	MaxSerialLength             = 20
+	MaxModelLength              = 40
+	DefaultControlSocket        = "/run/gonvmf/gonvmf.sock"
+	MaxSocketPathLength         = 107 // bytes: sun_path holds 108 with the NUL
 	// MaxANAGroup is the largest ANA group ID (Identify ANAGRPMAX and NANAGRPID, as the
 	// Linux target's NVMET_MAX_ANAGRPS); DefaultANAGroup the group of a namespace that
 	// names none.

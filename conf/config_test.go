@@ -146,6 +146,7 @@ func TestDefaults(t *testing.T) {
 			MinKeepAliveTimeout:   time.Second,
 			MaxKeepAliveTimeout:   5 * time.Minute,
 			ResponseTimeout:       10 * time.Second,
+			MaxQueueDataInFlight:  128 << 10,
 		},
 	}
 	if got := exported(c); !reflect.DeepEqual(got, want) {

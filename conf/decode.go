@@ -55,7 +55,8 @@ var (
 	controlKeys = []string{"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}
 	metricsKeys = []string{"address"}
 	limitsKeys  = []string{"max_queues", "max_queues_per_address", "max_controllers_per_host", "max_queues_per_host",
-		"connect_timeout", "min_keep_alive_timeout", "max_keep_alive_timeout", "response_timeout"}
+		"connect_timeout", "min_keep_alive_timeout", "max_keep_alive_timeout", "response_timeout",
+		"max_queue_data_in_flight"}
 )
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -430,6 +431,8 @@ func (d *decoder) limits(n *yaml.Node, path string, l *Limits) {
 			d.duration(v, p, &l.MaxKeepAliveTimeout)
 		case "response_timeout":
 			d.duration(v, p, &l.ResponseTimeout)
+		case "max_queue_data_in_flight":
+			d.intSize(v, p, &l.MaxQueueDataInFlight, dataInFlightRange)
 		}
 	})
 }

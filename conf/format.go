@@ -199,6 +199,7 @@ func (c *Config) String() string {
 	w(1, "min_keep_alive_timeout: "+l.MinKeepAliveTimeout.String(), "")
 	w(1, "max_keep_alive_timeout: "+l.MaxKeepAliveTimeout.String(), "")
 	w(1, "response_timeout: "+l.ResponseTimeout.String(), "")
+	w(1, "max_queue_data_in_flight: "+sizeText(l.MaxQueueDataInFlight), "")
 	return b.String()
 }
 

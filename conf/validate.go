@@ -71,6 +71,11 @@ func perAddressRange(v string) (string, string) {
 	return v + " is out of range", fmt.Sprintf("use 1..max_queues queues per source address (default %d)", DefaultMaxQueuesPerAddr)
 }
 
+func dataInFlightRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use %s..%s per I/O queue (default %s)",
+		Size(MinMaxQueueDataInFlight), Size(MaxMaxQueueDataInFlight), Size(DefaultMaxQueueDataInFlight))
+}
+
 func ctrlsPerHostRange(v string) (string, string) {
 	return v + " is out of range", fmt.Sprintf("use 1..%d controllers per host NQN (default %d)", MaxMaxCtrlsPerHost, DefaultMaxCtrlsPerHost)
 }
@@ -252,6 +257,7 @@ func (v *validator) limits() {
 	defDur(&l.MinKeepAliveTimeout, "min_keep_alive_timeout", DefaultMinKATO)
 	defDur(&l.MaxKeepAliveTimeout, "max_keep_alive_timeout", DefaultMaxKATO)
 	defDur(&l.ResponseTimeout, "response_timeout", DefaultResponseTimeout)
+	def(&l.MaxQueueDataInFlight, "max_queue_data_in_flight", DefaultMaxQueueDataInFlight)
 
 	if !mqOK && !v.skip(lp+"max_queues") {
 		v.failRange(lp+"max_queues", strconv.Itoa(l.MaxQueues), maxQueuesRange)
@@ -268,6 +274,10 @@ func (v *validator) limits() {
 		v.warn(lp+"max_queues_per_address", strconv.Itoa(l.MaxQueuesPerAddress),
 			"one source address may take every queue the target has, locking out the others",
 			"set max_queues_per_address below max_queues (default: a quarter of the default max_queues)")
+	}
+	if (l.MaxQueueDataInFlight < MinMaxQueueDataInFlight || l.MaxQueueDataInFlight > MaxMaxQueueDataInFlight) &&
+		!v.skip(lp+"max_queue_data_in_flight") {
+		v.failRange(lp+"max_queue_data_in_flight", sizeText(l.MaxQueueDataInFlight), dataInFlightRange)
 	}
 	if (l.MaxControllersPerHost < 1 || l.MaxControllersPerHost > MaxMaxCtrlsPerHost) && !v.skip(lp+"max_controllers_per_host") {
 		v.failRange(lp+"max_controllers_per_host", strconv.Itoa(l.MaxControllersPerHost), ctrlsPerHostRange)

@@ -4,10 +4,10 @@
 #  - a flooding host that plays fair: a second controller of the Linux host, another host
 #    NQN on another subsystem of the same target, reading 128 KiB at QD128 as fast as it
 #    can; its queues and the quiet ones share the poll groups and the buffer pool. The
-#    quiet host must not starve: its I/O completes, with no I/O timeout. That is all it
-#    checks: measured in TCG guests the quiet host kept 0.03-0.17 of its IOPS next to
-#    this flooder on gonvmf (less the faster the flooder), 0.49 on the Linux target;
-#    fairness.txt records the numbers.
+#    quiet host must keep at least a quarter of its IOPS alone, with no I/O timeout.
+#    Measured in TCG guests: 0.48 (twice) with limits.max_queue_data_in_flight at its
+#    default, 128 KiB; 0.02-0.17 with no such bound (the flooder's whole queue posted at
+#    once); 0.49 on the Linux target.
 #  - nvmf-hog (integration/cmd/nvmf-hog), a hostile host that connects 8 I/O queues and
 #    sends each 2 × 128 reads of 128 KiB at once while posting no receive buffer for their
 #    responses — trying to hold the whole buffer pool. The quiet host must keep at least
@@ -172,13 +172,12 @@ echo "reference iops=$ref (mean of solo and after)" >> "$OUT/fairness.txt"
 ratio() { echo "scale=2; ${1:-0} / $ref" | bc; }
 echo "ratios with-flood=$(ratio "$fl") with-hog=$(ratio "$with")" >> "$OUT/fairness.txt"
 
-# Next to a flooding host that plays fair the quiet host must not starve: its I/O
-# completes (and host-no-timeouts below). gonvmf does not share fairly with it yet
-# (README, Limits), so the ratio is recorded, not bounded.
-if [ -n "$fl" ] && [ "$fl" -ge 1 ]; then
+# Next to a flooding host that plays fair the quiet host keeps a quarter of its IOPS
+# (half of what was measured, for the guest's noise), and no I/O times out (below).
+if [ -n "$fl" ] && [ $((fl * 4)) -ge "$ref" ]; then
 	pass flood-share "$fl IOPS next to the flooding host, $ref alone ($(ratio "$fl")); latency mean $fl_mean us, p99 $fl_p99 us; alone $solo_mean us, $solo_p99 us"
 else
-	fail flood-share "${fl:-0} IOPS next to the flooding host: starved"
+	fail flood-share "${fl:-0} IOPS next to the flooding host, less than a quarter of $ref alone ($(ratio "$fl")): starved"
 fi
 if [ -n "$with" ] && [ $((with * 2)) -ge "$ref" ]; then
 	pass fair-share "$with IOPS next to the hog, $ref alone ($(ratio "$with")); latency mean $with_mean us, p99 $with_p99 us"

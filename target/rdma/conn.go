@@ -65,6 +65,7 @@ type rctx struct {
 	rdErr   bool
 
 	bypassed int    // rounds other connections' buffers were served while this one waited (share.go)
+	wire     int    // bytes of RDMA data this request counts in conn.wireOut
 	sqSlots  int    // send queue slots held by the response chain
 	seq      uint64 // the response's position among the connection's responses
 	unsigned bool   // the response SEND was posted unsignaled (see conn.unsig)
@@ -103,6 +104,9 @@ type connConfig struct {
 	admin  bool
 	remote string // the host's address, for inspection (target.RemoteAddresser)
 	srq    bool   // receives come from the poll group's shared receive queue
+	// window bounds the bytes of RDMA data (READs of the host's data, WRITEs of read
+	// data) the connection has on the wire at once (0: no bound); see conn.wireOut.
+	window int
 }
 
 // sqDepth is the send queue size for a queue of depth commands: for each command a
@@ -169,6 +173,19 @@ type conn struct {
 	sqUsed, rdUsed int
 	readWait       fifo
 	sendWait       fifo
+
+	// wireOut is the bytes of RDMA data of the connection's requests that are staged or
+	// posted and not yet complete: the RDMA READs of a command's data (from its first
+	// READ until the last completes) and the RDMA WRITEs of a signaled response (until
+	// its SEND completes; unsignaled responses, at most unsigMaxBuf each and
+	// unsigMaxBytes together, are not counted). A request that would take it past
+	// cfg.window waits (readWait, sendWait) unless nothing is counted. A queue can then
+	// stage only a window's worth of data per round, so one that floods the target with
+	// large transfers cannot make its poll group's rounds — and every other queue's
+	// commands in them — wait behind megabytes of its data (on Soft-RoCE, whose post call
+	// builds every packet of the posted messages, that is the time between rounds); on a
+	// link, queues share the wire by bytes rather than by commands.
+	wireOut int
 
 	sendStage []rdmacm.SendWR
 	nSend     int
@@ -509,6 +526,13 @@ func (c *conn) failNoBuffer(x *rctx) {
 // last; it reports whether all of them are staged.
 func (c *conn) postReads(x *rctx) bool {
 	r := &x.req
+	if x.wire == 0 && x.rdOut == 0 && x.rdDesc == 0 && x.rdOff == 0 {
+		if !c.windowFits(int(r.Length)) {
+			return false
+		}
+		x.wire = int(r.Length)
+		c.wireOut += x.wire
+	}
 	for x.rdDesc < len(r.SGL) {
 		if c.rdUsed >= c.cfg.ird || c.sqUsed >= c.cfg.sqSize {
 			return false
@@ -564,6 +588,7 @@ func (c *conn) onRead(i int, wc *rdmacm.Completion) {
 
 // readDone executes (or fails) a command whose READs have all completed.
 func (c *conn) readDone(x *rctx) {
+	c.unwire(x)
 	x.state = stCore
 	switch {
 	case c.state != stateLive:
@@ -610,7 +635,7 @@ func (c *conn) onComplete(x *rctx) {
 		c.freeBuf(x)
 	}
 	w := c.respWRs(x)
-	if c.sendWait.head != nil || c.sqUsed+w > c.cfg.sqSize {
+	if c.sendWait.head != nil || c.sqUsed+w > c.cfg.sqSize || !c.windowFits(respData(x)) {
 		c.g.stats.sendWaits.Add(1)
 		x.state = stWantSend
 		x.sqSlots = w
@@ -636,6 +661,27 @@ func (c *conn) respWRs(x *rctx) int {
 		}
 	}
 	return n
+}
+
+// respData is the bytes of RDMA WRITEs in x's response chain.
+func respData(x *rctx) int {
+	if sendsData(x) {
+		return int(x.req.Length)
+	}
+	return 0
+}
+
+// windowFits reports whether a request moving n bytes of RDMA data may start now:
+// within the connection's window, or alone on the wire (a transfer larger than the
+// window still goes, on its own).
+func (c *conn) windowFits(n int) bool {
+	return n == 0 || c.cfg.window == 0 || c.wireOut == 0 || c.wireOut+n <= c.cfg.window
+}
+
+// unwire takes x's data out of the connection's bytes on the wire.
+func (c *conn) unwire(x *rctx) {
+	c.wireOut -= x.wire
+	x.wire = 0
 }
 
 func (c *conn) postResponse(x *rctx, w int) {
@@ -680,6 +726,8 @@ func (c *conn) postResponse(x *rctx, w int) {
 		wr.Flags = rdmacm.FlagSignaled
 		x.unsigned = false
 		c.sigOut++
+		x.wire = respData(x)
+		c.wireOut += x.wire
 		return
 	}
 	wr.Flags = 0
@@ -739,6 +787,7 @@ func (c *conn) retireUnsigned(seq uint64, through bool) {
 
 // retireResponse frees what a completed response held.
 func (c *conn) retireResponse(x *rctx) {
+	c.unwire(x)
 	c.sqUsed -= x.sqSlots
 	x.sqSlots = 0
 	if x.unsigned {
@@ -753,7 +802,7 @@ func (c *conn) retireResponse(x *rctx) {
 func (c *conn) pumpSends() {
 	for c.sendWait.head != nil {
 		x := c.sendWait.head
-		if c.sqUsed+x.sqSlots > c.cfg.sqSize {
+		if c.sqUsed+x.sqSlots > c.cfg.sqSize || !c.windowFits(respData(x)) {
 			return
 		}
 		c.sendWait.pop()
@@ -788,6 +837,7 @@ func (c *conn) onSend(i int, wc *rdmacm.Completion) {
 
 // recycle frees x's buffer and the context; a receive waiting for a context gets it.
 func (c *conn) recycle(x *rctx) {
+	c.unwire(x)
 	if x.hasBuf {
 		c.freeBuf(x)
 	}

@@ -482,6 +482,7 @@ type engineOpts struct {
 	respTO    time.Duration // limits.response_timeout of the poll group (0: no watchdog)
 	qd        int           // transport.queue_depth (0: default)
 	ioQueues  int           // transport.max_io_queues (0: default)
+	window    int           // I/O queues' limits.max_queue_data_in_flight (0: no bound)
 
 	srq        int                    // > 0: I/O queues share a receive queue of at most this many buffers
 	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
@@ -589,6 +590,7 @@ func (e *engine) dial(qid uint16, depth int) *fconn {
 	}
 	if qid != 0 {
 		cfg.icd = e.port.Limits().InCapsuleDataSize
+		cfg.window = e.o.window
 	}
 	ep := newFakeEP(e.f, e.cq, e.o.hostBytes)
 	var qp endpoint = ep

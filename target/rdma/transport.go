@@ -847,6 +847,7 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 	}
 	if !cfg.admin {
 		cfg.icd = lim.InCapsuleDataSize
+		cfg.window = tr.t.Limits().MaxQueueDataInFlight
 	}
 	log := tr.log.With("remote", remote.String(), "qid", p.req.QID)
 	if err := tr.accept(ev, lis, dev, p, cfg, log); err != nil {

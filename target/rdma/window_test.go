@@ -1,0 +1,124 @@
+package rdma
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/nvmeproto"
+)
+
+// closeCheckWire closes the connection and checks that its data on the wire was all
+// accounted for (read once the group is done with it).
+func closeCheckWire(e *engine, fc *fconn) {
+	e.t.Helper()
+	e.closeAll(fc)
+	if fc.c.wireOut != 0 {
+		e.t.Errorf("the closed connection counts %d bytes of RDMA data on the wire, want 0", fc.c.wireOut)
+	}
+}
+
+// TestEngineDataWindowWrites: a queue's read responses put no more than its window of
+// RDMA WRITE data on the wire; the rest wait for the earlier ones' SENDs to complete, and
+// all complete once they do.
+func TestEngineDataWindowWrites(t *testing.T) {
+	e := newEngine(t, engineOpts{window: 128 << 10})
+	_, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 32)
+	holdSends(io)
+	var done atomic.Int32
+	wg := flood(t, io, 16, 128, &done) // 16 reads of 64 KiB: 1 MiB
+	time.Sleep(200 * time.Millisecond)
+	// The host sees a response as it is posted (holdSends keeps only the completion).
+	if d := done.Load(); d != 2 {
+		t.Errorf("%d of 16 64 KiB reads answered with their SENDs held, want 2 (a 128 KiB window)", d)
+	}
+	for done.Load() < 16 {
+		io.ep.deliverOne()
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	if e.g.stats.sendWaits.Load() == 0 {
+		t.Errorf("no response waited for the window")
+	}
+	closeCheckWire(e, io)
+}
+
+// TestEngineDataWindowReads: a queue's writes put no more than its window of RDMA READs
+// on the wire, below its READ credits; the data arrives intact.
+func TestEngineDataWindowReads(t *testing.T) {
+	e := newEngine(t, engineOpts{window: 64 << 10, ird: 8})
+	_, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 16)
+	io.ep.mu.Lock()
+	io.ep.holdReads = true
+	io.ep.mu.Unlock()
+	const n = 8
+	var done atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := pattern(32<<10, byte(i)) // one READ each
+			c, _ := io.h.exec(rw(nvmeproto.OpWrite, 1, uint64(i*64), 64), data, len(data))
+			expectOK(t, "write", c)
+			done.Add(1)
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for done.Load() < n && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond) // let the writes pile up before each release
+		io.ep.releaseRead()
+	}
+	wg.Wait()
+	io.ep.mu.Lock()
+	maxOut := io.ep.maxHeldRd
+	io.ep.mu.Unlock()
+	if maxOut != 2 {
+		t.Errorf("%d 32 KiB RDMA READs were outstanding at most, want 2 (a 64 KiB window, 8 READ credits)", maxOut)
+	}
+	for i := range n {
+		c, got := io.h.exec(rw(nvmeproto.OpRead, 1, uint64(i*64), 64), nil, 32<<10)
+		expectOK(t, "read", c)
+		if !bytes.Equal(got, pattern(32<<10, byte(i))) {
+			t.Errorf("write %d: data differs", i)
+		}
+	}
+	closeCheckWire(e, io)
+}
+
+// TestEngineDataWindowLargeTransferAlone: a transfer larger than the window goes on its
+// own, in both directions, and small ones keep going around it.
+func TestEngineDataWindowLargeTransferAlone(t *testing.T) {
+	e := newEngine(t, engineOpts{window: 16 << 10})
+	_, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 16)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 20 {
+				slba := uint64(i*8192 + k*256) // 20 × 128 KiB per client, apart
+				data := pattern(128<<10, byte(i+k))
+				if i%2 == 1 { // small ones between
+					data = data[:4096]
+				}
+				nlb := len(data) / 512
+				c, _ := io.h.exec(rw(nvmeproto.OpWrite, 1, slba, nlb), data, len(data))
+				expectOK(t, "write", c)
+				c, got := io.h.exec(rw(nvmeproto.OpRead, 1, slba, nlb), nil, len(data))
+				expectOK(t, "read", c)
+				if !bytes.Equal(got, data) {
+					t.Errorf("queue client %d, round %d: %d bytes read back differ", i, k, len(data))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	closeCheckWire(e, io)
+}
