@@ -118,7 +118,10 @@
 //     destroys its controller and disconnects the controller's I/O queues. The wait is
 //     bounded (WithQueueCloseTimeout, 30 s): when a backend request never completes,
 //     Close logs it and returns false, and the transport must keep the memory that
-//     request uses (Request, Data, ICD) until its Complete arrives, if ever.
+//     request uses (Request, Data, ICD) until its Complete arrives, if ever. Closing a
+//     namespace (RemoveNamespace, ReopenNamespace, Close) waits as long for its commands,
+//     then goes on (Close returns ErrNamespaceBusy) and closes its backend once they
+//     complete.
 //
 // # Limits
 //

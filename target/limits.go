@@ -27,6 +27,9 @@ const DefaultQueueCloseTimeout = 30 * time.Second
 // (a backend request that never completes: a hung disk or network file system). After it
 // Close logs the commands left and returns; they complete later or never, and the
 // transport keeps the memory they use until they do (default DefaultQueueCloseTimeout).
+// Closing a namespace (RemoveNamespace, ReopenNamespace, Close) waits as long for its
+// commands, then goes on — Close returns an error wrapping ErrNamespaceBusy — and leaves
+// its backend open until they complete.
 func WithQueueCloseTimeout(d time.Duration) Option { return func(t *Target) { t.closeTimeout = d } }
 
 // Limits returns the resolved limits (the configuration's limits section) the target and

@@ -3,6 +3,7 @@ package target_test
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,4 +240,89 @@ func TestLimitRefusedConnectNotCounted(t *testing.T) {
 	if n := e.tgt.ConnectRejects()[target.RejectHostLimit]; n != 0 {
 		t.Errorf("%d refusals for the host's limits, want 0", n)
 	}
+}
+
+// TestNamespaceCloseBounded: removing a namespace whose backend never completes a
+// request stops waiting after the close timeout instead of hanging the caller (a control
+// API request, SIGHUP) and the namespace is removed; closing the target gives up the same
+// way, with ErrNamespaceBusy; the backend is closed only once the request completes.
+func TestNamespaceCloseBounded(t *testing.T) {
+	gate := make(chan struct{})
+	var closes atomic.Int32
+	open := func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		return &closeCounter{stuckBackend: stuckBackend{Backend: b, gate: gate}, closes: &closes}, nil
+	}
+	cfg := baseConfig(memNS(1, 1<<20))
+	e := newEnv(t, cfg, target.WithBackendOpener(open), target.WithQueueCloseTimeout(300*time.Millisecond))
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	io := e.ioConnect(1, cntlid, 32)
+	cmd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	done := io.submit(&cmd, make([]byte, 4096))
+	time.Sleep(100 * time.Millisecond) // the read is in the backend
+
+	removed := make(chan error, 1)
+	go func() { removed <- e.tgt.RemoveNamespace(subNQN, 1) }()
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Errorf("RemoveNamespace with a stuck backend request: %v, want it removed", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(gate)
+		t.Fatal("RemoveNamespace waited for a backend request that does not complete (close timeout 300ms)")
+	}
+	if err := e.tgt.RemoveNamespace(subNQN, 1); !errors.Is(err, target.ErrNoSuchNamespace) {
+		t.Errorf("removing it again: %v, want ErrNoSuchNamespace", err)
+	}
+	// A second namespace, stuck the same way, as the target shuts down.
+	if err := e.tgt.AddNamespace(subNQN, memNS(2, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	cmd2 := rw(nvmeproto.OpRead, 2, 0, 8, 4096)
+	done2 := io.submit(&cmd2, make([]byte, 4096))
+	time.Sleep(100 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- e.tgt.Close() }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, target.ErrNamespaceBusy) {
+			t.Errorf("Target.Close with a stuck backend request: %v, want ErrNamespaceBusy", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(gate)
+		t.Fatal("Target.Close waited for a backend request that does not complete (close timeout 300ms)")
+	}
+	if n := closes.Load(); n != 0 {
+		t.Errorf("the backend was closed %d times while its request still executed", n)
+	}
+	close(gate)
+	for _, d := range []<-chan nvmeproto.Completion{done, done2} {
+		select {
+		case <-d:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a late request never completed")
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for closes.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := closes.Load(); n != 2 {
+		t.Errorf("the two backends were closed %d times after their requests completed, want 2", n)
+	}
+}
+
+// closeCounter counts the backend's Close calls.
+type closeCounter struct {
+	stuckBackend
+	closes *atomic.Int32
+}
+
+func (b *closeCounter) Close() error {
+	b.closes.Add(1)
+	return b.Backend.Close()
 }

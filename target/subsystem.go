@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
@@ -201,6 +202,12 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	s.mu.Unlock()
 
 	err := ns.close()
+	if errors.Is(err, ErrNamespaceBusy) {
+		// Removed all the same: hosts no longer see it, no command reaches it, and its
+		// backend closes when the stuck ones complete (close logged both). Failing the
+		// removal would make a reload undo it and open the backend a second time.
+		err = nil
+	}
 	s.t.anaGroupChanged(ns.anaGroup)
 	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
 	s.notifyNamespaceChanged(nsid)
@@ -304,6 +311,10 @@ type namespace struct {
 	// whose Close waits for them and fails later submissions with backend.ErrClosed.
 	state   atomic.Int64
 	drained chan struct{}
+	// closed is closed once executor and backend are (closeErr: the backend's Close).
+	closed    chan struct{}
+	closeErr  error
+	lateClose atomic.Bool // a close gave up waiting: log when it is done
 
 	// I/O counters (iostats.go): by class, sharded by queue; errors by class and status.
 	stats [statShards]ioShard
@@ -414,6 +425,7 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 		beReadOnly: be.ReadOnly(),
 		anaGroup:   cn.ANAGroup,
 		drained:    make(chan struct{}),
+		closed:     make(chan struct{}),
 	}
 	ns.blocks.Store(be.NumBlocks())
 	ns.readOnly.Store(be.ReadOnly() || cn.ReadOnly)
@@ -447,20 +459,52 @@ func (ns *namespace) release() {
 }
 
 // close stops new references and commands, waits for the references held and the
-// commands submitted, then closes executor and backend.
+// commands submitted, then closes executor and backend. The wait is bounded (the
+// target's queue-close timeout, WithQueueCloseTimeout): when a backend request never
+// completes — a hung disk or network file system — close logs it and returns an error
+// wrapping ErrNamespaceBusy, and executor and backend are closed later, once the
+// commands complete (never before: their buffers stay valid). Removing, reopening or
+// shutting down is then never stuck behind such a request. Safe to call more than once;
+// later calls wait in the same way and report only a timeout.
 func (ns *namespace) close() error {
 	old := ns.state.Or(closingBit)
 	if old&closingBit != 0 {
-		<-ns.drained
+		if err := ns.waitClosed(); errors.Is(err, ErrNamespaceBusy) {
+			return err
+		}
 		return nil
 	}
 	if old == 0 {
 		close(ns.drained)
 	}
-	<-ns.drained
-	ns.exec.Close() // waits for every I/O command submitted; later ones fail with ErrClosed
-	if err := ns.be.Close(); err != nil {
-		return fmt.Errorf("namespace %d: closing backend: %w", ns.nsid, err)
+	go func() {
+		<-ns.drained
+		ns.exec.Close() // waits for every I/O command submitted; later ones fail with ErrClosed
+		if err := ns.be.Close(); err != nil {
+			ns.closeErr = fmt.Errorf("namespace %d: closing backend: %w", ns.nsid, err)
+		}
+		close(ns.closed)
+	}()
+	return ns.waitClosed()
+}
+
+// waitClosed waits for close's goroutine, at most the target's queue-close timeout.
+func (ns *namespace) waitClosed() error {
+	t := time.NewTimer(ns.t.closeTimeout)
+	defer t.Stop()
+	select {
+	case <-ns.closed:
+		return ns.closeErr
+	case <-t.C:
 	}
-	return nil
+	ns.t.log.Error("closing namespace: commands still executing after the close timeout; its backend is closed when they complete",
+		"subsystem", ns.subNQN, "nsid", ns.nsid, "waited", ns.t.closeTimeout)
+	if ns.lateClose.CompareAndSwap(false, true) {
+		go func() {
+			<-ns.closed
+			ns.t.log.Warn("namespace closed: its last commands completed", "subsystem", ns.subNQN, "nsid", ns.nsid, "err", ns.closeErr)
+		}()
+	}
+	return fmt.Errorf("target: namespace %d of %q: %w: commands still executing %v after closing began; its backend is closed when they complete",
+		ns.nsid, ns.subNQN, ErrNamespaceBusy, ns.t.closeTimeout)
 }

@@ -35,10 +35,13 @@ var (
 	ErrDisconnectCommand = errors.New("target: host sent Disconnect")
 	// ErrNamespaceExists / ErrNoSuchNamespace / ErrNoSuchSubsystem: runtime namespace
 	// management errors.
-	ErrNamespaceExists  = errors.New("target: namespace already exists")
-	ErrNoSuchNamespace  = errors.New("target: no such namespace")
-	ErrNoSuchSubsystem  = errors.New("target: no such subsystem")
-	ErrSubsystemExists  = errors.New("target: subsystem already exists")
+	ErrNamespaceExists = errors.New("target: namespace already exists")
+	ErrNoSuchNamespace = errors.New("target: no such namespace")
+	ErrNoSuchSubsystem = errors.New("target: no such subsystem")
+	ErrSubsystemExists = errors.New("target: subsystem already exists")
+	// ErrNamespaceBusy: closing a namespace (remove, reopen, shutdown) gave up waiting
+	// for its commands (WithQueueCloseTimeout); its backend closes when they complete.
+	ErrNamespaceBusy    = errors.New("target: namespace still has commands executing")
 	errControllerFailed = errors.New("target: controller fatal error")
 )
 
