@@ -169,21 +169,7 @@ func TestLimitKeepAlive(t *testing.T) {
 // controller and the host's accounting are released, and the request still completes
 // (to the transport) when the backend finally finishes it.
 func TestQueueCloseBounded(t *testing.T) {
-	gate := make(chan struct{})
-	open := func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		return &stuckBackend{Backend: b, gate: gate}, nil
-	}
-	cfg := baseConfig(memNS(1, 1<<20))
-	e := newEnv(t, cfg, target.WithBackendOpener(open), target.WithQueueCloseTimeout(500*time.Millisecond))
-	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
-	io := e.ioConnect(1, cntlid, 32)
-	cmd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
-	done := io.submit(&cmd, make([]byte, 4096))
-	time.Sleep(100 * time.Millisecond) // the read is in the backend
+	e, io, gate, done := stuckRead(t, 500*time.Millisecond, nil)
 	closed := make(chan struct{})
 	go func() { io.conn.Close(); close(closed) }()
 	select {
@@ -203,10 +189,41 @@ func TestQueueCloseBounded(t *testing.T) {
 	}
 }
 
-// stuckBackend blocks reads until gate closes.
+// stuckRead starts a target whose backends block reads until gate closes (and count
+// their Close calls in closes, if not nil), with the given queue-close timeout; connects
+// a controller with one I/O queue and leaves a read of namespace 1 stuck in its backend.
+func stuckRead(t *testing.T, closeTimeout time.Duration, closes *atomic.Int32) (e *env, io *hostQueue, gate chan struct{}, done <-chan nvmeproto.Completion) {
+	t.Helper()
+	gate = make(chan struct{})
+	open := func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		return &stuckBackend{Backend: b, gate: gate, closes: closes}, nil
+	}
+	e = newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithBackendOpener(open), target.WithQueueCloseTimeout(closeTimeout))
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	io = e.ioConnect(1, cntlid, 32)
+	cmd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	done = io.submit(&cmd, make([]byte, 4096))
+	time.Sleep(100 * time.Millisecond) // the read is in the backend
+	return e, io, gate, done
+}
+
+// stuckBackend blocks reads until gate closes and counts its Close calls in closes (if
+// not nil).
 type stuckBackend struct {
 	backend.Backend
-	gate chan struct{}
+	gate   chan struct{}
+	closes *atomic.Int32
+}
+
+func (b *stuckBackend) Close() error {
+	if b.closes != nil {
+		b.closes.Add(1)
+	}
+	return b.Backend.Close()
 }
 
 func (b *stuckBackend) ReadBlocks(buf []byte, slba uint64) error {
@@ -247,22 +264,8 @@ func TestLimitRefusedConnectNotCounted(t *testing.T) {
 // API request, SIGHUP) and the namespace is removed; closing the target gives up the same
 // way, with ErrNamespaceBusy; the backend is closed only once the request completes.
 func TestNamespaceCloseBounded(t *testing.T) {
-	gate := make(chan struct{})
 	var closes atomic.Int32
-	open := func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		return &closeCounter{stuckBackend: stuckBackend{Backend: b, gate: gate}, closes: &closes}, nil
-	}
-	cfg := baseConfig(memNS(1, 1<<20))
-	e := newEnv(t, cfg, target.WithBackendOpener(open), target.WithQueueCloseTimeout(300*time.Millisecond))
-	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
-	io := e.ioConnect(1, cntlid, 32)
-	cmd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
-	done := io.submit(&cmd, make([]byte, 4096))
-	time.Sleep(100 * time.Millisecond) // the read is in the backend
+	e, io, gate, done := stuckRead(t, 300*time.Millisecond, &closes)
 
 	removed := make(chan error, 1)
 	go func() { removed <- e.tgt.RemoveNamespace(subNQN, 1) }()
@@ -314,15 +317,4 @@ func TestNamespaceCloseBounded(t *testing.T) {
 	if n := closes.Load(); n != 2 {
 		t.Errorf("the two backends were closed %d times after their requests completed, want 2", n)
 	}
-}
-
-// closeCounter counts the backend's Close calls.
-type closeCounter struct {
-	stuckBackend
-	closes *atomic.Int32
-}
-
-func (b *closeCounter) Close() error {
-	b.closes.Add(1)
-	return b.Backend.Close()
 }

@@ -183,45 +183,51 @@ func TestEngineReadCredits(t *testing.T) {
 	e := newEngine(t, engineOpts{ird: 2, maxMsg: 4096})
 	_, cntlid := e.adminConnect(0)
 	io := e.ioConnect(1, cntlid, 16)
-	io.ep.mu.Lock()
-	io.ep.holdReads = true
-	io.ep.mu.Unlock()
-	const n = 6
-	var done atomic.Int32
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			data := pattern(16<<10, byte(i)) // 4 READs each (max message 4 KiB)
-			c, _ := io.h.exec(rw(nvmeproto.OpWrite, 1, uint64(i*64), 32), data, len(data))
-			expectOK(t, "write", c)
-			done.Add(1)
-		}()
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for done.Load() < n && time.Now().Before(deadline) {
-		if !io.ep.releaseRead() {
-			time.Sleep(time.Millisecond)
-		}
-	}
-	wg.Wait()
-	io.ep.mu.Lock()
-	maxOut := io.ep.maxHeldRd
-	io.ep.mu.Unlock()
+	maxOut := writesHoldingReads(t, io, 6, 16<<10) // 4 READs each (max message 4 KiB)
 	if maxOut > 2 {
 		t.Errorf("%d RDMA READs were outstanding at once; the initiator depth is 2", maxOut)
 	}
 	if maxOut == 0 {
 		t.Errorf("no READs were held: the test did not run")
 	}
-	for i := 0; i < n; i++ {
-		c, got := io.h.exec(rw(nvmeproto.OpRead, 1, uint64(i*64), 32), nil, 16<<10)
+}
+
+// writesHoldingReads sends n writes of size bytes at once (write i: a pattern seeded i at
+// LBA i*64) while the fake host holds the target's RDMA READ completions, releasing one
+// at a time after a pause in which the writes pile up; then reads each back and checks
+// it. It returns the most READs that were outstanding at once.
+func writesHoldingReads(t *testing.T, io *fconn, n, size int) int {
+	t.Helper()
+	holdReads(io)
+	var done atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := pattern(size, byte(i))
+			c, _ := io.h.exec(rw(nvmeproto.OpWrite, 1, uint64(i*64), size/512), data, len(data))
+			expectOK(t, "write", c)
+			done.Add(1)
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for done.Load() < int32(n) && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+		io.ep.releaseRead()
+	}
+	wg.Wait()
+	io.ep.mu.Lock()
+	maxOut := io.ep.maxHeldRd
+	io.ep.mu.Unlock()
+	for i := range n {
+		c, got := io.h.exec(rw(nvmeproto.OpRead, 1, uint64(i*64), size/512), nil, size)
 		expectOK(t, "read", c)
-		if !bytes.Equal(got, pattern(16<<10, byte(i))) {
-			t.Errorf("write %d (split into 4 READs and read back in 4 WRITEs): data differs", i)
+		if !bytes.Equal(got, pattern(size, byte(i))) {
+			t.Errorf("write %d of %d bytes (its READs held, then read back): data differs", i, size)
 		}
 	}
+	return maxOut
 }
 
 // TestEngineSendQueueShortage: responses wait for send queue slots when the send
@@ -268,9 +274,7 @@ func TestEngineDisconnectFreesResources(t *testing.T) {
 	otherIO := e.ioConnect(1, cntlid2, 16)
 
 	// Hold READ completions so that writes are in flight when the host goes.
-	io.ep.mu.Lock()
-	io.ep.holdReads = true
-	io.ep.mu.Unlock()
+	holdReads(io)
 	for i := 0; i < 4; i++ {
 		cmd := io.h.begin()
 		w := rw(nvmeproto.OpWrite, 1, uint64(i*8), 8)

@@ -18,6 +18,14 @@ func holdSends(fc *fconn) {
 	fc.ep.mu.Unlock()
 }
 
+// holdReads makes the fake host keep the target's RDMA READ completions until
+// releaseRead delivers them one by one.
+func holdReads(fc *fconn) {
+	fc.ep.mu.Lock()
+	fc.ep.holdReads = true
+	fc.ep.mu.Unlock()
+}
+
 // flood sends n reads of nlb blocks of the null namespace on fc without waiting for
 // them, from goroutines; done counts the completions.
 func flood(t *testing.T, fc *fconn, n, nlb int, done *atomic.Int32) *sync.WaitGroup {
