@@ -64,6 +64,19 @@ func (b *gatedBackend) Flush() error {
 	return b.Backend.Flush()
 }
 
+// gatedMemory returns a backend opener whose memory namespace (one per target) is gb.
+func gatedMemory() (gb *gatedBackend, open func(backend.Spec) (backend.Backend, error)) {
+	gb = &gatedBackend{gate: make(chan struct{}), in: make(chan struct{}, 1)}
+	return gb, func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil || s.Kind != backend.KindMemory {
+			return b, err
+		}
+		gb.Backend = b
+		return gb, nil
+	}
+}
+
 func (b *gatedBackend) Info() backend.Info {
 	i := backend.Describe(b.Backend)
 	i.Inline = false
@@ -75,18 +88,7 @@ func (b *gatedBackend) Info() backend.Info {
 // and its completion queue share given back, while its memory stays until the request
 // completes — then everything is released.
 func TestEngineStuckBackendClose(t *testing.T) {
-	gb := &gatedBackend{gate: make(chan struct{}), in: make(chan struct{}, 1)}
-	open := func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		if s.Kind == backend.KindMemory {
-			gb.Backend = b
-			return gb, nil
-		}
-		return b, nil
-	}
+	gb, open := gatedMemory()
 	e := newEngine(t, engineOpts{icd: 8192, targetOpts: []target.Option{
 		target.WithBackendOpener(open), target.WithQueueCloseTimeout(300 * time.Millisecond)}})
 	a, cntlid := e.adminConnect(0)
@@ -174,18 +176,7 @@ func TestRDMALimits(t *testing.T) {
 // which always take the worker path), does not stop the poll group: another controller
 // connects and is served, and so are reads of another namespace.
 func TestEnginePollGroupNeverBlocksOnBackend(t *testing.T) {
-	gb := &gatedBackend{gate: make(chan struct{}), in: make(chan struct{}, 1)}
-	open := func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		if s.Kind == backend.KindMemory {
-			gb.Backend = b
-			return gb, nil
-		}
-		return b, nil
-	}
+	gb, open := gatedMemory()
 	e := newEngine(t, engineOpts{qd: 16, ioQueues: 2, targetOpts: []target.Option{
 		target.WithBackendOpener(open), target.WithExecutorWorkers(1)}})
 	var conns []*fconn

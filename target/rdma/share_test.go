@@ -66,22 +66,18 @@ func waitPoolBelow(t *testing.T, p *pool, pages int) {
 	}
 }
 
-// TestEngineFairShare: a host that sends a flood of 128 KiB reads and never lets their
-// responses complete (holding every buffer it gets) takes no more than the pool minus
-// the headroom; another host's 4 KiB reads keep completing at once.
-func TestEngineFairShare(t *testing.T) {
-	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10}) // 4 MiB pool: 1024 pages
-	_, cntlid := e.adminConnect(0)
-	hostile := e.ioConnect(1, cntlid, 64)
-	honest := e.ioConnect(2, cntlid, 16)
+// hostileNextToHonest floods hostile with 63 reads of 128 KiB of the null namespace whose
+// responses never complete (twice a 4 MiB pool: it holds every buffer it gets), waits
+// until they hold the pool, runs check, then times 100 reads of 4 KiB on honest (at
+// most 5 s), lets the hostile host's responses complete and checks all 63 did.
+func hostileNextToHonest(t *testing.T, e *engine, hostile, honest *fconn, check func()) {
+	t.Helper()
 	holdSends(hostile)
 	var hdone atomic.Int32
-	wg := flood(t, hostile, 63, 256, &hdone) // 63 × 32 pages: twice the pool
+	wg := flood(t, hostile, 63, 256, &hdone) // 63 × 32 pages
 	waitPoolBelow(t, e.pool, e.pool.reserve+2*e.pool.headroom)
 	time.Sleep(50 * time.Millisecond) // the flood's later reads wait for buffers
-	if got, limit := hostile.c.share.held, e.pool.npages-e.pool.reserve-e.pool.headroom; got > limit {
-		t.Errorf("the hostile connection holds %d pages, more than pool − reserve − headroom = %d", got, limit)
-	}
+	check()
 	start := time.Now()
 	for i := range 100 {
 		c, _ := honest.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
@@ -95,6 +91,21 @@ func TestEngineFairShare(t *testing.T) {
 	if n := hdone.Load(); n != 63 {
 		t.Errorf("%d of the hostile host's 63 reads completed once it let them", n)
 	}
+}
+
+// TestEngineFairShare: a host that sends a flood of 128 KiB reads and never lets their
+// responses complete (holding every buffer it gets) takes no more than the pool minus
+// the headroom; another host's 4 KiB reads keep completing at once.
+func TestEngineFairShare(t *testing.T) {
+	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10}) // 4 MiB pool: 1024 pages
+	_, cntlid := e.adminConnect(0)
+	hostile := e.ioConnect(1, cntlid, 64)
+	honest := e.ioConnect(2, cntlid, 16)
+	hostileNextToHonest(t, e, hostile, honest, func() {
+		if got, limit := hostile.c.share.held, e.pool.npages-e.pool.reserve-e.pool.headroom; got > limit {
+			t.Errorf("the hostile connection holds %d pages, more than pool − reserve − headroom = %d", got, limit)
+		}
+	})
 	e.closeAll(hostile, honest)
 }
 

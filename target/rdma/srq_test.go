@@ -3,7 +3,6 @@ package rdma
 import (
 	"bytes"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,24 +224,7 @@ func TestEngineSRQFairShare(t *testing.T) {
 	if !hostile.c.cfg.srq || !honest.c.cfg.srq {
 		t.Fatal("the I/O queues are not on the shared receive queue")
 	}
-	holdSends(hostile)
-	var hdone atomic.Int32
-	wg := flood(t, hostile, 63, 256, &hdone) // 63 × 32 pages: twice the pool, twice the receive buffers
-	waitPoolBelow(t, e.pool, e.pool.reserve+2*e.pool.headroom)
-	time.Sleep(50 * time.Millisecond) // the flood's later reads wait for buffers
-	start := time.Now()
-	for i := range 100 {
-		c, _ := honest.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
-		expectOK(t, "honest read", c)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("100 reads of the honest host took %v next to the hostile one", d)
-	}
-	hostile.ep.releaseHeld()
-	wg.Wait()
-	if n := hdone.Load(); n != 63 {
-		t.Errorf("%d of the hostile host's 63 reads completed once it let them", n)
-	}
+	hostileNextToHonest(t, e, hostile, honest, func() {}) // twice the receive buffers too
 	e.closeAll(hostile, honest)
 	waitBuffers(t, e)
 }
