@@ -87,9 +87,9 @@ func (t *Target) hostTake(host string, ctrl bool) string {
 	}
 	switch {
 	case ctrl && u.ctrls >= t.lim.MaxControllersPerHost:
-		return fmt.Sprintf("the host has %d controllers, limits.max_controllers_per_host", u.ctrls)
+		return fmt.Sprintf("the host has %d controllers, limits.max_controllers_per_host (raise it if the host needs more)", u.ctrls)
 	case u.queues >= t.lim.MaxQueuesPerHost:
-		return fmt.Sprintf("the host has %d connected queues, limits.max_queues_per_host", u.queues)
+		return fmt.Sprintf("the host has %d connected queues, limits.max_queues_per_host (raise it if the host needs more)", u.queues)
 	}
 	if a.hosts == nil {
 		a.hosts = make(map[string]*hostUse)

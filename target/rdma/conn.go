@@ -526,7 +526,7 @@ func (c *conn) failNoBuffer(x *rctx) {
 // last; it reports whether all of them are staged.
 func (c *conn) postReads(x *rctx) bool {
 	r := &x.req
-	if x.wire == 0 && x.rdOut == 0 && x.rdDesc == 0 && x.rdOff == 0 {
+	if x.wire == 0 { // the command's data is not on the wire yet (r.Length > 0: it has a buffer)
 		if !c.windowFits(int(r.Length)) {
 			return false
 		}

@@ -983,10 +983,10 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 func (tr *Transport) admit(addr netip.Addr) *rejectError {
 	lim := tr.t.Limits()
 	if n := len(tr.conns); n >= lim.MaxQueues {
-		return reject(nvmeproto.RDMARejectNoResources, "the target holds %d queues, limits.max_queues", n)
+		return reject(nvmeproto.RDMARejectNoResources, "the target holds %d queues, limits.max_queues (raise it for more hosts or queues)", n)
 	}
 	if n := tr.perAddr[addr]; n >= lim.MaxQueuesPerAddress {
-		return reject(nvmeproto.RDMARejectNoResources, "%v holds %d queues, limits.max_queues_per_address", addr, n)
+		return reject(nvmeproto.RDMARejectNoResources, "%v holds %d queues, limits.max_queues_per_address (raise it if many hosts share that address)", addr, n)
 	}
 	return nil
 }
