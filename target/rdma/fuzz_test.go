@@ -116,6 +116,7 @@ type fzQueue struct {
 	recvSize int
 
 	out          map[uint16]*fzCmd // outstanding, by CID (guarded by fuzzState.mu)
+	maxOut       int               // the most commands outstanding at once (guarded by fuzzState.mu)
 	shortSent    bool              // a capsule shorter than an SQE was sent
 	overSent     bool              // a capsule longer than the receive buffer was sent
 	refused      bool              // the host's memory refused an RDMA READ/WRITE
@@ -535,6 +536,7 @@ func (fz *fuzzState) send(q *fzQueue, capsule []byte, s *fzCmd) bool {
 			fz.violate("harness: CID %#x reused", s.cid)
 		}
 		q.out[s.cid] = s
+		q.maxOut = max(q.maxOut, len(q.out))
 		fz.sent = append(fz.sent, s)
 		fz.mu.Unlock()
 	}
@@ -666,6 +668,14 @@ func (fz *fuzzState) checkTeardown(q *fzQueue) {
 	case errors.Is(err, errShortCapsule):
 		if !q.shortSent {
 			fz.violate("%s: torn down for a short capsule the host did not send", q.name)
+		}
+	case errors.Is(err, errQueueOverrun):
+		// The fuzzing host sends without waiting for responses; on a shared receive queue
+		// nothing but this check stops one that has more commands outstanding than its
+		// queue has entries.
+		if q.maxOut <= q.fc.c.cfg.depth {
+			fz.violate("%s: torn down for sending more commands than the queue has entries, with at most %d outstanding of %d",
+				q.name, q.maxOut, q.fc.c.cfg.depth)
 		}
 	case errors.Is(err, errQPError):
 		if !q.overSent && !q.refused {
