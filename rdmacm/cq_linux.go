@@ -176,6 +176,9 @@ func (cq *CQ) Wait(timeout time.Duration) (notified bool, err error) {
 	if cq.isClosed() {
 		return false, ErrClosed
 	}
+	if cq.threadWait.Load() {
+		return false, fmt.Errorf("rdmacm: Wait on the completion queue of %s after WaitThread: its channel has left the netpoller; keep to WaitThread", cq.dev.name)
+	}
 	ok, err := cq.pfd.waitTimeout(timeout, cq.waitFn)
 	if err != nil {
 		if cq.isClosed() {
@@ -200,14 +203,17 @@ func (cq *CQ) Wait(timeout time.Duration) (notified bool, err error) {
 // run the goroutine, which is what makes an idle-to-busy transition cheap
 // where system calls and context switches are expensive (an emulated guest,
 // Soft-RoCE). The price is an OS thread per sleeping CQ. After the first
-// WaitThread, Wake writes the eventfd and no longer interrupts Wait. Call it
-// from one goroutine at a time. It does not allocate.
+// WaitThread, Wake writes the eventfd, and the completion channel leaves the
+// netpoller (whose threads would otherwise wake for every event with nobody to
+// hand it to), so Wait fails from then on. Call it from one goroutine at a time.
+// It does not allocate.
 func (cq *CQ) WaitThread(timeout time.Duration) (notified bool, err error) {
 	if cq.closing.Load() || !cq.acquire() {
 		return false, ErrClosed
 	}
 	if !cq.threadWait.Load() {
 		cq.threadWait.Store(true)
+		cq.pfd.detach() // see pollFD.detach; Wake writes the eventfd from now on
 	}
 	// A Wake that did not see threadWait yet interrupted the netpoller instead.
 	if cq.pfd.wake.Swap(false) {

@@ -19,9 +19,10 @@ import (
 // the library (and shares the non-blocking flag, which the library's calls
 // then honour by returning EAGAIN).
 type pollFD struct {
-	f    *os.File
-	rc   syscall.RawConn
-	wake atomic.Bool // a wakeup is pending (see interrupt)
+	f        *os.File
+	rc       syscall.RawConn
+	wake     atomic.Bool // a wakeup is pending (see interrupt)
+	detached atomic.Bool // the duplicate is closed (see detach)
 }
 
 func newPollFD(fd int, name string) (*pollFD, error) {
@@ -47,8 +48,24 @@ func newPollFD(fd int, name string) (*pollFD, error) {
 }
 
 // close wakes waiters, waits for a running read callback to return and
-// closes the duplicate.
-func (p *pollFD) close() error { return p.f.Close() }
+// closes the duplicate (unless detach did).
+func (p *pollFD) close() error {
+	if p.detached.Swap(true) {
+		return nil
+	}
+	return p.f.Close()
+}
+
+// detach takes the descriptor out of the netpoller for good, for an owner that waits
+// on it another way: while registered, every event on it wakes a thread blocked in
+// the netpoller that finds nobody waiting (epoll is edge-triggered, and the runtime
+// watches every registered descriptor). waitTimeout and interrupt must not be used
+// afterwards; close becomes a no-op.
+func (p *pollFD) detach() {
+	if !p.detached.Swap(true) {
+		p.f.Close()
+	}
+}
 
 // interrupt makes the current or next waitTimeout return early.
 func (p *pollFD) interrupt() {

@@ -716,6 +716,66 @@ func TestRDMAWaitThread(t *testing.T) {
 		t.Fatalf("WaitThread after Close = %v, want ErrClosed", err)
 	}
 	c.Wake() // no effect, no panic
+
+	// The first WaitThread takes the completion channel out of the netpoller, whose
+	// threads would otherwise wake for every completion event with nobody to hand it
+	// to; Wait then fails, and Close still works.
+	c, err = p.srv.dev.NewCQ(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n0 := netpollerEventFiles(t)
+	if ok, err := c.WaitThread(time.Millisecond); ok || err != nil {
+		t.Fatalf("WaitThread(1ms) on an idle CQ = %v, %v", ok, err)
+	}
+	if n := netpollerEventFiles(t); n != n0-1 {
+		t.Errorf("verbs event files in the netpoller: %d before the first WaitThread, %d after (want one fewer)", n0, n)
+	}
+	if _, err := c.Wait(time.Millisecond); err == nil || errors.Is(err, rdmacm.ErrClosed) {
+		t.Errorf("Wait after WaitThread = %v, want an error that says to keep to WaitThread", err)
+	}
+	c.Wake()
+	if ok, err := c.WaitThread(0); ok || err != nil {
+		t.Fatalf("WaitThread after Wake = %v, %v", ok, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// netpollerEventFiles counts the verbs event files (completion channels, the async
+// event file: anon_inode:[infinibandevent]) that the Go runtime's epoll instance
+// watches, from /proc/self/fdinfo of the process's epoll descriptors.
+func netpollerEventFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, epolls := 0, 0
+	for _, e := range fds {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); l != "anon_inode:[eventpoll]" {
+			continue
+		}
+		epolls++
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "tfd:" {
+				continue
+			}
+			if l, _ := os.Readlink("/proc/self/fd/" + f[1]); l == "anon_inode:[infinibandevent]" {
+				n++
+			}
+		}
+	}
+	if epolls == 0 {
+		t.Fatal("no epoll descriptor in /proc/self/fd: the netpoller is not running")
+	}
+	return n
 }
 
 func osThreads(t *testing.T) int {

@@ -285,10 +285,18 @@ func (g *group) run() {
 			g.watchTimer.Stop()
 		}
 	}()
-	idle := 0
+	idle, busy := 0, 0
+	y, _ := g.cq.(yielder)
 	for {
 		if g.iterate() {
 			idle = 0
+			// A group that keeps finding work never sleeps, so it never yields in
+			// Wait: yield here too (see threadCQ), checking the clock every
+			// busyYieldCheck rounds only.
+			if busy++; busy >= busyYieldCheck && y != nil {
+				busy = 0
+				y.maybeYield()
+			}
 			continue
 		}
 		g.m.idlePolls.Add(1)
@@ -691,10 +699,24 @@ const yieldAfter = 4 * time.Millisecond
 func nanotime() int64
 
 func (c *threadCQ) Wait(timeout time.Duration) (bool, error) {
+	c.maybeYield()
+	return c.CQ.WaitThread(timeout)
+}
+
+// yielder is implemented by completion queues whose group must pass through the Go
+// scheduler now and then while it keeps finding work (threadCQ).
+type yielder interface{ maybeYield() }
+
+// busyYieldCheck is how many busy rounds a group makes between looks at the clock for
+// maybeYield.
+const busyYieldCheck = 1
+
+// maybeYield yields if yieldAfter has passed since the last yield, or a backend worker
+// was handed work since then.
+func (c *threadCQ) maybeYield() {
 	now := nanotime()
 	if h := backend.Handoffs(); now-c.lastYield >= int64(yieldAfter) || h != c.handoffs {
 		c.lastYield, c.handoffs = now, h
 		runtime.Gosched()
 	}
-	return c.CQ.WaitThread(timeout)
 }
