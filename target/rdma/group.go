@@ -684,7 +684,10 @@ func (q *fifo) removeConn(c *conn) *rctx {
 // switches per sleep, one sleep per I/O at low queue depths. So the group yields only when
 // yieldAfter has passed since its last yield (one clock read per sleep), and at once when
 // the round handed work to a goroutine (a backend worker: it would otherwise wait in this
-// P's queue until sysmon takes the P).
+// P's queue until sysmon takes the P). A group that keeps finding work does not sleep, and
+// its long verbs calls (Soft-RoCE sends a whole post inside the call) are system calls to
+// the runtime: it makes the same check every busyYieldCheck busy rounds (maybeYield), or
+// sysmon preempts it every 10 ms, takes its P during a post and wakes every 20 µs.
 type threadCQ struct {
 	*rdmacm.CQ
 	lastYield int64 // nanotime
@@ -709,7 +712,7 @@ type yielder interface{ maybeYield() }
 
 // busyYieldCheck is how many busy rounds a group makes between looks at the clock for
 // maybeYield.
-const busyYieldCheck = 1
+const busyYieldCheck = 4
 
 // maybeYield yields if yieldAfter has passed since the last yield, or a backend worker
 // was handed work since then.
