@@ -52,7 +52,10 @@
 // thread. The one cgo call of this package that blocks is [CQ.WaitThread]: for
 // a goroutine that owns a CQ and nothing else, it sleeps in poll(2) on the
 // completion channel and a wake-up eventfd ([CQ.WakeFD]), so that a completion
-// wakes that thread directly, without the netpoller's timers and hand-offs.
+// wakes that thread directly, without the netpoller's timers and hand-offs. The
+// first WaitThread takes the completion channel out of the netpoller (an event
+// would otherwise also wake the runtime thread blocked in epoll_pwait, with nobody
+// to hand it to); [CQ.Wait] on that CQ fails from then on.
 //
 // Close may be called from any goroutine: it wakes goroutines waiting on the
 // object, waits for posts and polls in progress to return, and makes later
