@@ -101,11 +101,22 @@ func TestEngineFairShare(t *testing.T) {
 	_, cntlid := e.adminConnect(0)
 	hostile := e.ioConnect(1, cntlid, 64)
 	honest := e.ioConnect(2, cntlid, 16)
+	// What the hostile connection holds is its poll group's to change and read: look at it
+	// from the group's goroutine, when the honest host's first response is posted.
+	var held atomic.Int64
+	held.Store(-1)
 	hostileNextToHonest(t, e, hostile, honest, func() {
-		if got, limit := hostile.c.share.held, e.pool.npages-e.pool.reserve-e.pool.headroom; got > limit {
-			t.Errorf("the hostile connection holds %d pages, more than pool − reserve − headroom = %d", got, limit)
+		deliver := honest.ep.onResp
+		honest.ep.onResp = func(b []byte) {
+			held.CompareAndSwap(-1, int64(hostile.c.share.held))
+			deliver(b)
 		}
 	})
+	if got, limit := held.Load(), e.pool.npages-e.pool.reserve-e.pool.headroom; got < 0 {
+		t.Errorf("no response of the honest host was posted")
+	} else if got > int64(limit) {
+		t.Errorf("the hostile connection holds %d pages, more than pool − reserve − headroom = %d", got, limit)
+	}
 	e.closeAll(hostile, honest)
 }
 
