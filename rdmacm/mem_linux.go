@@ -21,11 +21,19 @@ import (
 // /proc/self/status) plus n, unless the process has CAP_IPC_LOCK or the limit
 // is unlimited. It returns a [*MemlockError] that says how to raise the
 // limit. Call it at start-up with the size of the buffer pool; [PD.NewArena]
-// calls it too.
+// calls it too, for every connection's memory, so the common cases (no limit,
+// CAP_IPC_LOCK) cost one or two system calls and /proc is read only when the
+// limit applies.
 func CheckMemlock(n uint64) error {
 	limit, err := memlockLimit()
 	if err != nil {
 		return err
+	}
+	if limit == rlimInfinity {
+		return nil
+	}
+	if capIPCLockEffective() {
+		return nil
 	}
 	st := readProcStatus()
 	return checkMemlock(limit, max(st.vmLck, st.vmPin), n, st.capEff&(1<<capIPCLock) != 0)
