@@ -81,6 +81,12 @@
 // O_DIRECT buffer — data moves host memory → RDMA READ → pool → pwrite (and back) with
 // no copy inside the target.
 //
+// A connection's own memory (response capsules; receive buffers when it has no shared
+// receive queue) comes from slabs of 64 pages per device, registered once and kept until
+// the device closes (qmem.go), and goes back to them when its QP is destroyed; only a
+// connection needing more than half a slab gets an arena of its own. Connecting a queue
+// thus costs no mmap, mlock or memory registration.
+//
 // # Poll groups
 //
 // transport.poll_groups goroutines per device (default one per CPU), each polling one

@@ -542,6 +542,7 @@ func TestRDMAHostGone(t *testing.T) {
 	base, _ := rdmatest.Resources()
 	other, c2 := e.adminConnect(0)
 	otherIO := e.ioConnect(1, c2, 16)
+	otherPages := e.tr.Stats().QueueMemPages
 
 	a, cntlid := e.adminConnect(0)
 	io := e.ioConnect(1, cntlid, 32)
@@ -564,14 +565,17 @@ func TestRDMAHostGone(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			now, _ := rdmatest.Resources()
-			// The other host: 2 QPs + 2 MRs each side; and the shared receive queues'
-			// buffers, which stay for the next connections.
-			chunks := e.tr.Stats().SharedRecvBufs / srqChunkSlots
-			if now["qp"]-base["qp"] == 4 && now["mr"]-base["mr"] == 4+chunks {
+			// The other host: 2 QPs each side, its 2 MRs, and the queue memory of its 2
+			// queues on the target; the target's slabs of queue memory
+			// and the shared receive queues' buffers stay for the next connections.
+			st := e.tr.Stats()
+			chunks := st.SharedRecvBufs / srqChunkSlots
+			if now["qp"]-base["qp"] == 4 && now["mr"]-base["mr"] == 2+chunks+st.QueueMemSlabs && st.QueueMemPages == otherPages {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("RDMA resources not released: qp %d→%d, mr %d→%d", base["qp"], now["qp"], base["mr"], now["mr"])
+				t.Errorf("RDMA resources not released: qp %d→%d, mr %d→%d (%d slabs of queue memory, %d shared receive chunks), queue memory pages held %d, want %d",
+					base["qp"], now["qp"], base["mr"], now["mr"], st.QueueMemSlabs, chunks, st.QueueMemPages, otherPages)
 				break
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -416,6 +416,8 @@ type Stats struct {
 	Sleeps          uint64 // times a poll group slept on its completion channel
 	Wakeups         uint64 // sleeps ended by a completion event (the rest: a wake-up or a timeout)
 	SharedRecvBufs  int    // receive buffers of the poll groups' shared receive queues
+	QueueMemSlabs   int    // registered slabs of connections' queue memory (kept for reuse)
+	QueueMemPages   int    // pages of them that connections hold now
 	AIOFallbacks    uint64 // reads and writes the rings handed to workers: EAGAIN under RWF_NOWAIT, or refused by io_submit
 }
 
@@ -434,6 +436,9 @@ func (tr *Transport) Stats() Stats {
 		s.PoolFreeBytes += free * pageSize
 		s.PoolTotalBytes += total * pageSize
 		s.PoolLowestBytes += low * pageSize
+		slabs, used := d.qmem.stats()
+		s.QueueMemSlabs += slabs
+		s.QueueMemPages += used
 		for _, g := range d.groups {
 			s.BufferWaits += g.stats.bufWaits.Load()
 			s.ReadWaits += g.stats.readWaits.Load()
@@ -530,6 +535,7 @@ type device struct {
 	attr   rdmacm.DeviceAttr
 	maxMsg int
 	arena  *rdmacm.Arena
+	qmem   *qmem // connections' own queue memory
 	pool   *pool
 	groups []*group
 	cqs    []*rdmacm.CQ
@@ -572,7 +578,7 @@ func (tr *Transport) device(name string) (*device, error) {
 
 func (tr *Transport) openDevice(name string) (d *device, err error) {
 	d = &device{name: name}
-	d.release = func() error { return errors.Join(d.arena.Close(), d.pd.Close(), d.dev.Close()) }
+	d.release = func() error { return errors.Join(d.qmem.close(), d.arena.Close(), d.pd.Close(), d.dev.Close()) }
 	defer func() {
 		if err != nil {
 			d.close(0)
@@ -591,6 +597,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 	if d.pd, err = d.dev.AllocPD(); err != nil {
 		return nil, err
 	}
+	d.qmem = newQmem(d.pd)
 	tc := tr.t.TransportConfig()
 	if d.arena, err = d.pd.NewArena(int(tc.BufferPoolSize), 0); err != nil {
 		return nil, fmt.Errorf("buffer pool of %s: %w", tc.BufferPoolSize.Human(), err)
@@ -866,11 +873,11 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	// What has been set up so far; on error it is released in reverse order. Until the
 	// connection is published to its poll group nothing else refers to any of it.
 	var (
-		g     *group
-		c     *conn
-		arena *rdmacm.Arena
-		qp    *rdmacm.QP
-		q     *target.Queue
+		g   *group
+		c   *conn
+		mem *qmemBlock
+		qp  *rdmacm.QP
+		q   *target.Queue
 	)
 	defer func() {
 		if err == nil {
@@ -885,8 +892,8 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 		if c != nil {
 			g.detach(c)
 		}
-		if arena != nil {
-			arena.Close()
+		if mem != nil {
+			mem.release()
 		}
 	}()
 	if g = dev.pickGroup(cfg.depth + cfg.sqSize); g == nil {
@@ -906,11 +913,11 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 		}()
 	}
 	lay := layoutFor(&cfg)
-	if arena, err = dev.pd.NewArena(lay.size, 0); err != nil {
+	if mem, err = dev.qmem.alloc(lay.size); err != nil {
 		return fmt.Errorf("queue memory of %d bytes: %w", lay.size, err)
 	}
 	ep := &qpEndpoint{id: id}
-	nc := newConn(cfg, region{mem: arena.Bytes(), base: arena.Addr(0), lkey: arena.LKey()}, ep, dev.pool, log)
+	nc := newConn(cfg, mem.region, ep, dev.pool, log)
 	if err := g.attach(nc); err != nil {
 		return reject(nvmeproto.RDMARejectNoResources, "%v", err)
 	}
@@ -940,7 +947,7 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	q.SetCounterShard(g.m.shard)
 	q.SetPeer(id.RemoteAddr().String())
 	q.ExpectQID(p.req.QID)
-	c.onDead = func(c *conn) { tr.connDead(c, id, arena) }
+	c.onDead = func(c *conn) { tr.connDead(c, id, mem) }
 	// Receives go up before the accept: the host may send as soon as it is established.
 	if err = c.postInitialRecvs(); err != nil {
 		return fmt.Errorf("posting %d receives: %w", cfg.depth, err)
@@ -992,14 +999,14 @@ func (tr *Transport) admit(addr netip.Addr) *rejectError {
 }
 
 // connDead releases what accept created once the connection is torn down.
-func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, arena *rdmacm.Arena) {
+func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, mem *qmemBlock) {
 	if err := id.Close(); err != nil {
 		c.log.Debug("rdma_destroy_id", "err", err)
 	}
 	if c.cfg.srq {
 		c.g.srq.unreserve(c.cfg.depth)
 	}
-	if err := arena.Close(); err != nil {
+	if err := mem.release(); err != nil {
 		c.log.Error("releasing queue memory", "err", err)
 	}
 	tr.mu.Lock()
