@@ -15,13 +15,13 @@ import (
 // I/O queue on a shared receive queue its response slots (32 bytes per entry). Giving each
 // its own arena costs an mmap, an mlock and a memory registration when it connects and
 // the reverse when it goes — system calls that cost milliseconds each under emulation, on
-// the path of every controller's connect. So small requests are carved from slabs of
-// slabPages pages, registered once per device and kept until the device closes; a
-// request larger than a slab gets its own arena as before.
+// the path of every controller's connect. So requests of up to half a slab are carved from
+// slabs of slabPages pages, registered once per device and kept until the device closes;
+// a larger request gets an arena of its own.
 //
 // Reuse is safe because a connection's memory comes back only when its queue pair is gone
 // (connDead): nothing can still be written there by the device. Handed-out pages are
-// zeroed. The memory has local access only, like the per-connection arenas.
+// zeroed. All of it has local access only: no rkey of it ever reaches a host.
 
 // slabPages is the number of pages in one slab: one bit each in a uint64.
 const slabPages = 64
