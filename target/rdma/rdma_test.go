@@ -566,8 +566,8 @@ func TestRDMAHostGone(t *testing.T) {
 		for {
 			now, _ := rdmatest.Resources()
 			// The other host: 2 QPs each side, its 2 MRs, and the queue memory of its 2
-			// queues on the target; the target's slabs of queue memory
-			// and the shared receive queues' buffers stay for the next connections.
+			// queues on the target; the target's slabs of queue memory and the shared
+			// receive queues' buffers stay for the next connections.
 			st := e.tr.Stats()
 			chunks := st.SharedRecvBufs / srqChunkSlots
 			if now["qp"]-base["qp"] == 4 && now["mr"]-base["mr"] == 2+chunks+st.QueueMemSlabs && st.QueueMemPages == otherPages {
