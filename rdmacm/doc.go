@@ -65,9 +65,9 @@
 //
 // # Soft-RoCE (rdma_rxe)
 //
-// rxe needs a netdev with a unicast address (not lo); it claims but does not
-// honour Send-with-Invalidate; it never raises IBV_EVENT_QP_LAST_WQE_REACHED;
-// a CQ overrun raises CQ_ERR repeatedly until the QP is destroyed; device
-// removal waits until every process with the device open exits. README.md in
-// this directory has the details, the rules for users and the test commands.
+// rxe needs a netdev with a unicast address (not lo); it never raises
+// IBV_EVENT_QP_LAST_WQE_REACHED; a CQ overrun raises CQ_ERR repeatedly until
+// the QP is destroyed; device removal waits until every process with the
+// device open exits. It honours SEND with Invalidate ([OpSendInv]). README.md
+// in this directory has the details, the rules for users and the test commands.
 package rdmacm

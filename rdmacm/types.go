@@ -32,12 +32,17 @@ const (
 	OpSend     Opcode = 2 // SEND: local SGL -> the peer's next receive buffer
 	OpSendImm  Opcode = 3 // SEND with immediate
 	OpRead     Opcode = 4 // RDMA READ: remote (RemoteAddr, RKey) -> local SGL
+	// SEND with Invalidate: a SEND after which the peer's device invalidates the remote
+	// key in Imm (one the peer registered for this exchange), so that the peer need not
+	// post a local invalidation of its own. Only on devices with
+	// [DeviceAttr.MemMgtExtensions].
+	OpSendInv Opcode = 9
 )
 
-var opcodeNames = [...]string{"WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ"}
+var opcodeNames = [...]string{"WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ", 9: "SEND_INV"}
 
 func (o Opcode) String() string {
-	if int(o) < len(opcodeNames) {
+	if int(o) < len(opcodeNames) && opcodeNames[o] != "" {
 		return opcodeNames[o]
 	}
 	return fmt.Sprintf("Opcode(%d)", uint32(o))
@@ -74,7 +79,7 @@ type SendWR struct {
 	Flags      SendFlags // FlagSignaled etc.
 	RemoteAddr uint64    // OpWrite*/OpRead: remote virtual address
 	RKey       uint32    // OpWrite*/OpRead: remote key
-	Imm        uint32    // OpSendImm/OpWriteImm: immediate data (host order)
+	Imm        uint32    // OpSendImm/OpWriteImm: immediate data (host order); OpSendInv: the key to invalidate
 	NumSGE     uint32    // entries used in SGL
 	_          uint32
 	SGL        [MaxSGE]SGE // local buffers
@@ -374,10 +379,10 @@ type DeviceAttr struct {
 	MaxMRSize        uint64
 	PageSizeCap      uint64
 	MaxQP            int
-	MaxQPWR          int // work requests per queue
-	CapFlags         uint32
-	MaxSGE           int // SGEs per send/recv request
-	MaxSGERD         int // SGEs per RDMA READ
+	MaxQPWR          int    // work requests per queue
+	CapFlags         uint32 // enum ibv_device_cap_flags (see the Cap* constants)
+	MaxSGE           int    // SGEs per send/recv request
+	MaxSGERD         int    // SGEs per RDMA READ
 	MaxCQ            int
 	MaxCQE           int // entries per CQ
 	MaxMR            int
@@ -392,6 +397,18 @@ type DeviceAttr struct {
 	MaxPKeys         int
 	AtomicCapability int
 }
+
+// Device capability flags (DeviceAttr.CapFlags).
+const (
+	// CapMemMgtExtensions: the device supports the memory management extensions, among
+	// them SEND with Invalidate ([OpSendInv]) and the remote invalidation it asks of the
+	// peer.
+	CapMemMgtExtensions uint32 = 1 << 21
+)
+
+// MemMgtExtensions reports whether the device supports the memory management extensions
+// (CapMemMgtExtensions), SEND with Invalidate among them.
+func (a *DeviceAttr) MemMgtExtensions() bool { return a.CapFlags&CapMemMgtExtensions != 0 }
 
 // PortState is a port's logical state (enum ibv_port_state).
 type PortState int

@@ -31,7 +31,7 @@ int64_t gonvmf_post_send(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t
 			gonvmf_send_wr *g = &wrs[done + i];
 			struct ibv_send_wr *w = &chain[i];
 			unsigned int flags = g->flags;
-			if (g->num_sge > GONVMF_MAX_SGE || g->opcode > IBV_WR_RDMA_READ) {
+			if (g->num_sge > GONVMF_MAX_SGE || (g->opcode > IBV_WR_RDMA_READ && g->opcode != IBV_WR_SEND_WITH_INV)) {
 				err = EINVAL;
 				break;
 			}
@@ -45,6 +45,9 @@ int64_t gonvmf_post_send(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t
 				w->imm_data = htobe32(g->imm);
 				/* fallthrough */
 			case IBV_WR_SEND:
+				break;
+			case IBV_WR_SEND_WITH_INV:
+				w->invalidate_rkey = g->imm;
 				break;
 			case IBV_WR_RDMA_WRITE_WITH_IMM:
 				w->imm_data = htobe32(g->imm);

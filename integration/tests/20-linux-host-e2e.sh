@@ -122,6 +122,53 @@ check fio-null timeout -k 10 300 fio --name=null-rr --filename="${NS[1]}" --ioen
 check fio-memory-verify timeout -k 10 300 fio --name=mem --filename="${NS[2]}" --ioengine=libaio --direct=1 \
 	--rw=randwrite --bs=16k --iodepth=16 --size=32M --verify=crc32c --verify_fatal=1 --output="$OUT/fio-memory.txt"
 
+
+# ---- remote invalidation: the host posts no local invalidation ----
+# The Linux host registers a memory region per command and asks for its key to be
+# invalidated (Keyed SGL subtype Invalidate Key); gonvmf answers with SEND with Invalidate,
+# so Soft-RoCE invalidates the key on arrival (rxe_invalidate_mr, once per I/O) and
+# nvme-rdma never runs the completion handler of a local invalidation
+# (nvme_rdma_inv_rkey_done). Counted with kprobes over a short fio run of reads, 4k to
+# 128k, on the null namespace (reads: the host sends small writes in the capsule, with no
+# key); skipped where the guest kernel has no kprobe events or no such symbols.
+remote_invalidation() { # <dev>
+	local T=/sys/kernel/tracing f ios
+	local -A n
+	[ -e $T/kprobe_events ] || mount -t tracefs nodev $T 2> /dev/null
+	for f in nvme_rdma_inv_rkey_done rxe_invalidate_mr; do
+		if [ ! -w $T/kprobe_events ] || ! grep -qw $f /proc/kallsyms; then
+			skip remote-invalidation "no kprobe events or no $f in this kernel"
+			return 0
+		fi
+		echo "p:gonvmf_e2e/$f $f" >> $T/kprobe_events || {
+			fail remote-invalidation "cannot place a kprobe on $f"
+			return 0
+		}
+	done
+	echo 1 > $T/events/gonvmf_e2e/enable
+	timeout -k 10 300 fio --name=inv --filename="$1" --ioengine=libaio --direct=1 --rw=randread \
+		--bsrange=4k-128k --iodepth=8 --time_based --runtime=2 --output-format=json \
+		--output="$OUT/fio-inv.json" > /dev/null 2>&1
+	echo 0 > $T/events/gonvmf_e2e/enable
+	for f in nvme_rdma_inv_rkey_done rxe_invalidate_mr; do
+		n[$f]=$(awk -v e=$f '$1 == e { print $2 }' $T/kprobe_profile)
+		echo "-:gonvmf_e2e/$f" >> $T/kprobe_events
+	done
+	ios=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1]))['jobs'][0]; print(j['read']['total_ios']+j['write']['total_ios'])" \
+		"$OUT/fio-inv.json" 2> /dev/null || echo 0)
+	echo "fio I/Os $ios, local invalidations ${n[nvme_rdma_inv_rkey_done]}, keys invalidated ${n[rxe_invalidate_mr]}"
+	if [ "${ios:-0}" -lt 100 ]; then
+		fail remote-invalidation "fio completed ${ios:-0} I/Os (see $OUT/fio-inv.json)"
+	elif [ "${n[rxe_invalidate_mr]:-0}" -lt "$ios" ]; then
+		fail remote-invalidation "Soft-RoCE invalidated ${n[rxe_invalidate_mr]:-0} keys for $ios I/Os: the host did not ask for invalidation"
+	elif [ "${n[nvme_rdma_inv_rkey_done]:-x}" != 0 ]; then
+		fail remote-invalidation "the host posted ${n[nvme_rdma_inv_rkey_done]:-?} local invalidations for $ios I/Os: responses did not invalidate its keys"
+	else
+		pass remote-invalidation "$ios I/Os, ${n[rxe_invalidate_mr]} keys invalidated remotely, no local invalidation"
+	fi
+}
+remote_invalidation "${NS[1]}"
+
 check nvme-disconnect nvme_disconnect_all
 
 # ---- reconnect with one I/O queue, verify again ----

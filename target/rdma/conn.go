@@ -104,6 +104,9 @@ type connConfig struct {
 	admin  bool
 	remote string // the host's address, for inspection (target.RemoteAddresser)
 	srq    bool   // receives come from the poll group's shared receive queue
+	// sendInv: responses to commands whose host asked for its key to be invalidated go as
+	// SEND with Invalidate (the device has the memory management extensions).
+	sendInv bool
 	// window bounds the bytes of RDMA data (READs of the host's data, WRITEs of read
 	// data) the connection has on the wire at once (0: no bound); see conn.wireOut.
 	window int
@@ -711,6 +714,9 @@ func (c *conn) postResponse(x *rctx, w int) {
 	wr.ID = wrID(kindSend, x.idx, c.slot, c.gen)
 	wr.Op = rdmacm.OpSend
 	wr.RemoteAddr, wr.RKey = 0, 0
+	if key, ok := invalidateKey(r); ok && c.cfg.sendInv {
+		wr.Op, wr.Imm = rdmacm.OpSendInv, key
+	}
 	wr.NumSGE = 1
 	wr.SGL[0] = c.reg.sge(c.lay.respBase+x.idx*nvmeproto.CQESize, nvmeproto.CQESize)
 	c.sqUsed += w
@@ -734,6 +740,19 @@ func (c *conn) postResponse(x *rctx, w int) {
 	x.unsigned = true
 	c.unsig.push(int32(x.idx), 0)
 	c.unsigBytes += held
+}
+
+// invalidateKey returns the key the response to r invalidates at the host: that of r's
+// one keyed descriptor, when the host asked for it (subtype Invalidate Key). The Linux
+// host registers a memory region for each command's data and asks so; the response's
+// SEND with Invalidate spares it a local invalidation — a work request and a completion
+// it would wait for before completing the command. With several descriptors the host
+// invalidates its keys itself.
+func invalidateKey(r *target.Request) (uint32, bool) {
+	if len(r.SGL) != 1 || r.SGL[0].ID() != nvmeproto.SGLIDKeyedInvalidate {
+		return 0, false
+	}
+	return r.SGL[0].Key, true
 }
 
 // Selective signaling limits.

@@ -69,9 +69,13 @@
 // host cannot hold up another's commands, nor take the whole pool. The admin Connect's 1024 bytes are
 // fetched with an RDMA READ like any write data; in-capsule data (Data Block/Offset) is
 // used where it arrived; keyed descriptors with the Address and Invalidate subtypes are
-// served (responses never use Send with Invalidate, which Soft-RoCE does not honour: the
-// host invalidates its key itself). A transfer larger than the device's largest message
-// is split into several READs or WRITEs.
+// served. When a command's one keyed descriptor has the Invalidate subtype — the Linux host
+// registers a memory region per command and asks so — its response is a SEND with
+// Invalidate of that key (on devices with the memory management extensions, Soft-RoCE
+// among them), so that the host's device invalidates the key on arrival and the host
+// completes the command without posting a local invalidation and waiting for it. A
+// transfer larger than the device's largest message is split into several READs or
+// WRITEs.
 //
 // # Buffer pool
 //

@@ -171,6 +171,8 @@ type fakeEP struct {
 	holdSend bool // queue SEND completions instead of delivering them
 	held     []rdmacm.Completion
 	noFlush  bool // Disconnect does not flush (a device that never completes flushed requests)
+	// invalidated lists the keys of the SEND with Invalidate responses, in order.
+	invalidated []uint32
 }
 
 const fakeHostKey = 0x5151
@@ -276,7 +278,10 @@ func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 			}
 			copy(dst, loc)
 			op = rdmacm.WCWrite
-		case rdmacm.OpSend:
+		case rdmacm.OpSend, rdmacm.OpSendInv:
+			if w.Op == rdmacm.OpSendInv {
+				e.invalidated = append(e.invalidated, w.Imm)
+			}
 			if e.onResp != nil {
 				e.onResp(loc)
 			}
@@ -290,7 +295,7 @@ func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 			if e.holdReads && w.Op == rdmacm.OpRead {
 				e.heldReads = append(e.heldReads, wc)
 				e.maxHeldRd = max(e.maxHeldRd, len(e.heldReads))
-			} else if e.holdSend && w.Op == rdmacm.OpSend {
+			} else if e.holdSend && (w.Op == rdmacm.OpSend || w.Op == rdmacm.OpSendInv) {
 				e.held = append(e.held, wc)
 			} else {
 				e.cq.push(wc)
@@ -483,6 +488,7 @@ type engineOpts struct {
 	qd        int           // transport.queue_depth (0: default)
 	ioQueues  int           // transport.max_io_queues (0: default)
 	window    int           // I/O queues' limits.max_queue_data_in_flight (0: no bound)
+	noSendInv bool          // a device without SEND with Invalidate
 
 	srq        int                    // > 0: I/O queues share a receive queue of at most this many buffers
 	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
@@ -584,7 +590,8 @@ type fconn struct {
 // dial connects a queue of depth entries (qid for the limits: 0 is an admin queue).
 func (e *engine) dial(qid uint16, depth int) *fconn {
 	e.t.Helper()
-	cfg := connConfig{qid: qid, depth: depth, ird: e.o.ird, sqSize: e.o.sqSize, maxMsg: e.o.maxMsg, admin: qid == 0}
+	cfg := connConfig{qid: qid, depth: depth, ird: e.o.ird, sqSize: e.o.sqSize, maxMsg: e.o.maxMsg, admin: qid == 0,
+		sendInv: !e.o.noSendInv}
 	if cfg.sqSize == 0 {
 		cfg.sqSize = sqDepth(depth)
 	}

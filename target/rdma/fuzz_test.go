@@ -151,8 +151,11 @@ func (e *fzEP) PostSend(wrs []rdmacm.SendWR) error {
 	e.fz.mu.Lock()
 	if q := e.q; q != nil {
 		for i := range wrs {
-			if wrs[i].Op == rdmacm.OpRead || wrs[i].Op == rdmacm.OpWrite {
+			switch wrs[i].Op {
+			case rdmacm.OpRead, rdmacm.OpWrite:
 				e.checkWR(q, &wrs[i])
+			case rdmacm.OpSendInv:
+				e.checkInv(q, &wrs[i])
 			}
 		}
 	}
@@ -165,6 +168,29 @@ func (e *fzEP) Post(recvs []rdmacm.RecvWR, sends []rdmacm.SendWR) error {
 		return err
 	}
 	return e.PostSend(sends)
+}
+
+// checkInv checks a SEND with Invalidate: the key it invalidates is one the command's
+// capsule named with the Invalidate Key subtype.
+func (e *fzEP) checkInv(q *fzQueue, w *rdmacm.SendWR) {
+	c := q.fc.c
+	idx := int(w.ID>>8) & 0xFFFF
+	if idx >= len(c.ctxs) || c.ctxs[idx] == nil {
+		e.fz.violate("%s: SEND with Invalidate with work request id %#x naming context %d of %d", q.name, w.ID, idx, len(c.ctxs))
+		return
+	}
+	cid := c.ctxs[idx].req.Cmd.CID
+	s := q.out[cid]
+	if s == nil {
+		e.fz.violate("%s: SEND with Invalidate of key %#x for CID %#x, which has no outstanding command", q.name, w.Imm, cid)
+		return
+	}
+	for _, d := range s.descs {
+		if d.ID() == nvmeproto.SGLIDKeyedInvalidate && d.Key == w.Imm {
+			return
+		}
+	}
+	e.fz.violate("%s: SEND with Invalidate of key %#x for CID %#x, whose descriptors %v do not ask for it", q.name, w.Imm, cid, s.descs)
 }
 
 // checkWR checks an RDMA READ or WRITE. It runs on the poll group's goroutine (PostSend

@@ -848,6 +848,7 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 	cfg := connConfig{
 		qid: p.req.QID, depth: p.depth, ird: p.ird, sqSize: sqDepth(p.depth),
 		maxMsg: dev.maxMsg, admin: p.req.QID == 0, remote: remote.String(),
+		sendInv: dev.attr.MemMgtExtensions(),
 	}
 	if dev.attr.MaxQPWR > 0 {
 		cfg.sqSize = min(cfg.sqSize, dev.attr.MaxQPWR)
