@@ -292,6 +292,11 @@ type Metrics struct {
 	// resolved. "" (the default) serves none. The endpoint has no authentication: bind it
 	// to a loopback or management address.
 	Address string `yaml:"address"`
+	// Profiling also serves the Go runtime's profiles (net/http/pprof) at /debug/pprof/ on
+	// the same address: CPU and heap profiles, goroutine dumps, execution traces — for
+	// diagnosing the target where it runs. A CPU profile or trace costs CPU while it is
+	// taken; the endpoint has no authentication either. Default false.
+	Profiling bool `yaml:"profiling"`
 }
 
 // Limits bound what hosts may take of the target, so that one host cannot starve, stall

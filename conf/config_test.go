@@ -635,6 +635,12 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s: %+v, round trip %v %+v\n%s", a, c.Metrics, err, again, c.String())
 		}
 	}
+	p, err := Parse([]byte(minimal+"metrics:\n  address: 127.0.0.1:9469\n  profiling: true\n"), "")
+	if err != nil || !p.Metrics.Profiling || !strings.Contains(p.String(), "/debug/pprof/") {
+		t.Errorf("profiling: %v %+v\n%s", err, p.Metrics, p)
+	} else if again, err := Parse([]byte(p.String()), ""); err != nil || again.Metrics != p.Metrics {
+		t.Errorf("profiling round trip: %v %+v", err, again)
+	}
 	c := mustParse(t, minimal)
 	cl := c.Clone()
 	cl.Metrics.Address = "127.0.0.1:1"

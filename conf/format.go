@@ -186,6 +186,9 @@ func (c *Config) String() string {
 	if m := c.Metrics; m.Address != "" {
 		w(0, "metrics:", "")
 		w(1, "address: "+yamlString(m.Address), "Prometheus metrics at http://"+m.Address+"/metrics")
+		if m.Profiling {
+			w(1, "profiling: true", "Go runtime profiles at http://"+m.Address+"/debug/pprof/")
+		}
 	} else {
 		w(0, "# metrics: off", "")
 	}

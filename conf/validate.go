@@ -385,6 +385,10 @@ func (v *validator) control() {
 
 func (v *validator) metrics() {
 	a := v.c.Metrics.Address
+	if a == "" && v.c.Metrics.Profiling {
+		v.fail("metrics.profiling", "true", "profiling is served on the metrics address, and metrics.address is not set",
+			"set metrics.address too, e.g. address: 127.0.0.1:9469, or remove profiling")
+	}
 	if a == "" || v.skip("metrics.address") {
 		return
 	}

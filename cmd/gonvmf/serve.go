@@ -102,8 +102,12 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 		return err
 	}
 	var met *metrics.Server
-	if a := s.Config().Metrics.Address; a != "" {
-		if met, err = metrics.Start(s, a, log); err != nil {
+	if mc := s.Config().Metrics; mc.Address != "" {
+		var opts []metrics.Option
+		if mc.Profiling {
+			opts = append(opts, metrics.WithProfiling())
+		}
+		if met, err = metrics.Start(s, mc.Address, log, opts...); err != nil {
 			ctl.Close()
 			s.Close()
 			return err

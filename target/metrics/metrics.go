@@ -5,6 +5,7 @@
 // metric; names follow the Prometheus conventions (base units, _total, _seconds, _bytes).
 //
 //	m, err := metrics.Start(srv, cfg.Metrics.Address, log) // HTTP on address, /metrics
+//	// with metrics.WithProfiling(), also /debug/pprof/ (conf.Metrics.Profiling)
 //	...
 //	m.Close()
 //
@@ -32,6 +33,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -46,6 +48,19 @@ import (
 // Path is where the metrics are served.
 const Path = "/metrics"
 
+// ProfilePath is where the Go runtime's profiles are served with WithProfiling.
+const ProfilePath = "/debug/pprof/"
+
+// Option configures Start.
+type Option func(*options)
+
+type options struct{ profiling bool }
+
+// WithProfiling also serves the Go runtime's profiles (net/http/pprof: CPU and heap
+// profiles, goroutines, execution traces) at ProfilePath (conf.Metrics.Profiling). A CPU
+// profile or trace costs CPU while it is taken.
+func WithProfiling() Option { return func(o *options) { o.profiling = true } }
+
 // Server serves the metrics over HTTP.
 type Server struct {
 	log  *slog.Logger
@@ -58,7 +73,11 @@ type Server struct {
 // Start serves srv's metrics over HTTP on address (host:port; ":9469" for every address,
 // port 0 for any free port: see Addr) at Path, and turns the target's latency histograms
 // on. The process's Go runtime and process metrics (go_*, process_*) are served with them.
-func Start(srv *server.Server, address string, log *slog.Logger) (*Server, error) {
+func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option) (*Server, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -85,7 +104,17 @@ func Start(srv *server.Server, address string, log *slog.Logger) (*Server, error
 			return
 		}
 		fmt.Fprintf(w, "gonvmf: Prometheus metrics at %s\n", Path)
+		if o.profiling {
+			fmt.Fprintf(w, "gonvmf: Go runtime profiles at %s\n", ProfilePath)
+		}
 	})
+	if o.profiling {
+		mux.HandleFunc(ProfilePath, pprof.Index) // and the named profiles under it
+		mux.HandleFunc(ProfilePath+"cmdline", pprof.Cmdline)
+		mux.HandleFunc(ProfilePath+"profile", pprof.Profile)
+		mux.HandleFunc(ProfilePath+"symbol", pprof.Symbol)
+		mux.HandleFunc(ProfilePath+"trace", pprof.Trace)
+	}
 	m := &Server{
 		log: log.With("component", "metrics"), srv: srv, ln: ln, done: make(chan struct{}),
 		hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
@@ -98,6 +127,9 @@ func Start(srv *server.Server, address string, log *slog.Logger) (*Server, error
 		}
 	}()
 	m.log.Info("serving Prometheus metrics", "url", "http://"+ln.Addr().String()+Path)
+	if o.profiling {
+		m.log.Info("serving Go runtime profiles", "url", "http://"+ln.Addr().String()+ProfilePath)
+	}
 	return m, nil
 }
 

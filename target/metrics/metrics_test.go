@@ -432,3 +432,45 @@ func TestNamespaceFailedGauge(t *testing.T) {
 		t.Errorf("after the reopen: gonvmf_namespace_failed %v, want 0", v)
 	}
 }
+
+// TestProfiling: with WithProfiling the Go runtime's profiles are served under
+// ProfilePath next to the metrics (the index, a goroutine dump, a short CPU profile, the
+// command line); without it, nothing is served there.
+func TestProfiling(t *testing.T) {
+	s, plain := loopServer(t)
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("http://" + plain.Addr().String() + metrics.ProfilePath); code != http.StatusNotFound {
+		t.Errorf("without profiling: %s answered %d, want 404", metrics.ProfilePath, code)
+	}
+	if err := plain.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.Start(s, "127.0.0.1:0", quiet, metrics.WithProfiling())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	base := "http://" + m.Addr().String()
+	for _, c := range []struct{ path, want string }{
+		{"/", metrics.ProfilePath},
+		{metrics.ProfilePath, "goroutine"},
+		{metrics.ProfilePath + "goroutine?debug=1", "TestProfiling"},
+		{metrics.ProfilePath + "cmdline", ""},
+		{metrics.ProfilePath + "profile?seconds=1", ""},
+		{metrics.Path, "gonvmf_"},
+	} {
+		code, body := get(base + c.path)
+		if code != http.StatusOK || !strings.Contains(body, c.want) {
+			t.Errorf("%s: status %d, body without %q (%d bytes)", c.path, code, c.want, len(body))
+		}
+	}
+}
