@@ -108,6 +108,8 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 			fmt.Fprintf(w, "gonvmf: Go runtime profiles at %s\n", ProfilePath)
 		}
 	})
+	// Importing net/http/pprof also registers its handlers on http.DefaultServeMux, which
+	// gonvmf never serves: the profiles are reachable only through this mux.
 	if o.profiling {
 		mux.HandleFunc(ProfilePath, pprof.Index) // and the named profiles under it
 		mux.HandleFunc(ProfilePath+"cmdline", pprof.Cmdline)
