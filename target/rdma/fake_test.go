@@ -295,7 +295,7 @@ func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 			if e.holdReads && w.Op == rdmacm.OpRead {
 				e.heldReads = append(e.heldReads, wc)
 				e.maxHeldRd = max(e.maxHeldRd, len(e.heldReads))
-			} else if e.holdSend && (w.Op == rdmacm.OpSend || w.Op == rdmacm.OpSendInv) {
+			} else if e.holdSend && op == rdmacm.WCSend {
 				e.held = append(e.held, wc)
 			} else {
 				e.cq.push(wc)

@@ -154,12 +154,20 @@ func (c *hostCmd) release() { c.h.free <- c.cid }
 // command completed.
 func (h *hostQueue) exec(cmd nvmeproto.Command, data []byte, n int) (nvmeproto.Completion, []byte) {
 	h.t.Helper()
+	return h.execKeyed(cmd, data, n, nvmeproto.SGLSubtypeAddress)
+}
+
+// execKeyed is exec with the keyed descriptor's subtype sub (SGLSubtypeInvalidate: the
+// host asks for its key to be invalidated).
+func (h *hostQueue) execKeyed(cmd nvmeproto.Command, data []byte, n int, sub nvmeproto.SGLSubtype) (nvmeproto.Completion, []byte) {
+	h.t.Helper()
 	c := h.begin()
 	copy(c.buf, data)
 	cmd.SGL = c.keyedAt(0, n)
 	if n == 0 {
 		cmd.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock}
 	}
+	cmd.SGL.Subtype = sub
 	if err := c.submit(&cmd, nil); err != nil {
 		h.t.Fatalf("host: sending opcode %#x: %v", cmd.Opcode, err)
 	}

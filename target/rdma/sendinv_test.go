@@ -26,22 +26,6 @@ func TestEngineSendInvalidate(t *testing.T) {
 				defer io.ep.mu.Unlock()
 				return slices.Clone(io.ep.invalidated)
 			}
-			run := func(cmd nvmeproto.Command, sub nvmeproto.SGLSubtype, n int, data []byte) (nvmeproto.Completion, []byte) {
-				t.Helper()
-				c := io.h.begin()
-				defer c.release()
-				copy(c.buf, data)
-				cmd.SGL = c.keyedAt(0, n)
-				cmd.SGL.Subtype = sub
-				if err := c.submit(&cmd, nil); err != nil {
-					t.Fatalf("sending opcode %#x: %v", cmd.Opcode, err)
-				}
-				cqe, ok := c.wait(hostTimeout)
-				if !ok {
-					t.Fatalf("no completion for opcode %#x", cmd.Opcode)
-				}
-				return cqe, bytes.Clone(c.buf[:n])
-			}
 			data := bytes.Repeat([]byte{0x5A}, 4096)
 			key := io.h.rkey
 			steps := []struct {
@@ -66,7 +50,7 @@ func TestEngineSendInvalidate(t *testing.T) {
 				if s.cmd.Opcode == nvmeproto.OpWrite {
 					in = data
 				}
-				cqe, got := run(s.cmd, s.sub, s.n, in)
+				cqe, got := io.h.execKeyed(s.cmd, in, s.n, s.sub)
 				if cqe.Status.Success() != s.ok {
 					t.Errorf("%s: status %v, want success %v", s.name, cqe.Status, s.ok)
 				}
