@@ -111,6 +111,23 @@ task_sched() {
 	done
 }
 
+# softirq_cs: sets SOFT_CS to the context switches of the softirq threads (ksoftirqd/N, one
+# per CPU; their schedstat files are found once, in KSOFTIRQD). Soft-RoCE's packet work and the
+# Linux host's completions run as softirqs (tasklets); one raised outside interrupt context (a
+# system call such as a userspace target's post, a kworker) wakes ksoftirqd, one raised inside
+# a softirq runs in the same pass.
+KSOFTIRQD=()
+for _p in /proc/[0-9]*; do
+	read -r _c 2> /dev/null < "$_p/comm" && [[ $_c == ksoftirqd/* ]] && KSOFTIRQD+=("$_p/schedstat")
+done
+softirq_cs() {
+	local t a b c
+	SOFT_CS=0
+	for t in "${KSOFTIRQD[@]}"; do
+		read -r a b c 2> /dev/null < "$t" && SOFT_CS=$((SOFT_CS + c))
+	done
+}
+
 # ---- system calls of the gonvmf process ----
 # Counted in the kernel by a histogram trigger on the raw_syscalls:sys_enter tracepoint
 # (tracefs, CONFIG_HIST_TRIGGERS; no BPF, no perf, no strace): one counter per system call
@@ -154,7 +171,7 @@ sys_hist() {
 
 # snap <target pid> <fio pid>: one CPU sample line:
 #   epoch uptime user nice system idle iowait irq softirq steal fio_ticks target_ticks
-#   target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt
+#   target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt softirq_cs
 # and, when system calls are counted and there is a target process, a second line
 #   s epoch name:count ...
 # /proc/stat and /proc/uptime are read back to back: report.py takes busy time as the window's
@@ -162,7 +179,8 @@ sys_hist() {
 # the busy fields are tick samples, and under TCG on a loaded machine most ticks are lost.
 # Process times: utime+stime (/proc/PID/stat, ticks) and the scheduler's run time summed over
 # the threads (schedstat, ns); context switches: the threads' arrivals on a CPU (schedstat)
-# and the guest's total (ctxt of /proc/stat). The system calls are gonvmf's (sys_hist).
+# and the guest's total (ctxt of /proc/stat), and the softirq threads' (softirq_cs). The
+# system calls are gonvmf's (sys_hist).
 snap() {
 	local up c k v fio fcs fns ctxt=0
 	while read -r k v; do
@@ -181,7 +199,8 @@ snap() {
 	pid_ticks ${1:+"$1"}
 	SYS_TOTAL=0 SYS_LIST=
 	[ -n "$1" ] && sys_hist
-	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt"
+	softirq_cs
+	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $SOFT_CS"
 	[ -n "$SYS_LIST" ] && echo "s $now$SYS_LIST"
 	return 0
 }

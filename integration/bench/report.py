@@ -42,6 +42,7 @@ METRICS = {
     "sys_io": ("system calls per I/O, gonvmf process", "", False),
     "cs_io": ("context switches per I/O, all but fio", "", False),
     "proc_cs_io": ("context switches per I/O, gonvmf process", "", False),
+    "soft_cs_io": ("context switches per I/O, softirq threads", "", False),
 }
 # metrics only the gonvmf process has (the kernel target runs in kernel threads and softirqs)
 PROC_ONLY = ("proc_us_io", "sys_io", "proc_cs_io")
@@ -208,7 +209,7 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     except OSError:
         return {"cpu_note": "no CPU sample"}
     head = dict(zip(*[iter(lines[0].lstrip("# ").split())] * 2)) if lines and lines[0].startswith("#") else {}
-    rows = [list(map(float, l.split()[:18])) for l in lines
+    rows = [list(map(float, l.split()[:19])) for l in lines
             if l.strip() and not l.startswith("#") and not l.startswith("s ") and len(l.split()) >= 12]
     calls = {}  # epoch (as float, like the rows') -> {name: count}
     for l in lines:
@@ -218,7 +219,7 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     if "go" not in head:
         return {"cpu_note": "incomplete CPU sample"}
     # fields: epoch uptime user nice system idle iowait irq softirq steal fio target
-    #         [target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt]
+    #         [target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt [softirq_cs]]
     # fio measures from go + ramp to go + ramp + runtime (go: its prerun hook, the job's start);
     # use the first and the last sample inside that, with a margin for fio's own start
     go, ramp, run = float(head["go"]), float(head.get("ramp", 0)), float(head.get("runtime", 0))
@@ -246,6 +247,8 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     }
     if sched:
         out["cs_io"] = max(delta[17] - delta[15], 0.0) / ios
+    if len(delta) >= 19:
+        out["soft_cs_io"] = delta[18] / ios
     if is_gonvmf:
         out["proc_us_io"] = tgt / hz / ios * 1e6
         out["proc_pct"] = 100.0 * tgt / capacity
@@ -492,7 +495,7 @@ def render(out, d, s, plot_note):
     w(head)
     w(sep)
     for job in MAIN_JOBS:
-        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
+        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "soft_cs_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
             label, unit, _ = METRICS[m]
             if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
                 continue  # not measured (results from before the counters existed)
@@ -586,8 +589,10 @@ def render(out, d, s, plot_note):
       "its threads: `/proc/PID/task/*/schedstat`, exact; utime+stime in runs from before that was sampled), "
       "divided by the I/Os in the window. The kernel target runs in kernel threads and softirq context and has no process of its own, so this is the "
       "one method that applies to both. It also contains the Linux host's completion path (nvme-rdma, blk-mq softirq), "
-      "Soft-RoCE's packet processing for both ends (rxe tasklets) and background noise; those are the same for both "
-      "targets, so the difference between the targets is the target's own cost, and the ratio understates it.")
+      "Soft-RoCE's packet processing for both ends (rxe tasklets) and background noise. That work is the same for both "
+      "targets (the same functions run the same number of times per I/O), but not where it runs: a userspace target's "
+      "posts make the softirq threads switch in and out for it (see [Kernel crossings per I/O](#kernel-crossings-per-io)), "
+      "which this column charges to gonvmf.")
     w("- **gonvmf process**: the scheduler's run time of the gonvmf process's threads (`/proc/PID/task/*/schedstat`) per "
       "I/O. Soft-RoCE work that its verbs calls trigger runs partly in its system calls (counted: rxe runs a userspace "
       "post's send processing, and often the receiving side's, inside the call) and partly in softirq.")
@@ -785,6 +790,12 @@ def crossings(w, d, cells, paired, backends):
       "include its own and the kernel threads its calls wake. Both include the Linux host's completion path.")
     w("- **context switches, gonvmf process**: how often its threads were switched in (the third field of "
       "`/proc/PID/task/*/schedstat`, summed over the threads).")
+    w("- **context switches, softirq threads**: the same for the guest's `ksoftirqd/N` threads, for both targets (part "
+      "of *all but fio*). Soft-RoCE's packet work and the Linux host's completions run as softirqs (tasklets). One "
+      "raised inside a softirq runs in the same pass; one raised outside interrupt context wakes ksoftirqd (a switch in "
+      "and one out): a userspace target's post raises them in its system call, where Soft-RoCE runs the whole send "
+      "(sender, loopback, the host's receiver and its completion), so they are a cost of the userspace posting path on "
+      "Soft-RoCE, not of gonvmf's code; on an adapter the host's completions arrive by interrupt.")
     w("")
     if have:
         w("gonvmf's system calls per I/O by call (median over the repetitions; calls under 0.01 per I/O left out):")

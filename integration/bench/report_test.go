@@ -26,11 +26,14 @@ type run struct {
 }
 
 // ext is what a sample window adds beyond /proc/stat and utime+stime: the target's system
-// calls (and per call), its threads' switches and run time, fio's, the guest's switches.
+// calls (and per call), its threads' switches and run time, fio's, the guest's switches and,
+// with hasSoft, the softirq threads' switches (soft).
 type ext struct {
 	sys, cs, fioCS, ctxt int
 	ns, fioNS            int64
 	calls                map[string]int
+	soft                 int
+	hasSoft              bool
 }
 
 const (
@@ -126,6 +129,10 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 				// target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt
 				first += " 1000 50 7000000000 60 8000000000 90000"
 				last += fmt.Sprintf(" %d %d %d %d %d %d", 1000+x.sys, 50+x.cs, 7000000000+x.ns, 60+x.fioCS, 8000000000+x.fioNS, 90000+x.ctxt)
+				if x.hasSoft { // softirq_cs
+					first += " 700"
+					last += fmt.Sprintf(" %d", 700+x.soft)
+				}
 				s0, s1 = fmt.Sprintf("s %.6f write:500 ioctl:500", e0), fmt.Sprintf("s %.6f", e0+windowLen)
 				for _, k := range []string{"write", "ioctl", "poll"} {
 					base := map[string]int{"write": 500, "ioctl": 500}[k]
@@ -276,10 +283,10 @@ func TestReportCrossings(t *testing.T) {
 	f := newFixture(t)
 	for rep := 1; rep <= 3; rep++ {
 		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70,
-			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500}})
+			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500, soft: 1700, hasSoft: true}})
 		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70, proc: 999,
 			ext: &ext{sys: 17000 + 850*rep, cs: 4250, ns: 425_000_000, fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 17000,
-				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}}})
+				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}, soft: 6800 * rep, hasSoft: true}})
 	}
 	f.finish("available", "1\tnull\tkernel\t1\tok\t0.8\t2\t128\t512\t\t\t\t\t\tok\n"+
 		"1\tnull\tgonvmf\t2\tok\t0.8\t2\t128\t512\t1\t1\t1\t1\t\tfio verify exited 1: bad magic\n"+
@@ -291,12 +298,17 @@ func TestReportCrossings(t *testing.T) {
 	near(t, "gonvmf context switches per I/O", get(t, sum, "jobs", j, "gonvmf", "proc_cs_io", "median"), 4250/ios)
 	near(t, "kernel switches per I/O, all but fio", get(t, sum, "jobs", j, "kernel", "cs_io", "median"), 8500/ios)
 	near(t, "switch ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "cs_io"), 0.5)
+	near(t, "kernel softirq-thread switches per I/O", get(t, sum, "jobs", j, "kernel", "soft_cs_io", "median"), 1700/ios)
+	near(t, "gonvmf softirq-thread switches per I/O", get(t, sum, "jobs", j, "gonvmf", "soft_cs_io", "median"), 6800*2/ios)
+	near(t, "softirq-thread switch ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "soft_cs_io"), 1700.0/(6800*2))
 	// schedstat run time, not the 999 ticks of utime+stime
 	near(t, "gonvmf process µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_us_io", "median"), 425_000.0/ios)
 	near(t, "kernel CPU µs/IO (fio from schedstat)", get(t, sum, "jobs", j, "kernel", "cpu_us_io", "median"), (170.0/hz-0.7)/ios*1e6)
 	for _, want := range []string{
 		"| randread 4k QD32 | system calls per I/O, gonvmf process | – | 2.20 | – |",
 		"| randread 4k QD32 | context switches per I/O, all but fio | 1.00 | 2.00 | **0.50** (0.50–0.50) |",
+		"| randread 4k QD32 | context switches per I/O, softirq threads | 0.200 | 1.60 | **0.12** (0.08–0.25) |",
+		"- **context switches, softirq threads**: the same for the guest's `ksoftirqd/N` threads",
 		"## Kernel crossings per I/O",
 		"| null | randread 4k QD32 | 2.20 | ioctl 1.20, write 1.00 |",
 		"null kernel ok; null gonvmf **failed**: fio verify exited 1: bad magic.",
