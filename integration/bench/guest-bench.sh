@@ -97,36 +97,34 @@ pid_ticks() {
 	done
 }
 
-# task_sched <pid>: sets SCHED_NS (CPU time, ns) and SCHED_CS (times a thread was switched
-# in: context switches) summed over the process's threads, from /proc/PID/task/*/schedstat
-# (run time is exact, kept by the scheduler; the third field counts the arrivals on a CPU).
-# Builtins only.
-task_sched() {
+# sched_sum <schedstat file...>: sets SCHED_NS (CPU time, ns) and SCHED_CS (times a thread was
+# switched in: context switches) summed over those threads' schedstat files (run time is
+# exact, kept by the scheduler; the third field counts the arrivals on a CPU). A file that is
+# gone (its thread exited) counts nothing. Builtins only.
+sched_sum() {
 	local t a b c
 	SCHED_NS=0 SCHED_CS=0
-	[ -n "$1" ] || return 0
-	for t in /proc/"$1"/task/*/schedstat; do
+	for t in "$@"; do
 		read -r a b c 2> /dev/null < "$t" || continue
 		SCHED_NS=$((SCHED_NS + a)) SCHED_CS=$((SCHED_CS + c))
 	done
 }
 
-# softirq_cs: sets SOFT_CS to the context switches of the softirq threads (ksoftirqd/N, one
-# per CPU; their schedstat files are found once, in KSOFTIRQD). Soft-RoCE's packet work and the
-# Linux host's completions run as softirqs (tasklets); one raised outside interrupt context (a
-# system call such as a userspace target's post, a kworker) wakes ksoftirqd, one raised inside
-# a softirq runs in the same pass.
+# task_sched <pid>: sched_sum over the process's threads (/proc/PID/task/*/schedstat).
+task_sched() {
+	SCHED_NS=0 SCHED_CS=0
+	[ -n "$1" ] || return 0
+	sched_sum /proc/"$1"/task/*/schedstat
+}
+
+# KSOFTIRQD: the schedstat files of the softirq threads (ksoftirqd/N, one per CPU), found once.
+# Soft-RoCE's packet work and the Linux host's completions run as softirqs (tasklets); one
+# raised outside interrupt context (a system call such as a userspace target's post, a
+# kworker) wakes ksoftirqd, one raised inside a softirq runs in the same pass.
 KSOFTIRQD=()
 for _p in /proc/[0-9]*; do
 	read -r _c 2> /dev/null < "$_p/comm" && [[ $_c == ksoftirqd/* ]] && KSOFTIRQD+=("$_p/schedstat")
 done
-softirq_cs() {
-	local t a b c
-	SOFT_CS=0
-	for t in "${KSOFTIRQD[@]}"; do
-		read -r a b c 2> /dev/null < "$t" && SOFT_CS=$((SOFT_CS + c))
-	done
-}
 
 # ---- system calls of the gonvmf process ----
 # Counted in the kernel by a histogram trigger on the raw_syscalls:sys_enter tracepoint
@@ -179,10 +177,10 @@ sys_hist() {
 # the busy fields are tick samples, and under TCG on a loaded machine most ticks are lost.
 # Process times: utime+stime (/proc/PID/stat, ticks) and the scheduler's run time summed over
 # the threads (schedstat, ns); context switches: the threads' arrivals on a CPU (schedstat)
-# and the guest's total (ctxt of /proc/stat), and the softirq threads' (softirq_cs). The
+# and the guest's total (ctxt of /proc/stat), and the softirq threads' (KSOFTIRQD). The
 # system calls are gonvmf's (sys_hist).
 snap() {
-	local up c k v fio fcs fns ctxt=0
+	local up c k v fio fcs fns scs ctxt=0
 	while read -r k v; do
 		case $k in
 		cpu) read -r -a c <<< "$v" ;;
@@ -193,14 +191,15 @@ snap() {
 	local now=$EPOCHREALTIME
 	pid_ticks "$2"
 	fio=$TICKS
+	sched_sum "${KSOFTIRQD[@]}"
+	scs=$SCHED_CS
 	task_sched "$2"
 	fcs=$SCHED_CS fns=$SCHED_NS
 	task_sched "$1"
 	pid_ticks ${1:+"$1"}
 	SYS_TOTAL=0 SYS_LIST=
 	[ -n "$1" ] && sys_hist
-	softirq_cs
-	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $SOFT_CS"
+	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $scs"
 	[ -n "$SYS_LIST" ] && echo "s $now$SYS_LIST"
 	return 0
 }
