@@ -93,11 +93,13 @@
 //     it. Measured with 46-fairness in a TCG guest, a quiet host's 4k QD16 reads next to a
 //     host reading 128 KiB at QD128 kept 0.02-0.03 of their IOPS unbounded, 0.16 at 1 MiB,
 //     0.29 at 256 KiB and 0.48 (twice) at 128 KiB — the Linux target's 0.49 — while the
-//     reader's throughput went from 49-78 MiB/s to 62, 44 and 30-31 MiB/s; a 128 KiB QD16
-//     reader or writer alone lost nothing (43 MiB/s unbounded, 46 at 128 KiB, quick
-//     bench). On a link, 128 KiB per queue is 10 µs of a 100 Gb/s wire: a queue that waits
-//     one round trip between its transfers still moves most of the link, and several
-//     queues fill it. Raise it for few queues on a fast, long link.
+//     reader's throughput went from 49-78 MiB/s to 62, 44 and 30-31 MiB/s (an Intel
+//     machine; on an AMD one 0.03-0.04 unbounded, 0.27-0.33 at 128 KiB measured in 5 s
+//     blocks, the Linux target 0.25-0.33); a 128 KiB QD16 reader or writer alone lost
+//     nothing (43 MiB/s unbounded, 46 at 128 KiB, quick bench). On a link, 128 KiB per
+//     queue is 10 µs of a 100 Gb/s wire: a queue that waits one round trip between its
+//     transfers still moves most of the link, and several queues fill it. Raise it for
+//     few queues on a fast, long link.
 //
 // # Limits
 //
