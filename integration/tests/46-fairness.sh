@@ -20,7 +20,7 @@
 #    those over their share of the pool as soon as another queue waits within its own,
 #    the others once their responses have made no progress for limits.response_timeout
 #    (30 s here) — which frees what they held. Without that the hog would hold the pool
-#    for the 30 s and the quiet host's reads wait for buffers. Measured: 0.52-0.98 when
+#    for the 30 s and the quiet host's reads wait for buffers. Measured: 0.51-0.98 when
 #    every hog queue goes within 3.4-5.5 s; 0.42 once when only the first went then and
 #    the other seven, over their share but with no one waiting within theirs, held on
 #    until the response timeout while the quiet host ran at a quarter to a third of its
