@@ -1,4 +1,5 @@
 #!/bin/bash
+# vm: --timeout 900
 # 46-fairness: one host cannot starve another. The Linux host runs fio 4k randread QD16 on
 # a gonvmf null namespace (the quiet host) for the whole suite, one run, its IOPS and mean
 # completion latency sampled every second, while two other hosts come and go:
@@ -36,7 +37,6 @@
 # 6508 IOPS), so only seconds next to each other compare. fairness.txt: every block's
 # IOPS and mean latency, the flooder's throughput, the ratios; fio-quiet_iops.1.log and
 # fio-quiet_clat.1.log: the samples (Unix time in ms, value), marks.txt: the blocks.
-# vm: --timeout 900
 . "$SRC/integration/vm/guest-lib.sh"
 
 NQN=nqn.2024-01.io.gonvmf:fairness
