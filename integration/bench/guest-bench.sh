@@ -112,9 +112,7 @@ sched_sum() {
 
 # task_sched <pid>: sched_sum over the process's threads (/proc/PID/task/*/schedstat).
 task_sched() {
-	SCHED_NS=0 SCHED_CS=0
-	[ -n "$1" ] || return 0
-	sched_sum /proc/"$1"/task/*/schedstat
+	if [ -n "$1" ]; then sched_sum /proc/"$1"/task/*/schedstat; else sched_sum; fi
 }
 
 # KSOFTIRQD: the schedstat files of the softirq threads (ksoftirqd/N, one per CPU), found once.

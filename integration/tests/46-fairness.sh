@@ -95,6 +95,11 @@ r = j["read"]
 print(eval(sys.argv[2]))' "$1" "$2" 2> /dev/null
 }
 
+# fio_signal <signal> <job name>: signals every fio process of that job (fio runs a job in a
+# child process with the same command line; the timeout wrapper is left alone). SIGTERM ends
+# a run as its runtime would, statistics written (bash started it with SIGINT ignored).
+fio_signal() { pkill "-$1" -f "^fio --name=$2 " || :; }
+
 BLOCK=5 # seconds per block
 MARKS=$OUT/marks.txt
 : > "$MARKS"
@@ -129,27 +134,23 @@ if nvme_connect_new "$FLOOD_NQN" "$PORT" --hostnqn="$FLOOD_HOSTNQN" --hostid="$F
 		--direct=1 --rw=randread --bs=128k --iodepth=128 --time_based --runtime=240 \
 		--output-format=json --output="$OUT/fio-flood.json"
 	FLOOD_PID=$BG_PID
-	# fio's job runs in a child process of the same command line: signal every one. SIGTERM
-	# ends a run as its runtime would (the statistics written); bash started this one with
-	# SIGINT ignored.
-	flood_signal() { pkill "-$1" -f '^fio --name=flood ' || :; }
 	nap 2
 	mark flood
 	nap $BLOCK
 	for b in 2 3; do
-		flood_signal STOP
+		fio_signal STOP flood
 		mark alone
 		nap $BLOCK
-		flood_signal CONT
+		fio_signal CONT flood
 		mark flood
 		nap $BLOCK
 	done
-	flood_signal STOP
+	fio_signal STOP flood
 	mark alone
 	nap $BLOCK
 	mark end
-	flood_signal CONT
-	flood_signal TERM
+	fio_signal CONT flood
+	fio_signal TERM flood
 	wait "$FLOOD_PID"
 	flooded=1
 	fbw=$(fio_read "$OUT/fio-flood.json" '"about %.1f MiB/s in its %d s of flooding" % (r["io_bytes"] / 1048576.0 / (3 * '$BLOCK'), 3 * '$BLOCK')')
@@ -164,30 +165,31 @@ quiet_alive || fail fio-quiet "the quiet host's fio ended while the flooding hos
 # ---- a hostile host ----
 mark alone
 nap $BLOCK
+# hog_lost: how many of its queues nvmf-hog has lost so far.
+hog_lost() { grep -c 'connection lost' "$OUT/hog.log"; }
 # The quiet host pauses while the hog connects and sends its reads (see the header).
-quiet_signal() { pkill "-$1" -f '^fio --name=quiet ' || :; }
 mark wait
-quiet_signal STOP
+fio_signal STOP quiet
 bg_start hog "$HOG" -a "$RXE_IP" -s "$PORT" -n "$NQN" -hostnqn "$HOG_NQN" -queues 8 -depth 128 -size 131072 -hold 600s
 HOG_PID=$BG_PID
 if ! wait_for 120 grep -q "queues loaded" "$OUT/hog.log"; then
-	quiet_signal CONT
+	fio_signal CONT quiet
 	fail hog "nvmf-hog did not load its queues: $(tail -n 2 "$OUT/hog.log")"
 	finish
 fi
-quiet_signal CONT
+fio_signal CONT quiet
 mark hog
 t_loaded=$EPOCHREALTIME
 log "hog: $(grep 'granted' "$OUT/hog.log")"
 nap "$SECS"
 mark wait
-log "hog queues lost in the $SECS s after they loaded: $(grep -c 'connection lost' "$OUT/hog.log") of 8"
+log "hog queues lost in the $SECS s after they loaded: $(hog_lost) of 8"
 # The watchdog: every hog queue is torn down once its responses made no progress for 30 s.
-hog_all_lost() { [ "$(grep -c 'connection lost' "$OUT/hog.log")" -ge 8 ]; }
+hog_all_lost() { [ "$(hog_lost)" -ge 8 ]; }
 if wait_for 90 hog_all_lost; then
 	pass response-timeout "the hog's 8 queues torn down, the first $(grep -m1 -o 'lost [0-9.]* s' "$OUT/hog.log" | cut -d' ' -f2) s after its reads"
 else
-	fail response-timeout "$(grep -c 'connection lost' "$OUT/hog.log") of 8 hog queues torn down $(since "$t_loaded") s after they loaded"
+	fail response-timeout "$(hog_lost) of 8 hog queues torn down $(since "$t_loaded") s after they loaded"
 fi
 check gonvmf-logged grep -q "responses made no progress" "$GONVMF_LOG"
 kill "$HOG_PID" 2> /dev/null
@@ -258,25 +260,24 @@ for kind, label in (("flood", "with-flood"), ("hog", "with-hog")):
     print(label, "%.2f" % r, "%.0f" % busy, "%.0f" % calm, "%.0f" % wb, "%.0f" % wc)
     out.write("%s ratio=%.2f iops=%.0f alone=%.0f seconds=%.0f seconds_alone=%.0f\n" % (label, r, busy, calm, wb, wc))
 PY
-: > "$OUT/fairness.txt.blocks"
-shares=$(python3 -c "$SHARES" "$OUT/fio-quiet_iops.1.log" "$OUT/fio-quiet_clat.1.log" "$MARKS" "$OUT/fairness.txt.blocks") || fail shares "could not read the quiet host's samples"
-cat "$OUT/fairness.txt.blocks" >> "$OUT/fairness.txt"
-rm -f "$OUT/fairness.txt.blocks"
+shares=$(python3 -c "$SHARES" "$OUT/fio-quiet_iops.1.log" "$OUT/fio-quiet_clat.1.log" "$MARKS" "$OUT/fairness.txt") || fail shares "could not read the quiet host's samples"
 read -r _ fl_ratio fl fl_alone fl_secs fl_alone_secs <<< "$(grep '^with-flood' <<< "$shares")"
 read -r _ hog_ratio hog hog_alone hog_secs hog_alone_secs <<< "$(grep '^with-hog' <<< "$shares")"
 log "shares: with-flood $fl_ratio ($fl of $fl_alone IOPS), with-hog $hog_ratio ($hog of $hog_alone IOPS)"
 
-# enough <seconds> <seconds alone> <need> <need alone>: the samples cover at least that
-# many seconds of the contender's blocks and of the blocks alone around them. (The quiet host's fio
-# not running for seconds is itself a finding: the blocks list its gaps.)
-enough() { [ "$(echo "${1:-0} >= $3 && ${2:-0} >= $4" | bc)" = 1 ]; }
+# ge <a> <b>: a ≥ b (decimals; an empty a is 0).
+ge() { [ "$(echo "${1:-0} >= $2" | bc)" = 1 ]; }
+# enough <seconds> <seconds alone> <need> <need alone>: the samples cover at least that many
+# seconds of the contender's blocks and of the blocks alone around them. (The quiet host's
+# fio not running for seconds is itself a finding: the blocks list its gaps.)
+enough() { ge "$1" "$3" && ge "$2" "$4"; }
 
 # Next to a flooding host that plays fair the quiet host keeps a fifth of its IOPS, and
 # no I/O times out (below).
 if [ -n "$flooded" ]; then
 	if ! enough "$fl_secs" "$fl_alone_secs" $((BLOCK * 3 / 2)) $((BLOCK * 3 / 2)); then
 		fail flood-share "the quiet host's samples cover ${fl_secs:-0} s of the flood blocks and ${fl_alone_secs:-0} s alone around them, under $((BLOCK * 3 / 2)) s: see fairness.txt"
-	elif [ "$(echo "${fl_ratio:-0} >= 0.2" | bc)" = 1 ]; then
+	elif ge "$fl_ratio" 0.2; then
 		pass flood-share "$fl IOPS next to the flooding host, $fl_alone alone ($fl_ratio)"
 	else
 		fail flood-share "${fl:-0} IOPS next to the flooding host, less than a fifth of $fl_alone alone (${fl_ratio:-0}): starved"
@@ -284,7 +285,7 @@ if [ -n "$flooded" ]; then
 fi
 if ! enough "$hog_secs" "$hog_alone_secs" $((SECS / 2)) $((BLOCK - 1)); then
 	fail fair-share "the quiet host's samples cover ${hog_secs:-0} s of the $SECS s after the hog loaded (need $((SECS / 2))) and ${hog_alone_secs:-0} s alone around them (need $((BLOCK - 1))): see fairness.txt"
-elif [ "$(echo "${hog_ratio:-0} >= 0.25" | bc)" = 1 ]; then
+elif ge "$hog_ratio" 0.25; then
 	pass fair-share "$hog IOPS in the $SECS s after the hog loaded, $hog_alone alone ($hog_ratio)"
 else
 	fail fair-share "${hog:-0} IOPS in the $SECS s after the hog loaded, less than a quarter of $hog_alone alone (${hog_ratio:-0})"
