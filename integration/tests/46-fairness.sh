@@ -22,10 +22,10 @@
 #    the others once their responses have made no progress for limits.response_timeout
 #    (30 s here) — which frees what they held. Without that the hog would hold the pool
 #    for the 30 s and the quiet host's reads wait for buffers. Measured: 0.51-0.98 when
-#    every hog queue goes within 3.4-5.5 s; 0.42 once when only the first went then and
-#    the other seven, over their share but with no one waiting within theirs, held on
-#    until the response timeout while the quiet host ran at a quarter to a third of its
-#    speed.
+#    every hog queue goes within 3.4-5.5 s; 0.42 and 0.43 (2 of 11 runs) when only the
+#    first went then and the other seven, over their share but with no one waiting within
+#    theirs, held on until the response timeout while the quiet host ran at a quarter to
+#    a third of its speed.
 #    The quiet host pauses (SIGSTOP) while the hog connects and sends its reads: in one
 #    of ten runs with it running then, the Linux host's Soft-RoCE (6.1) refused to
 #    re-register one of its memory regions at that moment ("rxe_reg_fast_mr: ... not
