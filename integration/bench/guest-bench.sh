@@ -97,16 +97,17 @@ pid_ticks() {
 	done
 }
 
-# sched_sum <schedstat file...>: sets SCHED_NS (CPU time, ns) and SCHED_CS (times a thread was
-# switched in: context switches) summed over those threads' schedstat files (run time is
-# exact, kept by the scheduler; the third field counts the arrivals on a CPU). A file that is
-# gone (its thread exited) counts nothing. Builtins only.
+# sched_sum <schedstat file...>: sets SCHED_NS (CPU time, ns), SCHED_WAIT (time runnable but
+# waiting on a run queue, ns) and SCHED_CS (times a thread was switched in: context switches)
+# summed over those threads' schedstat files (times are exact, kept by the scheduler; the
+# third field counts the arrivals on a CPU). A file that is gone (its thread exited) counts
+# nothing. Builtins only.
 sched_sum() {
 	local t a b c
-	SCHED_NS=0 SCHED_CS=0
+	SCHED_NS=0 SCHED_WAIT=0 SCHED_CS=0
 	for t in "$@"; do
 		read -r a b c 2> /dev/null < "$t" || continue
-		SCHED_NS=$((SCHED_NS + a)) SCHED_CS=$((SCHED_CS + c))
+		SCHED_NS=$((SCHED_NS + a)) SCHED_WAIT=$((SCHED_WAIT + b)) SCHED_CS=$((SCHED_CS + c))
 	done
 }
 
@@ -168,6 +169,7 @@ sys_hist() {
 # snap <target pid> <fio pid>: one CPU sample line:
 #   epoch uptime user nice system idle iowait irq softirq steal fio_ticks target_ticks
 #   target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt softirq_cs
+#   target_wait softirq_wait fio_wait
 # and, when system calls are counted and there is a target process, a second line
 #   s epoch name:count ...
 # /proc/stat and /proc/uptime are read back to back: report.py takes busy time as the window's
@@ -175,10 +177,11 @@ sys_hist() {
 # the busy fields are tick samples, and under TCG on a loaded machine most ticks are lost.
 # Process times: utime+stime (/proc/PID/stat, ticks) and the scheduler's run time summed over
 # the threads (schedstat, ns); context switches: the threads' arrivals on a CPU (schedstat)
-# and the guest's total (ctxt of /proc/stat), and the softirq threads' (KSOFTIRQD). The
-# system calls are gonvmf's (sys_hist).
+# and the guest's total (ctxt of /proc/stat), and the softirq threads' (KSOFTIRQD); run-queue
+# waits: the time the target's, the softirq threads' and fio's threads were runnable but not
+# running (schedstat, ns). The system calls are gonvmf's (sys_hist).
 snap() {
-	local up c k v fio fcs fns scs ctxt=0
+	local up c k v fio fcs fns fwait scs swait ctxt=0
 	while read -r k v; do
 		case $k in
 		cpu) read -r -a c <<< "$v" ;;
@@ -190,14 +193,14 @@ snap() {
 	pid_ticks "$2"
 	fio=$TICKS
 	sched_sum "${KSOFTIRQD[@]}"
-	scs=$SCHED_CS
+	scs=$SCHED_CS swait=$SCHED_WAIT
 	task_sched "$2"
-	fcs=$SCHED_CS fns=$SCHED_NS
+	fcs=$SCHED_CS fns=$SCHED_NS fwait=$SCHED_WAIT
 	task_sched "$1"
 	pid_ticks ${1:+"$1"}
 	SYS_TOTAL=0 SYS_LIST=
 	[ -n "$1" ] && sys_hist
-	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $scs"
+	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $scs $SCHED_WAIT $swait $fwait"
 	[ -n "$SYS_LIST" ] && echo "s $now$SYS_LIST"
 	return 0
 }

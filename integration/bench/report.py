@@ -43,9 +43,12 @@ METRICS = {
     "cs_io": ("context switches per I/O, all but fio", "", False),
     "proc_cs_io": ("context switches per I/O, gonvmf process", "", False),
     "soft_cs_io": ("context switches per I/O, softirq threads", "", False),
+    "proc_wait_io": ("run-queue wait per I/O, gonvmf process", "µs", False),
+    "soft_wait_io": ("run-queue wait per I/O, softirq threads", "µs", False),
+    "fio_wait_io": ("run-queue wait per I/O, fio", "µs", False),
 }
 # metrics only the gonvmf process has (the kernel target runs in kernel threads and softirqs)
-PROC_ONLY = ("proc_us_io", "sys_io", "proc_cs_io")
+PROC_ONLY = ("proc_us_io", "sys_io", "proc_cs_io", "proc_wait_io")
 
 
 def main():
@@ -209,7 +212,7 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     except OSError:
         return {"cpu_note": "no CPU sample"}
     head = dict(zip(*[iter(lines[0].lstrip("# ").split())] * 2)) if lines and lines[0].startswith("#") else {}
-    rows = [list(map(float, l.split()[:19])) for l in lines
+    rows = [list(map(float, l.split()[:22])) for l in lines
             if l.strip() and not l.startswith("#") and not l.startswith("s ") and len(l.split()) >= 12]
     calls = {}  # epoch (as float, like the rows') -> {name: count}
     for l in lines:
@@ -219,7 +222,8 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     if "go" not in head:
         return {"cpu_note": "incomplete CPU sample"}
     # fields: epoch uptime user nice system idle iowait irq softirq steal fio target
-    #         [target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt [softirq_cs]]
+    #         [target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt [softirq_cs
+    #         [target_wait softirq_wait fio_wait]]]
     # fio measures from go + ramp to go + ramp + runtime (go: its prerun hook, the job's start);
     # use the first and the last sample inside that, with a margin for fio's own start
     go, ramp, run = float(head["go"]), float(head.get("ramp", 0)), float(head.get("runtime", 0))
@@ -249,11 +253,17 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
         out["cs_io"] = max(delta[17] - delta[15], 0.0) / ios
     if len(delta) >= 19:
         out["soft_cs_io"] = delta[18] / ios
+    waits = len(delta) >= 22  # run-queue waits (schedstat, ns)
+    if waits:
+        out["soft_wait_io"] = delta[20] / 1e3 / ios
+        out["fio_wait_io"] = delta[21] / 1e3 / ios
     if is_gonvmf:
         out["proc_us_io"] = tgt / hz / ios * 1e6
         out["proc_pct"] = 100.0 * tgt / capacity
         if sched:
             out["proc_cs_io"] = delta[13] / ios
+        if waits:
+            out["proc_wait_io"] = delta[19] / 1e3 / ios
             ca, cb = calls.get(a[0]), calls.get(b[0])
             if ca is not None and cb is not None:
                 out["sys_io"] = delta[12] / ios
@@ -495,7 +505,7 @@ def render(out, d, s, plot_note):
     w(head)
     w(sep)
     for job in MAIN_JOBS:
-        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "soft_cs_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
+        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "soft_cs_io", "proc_wait_io", "soft_wait_io", "fio_wait_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
             label, unit, _ = METRICS[m]
             if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
                 continue  # not measured (results from before the counters existed)
@@ -772,6 +782,8 @@ def crossings(w, d, cells, paired, backends):
             if cells.get((be, job, "gonvmf", "sys_io")) and cells[(be, job, "gonvmf", "sys_io")].n]
     have_cs = any(cells.get((be, job, tg, "cs_io")) and cells[(be, job, tg, "cs_io")].n
                   for be in backends for job in MAIN_JOBS for tg in TARGETS)
+    have_wait = any(cells.get((be, job, tg, "soft_wait_io")) and cells[(be, job, tg, "soft_wait_io")].n
+                    for be in backends for job in MAIN_JOBS for tg in TARGETS)
     if not have and not have_cs:
         return
     w("## Kernel crossings per I/O")
@@ -796,6 +808,12 @@ def crossings(w, d, cells, paired, backends):
       "and one out): a userspace target's post raises them in its system call, where Soft-RoCE runs the whole send "
       "(sender, loopback, the host's receiver and its completion), so they are a cost of the userspace posting path on "
       "Soft-RoCE, not of gonvmf's code; on an adapter the host's completions arrive by interrupt.")
+    if have_wait:
+        w("- **run-queue wait**: the time threads were runnable but waited for a vCPU (the second field of "
+          "`/proc/PID/task/*/schedstat`, exact), summed over gonvmf's threads, over the `ksoftirqd/N` threads (both "
+          "targets) and over fio's threads (both targets), per I/O. Time a thread waits is latency the I/O it carries "
+          "does not spend running: on 2 vCPUs shared by fio, the softirq threads and a userspace target, it shows how "
+          "much of a row's latency is contention for the CPUs rather than work.")
     w("")
     if have:
         w("gonvmf's system calls per I/O by call (median over the repetitions; calls under 0.01 per I/O left out):")

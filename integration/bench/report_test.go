@@ -27,13 +27,16 @@ type run struct {
 
 // ext is what a sample window adds beyond /proc/stat and utime+stime: the target's system
 // calls (and per call), its threads' switches and run time, fio's, the guest's switches and,
-// with hasSoft, the softirq threads' switches (soft).
+// with hasSoft, the softirq threads' switches (soft) and, with hasWait, the run-queue waits
+// of the target's, the softirq threads' and fio's threads (ns).
 type ext struct {
-	sys, cs, fioCS, ctxt int
-	ns, fioNS            int64
-	calls                map[string]int
-	soft                 int
-	hasSoft              bool
+	sys, cs, fioCS, ctxt    int
+	ns, fioNS               int64
+	calls                   map[string]int
+	soft                    int
+	hasSoft                 bool
+	wait, softWait, fioWait int64
+	hasWait                 bool
 }
 
 const (
@@ -132,6 +135,10 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 				if x.hasSoft { // softirq_cs
 					first += " 700"
 					last += fmt.Sprintf(" %d", 700+x.soft)
+				}
+				if x.hasWait { // target_wait softirq_wait fio_wait
+					first += " 1000000 2000000 3000000"
+					last += fmt.Sprintf(" %d %d %d", 1000000+x.wait, 2000000+x.softWait, 3000000+x.fioWait)
 				}
 				s0, s1 = fmt.Sprintf("s %.6f write:500 ioctl:500", e0), fmt.Sprintf("s %.6f", e0+windowLen)
 				for _, k := range []string{"write", "ioctl", "poll"} {
@@ -283,10 +290,12 @@ func TestReportCrossings(t *testing.T) {
 	f := newFixture(t)
 	for rep := 1; rep <= 3; rep++ {
 		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70,
-			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500, soft: 1700, hasSoft: true}})
+			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500, soft: 1700, hasSoft: true,
+				softWait: 85_000_000, fioWait: 170_000_000, hasWait: true}})
 		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70, proc: 999,
 			ext: &ext{sys: 17000 + 850*rep, cs: 4250, ns: 425_000_000, fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 17000,
-				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}, soft: 6800 * rep, hasSoft: true}})
+				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}, soft: 6800 * rep, hasSoft: true,
+				wait: 425_000_000 * int64(rep), softWait: 170_000_000, fioWait: 340_000_000, hasWait: true}})
 	}
 	f.finish("available", "1\tnull\tkernel\t1\tok\t0.8\t2\t128\t512\t\t\t\t\t\tok\n"+
 		"1\tnull\tgonvmf\t2\tok\t0.8\t2\t128\t512\t1\t1\t1\t1\t\tfio verify exited 1: bad magic\n"+
@@ -304,11 +313,18 @@ func TestReportCrossings(t *testing.T) {
 	// schedstat run time, not the 999 ticks of utime+stime
 	near(t, "gonvmf process µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_us_io", "median"), 425_000.0/ios)
 	near(t, "kernel CPU µs/IO (fio from schedstat)", get(t, sum, "jobs", j, "kernel", "cpu_us_io", "median"), (170.0/hz-0.7)/ios*1e6)
+	near(t, "gonvmf run-queue wait µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_wait_io", "median"), 2*425_000.0/ios)
+	near(t, "kernel softirq-thread wait µs/IO", get(t, sum, "jobs", j, "kernel", "soft_wait_io", "median"), 85_000.0/ios)
+	near(t, "softirq-thread wait ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "soft_wait_io"), 0.5)
+	near(t, "fio wait ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "fio_wait_io"), 0.5)
 	for _, want := range []string{
 		"| randread 4k QD32 | system calls per I/O, gonvmf process | – | 2.20 | – |",
 		"| randread 4k QD32 | context switches per I/O, all but fio | 1.00 | 2.00 | **0.50** (0.50–0.50) |",
 		"| randread 4k QD32 | context switches per I/O, softirq threads | 0.200 | 1.60 | **0.12** (0.08–0.25) |",
 		"- **context switches, softirq threads**: the same for the guest's `ksoftirqd/N` threads",
+		"| randread 4k QD32 | run-queue wait per I/O, gonvmf process (µs) | – | 100 | – |",
+		"| randread 4k QD32 | run-queue wait per I/O, fio (µs) | 20.0 | 40.0 | **0.50** (0.50–0.50) |",
+		"- **run-queue wait**: the time threads were runnable but waited for a vCPU",
 		"## Kernel crossings per I/O",
 		"| null | randread 4k QD32 | 2.20 | ioctl 1.20, write 1.00 |",
 		"null kernel ok; null gonvmf **failed**: fio verify exited 1: bad magic.",
