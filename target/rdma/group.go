@@ -688,6 +688,12 @@ func (q *fifo) removeConn(c *conn) *rctx {
 // its long verbs calls (Soft-RoCE sends a whole post inside the call) are system calls to
 // the runtime: it makes the same check every busyYieldCheck busy rounds (maybeYield), or
 // sysmon preempts it every 10 ms, takes its P during a post and wakes every 20 µs.
+//
+// Giving the P back for the sleep itself (the runtime's entersyscallblock, reachable by
+// go:linkname, around a raw ppoll) costs more than sysmon's retakes: the hand-off wakes
+// other threads around every sleep. Measured at 4k QD1 (null, same guest boot): 16
+// system calls per I/O instead of 6.7 (futex 1.8 instead of 0.4, clock reads 8.5 instead
+// of 2.3), 5.2 context switches instead of 2.3, and 0.76 of the IOPS.
 type threadCQ struct {
 	*rdmacm.CQ
 	lastYield int64 // nanotime
