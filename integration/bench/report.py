@@ -262,12 +262,12 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
         out["proc_pct"] = 100.0 * tgt / capacity
         if sched:
             out["proc_cs_io"] = delta[13] / ios
-        if waits:
-            out["proc_wait_io"] = delta[19] / 1e3 / ios
             ca, cb = calls.get(a[0]), calls.get(b[0])
             if ca is not None and cb is not None:
                 out["sys_io"] = delta[12] / ios
                 out["sys_calls"] = {k: (v - ca.get(k, 0.0)) / ios for k, v in cb.items() if v - ca.get(k, 0.0) > 0}
+        if waits:
+            out["proc_wait_io"] = delta[19] / 1e3 / ios
     return out
 
 

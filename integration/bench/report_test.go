@@ -338,6 +338,37 @@ func TestReportCrossings(t *testing.T) {
 	}
 }
 
+// Samples from before the run-queue fields (19 per line): everything else is reported as
+// before, and no run-queue rows or text appear.
+func TestReportCrossingsWithoutWaits(t *testing.T) {
+	f := newFixture(t)
+	for rep := 1; rep <= 3; rep++ {
+		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70,
+			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500, soft: 1700, hasSoft: true}})
+		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70, proc: 999,
+			ext: &ext{sys: 17000, cs: 4250, ns: 425_000_000, fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 17000,
+				calls: map[string]int{"write": 8500, "ioctl": 8500}, soft: 6800, hasSoft: true}})
+	}
+	f.finish("available", "", "")
+	md, sum := f.report()
+	j := "null/randread-4k-qd32"
+	ios := 1000 * windowLen
+	near(t, "gonvmf system calls per I/O", get(t, sum, "jobs", j, "gonvmf", "sys_io", "median"), 17000/ios)
+	near(t, "gonvmf softirq-thread switches per I/O", get(t, sum, "jobs", j, "gonvmf", "soft_cs_io", "median"), 6800/ios)
+	for _, m := range []string{"proc_wait_io", "soft_wait_io", "fio_wait_io"} {
+		if v, ok := get(t, sum, "jobs", j, "gonvmf").(map[string]any)[m]; ok {
+			t.Errorf("summary.json has %s = %v from samples without run-queue fields", m, v)
+		}
+	}
+	if strings.Contains(md, "run-queue wait") {
+		t.Errorf("report.md mentions run-queue waits it has no samples of")
+	}
+	if !strings.Contains(md, "| null | randread 4k QD32 | 2.00 | ioctl 1.00, write 1.00 |") {
+		t.Errorf("report.md lacks the system calls by name")
+		t.Log(md)
+	}
+}
+
 // gonvmf not serving yet: its columns are empty, the reason is stated, nothing fails.
 func TestReportGonvmfUnavailable(t *testing.T) {
 	f := newFixture(t)
