@@ -28,7 +28,10 @@ package rdma
 //     (maxBypass rounds) stops the group's round robin until it is served, so large
 //     buffers are not starved by a stream of small ones either — except for small
 //     holders' requests when it cannot use the headroom itself: those take pages it
-//     could not have had. Within one connection requests are served in arrival order.
+//     could not have had. It is owed this only while within its share: once the quota
+//     has shrunk below what its connection holds and asks for (more queues connected),
+//     it borrows like any request beyond its share. Within one connection requests are
+//     served in arrival order.
 //   - buffers held hostage: a response that does not complete (see watchdog.go) ends its
 //     connection after limits.response_timeout, which returns its buffers.
 //
@@ -47,7 +50,7 @@ type connShare struct {
 type groupShares struct {
 	head, tail *conn // round robin of connections with waiters (head is served next)
 	waiting    int   // I/O requests waiting, over all connections
-	starved    *rctx // a request overtaken too often: served before anything else
+	starved    *rctx // a request within its share overtaken too often: served before anything else
 	starvedBig bool  // ... that cannot use the headroom: small holders' requests still may
 	needy      bool  // the group's own copy of needyFlag (pool.needy counts it)
 }
@@ -197,7 +200,8 @@ func (s *groupShares) dequeue() *conn {
 
 // serveBufWait gives freed buffers to waiting requests: admin ones first, in arrival
 // order, then I/O connections round robin under the share rules. It reports whether any
-// request got one.
+// request got one, or the group stopped counting as needy with requests still waiting
+// (see serveShares): either way another pass may serve more.
 func (g *group) serveBufWait() bool {
 	progress := false
 	q := &g.adminBufWait
@@ -225,11 +229,14 @@ func (g *group) serveBufWait() bool {
 }
 
 // serveShares serves the I/O connections with waiting requests, one buffer each per
-// round, until a round serves none (or a starved request does not fit).
+// round, until a round serves none (or a starved request does not fit). The group's
+// needy flag from its last pass holds its own borrowers back during this one: when the
+// pass clears it and requests still wait, it reports progress so that another follows.
 func (g *group) serveShares() bool {
 	s := &g.shares
 	progress := false
 	needy := false
+	wasNeedy := s.needy
 	if x := s.starved; x != nil {
 		switch {
 		case x.state != stWantBuf || x.c.share.wait.head != x:
@@ -237,6 +244,9 @@ func (g *group) serveShares() bool {
 		case g.serveHead(x.c):
 			s.starved = nil
 			progress = true
+		case !x.c.small(x.bufOrder) && !x.c.within(x.bufOrder):
+			// Beyond its share now (the quota shrank): only a borrower, owed nothing.
+			s.starved = nil
 		case !x.c.small(x.bufOrder):
 			// It cannot use the headroom: small holders, which only can, go on.
 			s.starvedBig = true
@@ -290,6 +300,9 @@ func (g *group) serveShares() bool {
 	g.pool.setNeedy(g, needy || s.starved != nil)
 	if needy {
 		g.pool.needyEvents.Add(1) // pressure, for the watchdog
+	}
+	if wasNeedy && !s.needy && s.head != nil {
+		progress = true // its borrowers may go now
 	}
 	return progress
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
 )
 
 // holdSends makes the fake host keep the target's response SENDs from completing (as a
@@ -363,5 +364,134 @@ func TestWatchStall(t *testing.T) {
 		if got := w.stall(t0.Add(tc.after), timeout, tc.events, tc.needyNow, tc.over); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// shareRig drives a poll group's share engine directly, as the group's goroutine does
+// (the group does not run): requests are writes whose data needs no RDMA READ (no
+// descriptors), so a buffer is all they wait for, and after each event the group passes
+// over its waiting room as its loop does after a kick, until a pass serves nothing.
+type shareRig struct {
+	p *pool
+	g *group
+}
+
+func newShareRig(t *testing.T, poolBytes int) *shareRig {
+	p := testPool(t, poolBytes, 128<<10)
+	return &shareRig{p: p, g: newGroup(0, p, newFakeCQ(), groupConfig{cqeCap: 100}, testLogger(t))}
+}
+
+// conn adds a live I/O connection to the group and the pool's division.
+func (r *shareRig) conn() *conn {
+	r.p.addIOConn(1)
+	return &conn{g: r.g, pool: r.p, state: stateLive}
+}
+
+// submit begins a request of c for a buffer of 1<<k pages as conn.start does: a buffer
+// at once if the share rules allow, the waiting room otherwise.
+func (r *shareRig) submit(c *conn, k int) *rctx {
+	x := &rctx{c: c, bufOrder: k, req: target.Request{Dir: nvmeproto.DirHostToCtrl, Length: uint32(pageSize << k)}}
+	if c.mayAllocNow(k) {
+		if off, ok := c.allocBuf(k); ok {
+			x.bufOff, x.hasBuf = off, true
+			c.haveBuf(x)
+			return x
+		}
+	}
+	x.state = stWantBuf
+	r.g.waitBuf(x)
+	r.serve()
+	return x
+}
+
+// done completes the requests (one batch of completions) and gives their buffers back.
+func (r *shareRig) done(xs ...*rctx) {
+	for _, x := range xs {
+		x.c.unwire(x)
+		x.c.freeBuf(x)
+		x.state = stFree
+	}
+	r.serve()
+}
+
+func (r *shareRig) serve() {
+	for r.g.serveBufWait() {
+	}
+}
+
+// TestShareStarvedRequestAfterQuotaShrinks: a request marked starved (within its share,
+// overtaken maxBypass times) whose connection's quota then shrinks below what it holds
+// plus the request — more queues connect to the pool — can only borrow. It is served as
+// soon as the pool has room beyond the headroom and no one waits within a share, and so
+// are the requests behind it; the mark must not keep its group needy (which forbids
+// borrowing device-wide, its own request's included) until the connection's holdings
+// drain. They need not: its holdings may be unsignaled responses, which only a later
+// completion of the same connection retires, and its later requests all wait behind the
+// starved one.
+func TestShareStarvedRequestAfterQuotaShrinks(t *testing.T) {
+	r := newShareRig(t, 2<<20) // 512 pages: 32 reserve, 60 headroom, 420 to share
+	p := r.p
+	a, b, h := r.conn(), r.conn(), r.conn()
+	if q := p.quotaPages(); q != 140 {
+		t.Fatalf("quota with 3 connections: %d pages, want 140", q)
+	}
+	// h borrows 11 largest buffers while no one waits; a holds 16 of 16 KiB (64 pages,
+	// what unsignaled responses may hold): 96 pages left, fewer than a largest buffer
+	// within a share may leave (headroom and reserve: 92).
+	var hx []*rctx
+	for range 11 {
+		hx = append(hx, r.submit(h, p.maxOrder))
+	}
+	for range 16 {
+		r.submit(a, 2)
+	}
+	for i, x := range hx {
+		if !x.hasBuf {
+			t.Fatalf("h's buffer %d was not allocated", i)
+		}
+	}
+	if a.share.held != 64 {
+		t.Fatalf("a holds %d pages, want 64", a.share.held)
+	}
+	// a's largest buffer fits its share but not the pool: it waits, and b's 4 KiB
+	// requests (a small holder's, from the headroom) overtake it until it is starved.
+	x := r.submit(a, p.maxOrder)
+	if x.hasBuf || !a.within(x.bufOrder) || a.small(x.bufOrder) {
+		t.Fatalf("a's 128 KiB request: buffer %v, within its share %v, small %v; want it waiting, within, not small",
+			x.hasBuf, a.within(x.bufOrder), a.small(x.bufOrder))
+	}
+	for i := range maxBypass {
+		y := r.submit(b, 0)
+		if !y.hasBuf {
+			t.Fatalf("b's 4 KiB request %d was not served next to the waiting 128 KiB one", i)
+		}
+		r.done(y)
+	}
+	if r.g.shares.starved != x {
+		t.Fatalf("a's request, overtaken %d times, is not marked starved", x.bypassed)
+	}
+	// Three more queues connect (the hog's): a's holdings and its request no longer fit
+	// its share. Then h's requests complete, all in one batch of completions.
+	r.conn()
+	r.conn()
+	r.conn()
+	if q := p.quotaPages(); q != 70 || a.within(x.bufOrder) {
+		t.Fatalf("quota with 6 connections: %d pages (a holds %d), want 70", q, a.share.held)
+	}
+	r.done(hx...)
+	free, _, _ := p.stats()
+	if !x.hasBuf {
+		t.Fatalf("a's starved request still waits with %d of %d pages free and no one waiting within a share "+
+			"(pool.needy %d, starved mark kept: %v)", free, p.npages, p.needy.Load(), r.g.shares.starved == x)
+	}
+	// What waits behind it in its group goes too: a's next request, and another
+	// connection's request that cannot use the headroom (h's third largest buffer).
+	ay := r.submit(a, 0)
+	hy := []*rctx{r.submit(h, p.maxOrder), r.submit(h, p.maxOrder), r.submit(h, p.maxOrder)}
+	if !ay.hasBuf || !hy[2].hasBuf {
+		t.Errorf("after the starved request: a's next request served %v, h's third largest buffer %v", ay.hasBuf, hy[2].hasBuf)
+	}
+	if n := p.needy.Load(); n != 0 || r.g.shares.starved != nil {
+		t.Errorf("pool.needy %d, starved mark %v with no one waiting", n, r.g.shares.starved != nil)
 	}
 }
