@@ -310,10 +310,14 @@ func (g *group) run() {
 			runtime.Gosched()
 			continue
 		}
-		// A short spin counted in polls, not time: reading the clock is a system call
-		// where the vDSO has no usable clock source (emulated guests).
+		// A spin counted in polls, not time: reading the clock is a system call where
+		// the vDSO has no usable clock source (emulated guests). A goroutine that the
+		// last rounds handed work (a backend worker) runs at once, not after the spin.
 		if idle < g.cfg.spin {
 			idle++
+			if y != nil {
+				y.yieldOnHandoff()
+			}
 			continue
 		}
 		g.sleep()
@@ -713,8 +717,11 @@ func (c *threadCQ) Wait(timeout time.Duration) (bool, error) {
 }
 
 // yielder is implemented by completion queues whose group must pass through the Go
-// scheduler now and then while it keeps finding work (threadCQ).
-type yielder interface{ maybeYield() }
+// scheduler now and then while it keeps finding work or spins (threadCQ).
+type yielder interface {
+	maybeYield()     // busy rounds: yield after yieldAfter or a hand-off
+	yieldOnHandoff() // spinning: yield after a hand-off only (no clock read)
+}
 
 // busyYieldCheck is how many busy rounds a group makes between looks at the clock for
 // maybeYield.
@@ -726,6 +733,15 @@ func (c *threadCQ) maybeYield() {
 	now := nanotime()
 	if h := backend.Handoffs(); now-c.lastYield >= int64(yieldAfter) || h != c.handoffs {
 		c.lastYield, c.handoffs = now, h
+		runtime.Gosched()
+	}
+}
+
+// yieldOnHandoff yields if a backend worker was handed work since the last yield. It
+// reads no clock: a spinning group calls it at every empty poll.
+func (c *threadCQ) yieldOnHandoff() {
+	if h := backend.Handoffs(); h != c.handoffs {
+		c.handoffs = h
 		runtime.Gosched()
 	}
 }

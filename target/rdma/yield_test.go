@@ -25,6 +25,7 @@ func (c *busyCQ) Arm(bool) error                   { return nil }
 func (c *busyCQ) Wait(time.Duration) (bool, error) { return false, nil }
 func (c *busyCQ) Wake()                            {}
 func (c *busyCQ) maybeYield()                      { c.yields++ }
+func (c *busyCQ) yieldOnHandoff()                  { c.yields += 1 << 20 } // a busy group never spins
 
 // TestGroupYieldsWhileBusy: a group that finds work in every round never sleeps, so it
 // must offer to yield from its busy loop (every busyYieldCheck rounds): otherwise the Go
@@ -62,5 +63,64 @@ func TestThreadCQYield(t *testing.T) {
 	c.maybeYield()
 	if c.lastYield == last {
 		t.Errorf("maybeYield did not yield %v after the last yield", yieldAfter)
+	}
+}
+
+// idleCQ never has a completion; it is closed after limit polls. It records the polls
+// made before each sleep and counts the group's yieldOnHandoff calls.
+type idleCQ struct {
+	polls, limit, spinYields, busyYields int
+	pollsAtWait                          []int
+}
+
+func (c *idleCQ) Poll(wc []rdmacm.Completion) (int, error) {
+	if c.polls == c.limit {
+		return 0, rdmacm.ErrClosed
+	}
+	c.polls++
+	return 0, nil
+}
+func (c *idleCQ) Arm(bool) error { return nil }
+func (c *idleCQ) Wait(time.Duration) (bool, error) {
+	c.pollsAtWait = append(c.pollsAtWait, c.polls)
+	return false, nil
+}
+func (c *idleCQ) Wake()           {}
+func (c *idleCQ) maybeYield()     { c.busyYields++ }
+func (c *idleCQ) yieldOnHandoff() { c.spinYields++ }
+
+// TestGroupSpinsBeforeSleeping: an idle group polls spin more times after its last empty
+// round before it sleeps (and once more after arming), offering at each spinning poll to
+// yield to a backend worker it handed work, without reading the clock.
+func TestGroupSpinsBeforeSleeping(t *testing.T) {
+	const spin, sleeps = 50, 4
+	cq := &idleCQ{limit: sleeps * (spin + 2)}
+	g := newGroup(0, testPool(t, 1<<20, 128<<10), cq, groupConfig{cqeCap: 100, spin: spin}, testLogger(t))
+	g.run()
+	if len(cq.pollsAtWait) != sleeps {
+		t.Fatalf("%d polls: %d sleeps, want %d (one every %d polls)", cq.limit, len(cq.pollsAtWait), sleeps, spin+2)
+	}
+	for i, n := range cq.pollsAtWait {
+		if want := (i + 1) * (spin + 2); n != want {
+			t.Errorf("sleep %d after %d polls, want %d: an empty round, %d spinning polls, the poll after arming", i+1, n, want, spin)
+		}
+	}
+	if want := sleeps * spin; cq.spinYields != want || cq.busyYields != 0 {
+		t.Errorf("spinning: %d yieldOnHandoff and %d maybeYield calls, want %d and 0", cq.spinYields, cq.busyYields, want)
+	}
+}
+
+// TestThreadCQYieldOnHandoff: yieldOnHandoff yields (takes note of the count) only when a
+// backend worker was handed work since the last yield.
+func TestThreadCQYieldOnHandoff(t *testing.T) {
+	c := &threadCQ{}
+	h := backend.Handoffs()
+	c.handoffs = h - 1
+	c.yieldOnHandoff()
+	if c.handoffs < h {
+		t.Errorf("a hand-off since the last yield: handoffs %d after yieldOnHandoff, want at least %d", c.handoffs, h)
+	}
+	if c.lastYield != 0 {
+		t.Error("yieldOnHandoff read the clock")
 	}
 }
