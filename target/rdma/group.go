@@ -72,10 +72,7 @@ const (
 type groupConfig struct {
 	busyPoll bool // never sleep on the completion channel
 	spin     int  // event mode: empty polls after the last work before sleeping
-	// spinners, when set, is how many groups may spin the long spin at once; a group
-	// that finds it taken spins shortSpin polls at most before sleeping.
-	spinners *spinBudget
-	cqeCap   int // completion queue entries (the sum of its connections' needs must fit)
+	cqeCap   int  // completion queue entries (the sum of its connections' needs must fit)
 	// respTimeout is limits.response_timeout (watchdog.go); 0: no watchdog.
 	respTimeout time.Duration
 }
@@ -91,8 +88,6 @@ type group struct {
 	pool *pool
 	cq   compQueue
 	cfg  groupConfig
-	// spinning: the group holds a share of cfg.spinners (its goroutine's).
-	spinning bool
 	// ring, when set, runs the reads and writes of the group's queues on file and block
 	// backends as asynchronous I/O; the kernel signals the completion queue's wake-up
 	// eventfd when they complete, and the group reaps them (nil: worker goroutines).
@@ -285,7 +280,6 @@ func (g *group) stop() {
 // run is the poll group's goroutine.
 func (g *group) run() {
 	defer close(g.stopped)
-	defer g.endSpin()
 	defer func() {
 		if g.watchTimer != nil {
 			g.watchTimer.Stop()
@@ -295,10 +289,7 @@ func (g *group) run() {
 	y, _ := g.cq.(yielder)
 	for {
 		if g.iterate() {
-			if idle > 0 {
-				g.endSpin()
-				idle = 0
-			}
+			idle = 0
 			// A group that keeps finding work never sleeps, so it never yields in
 			// Wait: yield here too (see threadCQ), checking the clock every
 			// busyYieldCheck rounds only.
@@ -322,72 +313,15 @@ func (g *group) run() {
 		// A spin counted in polls, not time: reading the clock is a system call where
 		// the vDSO has no usable clock source (emulated guests). A goroutine that the
 		// last rounds handed work (a backend worker) runs at once, not after the spin.
-		if idle == 0 {
-			g.spinning = g.cfg.spinners.take()
-		}
-		if idle < g.spinLimit() {
+		if idle < g.cfg.spin {
 			idle++
 			if y != nil {
 				y.yieldOnHandoff()
 			}
 			continue
 		}
-		g.endSpin()
 		g.sleep()
 		idle = 0
-	}
-}
-
-// shortSpin is the spin of a group that has no share of the spin budget.
-const shortSpin = 16
-
-// spinLimit is how many empty polls the group makes before sleeping.
-func (g *group) spinLimit() int {
-	if g.spinning {
-		return g.cfg.spin
-	}
-	return min(g.cfg.spin, shortSpin)
-}
-
-// endSpin gives back the group's share of the spin budget, if it has one.
-func (g *group) endSpin() {
-	if g.spinning {
-		g.spinning = false
-		g.cfg.spinners.put()
-	}
-}
-
-// spinBudget bounds how many poll groups spin at once (see DefaultSpin): idle groups
-// that all spin would take every CPU from the threads whose work they wait for (on
-// Soft-RoCE the host's and the device's own), so all but one CPU at most. A nil budget
-// does not bound.
-type spinBudget struct {
-	n   atomic.Int32
-	max int32
-}
-
-func newSpinBudget(cpus int) *spinBudget { return &spinBudget{max: int32(max(1, cpus-1))} }
-
-// take reports whether a share was free, and takes it.
-func (b *spinBudget) take() bool {
-	if b == nil {
-		return true
-	}
-	for {
-		n := b.n.Load()
-		if n >= b.max {
-			return false
-		}
-		if b.n.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-// put gives a share back.
-func (b *spinBudget) put() {
-	if b != nil {
-		b.n.Add(-1)
 	}
 }
 

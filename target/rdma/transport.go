@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,11 +54,8 @@ func WithMaxSGLDescriptors(n int) Option { return func(o *options) { o.msdbd = n
 // bridge the gap between a response and the host's next command at low queue depths, so
 // that the group does not sleep and get woken (a completion event, two context switches
 // and the wait for a CPU) once per I/O; short enough that an idle group soon stops
-// spinning. Groups spin this long on all but one of the process's CPUs at most (the
-// others spin 16 polls): on Soft-RoCE the device's work and the host's run on the same
-// CPUs. Chosen by measurement in the Soft-RoCE guest (the commits that set it have the
-// numbers): 16 left 4k QD1 at half the IOPS, 4096 gained nothing over 1024, and two
-// groups spinning on two vCPUs cost 4k QD32 reads a third of their IOPS.
+// spinning. Chosen by measurement in the Soft-RoCE guest (the commit that set it has the
+// numbers): 16 left 4k QD1 at half the IOPS, 4096 gained nothing over 1024.
 const DefaultSpin = 1024
 
 // listenBacklog is the rdma_listen backlog of every listener.
@@ -97,8 +93,6 @@ type Transport struct {
 	draining  bool // Drain started: no new connections
 
 	m transportMetrics
-
-	spinners *spinBudget // shared by every poll group
 
 	refusals ratelog.Limiter // rejected connection requests: a line per address and interval
 }
@@ -144,7 +138,6 @@ func New(t *target.Target, opts ...Option) (*Transport, error) {
 		listeners: make(map[*rdmacm.CMID]*Listener),
 		conns:     make(map[*rdmacm.CMID]*conn),
 		perAddr:   make(map[netip.Addr]int),
-		spinners:  newSpinBudget(runtime.GOMAXPROCS(0)),
 	}
 	tr.cmCtx, tr.cmCancel = context.WithCancel(context.Background())
 	go tr.cmLoop()
@@ -630,7 +623,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 			return nil, fmt.Errorf("completion queue of poll group %d: %w", i, err)
 		}
 		d.cqs = append(d.cqs, cq)
-		g := newGroup(i, d.pool, &threadCQ{CQ: cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, spinners: tr.spinners, cqeCap: cq.Entries(),
+		g := newGroup(i, d.pool, &threadCQ{CQ: cq}, groupConfig{busyPoll: tc.BusyPoll, spin: tr.opts.spin, cqeCap: cq.Entries(),
 			respTimeout: tr.t.Limits().ResponseTimeout}, tr.log.With("device", name))
 		g.m.shard = int(tr.m.groups.Add(1) - 1)
 		if tc.SharedReceiveQueue > 0 {

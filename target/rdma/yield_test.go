@@ -71,8 +71,6 @@ func TestThreadCQYield(t *testing.T) {
 type idleCQ struct {
 	polls, limit, spinYields, busyYields int
 	pollsAtWait                          []int
-	budget                               *spinBudget // sharesAtWait: its shares taken at each sleep
-	sharesAtWait                         []int32
 }
 
 func (c *idleCQ) Poll(wc []rdmacm.Completion) (int, error) {
@@ -85,9 +83,6 @@ func (c *idleCQ) Poll(wc []rdmacm.Completion) (int, error) {
 func (c *idleCQ) Arm(bool) error { return nil }
 func (c *idleCQ) Wait(time.Duration) (bool, error) {
 	c.pollsAtWait = append(c.pollsAtWait, c.polls)
-	if c.budget != nil {
-		c.sharesAtWait = append(c.sharesAtWait, c.budget.n.Load())
-	}
 	return false, nil
 }
 func (c *idleCQ) Wake()           {}
@@ -96,78 +91,23 @@ func (c *idleCQ) yieldOnHandoff() { c.spinYields++ }
 
 // TestGroupSpinsBeforeSleeping: an idle group polls spin more times after its last empty
 // round before it sleeps (and once more after arming), offering at each spinning poll to
-// yield to a backend worker it handed work, without reading the clock. With a spin budget
-// it spins that long only while it holds a share, and gives the share back before it
-// sleeps; without a share it spins shortSpin polls.
+// yield to a backend worker it handed work, without reading the clock.
 func TestGroupSpinsBeforeSleeping(t *testing.T) {
 	const spin, sleeps = 50, 4
-	for _, tc := range []struct {
-		name   string
-		budget *spinBudget
-		taken  int32 // shares held by other groups
-		want   int   // spinning polls per sleep
-	}{
-		{"no budget", nil, 0, spin},
-		{"share free", newSpinBudget(2), 0, spin},
-		{"share taken", newSpinBudget(2), 1, shortSpin},
-		{"one of three taken", newSpinBudget(3), 1, spin},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.budget != nil {
-				tc.budget.n.Store(tc.taken)
-			}
-			cq := &idleCQ{limit: sleeps * (tc.want + 2), budget: tc.budget}
-			g := newGroup(0, testPool(t, 1<<20, 128<<10), cq, groupConfig{cqeCap: 100, spin: spin, spinners: tc.budget}, testLogger(t))
-			g.run()
-			if len(cq.pollsAtWait) != sleeps {
-				t.Fatalf("%d polls: %d sleeps, want %d (one every %d polls)", cq.limit, len(cq.pollsAtWait), sleeps, tc.want+2)
-			}
-			for i, n := range cq.pollsAtWait {
-				if want := (i + 1) * (tc.want + 2); n != want {
-					t.Errorf("sleep %d after %d polls, want %d: an empty round, %d spinning polls, the poll after arming", i+1, n, want, tc.want)
-				}
-			}
-			if want := sleeps * tc.want; cq.spinYields != want || cq.busyYields != 0 {
-				t.Errorf("spinning: %d yieldOnHandoff and %d maybeYield calls, want %d and 0", cq.spinYields, cq.busyYields, want)
-			}
-			if tc.budget != nil {
-				if n := tc.budget.n.Load(); n != tc.taken {
-					t.Errorf("after the group stopped the budget has %d shares taken, want %d (the others')", n, tc.taken)
-				}
-				for i, n := range cq.sharesAtWait {
-					if n != tc.taken {
-						t.Errorf("sleep %d: %d shares taken, want %d (the group sleeps without one)", i+1, n, tc.taken)
-					}
-				}
-			}
-		})
+	cq := &idleCQ{limit: sleeps * (spin + 2)}
+	g := newGroup(0, testPool(t, 1<<20, 128<<10), cq, groupConfig{cqeCap: 100, spin: spin}, testLogger(t))
+	g.run()
+	if len(cq.pollsAtWait) != sleeps {
+		t.Fatalf("%d polls: %d sleeps, want %d (one every %d polls)", cq.limit, len(cq.pollsAtWait), sleeps, spin+2)
 	}
-}
-
-// TestSpinBudget: all but one CPU's worth of shares, at least one; take fails when none
-// is left; put frees one; a nil budget never refuses.
-func TestSpinBudget(t *testing.T) {
-	for cpus, want := range map[int]int{1: 1, 2: 1, 4: 3} {
-		b := newSpinBudget(cpus)
-		got := 0
-		for b.take() {
-			if got++; got > 64 {
-				break
-			}
-		}
-		if got != want {
-			t.Errorf("%d CPUs: %d shares, want %d", cpus, got, want)
-		}
-		b.put()
-		if !b.take() {
-			t.Errorf("%d CPUs: no share after put", cpus)
+	for i, n := range cq.pollsAtWait {
+		if want := (i + 1) * (spin + 2); n != want {
+			t.Errorf("sleep %d after %d polls, want %d: an empty round, %d spinning polls, the poll after arming", i+1, n, want, spin)
 		}
 	}
-	var nb *spinBudget
-	if !nb.take() {
-		t.Error("a nil budget refused")
+	if want := sleeps * spin; cq.spinYields != want || cq.busyYields != 0 {
+		t.Errorf("spinning: %d yieldOnHandoff and %d maybeYield calls, want %d and 0", cq.spinYields, cq.busyYields, want)
 	}
-	nb.put()
 }
 
 // TestThreadCQYieldOnHandoff: yieldOnHandoff yields (takes note of the count) only when a
