@@ -177,19 +177,33 @@ run_suite() { # <name> <guest script> <default vm.sh options...>
 	# shellcheck disable=SC2206 # header options are plain words
 	[ -n "$header" ] && opts+=($header)
 	[ $verbose = 1 ] || opts+=(--quiet)
-	mkdir -p "$dir"
 	say "== $name"
 	t0=$(date +%s)
-	"$VM" run --out "$dir" "${opts[@]}" "$script" 2> >(tee "$dir/harness.log" >&2) &
-	vm_pid=$!
-	wait $vm_pid
-	rc=$?
-	# a signal interrupts wait before vm.sh is done
-	while kill -0 $vm_pid 2> /dev/null; do
+	local attempt
+	for attempt in 1 2; do
+		mkdir -p "$dir"
+		"$VM" run --out "$dir" "${opts[@]}" "$script" 2> >(tee "$dir/harness.log" >&2) &
+		vm_pid=$!
 		wait $vm_pid
 		rc=$?
+		# a signal interrupts wait before vm.sh is done
+		while kill -0 $vm_pid 2> /dev/null; do
+			wait $vm_pid
+			rc=$?
+		done
+		vm_pid=
+		# qemu (TCG) has crashed at start-up on these machines (a segmentation fault
+		# 1.5 s in) before the guest printed anything: nothing of the suite ran, so it
+		# runs once more; the first attempt's files are kept next to it. A guest that
+		# printed anything, a timeout (124) or a usage error (2) is not retried.
+		case $rc in 0 | 2 | 124) break ;; esac
+		if [ $interrupted = 1 ] || [ $attempt = 2 ] || [ -s "$dir/console.log" ]; then
+			break
+		fi
+		say "$name: qemu stopped before the guest printed anything (see $dir.attempt1/harness.log); running it once more"
+		rm -rf "$dir.attempt1"
+		mv "$dir" "$dir.attempt1"
 	done
-	vm_pid=
 	wall[$name]=$(($(date +%s) - t0))
 	local p f
 	p=$(grep -c '^RESULT PASS' "$dir/results.txt" 2> /dev/null)
