@@ -65,7 +65,10 @@
 //   - transport.shared_receive_queue 256: buffers a poll group's I/O queues share, as
 //     many as their entries up to 256 (2 MiB at the default in-capsule size), instead of
 //     1 MiB per queue.
-//   - transport.poll_groups 0: one completion poller per CPU.
+//   - transport.poll_groups 0: one completion poller per CPU; on more than one CPU the
+//     last takes queues only once the others' completion queues are full
+//     (Transport.ReservePollGroups), so that busy pollers never hold every P of the Go
+//     scheduler.
 //   - transport.busy_poll false: sleep on completion channels; busy polling trades one CPU
 //     per poll group for latency.
 //   - transport.max_io_queues 16: enough for one queue per CPU on typical hosts without

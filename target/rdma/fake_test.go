@@ -565,7 +565,7 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 			return e.f.newRegion(n), func() error { return nil }, nil
 		})
 	}
-	go e.g.run()
+	e.g.start()
 	t.Cleanup(func() {
 		tgt.Close()
 		e.g.stop()

@@ -122,10 +122,11 @@ type group struct {
 	watchDue   atomic.Bool     // the connections' progress is due for a check
 	refusals   ratelog.Limiter // connections torn down for a limit: a line per host and interval
 
-	stopping atomic.Bool
-	cqGone   bool // the completion queue was closed under the group
-	armed    bool // the completion queue is armed and its event not yet taken
-	stopped  chan struct{}
+	startOnce sync.Once // start
+	stopping  atomic.Bool
+	cqGone    bool // the completion queue was closed under the group
+	armed     bool // the completion queue is armed and its event not yet taken
+	stopped   chan struct{}
 
 	// Quiescing (Transport.Drain): the target is shutting down. The group starts no new
 	// command — capsules that arrive stay in their receive buffers, unanswered, and the
@@ -270,6 +271,12 @@ func (g *group) kick() {
 		g.cq.Wake()
 	}
 }
+
+// start runs the group's goroutine, once: at the device's opening for an active group,
+// when the first connection is placed on it for a reserve group (one that never takes a
+// connection never runs: no thread of it holds a P of the Go scheduler in its sleeps),
+// and before a drain or close, which wait for every group.
+func (g *group) start() { g.startOnce.Do(func() { go g.run() }) }
 
 // stop makes run return once no connection is left (or at once with force).
 func (g *group) stop() {

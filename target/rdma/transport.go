@@ -286,6 +286,9 @@ func (tr *Transport) Drain(ctx context.Context) error {
 	for _, d := range devs {
 		groups = append(groups, d.groups...)
 	}
+	for _, g := range groups {
+		g.start() // a reserve group that never ran counts its none at once
+	}
 	return drainGroups(ctx, groups, tr.log)
 }
 
@@ -551,6 +554,9 @@ type device struct {
 
 	mu   sync.Mutex
 	next int
+	// active is how many of groups (the first ones) take connections while one of them
+	// has room; the rest are the reserve (conf.Transport.ReservePollGroups).
+	active int
 }
 
 // closeWait bounds how long Close waits for connections to be released; groupStopWait how
@@ -612,6 +618,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		return nil, err
 	}
 	n := tc.NumPollGroups()
+	d.active = n - min(tc.ReservePollGroups(), n-1)
 	cqe := maxCQE
 	if d.attr.MaxCQE > 0 {
 		cqe = min(cqe, d.attr.MaxCQE)
@@ -642,7 +649,9 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 			}
 		}
 		d.groups = append(d.groups, g)
-		go g.run()
+		if i < d.active {
+			g.start()
+		}
 	}
 	tr.log.Info("RDMA device ready", "device", name, "buffer_pool", tc.BufferPoolSize.Human(),
 		"poll_groups", n, "busy_poll", tc.BusyPoll, "cq_entries", cqe, "shared_receive_queue", tc.SharedReceiveQueue,
@@ -682,20 +691,34 @@ func (d *device) addSRQ(g *group, limit, icd int) error {
 // I/O; beyond that they go to the namespace's worker goroutines.
 const ringDepth = 256
 
-// pickGroup returns the poll group with the fewest connections that has room.
+// pickGroup returns the poll group with the fewest connections that has room: an active
+// one if one has, else one of the reserve.
 func (d *device) pickGroup(cqe int) *group {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.next++
+	g := pickFrom(d.groups[:d.active], cqe, d.next)
+	if g == nil {
+		g = pickFrom(d.groups, cqe, d.next) // the reserve too
+	}
+	if g != nil {
+		g.start()
+	}
+	return g
+}
+
+// pickFrom returns the group of gs with the fewest connections that has room for cqe
+// completion queue entries (ties go to the first from start on), or nil.
+func pickFrom(gs []*group, cqe, start int) *group {
 	var best *group
 	bestN := 0
-	for i := range d.groups {
-		g := d.groups[(d.next+i)%len(d.groups)]
+	for i := range gs {
+		g := gs[(start+i)%len(gs)]
 		fits, n := g.room(cqe)
 		if fits && (best == nil || n < bestN) {
 			best, bestN = g, n
 		}
 	}
-	d.next++
 	return best
 }
 
@@ -707,6 +730,7 @@ func (d *device) pickGroup(cqe int) *group {
 // the error says why (unmapping it would turn that late write into a crash).
 func (d *device) close(connsOpen int) error {
 	for _, g := range d.groups {
+		g.start() // a reserve group that never ran returns at once
 		g.stop()
 	}
 	var errs []error
