@@ -1,8 +1,10 @@
 package rdma
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestPickGroupKeepsReserve: connections go to the active poll groups, spread by count,
@@ -52,5 +54,31 @@ func TestPickGroupKeepsReserve(t *testing.T) {
 	}
 	if !slices.Equal(counts, []int{2, 2, 2}) {
 		t.Errorf("three active groups: connections per group %v (picks %v), want 2 each", counts, got)
+	}
+}
+
+// TestReserveGroupNeverRun: a reserve group that never got a connection never ran; a
+// drain counts it and a device's close stops it at once, not after groupStopWait.
+func TestReserveGroupNeverRun(t *testing.T) {
+	p := testPool(t, 1<<20, 128<<10)
+	newReserve := func() *group { return newGroup(1, p, newFakeCQ(), groupConfig{cqeCap: 1000}, testLogger(t)) }
+
+	g := newReserve()
+	g.start() // as Transport.Drain does
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := drainGroups(ctx, []*group{g}, testLogger(t)); err != nil {
+		t.Errorf("draining a reserve group that never ran: %v", err)
+	}
+
+	released := 0
+	d := &device{name: "fake0", pool: p, groups: []*group{newReserve()}, active: 0,
+		release: func() error { released++; return nil }}
+	start := time.Now()
+	if err := d.close(0); err != nil || released != 1 {
+		t.Errorf("closing a device with a reserve group that never ran: %v, released %d times", err, released)
+	}
+	if took := time.Since(start); took >= groupStopWait {
+		t.Errorf("the close took %v: it waited for a group that was never started", took)
 	}
 }
