@@ -287,7 +287,7 @@ func (tr *Transport) Drain(ctx context.Context) error {
 		groups = append(groups, d.groups...)
 	}
 	for _, g := range groups {
-		g.start() // a reserve group that never ran counts its none at once
+		g.start() // a reserve group that never ran reports nothing in flight at once
 	}
 	return drainGroups(ctx, groups, tr.log)
 }
