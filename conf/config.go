@@ -240,8 +240,9 @@ type Transport struct {
 	// min(QueueDepth × MaxIOSize, 1 GiB).
 	BufferPoolSize Size `yaml:"buffer_pool_size"`
 	// PollGroups is the number of completion-polling goroutines that queues are spread
-	// over; 0 means one per CPU, of which all but one take queues until their completion
-	// queues are full (see NumPollGroups and ReservePollGroups). 0..256, default 0.
+	// over; 0 means one per CPU the Go scheduler uses (GOMAXPROCS), of which all but one
+	// take queues until their completion queues are full (see NumPollGroups and
+	// ReservePollGroups). 0..256, default 0.
 	PollGroups int `yaml:"poll_groups"`
 	// SharedReceiveQueue is how many receive buffers (a command entry and the in-capsule
 	// data area each) a poll group's I/O queues share: one shared receive queue per poll
@@ -447,8 +448,8 @@ func Parse(data []byte, filename string) (*Config, error) {
 // Resolve fills in defaults and derived identifiers and validates c: what Parse does after
 // decoding, for a Config built in code. A zero value means what its field's documentation
 // says — the default for every field but Transport.InCapsuleDataSize (none) and
-// Transport.PollGroups (one per CPU, left as 0). It is idempotent: resolving a resolved
-// Config changes nothing.
+// Transport.PollGroups (one per CPU, counted as GOMAXPROCS, left as 0). It is idempotent:
+// resolving a resolved Config changes nothing.
 func (c *Config) Resolve() error {
 	errs, warns := c.resolve()
 	c.Warnings = warns
@@ -488,17 +489,20 @@ func (c *Config) Clone() *Config {
 	return n
 }
 
-// NumPollGroups is PollGroups with 0 resolved to one per CPU of this machine.
+// NumPollGroups is PollGroups with 0 resolved to one per CPU the Go scheduler uses:
+// runtime.GOMAXPROCS, which is the CPU count, or a container's CPU limit where that is
+// lower. Counting CPUs instead would give more groups than Ps under such a limit, the
+// case the reserve group exists to avoid.
 func (t *Transport) NumPollGroups() int {
 	if t.PollGroups > 0 {
 		return t.PollGroups
 	}
-	return numCPU()
+	return numProcs()
 }
 
 // ReservePollGroups is how many of the NumPollGroups poll groups take queues only once
-// the others' completion queues are full: one when PollGroups is 0 on a machine with
-// more than one CPU, else none. A poll group's goroutine spins between bursts and spends
+// the others' completion queues are full: one when PollGroups is 0 and GOMAXPROCS is
+// more than one, else none. A poll group's goroutine spins between bursts and spends
 // long stretches in verbs calls (Soft-RoCE sends a whole post inside the call), and a
 // sleeping one keeps its P blocked in poll(2); with as many groups as the Go scheduler
 // has Ps, a group coming back from such a call waits for a P that the runtime handed to
@@ -509,7 +513,7 @@ func (t *Transport) NumPollGroups() int {
 // with 0.65× the p99; writes at QD32 and 128 KiB transfers unchanged. An explicit
 // PollGroups has no reserve.
 func (t *Transport) ReservePollGroups() int {
-	if t.PollGroups == 0 && numCPU() > 1 {
+	if t.PollGroups == 0 && numProcs() > 1 {
 		return 1
 	}
 	return 0

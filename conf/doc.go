@@ -18,9 +18,9 @@
 // A Config built in Go is completed the same way by (*Config).Resolve. There every field's
 // zero value means one thing, documented on the field: the default, except for
 // Transport.InCapsuleDataSize (0: no in-capsule data; a file that leaves the key out gets
-// 8 KiB) and Transport.PollGroups (0: one per CPU). A resolved Config is what the rest of
-// gonvmf is built from: target.New resolves a private Clone of the Config it is given, and
-// nothing below it fills in a default again.
+// 8 KiB) and Transport.PollGroups (0: one per CPU, counted as GOMAXPROCS). A resolved
+// Config is what the rest of gonvmf is built from: target.New resolves a private Clone of
+// the Config it is given, and nothing below it fills in a default again.
 //
 // conf/README.md is the configuration reference; conf/examples holds complete files.
 //
@@ -65,7 +65,8 @@
 //   - transport.shared_receive_queue 256: buffers a poll group's I/O queues share, as
 //     many as their entries up to 256 (2 MiB at the default in-capsule size), instead of
 //     1 MiB per queue.
-//   - transport.poll_groups 0: one completion poller per CPU; on more than one CPU the
+//   - transport.poll_groups 0: one completion poller per CPU the Go scheduler uses
+//     (GOMAXPROCS: the CPU count, or a container's CPU limit); with more than one the
 //     last takes queues only once the others' completion queues are full
 //     (Transport.ReservePollGroups), so that busy pollers never hold every P of the Go
 //     scheduler.

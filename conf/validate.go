@@ -11,7 +11,11 @@ import (
 	"time"
 )
 
-var numCPU = runtime.NumCPU
+// numProcs is how many goroutines the Go scheduler runs at once (GOMAXPROCS: the CPUs the
+// process may use, or its container's CPU limit where that is lower, which Go follows since
+// 1.25). Poll groups are counted against it, not against runtime.NumCPU: the reserve group
+// exists so that busy pollers never hold every P, and Ps are what GOMAXPROCS counts.
+var numProcs = func() int { return runtime.GOMAXPROCS(0) }
 
 // Range texts shared by decoding (values too large for their Go type) and validation.
 func portRange(v string) (string, string) {
