@@ -24,6 +24,7 @@
 #   --report-only DIR  only regenerate DIR/report.md and the plots from DIR/raw
 #
 # Environment: GONVMF_BUILD (default <repo>/build), GONVMF_VM_DIR (vm.sh's cache),
+# GONVMF_VM_KERNEL (the guest kernel, as vm.sh's --kernel: e.g. 6.12; default Debian 12's),
 # GONVMF_BENCH_TRANSPORT (a YAML flow mapping for gonvmf's transport section, e.g.
 # '{busy_poll: true}'; default: gonvmf's defaults).
 #
