@@ -699,7 +699,7 @@ func (d *device) pickGroup(cqe int) *group {
 	d.next++
 	g := pickFrom(d.groups[:d.active], cqe, d.next)
 	if g == nil {
-		g = pickFrom(d.groups, cqe, d.next) // the reserve too
+		g = pickFrom(d.groups[d.active:], cqe, d.next) // no active group has room
 	}
 	if g != nil {
 		g.start()
