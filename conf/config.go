@@ -341,8 +341,8 @@ type Limits struct {
 	// MaxQueueDataInFlight bounds the bytes of RDMA data one I/O queue has on the wire at
 	// once (RDMA READs of write data, RDMA WRITEs of read data); its further transfers
 	// wait for its earlier ones, and other queues' commands do not wait behind megabytes
-	// of one queue's data. A transfer larger than it goes alone. 4KiB..1GiB, default
-	// 128KiB.
+	// of one queue's data. A transfer larger than it goes alone; transfers of 4 KiB or
+	// less are not counted. 4KiB..1GiB, default 128KiB.
 	MaxQueueDataInFlight int `yaml:"max_queue_data_in_flight"`
 }
 

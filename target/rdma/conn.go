@@ -181,7 +181,8 @@ type conn struct {
 	// posted and not yet complete: the RDMA READs of a command's data (from its first
 	// READ until the last completes) and the RDMA WRITEs of a signaled response (until
 	// its SEND completes; unsignaled responses, at most unsigMaxBuf each and
-	// unsigMaxBytes together, are not counted). A request that would take it past
+	// unsigMaxBytes together, are not counted), each larger than windowMin (smaller
+	// transfers are not counted and never wait for it). A request that would take it past
 	// cfg.window waits (readWait, sendWait) unless nothing is counted. A queue can then
 	// stage only a window's worth of data per round, so one that floods the target with
 	// large transfers cannot make its poll group's rounds — and every other queue's
@@ -529,11 +530,11 @@ func (c *conn) failNoBuffer(x *rctx) {
 // last; it reports whether all of them are staged.
 func (c *conn) postReads(x *rctx) bool {
 	r := &x.req
-	if x.wire == 0 { // the command's data is not on the wire yet (r.Length > 0: it has a buffer)
+	if x.wire == 0 { // the command's data is not counted on the wire yet (r.Length > 0: it has a buffer)
 		if !c.windowFits(int(r.Length)) {
 			return false
 		}
-		x.wire = int(r.Length)
+		x.wire = wireBytes(int(r.Length))
 		c.wireOut += x.wire
 	}
 	for x.rdDesc < len(r.SGL) {
@@ -675,10 +676,26 @@ func respData(x *rctx) int {
 }
 
 // windowFits reports whether a request moving n bytes of RDMA data may start now:
-// within the connection's window, or alone on the wire (a transfer larger than the
-// window still goes, on its own).
+// outside the window (no more than windowMin), within the connection's window, or alone
+// on the wire (a transfer larger than the window still goes, on its own).
 func (c *conn) windowFits(n int) bool {
-	return n == 0 || c.cfg.window == 0 || c.wireOut == 0 || c.wireOut+n <= c.cfg.window
+	return n <= windowMin || c.cfg.window == 0 || c.wireOut == 0 || c.wireOut+n <= c.cfg.window
+}
+
+// windowMin is the largest transfer the window leaves out: a page. The window keeps a
+// queue's large transfers from holding up its poll group's rounds (on Soft-RoCE the post
+// call builds every packet); page-sized ones are what the quiet queues it protects send,
+// and a queue of them has at most its depth in pages on the wire (512 KiB at the default
+// depth of 128). Counted, they made a queue doing 4 KiB random I/O at depth 32 or more
+// wait for its own window with nothing large on the wire.
+const windowMin = 4096
+
+// wireBytes is what a transfer of n bytes counts in conn.wireOut.
+func wireBytes(n int) int {
+	if n <= windowMin {
+		return 0
+	}
+	return n
 }
 
 // unwire takes x's data out of the connection's bytes on the wire.
@@ -732,7 +749,7 @@ func (c *conn) postResponse(x *rctx, w int) {
 		wr.Flags = rdmacm.FlagSignaled
 		x.unsigned = false
 		c.sigOut++
-		x.wire = respData(x)
+		x.wire = wireBytes(respData(x))
 		c.wireOut += x.wire
 		return
 	}

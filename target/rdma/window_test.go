@@ -91,3 +91,41 @@ func TestEngineDataWindowLargeTransferAlone(t *testing.T) {
 	wg.Wait()
 	closeCheckWire(e, io)
 }
+
+// TestEngineDataWindowPageTransfers: transfers of at most a page are not counted in the
+// window, in either direction: 40 reads of 4 KiB all get their responses posted with
+// their SENDs held under a 16 KiB window (past the first 15, which go unsignaled, every
+// response is signaled and would count), and 8 writes of 4 KiB have all their RDMA READs
+// out at once under an 8 KiB one (their READ credits are the bound).
+func TestEngineDataWindowPageTransfers(t *testing.T) {
+	t.Run("reads", func(t *testing.T) {
+		e := newEngine(t, engineOpts{window: 16 << 10})
+		_, cntlid := e.adminConnect(0)
+		io := e.ioConnect(1, cntlid, 64)
+		holdSends(io)
+		var done atomic.Int32
+		wg := flood(t, io, 40, 8, &done) // 40 reads of 4 KiB
+		deadline := time.Now().Add(10 * time.Second)
+		for done.Load() < 40 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if d := done.Load(); d != 40 {
+			t.Errorf("%d of 40 4 KiB reads answered with their SENDs held, want all 40 (page-sized transfers are outside the 16 KiB window)", d)
+		}
+		for done.Load() < 40 {
+			io.ep.deliverOne()
+			time.Sleep(time.Millisecond)
+		}
+		wg.Wait()
+		closeCheckWire(e, io)
+	})
+	t.Run("writes", func(t *testing.T) {
+		e := newEngine(t, engineOpts{window: 8 << 10, ird: 8})
+		_, cntlid := e.adminConnect(0)
+		io := e.ioConnect(1, cntlid, 16)
+		if maxOut := writesHoldingReads(t, io, 8, 4096); maxOut != 8 {
+			t.Errorf("%d 4 KiB RDMA READs were outstanding at most, want 8 (8 READ credits; page-sized transfers are outside the 8 KiB window)", maxOut)
+		}
+		closeCheckWire(e, io)
+	})
+}
