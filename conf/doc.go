@@ -105,9 +105,10 @@
 //     transfers still moves most of the link, and several queues fill it. Raise it for
 //     few queues on a fast, long link. Transfers of a page (4 KiB) or less are not
 //     counted: a queue of them has at most its depth in pages out, and counting them held
-//     4k random I/O at QD32 and more back with nothing large on the wire (not counted:
-//     QD32 reads 6,924 → 8,248 IOPS, QD128 reads 4,855 → 7,313, QD32 writes 6,518 →
-//     7,819, QD128 writes 6,113 → 7,288; Linux host, null, one TCG guest, medians of 3).
+//     4k random reads deeper than 32 back with nothing large on the wire (not counted:
+//     QD128 reads 5,495 → 7,387 IOPS; Linux host, null, one TCG guest, two copies of each
+//     build alternated, medians of 8). A 4k write from the Linux host comes in the command
+//     capsule (transport.in_capsule_data_size) and moves no RDMA data.
 //
 // # Limits
 //

@@ -686,8 +686,8 @@ func (c *conn) windowFits(n int) bool {
 // queue's large transfers from holding up its poll group's rounds (on Soft-RoCE the post
 // call builds every packet); page-sized ones are what the quiet queues it protects send,
 // and a queue of them has at most its depth in pages on the wire (512 KiB at the default
-// depth of 128). Counted, they made a queue doing 4 KiB random I/O at depth 32 or more
-// wait for its own window with nothing large on the wire.
+// depth of 128). Counted, they made a queue of 4 KiB random reads deeper than 32 wait for
+// its own window with nothing large on the wire.
 const windowMin = 4096
 
 // wireBytes is what a transfer of n bytes counts in conn.wireOut.
