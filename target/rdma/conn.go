@@ -676,10 +676,11 @@ func respData(x *rctx) int {
 }
 
 // windowFits reports whether a request moving n bytes of RDMA data may start now:
-// outside the window (no more than windowMin), within the connection's window, or alone
-// on the wire (a transfer larger than the window still goes, on its own).
+// outside the window (wireBytes counts none of it), within the connection's window, or
+// alone on the wire (a transfer larger than the window still goes, on its own).
 func (c *conn) windowFits(n int) bool {
-	return n <= windowMin || c.cfg.window == 0 || c.wireOut == 0 || c.wireOut+n <= c.cfg.window
+	w := wireBytes(n)
+	return w == 0 || c.cfg.window == 0 || c.wireOut == 0 || c.wireOut+w <= c.cfg.window
 }
 
 // windowMin is the largest transfer the window leaves out: a page. The window keeps a

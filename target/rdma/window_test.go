@@ -20,6 +20,29 @@ func closeCheckWire(e *engine, fc *fconn) {
 	}
 }
 
+// readsWithSendsHeld sends n reads of nlb blocks of the null namespace on fc while the
+// host holds its SEND completions (it sees a response as it is posted), and reports how
+// many were answered once want were, or after 10 s, and 200 ms more for any past want.
+// Then it lets the completions through and waits for all n.
+func readsWithSendsHeld(t *testing.T, fc *fconn, n, nlb, want int) int {
+	t.Helper()
+	holdSends(fc)
+	var done atomic.Int32
+	wg := flood(t, fc, n, nlb, &done)
+	deadline := time.Now().Add(10 * time.Second)
+	for done.Load() < int32(want) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	answered := int(done.Load())
+	for done.Load() < int32(n) {
+		fc.ep.deliverOne()
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	return answered
+}
+
 // TestEngineDataWindowWrites: a queue's read responses put no more than its window of
 // RDMA WRITE data on the wire; the rest wait for the earlier ones' SENDs to complete, and
 // all complete once they do.
@@ -27,19 +50,10 @@ func TestEngineDataWindowWrites(t *testing.T) {
 	e := newEngine(t, engineOpts{window: 128 << 10})
 	_, cntlid := e.adminConnect(0)
 	io := e.ioConnect(1, cntlid, 32)
-	holdSends(io)
-	var done atomic.Int32
-	wg := flood(t, io, 16, 128, &done) // 16 reads of 64 KiB: 1 MiB
-	time.Sleep(200 * time.Millisecond)
-	// The host sees a response as it is posted (holdSends keeps only the completion).
-	if d := done.Load(); d != 2 {
+	// 16 reads of 64 KiB: 1 MiB.
+	if d := readsWithSendsHeld(t, io, 16, 128, 2); d != 2 {
 		t.Errorf("%d of 16 64 KiB reads answered with their SENDs held, want 2 (a 128 KiB window)", d)
 	}
-	for done.Load() < 16 {
-		io.ep.deliverOne()
-		time.Sleep(time.Millisecond)
-	}
-	wg.Wait()
 	if e.g.stats.sendWaits.Load() == 0 {
 		t.Errorf("no response waited for the window")
 	}
@@ -102,21 +116,9 @@ func TestEngineDataWindowPageTransfers(t *testing.T) {
 		e := newEngine(t, engineOpts{window: 16 << 10})
 		_, cntlid := e.adminConnect(0)
 		io := e.ioConnect(1, cntlid, 64)
-		holdSends(io)
-		var done atomic.Int32
-		wg := flood(t, io, 40, 8, &done) // 40 reads of 4 KiB
-		deadline := time.Now().Add(10 * time.Second)
-		for done.Load() < 40 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if d := done.Load(); d != 40 {
+		if d := readsWithSendsHeld(t, io, 40, 8, 40); d != 40 { // 40 reads of 4 KiB
 			t.Errorf("%d of 40 4 KiB reads answered with their SENDs held, want all 40 (page-sized transfers are outside the 16 KiB window)", d)
 		}
-		for done.Load() < 40 {
-			io.ep.deliverOne()
-			time.Sleep(time.Millisecond)
-		}
-		wg.Wait()
 		closeCheckWire(e, io)
 	})
 	t.Run("writes", func(t *testing.T) {
