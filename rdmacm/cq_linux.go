@@ -122,7 +122,7 @@ func (cq *CQ) Poll(wc []Completion) (int, error) {
 	if !cq.acquire() {
 		return 0, ErrClosed
 	}
-	n := C.gonvmf_poll_cq(cq.cq, (*C.struct_ibv_wc)(unsafe.Pointer(&wc[0])), C.int(len(wc)))
+	n := C.gonvmf_poll_cq(cHandle(unsafe.Pointer(cq.cq)), (*C.struct_ibv_wc)(unsafe.Pointer(&wc[0])), C.int(len(wc)))
 	cq.release()
 	if n < 0 {
 		return 0, newError("ibv_poll_cq", negErrno(n), "%s", cq.dev.name)
@@ -160,7 +160,7 @@ func (cq *CQ) Arm(solicitedOnly bool) error {
 	if solicitedOnly {
 		so = 1
 	}
-	rc := C.gonvmf_req_notify_cq(cq.cq, so)
+	rc := C.gonvmf_req_notify_cq(cHandle(unsafe.Pointer(cq.cq)), so)
 	cq.release()
 	if rc != 0 {
 		return newError("ibv_req_notify_cq", errnoOf(rc), "%s", cq.dev.name)

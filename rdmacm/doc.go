@@ -39,7 +39,9 @@
 // and posts them as one chain. Completions are polled straight into the
 // caller's []Completion, whose layout is struct ibv_wc. Neither posting nor
 // polling allocates: keep WR and completion arrays in long-lived structs and
-// data in an [Arena].
+// data in an [Arena]. Nor does cgo check a pointer on them: the QP, SRQ or CQ
+// goes to C as an integer (its address in C memory), the arrays as pointers to
+// types without pointers, which cgo does not check.
 //
 // # Threading
 //

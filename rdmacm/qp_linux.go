@@ -168,7 +168,7 @@ func (qp *QP) PostSend(wrs []SendWR) error {
 	if !qp.acquire() {
 		return ErrClosed
 	}
-	r := C.gonvmf_post_send(qp.qp, (*C.gonvmf_send_wr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)), qp.maxInline)
+	r := C.gonvmf_post_send(cHandle(unsafe.Pointer(qp.qp)), (*C.gonvmf_send_wr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)), qp.maxInline)
 	qp.release()
 	if errno := syscall.Errno(uint64(r) >> 32); errno != 0 {
 		e := &PostError{Op: "ibv_post_send", QPNum: qp.num, Index: int(uint32(r)), Errno: errno}
@@ -194,7 +194,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) error {
 	if !qp.acquire() {
 		return ErrClosed
 	}
-	r := C.gonvmf_post_recv(qp.qp, (*C.gonvmf_recv_wr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)))
+	r := C.gonvmf_post_recv(cHandle(unsafe.Pointer(qp.qp)), (*C.gonvmf_recv_wr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)))
 	qp.release()
 	if errno := syscall.Errno(uint64(r) >> 32); errno != 0 {
 		e := &PostError{Op: "ibv_post_recv", QPNum: qp.num, Index: int(uint32(r)), Errno: errno}
@@ -224,7 +224,7 @@ func (qp *QP) Post(recvs []RecvWR, sends []SendWR) error {
 		return ErrClosed
 	}
 	var failedSend C.int
-	r := C.gonvmf_post(qp.qp, (*C.gonvmf_recv_wr)(unsafe.Pointer(&recvs[0])), C.int(len(recvs)),
+	r := C.gonvmf_post(cHandle(unsafe.Pointer(qp.qp)), (*C.gonvmf_recv_wr)(unsafe.Pointer(&recvs[0])), C.int(len(recvs)),
 		(*C.gonvmf_send_wr)(unsafe.Pointer(&sends[0])), C.int(len(sends)), qp.maxInline, &failedSend)
 	qp.release()
 	if errno := syscall.Errno(uint64(r) >> 32); errno != 0 {

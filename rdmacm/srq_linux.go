@@ -61,7 +61,7 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error {
 	if !s.acquire() {
 		return ErrClosed
 	}
-	r := C.gonvmf_post_srq_recv(s.srq, (*C.gonvmf_recv_wr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)))
+	r := C.gonvmf_post_srq_recv(cHandle(unsafe.Pointer(s.srq)), (*C.gonvmf_recv_wr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)))
 	s.release()
 	if errno := syscall.Errno(uint64(r) >> 32); errno != 0 {
 		e := &PostError{Op: "ibv_post_srq_recv", Index: int(uint32(r)), Errno: errno}

@@ -18,7 +18,7 @@ static int64_t post_result(int err, int posted)
 	return ((int64_t)err << 32) | (uint32_t)posted;
 }
 
-int64_t gonvmf_post_send(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t max_inline)
+static int64_t post_send_chain(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t max_inline)
 {
 	struct ibv_send_wr chain[GONVMF_POST_CHUNK];
 	int done = 0;
@@ -126,14 +126,19 @@ static int64_t post_recv_chain(struct ibv_qp *qp, struct ibv_srq *srq, gonvmf_re
 	return post_result(0, done);
 }
 
-int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n)
+int64_t gonvmf_post_send(uintptr_t qp, gonvmf_send_wr *wrs, int n, uint32_t max_inline)
 {
-	return post_recv_chain(qp, NULL, wrs, n);
+	return post_send_chain((struct ibv_qp *)qp, wrs, n, max_inline);
 }
 
-int64_t gonvmf_post_srq_recv(struct ibv_srq *srq, gonvmf_recv_wr *wrs, int n)
+int64_t gonvmf_post_recv(uintptr_t qp, gonvmf_recv_wr *wrs, int n)
 {
-	return post_recv_chain(NULL, srq, wrs, n);
+	return post_recv_chain((struct ibv_qp *)qp, NULL, wrs, n);
+}
+
+int64_t gonvmf_post_srq_recv(uintptr_t srq, gonvmf_recv_wr *wrs, int n)
+{
+	return post_recv_chain(NULL, (struct ibv_srq *)srq, wrs, n);
 }
 
 struct ibv_srq *gonvmf_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uint32_t *got_wr, int *err)
@@ -156,35 +161,36 @@ struct ibv_srq *gonvmf_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t m
 
 /* Receives, then sends, in one call from Go. On failure *failed_send says which chain
  * stopped (0: the receives, and no send was posted; 1: the sends). */
-int64_t gonvmf_post(struct ibv_qp *qp, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
+int64_t gonvmf_post(uintptr_t h, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
 		    uint32_t max_inline, int *failed_send)
 {
+	struct ibv_qp *qp = (struct ibv_qp *)h;
 	int64_t r;
 
 	*failed_send = 0;
 	if (nr > 0) {
-		r = gonvmf_post_recv(qp, recvs, nr);
+		r = post_recv_chain(qp, NULL, recvs, nr);
 		if (r >> 32)
 			return r;
 	}
 	if (ns > 0) {
 		*failed_send = 1;
-		return gonvmf_post_send(qp, sends, ns, max_inline);
+		return post_send_chain(qp, sends, ns, max_inline);
 	}
 	return post_result(0, 0);
 }
 
-int gonvmf_poll_cq(struct ibv_cq *cq, struct ibv_wc *wc, int n)
+int gonvmf_poll_cq(uintptr_t cq, struct ibv_wc *wc, int n)
 {
-	int rc = ibv_poll_cq(cq, n, wc);
+	int rc = ibv_poll_cq((struct ibv_cq *)cq, n, wc);
 	if (rc < 0)
 		return -EIO;
 	return rc;
 }
 
-int gonvmf_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+int gonvmf_req_notify_cq(uintptr_t cq, int solicited_only)
 {
-	return ibv_req_notify_cq(cq, solicited_only);
+	return ibv_req_notify_cq((struct ibv_cq *)cq, solicited_only);
 }
 
 int gonvmf_get_cq_event(struct ibv_comp_channel *ch)

@@ -36,17 +36,22 @@ typedef struct {
 	struct ibv_sge sgl[GONVMF_MAX_RECV_SGE];
 } gonvmf_recv_wr;
 
+// The per-I/O calls (posting, polling, arming) take their QP, SRQ or CQ as a
+// uintptr_t holding its address: cgo checks every pointer argument whose
+// type has pointers in it for Go memory at each call, and these objects are
+// C memory, allocated and freed by libibverbs, that never moves.
+//
 // Posting returns the number of requests posted in the low 32 bits and the
 // error that stopped the chain (0 if none) in the high 32 bits.
-int64_t gonvmf_post_send(struct ibv_qp *qp, gonvmf_send_wr *wrs, int n, uint32_t max_inline);
-int64_t gonvmf_post_recv(struct ibv_qp *qp, gonvmf_recv_wr *wrs, int n);
-int64_t gonvmf_post(struct ibv_qp *qp, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
+int64_t gonvmf_post_send(uintptr_t qp, gonvmf_send_wr *wrs, int n, uint32_t max_inline);
+int64_t gonvmf_post_recv(uintptr_t qp, gonvmf_recv_wr *wrs, int n);
+int64_t gonvmf_post(uintptr_t qp, gonvmf_recv_wr *recvs, int nr, gonvmf_send_wr *sends, int ns,
 		    uint32_t max_inline, int *failed_send);
-int64_t gonvmf_post_srq_recv(struct ibv_srq *srq, gonvmf_recv_wr *wrs, int n);
+int64_t gonvmf_post_srq_recv(uintptr_t srq, gonvmf_recv_wr *wrs, int n);
 struct ibv_srq *gonvmf_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uint32_t *got_wr, int *err);
 // Returns the number of completions written (>= 0) or -errno.
-int gonvmf_poll_cq(struct ibv_cq *cq, struct ibv_wc *wc, int n);
-int gonvmf_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int gonvmf_poll_cq(uintptr_t cq, struct ibv_wc *wc, int n);
+int gonvmf_req_notify_cq(uintptr_t cq, int solicited_only);
 // Returns 1 when an event was read and acknowledged, 0 when none is
 // pending (the fd is non-blocking), -errno on error.
 int gonvmf_get_cq_event(struct ibv_comp_channel *ch);
