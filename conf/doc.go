@@ -99,16 +99,21 @@
 //     0.29 at 256 KiB and 0.48 (twice) at 128 KiB — the Linux target's 0.49 — while the
 //     reader's throughput went from 49-78 MiB/s to 62, 44 and 30-31 MiB/s (an Intel
 //     machine; on an AMD one 0.03-0.04 unbounded, 0.27-0.33 at 128 KiB measured in 5 s
-//     blocks, the Linux target 0.25-0.33); a 128 KiB QD16 reader or writer alone lost
-//     nothing (43 MiB/s unbounded, 46 at 128 KiB, quick bench). On a link, 128 KiB per
-//     queue is 10 µs of a 100 Gb/s wire: a queue that waits one round trip between its
-//     transfers still moves most of the link, and several queues fill it. Raise it for
-//     few queues on a fast, long link. Transfers of a page (4 KiB) or less are not
-//     counted: a queue of them has at most its depth in pages out, and counting them held
-//     4k random reads deeper than 32 back with nothing large on the wire (not counted:
-//     QD128 reads 5,495 → 7,387 IOPS; Linux host, null, one TCG guest, two copies of each
-//     build alternated, medians of 8). A 4k write from the Linux host comes in the command
-//     capsule (transport.in_capsule_data_size) and moves no RDMA data.
+//     blocks, the Linux target 0.25-0.33). On a link, 128 KiB per queue is 10 µs of a
+//     100 Gb/s wire: a queue that waits one round trip between its transfers still moves
+//     most of the link, and several queues fill it. Raise it for few queues on a fast,
+//     long link. The window is there for the other hosts: while no queue of another
+//     controller has had a command arrive in the poll group's last 64 rounds with work, a
+//     queue may have 8 windows on the wire. A lone writer of 128 KiB otherwise waits the
+//     round trip of an RDMA READ between its transfers: with 8 windows, 128 KiB QD16
+//     writes were ahead in 8 of 8 same-position pairs (medians 403 and 412 → 447 and 466
+//     IOPS, p99 85-87 → 58-65 ms; the Linux target 470; Linux host, null, one TCG guest);
+//     128 KiB reads did not move (the post that builds their packets bounds them).
+//     Transfers of a page (4 KiB) or less are not counted: a queue of them has at most
+//     its depth in pages out, and counting them held 4k random reads deeper than 32 back
+//     with nothing large on the wire (not counted: QD128 reads 5,495 → 7,387 IOPS; same
+//     way of measuring, medians of 8). A 4k write from the Linux host comes in the
+//     command capsule (transport.in_capsule_data_size) and moves no RDMA data.
 //
 // # Limits
 //

@@ -141,6 +141,15 @@ func (q *Queue) ControllerID() uint16 {
 	return 0
 }
 
+// Association returns a value that is equal for the queues of one controller and differs
+// between controllers, of any subsystem; nil before a successful Connect.
+func (q *Queue) Association() any {
+	if b := q.bind.Load(); b != nil {
+		return b.ctrl
+	}
+	return nil
+}
+
 // HostNQN returns the NQN of the host whose Connect created or joined the queue's
 // controller, or "" before a successful Connect.
 func (q *Queue) HostNQN() string {

@@ -183,8 +183,9 @@ type conn struct {
 	// its SEND completes; unsignaled responses, at most unsigMaxBuf each and
 	// unsigMaxBytes together, are not counted), each larger than windowMin (smaller
 	// transfers are not counted and never wait for it). A request that would take it past
-	// cfg.window waits (readWait, sendWait) unless nothing is counted. A queue can then
-	// stage only a window's worth of data per round, so one that floods the target with
+	// cfg.window — soloWindows of it while no other controller's queue contends —
+	// waits (readWait, sendWait) unless nothing is counted. A queue can then stage only a
+	// window's worth of data per round next to others, so one that floods the target with
 	// large transfers cannot make its poll group's rounds — and every other queue's
 	// commands in them — wait behind megabytes of its data (on Soft-RoCE, whose post call
 	// builds every packet of the posted messages, that is the time between rounds); on a
@@ -366,6 +367,7 @@ func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
 		c.requestCloseLocal(errShortCapsule)
 		return
 	}
+	c.g.markCommand(c.q.Association())
 	if c.recvWait.len() > 0 || c.freeCtxs() == 0 || c.g.quiescing {
 		if c.recvWait.len() == c.recvWait.cap() {
 			// Twice the queue's depth in use and as many more waiting: more commands than
@@ -676,12 +678,28 @@ func respData(x *rctx) int {
 }
 
 // windowFits reports whether a request moving n bytes of RDMA data may start now:
-// outside the window (wireBytes counts none of it), within the connection's window, or
-// alone on the wire (a transfer larger than the window still goes, on its own).
+// outside the window (wireBytes counts none of it), within the connection's window —
+// soloWindows of it while no other controller's queue contends in the poll group
+// (group.contended) —, or alone on the wire (a transfer larger than the window still
+// goes, on its own).
 func (c *conn) windowFits(n int) bool {
 	w := wireBytes(n)
-	return w == 0 || c.cfg.window == 0 || c.wireOut == 0 || c.wireOut+w <= c.cfg.window
+	if w == 0 || c.cfg.window == 0 || c.wireOut == 0 {
+		return true
+	}
+	limit := c.cfg.window
+	if !c.g.contended(c.q.Association()) {
+		limit *= soloWindows
+	}
+	return c.wireOut+w <= limit
 }
+
+// soloWindows is how many windows of data a queue may have on the wire while no other
+// host's queue contends in its poll group: the window exists for the other hosts'
+// commands, and a lone host's queue of large transfers that waits a round trip between
+// them (one 128 KiB transfer at a time at the default) leaves the link idle in between.
+// A host that starts to contend finds at most this much ahead of its first command.
+const soloWindows = 8
 
 // windowMin is the largest transfer the window leaves out: a page. The window keeps a
 // queue's large transfers from holding up its poll group's rounds (on Soft-RoCE the post

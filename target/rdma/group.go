@@ -142,6 +142,13 @@ type group struct {
 
 	closeLog logLimit // "queue torn down" lines
 
+	// workRounds counts the rounds that found work; recent holds the two controllers
+	// whose queues most recently had a command arrive here, the later first, with
+	// workRounds then. Together they tell a queue whether another host's commands share
+	// its group (see conn.windowFits).
+	workRounds uint64
+	recent     [2]cmdMark
+
 	stats groupStats
 	m     groupMetrics // metrics.go
 }
@@ -382,7 +389,48 @@ func (g *group) iterate() bool {
 	if g.quiescing || g.quiesce.Load() {
 		g.countBusy(work)
 	}
+	if work {
+		g.workRounds++
+	}
 	return work
+}
+
+// cmdMark is a controller (target.Queue.Association) whose queue had a command arrive,
+// and the group's workRounds then.
+type cmdMark struct {
+	assoc any
+	round uint64
+}
+
+// soloRounds is how many rounds with work a controller stays a contender for the other
+// controllers' queues after its last command arrived. A host with commands outstanding
+// sends its next as responses reach it, well within that; one idle for longer is not
+// held back for.
+const soloRounds = 64
+
+// markCommand notes that a command of a queue of controller assoc arrived (nil, before
+// Connect: none).
+func (g *group) markCommand(assoc any) {
+	if assoc == nil {
+		return
+	}
+	if g.recent[0].assoc != assoc {
+		g.recent[1] = g.recent[0]
+		g.recent[0].assoc = assoc
+	}
+	g.recent[0].round = g.workRounds
+}
+
+// contended reports whether a queue of another controller than assoc had a command
+// arrive in the group's last soloRounds rounds with work. Queues of one controller are
+// one host's traffic, which the host orders itself (the Linux host spreads a job's
+// commands over the queues of the CPUs it runs on).
+func (g *group) contended(assoc any) bool {
+	m := g.recent[0]
+	if m.assoc == assoc {
+		m = g.recent[1]
+	}
+	return m.assoc != nil && g.workRounds-m.round < soloRounds
 }
 
 // countBusy counts the commands a quiescing group still owes a response (see quiesce),
