@@ -698,7 +698,8 @@ func (c *conn) windowFits(n int) bool {
 // host's queue contends in its poll group: the window exists for the other hosts'
 // commands, and a lone host's queue of large transfers that waits a round trip between
 // them (one 128 KiB transfer at a time at the default) leaves the link idle in between.
-// A host that starts to contend finds at most this much ahead of its first command.
+// A host that starts to contend finds at most this much per queue of the lone host ahead
+// of its first command (each such queue is back to one window for its next transfers).
 const soloWindows = 8
 
 // windowMin is the largest transfer the window leaves out: a page. The window keeps a

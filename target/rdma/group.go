@@ -145,7 +145,8 @@ type group struct {
 	// workRounds counts the rounds that found work; recent holds the two controllers
 	// whose queues most recently had a command arrive here, the later first, with
 	// workRounds then. Together they tell a queue whether another host's commands share
-	// its group (see conn.windowFits).
+	// its group (see conn.windowFits). A mark keeps its controller reachable until a
+	// command of another replaces it: two controllers per group at most.
 	workRounds uint64
 	recent     [2]cmdMark
 
