@@ -61,8 +61,9 @@
 //
 // When the buffer pool, the RDMA READ credits (the negotiated initiator depth), the
 // send queue or the queue's window of RDMA data on the wire (limits.max_queue_data_in_flight,
-// eight of it while no other controller's queue contends in the group; conn.wireOut) run short, the request waits and continues when a completion frees what it
-// needs; a transient shortage never fails a command. Admin commands have their own FIFO,
+// eight of it while no other controller's queue contends in the group; conn.wireOut) run
+// short, the request waits and continues when a completion frees what it needs; a
+// transient shortage never fails a command. Admin commands have their own FIFO,
 // served first, and part of the pool is reserved for them, so Keep Alive, Identify and
 // Get Log Page never wait behind I/O. I/O commands waiting for buffers queue per
 // connection and are served round robin under fair shares of the pool (share.go): one

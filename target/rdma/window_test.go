@@ -45,6 +45,13 @@ func readsWithSendsHeld(t *testing.T, fc *fconn, n, nlb, want int) int {
 	return answered
 }
 
+// readBlock reads block slba of the null namespace on fc.
+func readBlock(t *testing.T, fc *fconn, slba uint64) {
+	t.Helper()
+	c, _ := fc.h.exec(rw(nvmeproto.OpRead, 2, slba, 1), nil, 512)
+	expectOK(t, "read", c)
+}
+
 // contender connects a second controller, with one I/O queue that reads a block, so that
 // the group's queues of other controllers are held to their windows (group.contended) for
 // the next soloRounds rounds with work; the tests that use it do fewer. It returns the
@@ -53,12 +60,11 @@ func contender(e *engine) []*fconn {
 	e.t.Helper()
 	admin, cntlid := e.adminConnect(0)
 	q := e.ioConnect(1, cntlid, 4)
-	c, _ := q.h.exec(rw(nvmeproto.OpRead, 2, 0, 1), nil, 512)
-	expectOK(e.t, "contender's read", c)
+	readBlock(e.t.(*testing.T), q, 0)
 	return []*fconn{admin, q}
 }
 
-// TestEngineDataWindowWrites: while another queue of its poll group contends, a queue's
+// TestEngineDataWindowWrites: while another controller's queue contends, a queue's
 // read responses put no more than its window of RDMA WRITE data on the wire; the rest
 // wait for the earlier ones' SENDs to complete, and all complete once they do.
 func TestEngineDataWindowWrites(t *testing.T) {
@@ -76,9 +82,9 @@ func TestEngineDataWindowWrites(t *testing.T) {
 	closeCheckWire(e, append(other, io)...)
 }
 
-// TestEngineDataWindowReads: while another queue of its poll group contends, a queue's
-// writes put no more than its window of RDMA READs on the wire, below its READ credits;
-// the data arrives intact.
+// TestEngineDataWindowReads: while another controller's queue contends, a queue's writes
+// put no more than its window of RDMA READs on the wire, below its READ credits; the data
+// arrives intact.
 func TestEngineDataWindowReads(t *testing.T) {
 	e := newEngine(t, engineOpts{window: 64 << 10, ird: 8})
 	_, cntlid := e.adminConnect(0)
@@ -101,8 +107,7 @@ func TestEngineDataWindowSolo(t *testing.T) {
 		_, cntlid := e.adminConnect(0)
 		io := e.ioConnect(1, cntlid, 32)
 		sibling := e.ioConnect(2, cntlid, 4) // the same controller's: no contender
-		c, _ := sibling.h.exec(rw(nvmeproto.OpRead, 2, 0, 1), nil, 512)
-		expectOK(t, "sibling's read", c)
+		readBlock(t, sibling, 0)
 		// 24 reads of 32 KiB (768 KiB): 16 fit in 8 windows of 64 KiB.
 		if d := readsWithSendsHeld(t, io, 24, 64, 16); d != 16 {
 			t.Errorf("alone: %d of 24 32 KiB reads answered with their SENDs held, want 16 (8 windows of 64 KiB)", d)
@@ -115,8 +120,7 @@ func TestEngineDataWindowSolo(t *testing.T) {
 		io.ep.releaseHeld()
 		// Rounds with work on io alone: the contender's mark ages out.
 		for i := range soloRounds + 1 {
-			c, _ := io.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 1), nil, 512)
-			expectOK(t, "read", c)
+			readBlock(t, io, uint64(i))
 		}
 		if d := readsWithSendsHeld(t, io, 24, 64, 16); d != 16 {
 			t.Errorf("alone again: %d of 24 32 KiB reads answered with their SENDs held, want 16 (8 windows of 64 KiB)", d)
