@@ -101,7 +101,8 @@
 // posting each connection's staged work requests in one call per round (receives
 // first, then RDMA READs, WRITEs and SENDs). Completions of the core, which may come from
 // backend worker goroutines, reach the group through a lock-free list. When idle a group
-// keeps polling for a while (DefaultSpin polls), then arms the completion queue and
+// keeps polling for a while (DefaultSpin polls, offering its CPU to the kernel's other
+// runnable threads every spinYieldPolls of them), then arms the completion queue and
 // sleeps on its completion channel with its OS thread blocked in poll(2)
 // (rdmacm.CQ.WaitThread), so that a completion wakes the group's own thread and nothing
 // else: on a host where the RDMA device itself runs on the CPUs (Soft-RoCE) busy polling

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ func (c *busyCQ) Wait(time.Duration) (bool, error) { return false, nil }
 func (c *busyCQ) Wake()                            {}
 func (c *busyCQ) maybeYield()                      { c.yields++ }
 func (c *busyCQ) yieldOnHandoff()                  { c.yields += 1 << 20 } // a busy group never spins
+func (c *busyCQ) yieldCPU()                        { c.yields += 1 << 20 }
 
 // TestGroupYieldsWhileBusy: a group that finds work in every round never sleeps, so it
 // must offer to yield from its busy loop (every busyYieldCheck rounds): otherwise the Go
@@ -67,10 +69,11 @@ func TestThreadCQYield(t *testing.T) {
 }
 
 // idleCQ never has a completion; it is closed after limit polls. It records the polls
-// made before each sleep and counts the group's yieldOnHandoff calls.
+// made before each sleep and counts the group's yieldOnHandoff calls and the polls at its
+// yieldCPU calls.
 type idleCQ struct {
 	polls, limit, spinYields, busyYields int
-	pollsAtWait                          []int
+	pollsAtWait, pollsAtCPUYield         []int
 }
 
 func (c *idleCQ) Poll(wc []rdmacm.Completion) (int, error) {
@@ -88,12 +91,14 @@ func (c *idleCQ) Wait(time.Duration) (bool, error) {
 func (c *idleCQ) Wake()           {}
 func (c *idleCQ) maybeYield()     { c.busyYields++ }
 func (c *idleCQ) yieldOnHandoff() { c.spinYields++ }
+func (c *idleCQ) yieldCPU()       { c.pollsAtCPUYield = append(c.pollsAtCPUYield, c.polls) }
 
 // TestGroupSpinsBeforeSleeping: an idle group polls spin more times after its last empty
 // round before it sleeps (and once more after arming), offering at each spinning poll to
-// yield to a backend worker it handed work, without reading the clock.
+// yield to a backend worker it handed work, without reading the clock, and its CPU to
+// the OS every spinYieldPolls spinning polls.
 func TestGroupSpinsBeforeSleeping(t *testing.T) {
-	const spin, sleeps = 50, 4
+	const spin, sleeps = 3*spinYieldPolls + spinYieldPolls/2, 4
 	cq := &idleCQ{limit: sleeps * (spin + 2)}
 	g := newGroup(0, testPool(t, 1<<20, 128<<10), cq, groupConfig{cqeCap: 100, spin: spin}, testLogger(t))
 	g.run()
@@ -107,6 +112,16 @@ func TestGroupSpinsBeforeSleeping(t *testing.T) {
 	}
 	if want := sleeps * spin; cq.spinYields != want || cq.busyYields != 0 {
 		t.Errorf("spinning: %d yieldOnHandoff and %d maybeYield calls, want %d and 0", cq.spinYields, cq.busyYields, want)
+	}
+	// The k-th offer of a sleep's spin follows its k×spinYieldPolls-th empty poll.
+	var want []int
+	for i := 0; i < sleeps; i++ {
+		for k := 1; k <= spin/spinYieldPolls; k++ {
+			want = append(want, i*(spin+2)+k*spinYieldPolls)
+		}
+	}
+	if !slices.Equal(cq.pollsAtCPUYield, want) {
+		t.Errorf("yieldCPU at polls %v, want %v (every %d spinning polls)", cq.pollsAtCPUYield, want, spinYieldPolls)
 	}
 }
 
