@@ -794,10 +794,13 @@ type yielder interface {
 // of a host at a low queue depth waited for the spin that waited for it. Measured in one
 // 6.12 guest boot (null, the Linux host, two copies of each build, order reversed every
 // repetition): 4k reads at QD1 1,649 / 1,268 → 2,260 / 1,894 IOPS (p99 2.2 / 2.8 → 1.1 /
-// 1.3 ms), at QD32 7,338 / 5,368 → 8,733 / 7,907, the Linux target 2,346 and 8,980. On
-// 6.1 two such boots put it within their noise: 4k QD1 medians 2,766 / 2,875 and 2,378 /
-// 2,084 → 2,256 / 2,920 and 2,344 / 2,565, QD32 alike. A yield with no other thread
-// runnable returns at once: one system call per spinYieldPolls polls of an idle group.
+// 1.3 ms), at QD32 7,338 / 5,368 → 8,733 / 7,907, the Linux target 2,346 and 8,980; two
+// more boots alike (QD1 1,765 / 1,722 → 2,122 / 1,935, and with a system call trace on
+// 1,648 / 1,901 → 2,004 / 1,937). On 6.1 two such boots put it within their noise: 4k QD1
+// medians 2,766 / 2,875 and 2,378 / 2,084 → 2,256 / 2,920 and 2,344 / 2,565, QD32 alike.
+// A yield with no other thread runnable returns at once: one system call per
+// spinYieldPolls polls of an idle group. Groups under transport.busy_poll do not offer
+// theirs: busy polling is the choice to give each group a CPU.
 const spinYieldPolls = 16
 
 // busyYieldCheck is how many busy rounds a group makes between looks at the clock for
