@@ -46,7 +46,7 @@ func readsWithSendsHeld(t *testing.T, fc *fconn, n, nlb, want int) int {
 }
 
 // readBlock reads block slba of the null namespace on fc.
-func readBlock(t *testing.T, fc *fconn, slba uint64) {
+func readBlock(t testing.TB, fc *fconn, slba uint64) {
 	t.Helper()
 	c, _ := fc.h.exec(rw(nvmeproto.OpRead, 2, slba, 1), nil, 512)
 	expectOK(t, "read", c)
@@ -60,7 +60,7 @@ func contender(e *engine) []*fconn {
 	e.t.Helper()
 	admin, cntlid := e.adminConnect(0)
 	q := e.ioConnect(1, cntlid, 4)
-	readBlock(e.t.(*testing.T), q, 0)
+	readBlock(e.t, q, 0)
 	return []*fconn{admin, q}
 }
 
