@@ -589,9 +589,11 @@ def render(out, d, s, plot_note):
     # ---- CPU
     w("## Target CPU per I/O")
     w("")
-    w("Measured between the first and the last of the samples (every 0.5 s, by a SCHED_FIFO sampler woken by fio's "
-      "`exec_prerun` hook when the job's I/O starts) that fall inside the job's measured interval (after the ramp); "
-      "jobs without two such samples are left out and listed at the top. From the guest's `/proc/stat`:")
+    w("Measured between the first and the last of the samples that fall inside the job's measured interval (after "
+      "the ramp): a SCHED_FIFO sampler woken by fio's `exec_prerun` hook when the job's I/O starts samples twice, 0.5 s "
+      "after the ramp and 0.3 s before the end (a sample holds one vCPU for 15–25 ms, and a userspace target's polling "
+      "thread waits for it, so only the two the window needs are taken). "
+      "Jobs without two such samples are left out and listed at the top. From the guest's `/proc/stat`:")
     w("")
     w("- **all but fio** (both targets, the ratio above): the guest's busy CPU time in the window (wall time × vCPUs "
       "minus the idle and iowait time of `/proc/stat`, which the kernel keeps exactly; its user/system/softirq fields are "

@@ -93,7 +93,7 @@ main() {
 	for v in runtime ramp reps scale_reps perftest file_mb mem; do
 		[[ ${!v} =~ ^[0-9]+$ ]] || usage "--${v//_/-} must be a whole number, got '${!v}'"
 	done
-	[ "$runtime" -ge 2 ] || usage "--runtime must be at least 2 s (the CPU sample window is runtime - 1.5 s)"
+	[ "$runtime" -ge 2 ] || usage "--runtime must be at least 2 s (the CPU sample window is runtime - 0.8 s)"
 	[ "$reps" -ge 1 ] || usage "--reps must be at least 1"
 	for q in $qds $scale; do [[ $q =~ ^[0-9]+$ ]] && [ "$q" -ge 1 ] || usage "queue depths and QP counts must be positive numbers, got '$q'"; done
 	for b in $backends; do case $b in null | file) ;; *) usage "unknown backend '$b' (null, file)" ;; esac; done
