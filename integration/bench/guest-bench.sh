@@ -214,11 +214,13 @@ snap() {
 # 0.3 s before the runtime is over, and report.py measures between them (the first and the
 # last sample inside fio's measured interval). The sampler runs SCHED_FIFO: in a guest
 # saturated by fio and the target, an ordinary process wakes up seconds late. Each sample
-# takes one vCPU for 15-25 ms under TCG, and whatever runs there waits: a userspace target's
-# polling thread stalls with it, the kernel target's softirq work does not (with a sample
-# every 0.5 s, fio's p99 at 4k QD32 was 1.5-1.8x its unsampled value against gonvmf and
-# 1.0-1.3x against the kernel target). So a job gets the two samples its window needs and
-# no more, the same for both targets.
+# takes one vCPU for 15-90 ms under TCG (16-21 ms beside the kernel target, 25-90 ms beside
+# gonvmf at 4k QD32), and whatever runs there waits: a userspace target's polling thread
+# stalls with it, the kernel target's softirq work does not (with a sample every 0.5 s, fio's
+# p99 at 4k QD32 was 1.5-1.8x its unsampled value against gonvmf and 1.0-1.3x against the
+# kernel target; with these two, its p99.9 1.3-2x and its maximum about 40 ms against
+# gonvmf, unchanged against the kernel target). So a job gets the two samples its window
+# needs and no more, the same for both targets.
 GO_FIFO=/tmp/gonvmf-bench-go
 rm -f "$GO_FIFO" && mkfifo "$GO_FIFO"
 cpu_windows() {
