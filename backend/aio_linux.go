@@ -28,6 +28,16 @@ import (
 // 0.1 ms with RWF_NOWAIT; see BenchmarkRingSubmitWrite — or a full device queue) fails
 // with EAGAIN instead, and goes to the Executor's workers.
 //
+// Linux AIO, not io_uring: without a kernel thread polling its submission queue
+// (IORING_SETUP_SQPOLL) io_uring makes the same one system call per round (io_uring_enter)
+// and reaps from a ring in user memory as this does, so it would save no crossing here;
+// SQPOLL saves the call by taking a CPU for the polling thread, from the poll groups and,
+// with a software RDMA device, from the packet work. And io_uring is refused where storage
+// targets are often deployed: the default seccomp profiles of containerd (RuntimeDefault)
+// and Docker (25.0 and later, moby/moby#46762) block its system calls, and Linux 6.6
+// added the kernel.io_uring_disabled sysctl. It would need raw system calls
+// (io_uring_setup, io_uring_enter, mmap of the rings) and this Ring kept as the fallback.
+//
 // A Ring is not safe for concurrent use: Submit, Flush, Ready and Reap belong to its owner.
 type Ring struct {
 	ctx    uintptr
