@@ -111,8 +111,9 @@
 // priority: running gonvmf at nice -10 or -20 (the kernel target's command work runs in
 // ib-comp-wq's high-priority kworkers, at -20) took the 4k QD32 p99 from 12.5 ms to 13.2
 // and 19.0 ms and 128 KiB reads from 521 to 494 and 434 IOPS, 4k QD1 unchanged (null,
-// one guest boot, medians of 3): a spinning group then keeps its CPU from the host's and
-// the device's threads that carry its next commands. The steady-state I/O path
+// one guest boot, medians of 3), presumably because a spinning group then keeps its CPU
+// from the host's and the device's threads that carry its next commands. The
+// steady-state I/O path
 // allocates nothing (TestEngineAllocations, BenchmarkEngine), so no garbage collection
 // runs while I/O flows: Go's GOGC and GOMEMLIMIT defaults stay (a deployment that wants a
 // memory ceiling may set GOMEMLIMIT without touching the I/O path's latency). Measured with

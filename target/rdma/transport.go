@@ -56,10 +56,11 @@ func WithMaxSGLDescriptors(n int) Option { return func(o *options) { o.msdbd = n
 // and the wait for a CPU) once per I/O; short enough that an idle group soon stops
 // spinning. Chosen by measurement in the Soft-RoCE guest (the commit that set it has the
 // numbers): 16 left 4k QD1 at half the IOPS, 4096 gained nothing over 1024. Sleeping
-// part of the spin instead (a nanosleep of 10 µs requested, some 60 µs taken, between
-// polls once 64 or 256 polls found nothing) took 4k QD1 from 2,563 to 1,402 and 1,825
-// IOPS (medians of 3, one guest boot) and gained no IOPS at QD32; the CPU it saves is
-// the spin's, which at 4k QD32 writes is most of gonvmf's user time.
+// part of the spin instead (a 10 µs nanosleep, which the default 50 µs timer slack
+// lengthens, between polls once 64 or 256 polls found nothing) took 4k QD1 from 2,563
+// to 1,402 and 1,825 IOPS (medians of 3, one guest boot) and gained no IOPS at QD32
+// beyond the boot's spread; the CPU it saves is the spin's, which at 4k QD32 writes is
+// most of gonvmf's user time.
 const DefaultSpin = 1024
 
 // listenBacklog is the rdma_listen backlog of every listener.
