@@ -85,16 +85,20 @@ rss_kb() { # <pid> [VmRSS|VmHWM]
 	[ -n "$1" ] && [ -r "/proc/$1/status" ] && awk -v k="${2:-VmRSS}:" '$1 == k { print $2 }' "/proc/$1/status"
 }
 # pid_ticks <pid...>: sets TICKS to utime+stime (clock ticks) summed over the processes, all
-# threads included. Builtins only: the CPU sampler must not disturb what it measures.
+# threads included, and UTICKS and STICKS to the two parts. The kernel scales a process's
+# utime+stime to its threads' exact run time and splits that in the ratio of the ticks that
+# found it in user and in system mode (cputime_adjust), so the split is a sample, the sum is
+# not. Builtins only: the CPU sampler must not disturb what it measures.
 pid_ticks() {
 	local p line f
-	TICKS=0
+	TICKS=0 UTICKS=0 STICKS=0
 	for p in "$@"; do
 		read -r line 2> /dev/null < "/proc/$p/stat" || continue
 		# after "pid (comm) " the fields start at field 3 (state): utime is field 14, stime 15
 		read -r -a f <<< "${line##*) }"
-		TICKS=$((TICKS + f[11] + f[12]))
+		UTICKS=$((UTICKS + f[11])) STICKS=$((STICKS + f[12]))
 	done
+	TICKS=$((UTICKS + STICKS))
 }
 
 # sched_sum <schedstat file...>: sets SCHED_NS (CPU time, ns), SCHED_WAIT (time runnable but
@@ -169,7 +173,7 @@ sys_hist() {
 # snap <target pid> <fio pid>: one CPU sample line:
 #   epoch uptime user nice system idle iowait irq softirq steal fio_ticks target_ticks
 #   target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt softirq_cs
-#   target_wait softirq_wait fio_wait
+#   target_wait softirq_wait fio_wait target_utime target_stime
 # and, when system calls are counted and there is a target process, a second line
 #   s epoch name:count ...
 # /proc/stat and /proc/uptime are read back to back: report.py takes busy time as the window's
@@ -179,7 +183,8 @@ sys_hist() {
 # the threads (schedstat, ns); context switches: the threads' arrivals on a CPU (schedstat)
 # and the guest's total (ctxt of /proc/stat), and the softirq threads' (KSOFTIRQD); run-queue
 # waits: the time the target's, the softirq threads' and fio's threads were runnable but not
-# running (schedstat, ns). The system calls are gonvmf's (sys_hist).
+# running (schedstat, ns); the target's utime and stime (ticks; pid_ticks says what their
+# split is). The system calls are gonvmf's (sys_hist).
 snap() {
 	local up c k v fio fcs fns fwait scs swait ctxt=0
 	while read -r k v; do
@@ -200,7 +205,7 @@ snap() {
 	pid_ticks ${1:+"$1"}
 	SYS_TOTAL=0 SYS_LIST=
 	[ -n "$1" ] && sys_hist
-	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $scs $SCHED_WAIT $swait $fwait"
+	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $scs $SCHED_WAIT $swait $fwait $UTICKS $STICKS"
 	[ -n "$SYS_LIST" ] && echo "s $now$SYS_LIST"
 	return 0
 }

@@ -39,6 +39,8 @@ METRICS = {
     "lat_p999": ("latency p99.9", "µs", False),
     "cpu_us_io": ("CPU per I/O, all but fio", "µs", False),
     "proc_us_io": ("CPU per I/O, gonvmf process", "µs", False),
+    "proc_user_us_io": ("CPU per I/O, gonvmf process, user mode", "µs", False),
+    "proc_sys_us_io": ("CPU per I/O, gonvmf process, system mode", "µs", False),
     "sys_io": ("system calls per I/O, gonvmf process", "", False),
     "cs_io": ("context switches per I/O, all but fio", "", False),
     "proc_cs_io": ("context switches per I/O, gonvmf process", "", False),
@@ -48,7 +50,7 @@ METRICS = {
     "fio_wait_io": ("run-queue wait per I/O, fio", "µs", False),
 }
 # metrics only the gonvmf process has (the kernel target runs in kernel threads and softirqs)
-PROC_ONLY = ("proc_us_io", "sys_io", "proc_cs_io", "proc_wait_io")
+PROC_ONLY = ("proc_us_io", "proc_user_us_io", "proc_sys_us_io", "sys_io", "proc_cs_io", "proc_wait_io")
 
 
 def main():
@@ -203,7 +205,8 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     iowait, which the kernel keeps exactly; its busy fields are tick samples that TCG loses
     under load) minus fio's own, per I/O; for gonvmf also its process's time per I/O. Process
     times are the scheduler's run time summed over the threads (schedstat, ns) where the
-    samples have it, else utime+stime (ticks). From the same samples: context switches per
+    samples have it, else utime+stime (ticks), split into user and system mode in the ratio
+    of utime to stime where the samples have both. From the same samples: context switches per
     I/O (the guest's minus fio's threads'; gonvmf's threads') and gonvmf's system calls per
     I/O, in total and per call. Empty when no two samples fall inside fio's measured
     interval (then the numbers would mix in ramp or idle time)."""
@@ -212,7 +215,7 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     except OSError:
         return {"cpu_note": "no CPU sample"}
     head = dict(zip(*[iter(lines[0].lstrip("# ").split())] * 2)) if lines and lines[0].startswith("#") else {}
-    rows = [list(map(float, l.split()[:22])) for l in lines
+    rows = [list(map(float, l.split()[:24])) for l in lines
             if l.strip() and not l.startswith("#") and not l.startswith("s ") and len(l.split()) >= 12]
     calls = {}  # epoch (as float, like the rows') -> {name: count}
     for l in lines:
@@ -223,7 +226,7 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
         return {"cpu_note": "incomplete CPU sample"}
     # fields: epoch uptime user nice system idle iowait irq softirq steal fio target
     #         [target_syscalls target_cs target_ns fio_cs fio_ns guest_ctxt [softirq_cs
-    #         [target_wait softirq_wait fio_wait]]]
+    #         [target_wait softirq_wait fio_wait [target_utime target_stime]]]]
     # fio measures from go + ramp to go + ramp + runtime (go: its prerun hook, the job's start);
     # use the first and the last sample inside that, with a margin for fio's own start
     go, ramp, run = float(head["go"]), float(head.get("ramp", 0)), float(head.get("runtime", 0))
@@ -268,6 +271,12 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
                 out["sys_calls"] = {k: (v - ca.get(k, 0.0)) / ios for k, v in cb.items() if v - ca.get(k, 0.0) > 0}
         if waits:
             out["proc_wait_io"] = delta[19] / 1e3 / ios
+        # utime and stime split the process's time in the ratio of the ticks that found it
+        # in user and in system mode (the kernel scales their sum to the run time)
+        du, ds = (max(x, 0.0) for x in delta[22:24]) if len(delta) >= 24 else (0.0, 0.0)
+        if du + ds > 0:
+            out["proc_user_us_io"] = out["proc_us_io"] * du / (du + ds)
+            out["proc_sys_us_io"] = out["proc_us_io"] * ds / (du + ds)
     return out
 
 
@@ -607,21 +616,25 @@ def render(out, d, s, plot_note):
       "which this column charges to gonvmf.")
     w("- **gonvmf process**: the scheduler's run time of the gonvmf process's threads (`/proc/PID/task/*/schedstat`) per "
       "I/O. Soft-RoCE work that its verbs calls trigger runs partly in its system calls (counted: rxe runs a userspace "
-      "post's send processing, and often the receiving side's, inside the call) and partly in softirq.")
+      "post's send processing, and often the receiving side's, inside the call) and partly in softirq. Split into "
+      "**user mode** (gonvmf's own code: commands, polling and the spin between bursts) and **system mode** (its "
+      "system calls, Soft-RoCE's work in them included) in the ratio of the process's utime to its stime "
+      "(`/proc/PID/stat`): the kernel scales their sum to the exact run time and splits it as the clock ticks found "
+      "the process, so the split is a sample (a few hundred ticks per window), the sum is not.")
     w("- fio's submission path (the host's nvme-rdma driver and rxe's send side, run in fio's system calls) is fio's time "
       "and is not counted for either target. A busy-polling target burns CPU whether or not I/O arrives; that is counted.")
     w("")
-    w("| backend | job | guest busy % (kernel / gonvmf) | fio % (kernel / gonvmf) | gonvmf process % |")
-    w("|---|---|---:|---:|---:|")
+    w("| backend | job | guest busy % (kernel / gonvmf) | fio % (kernel / gonvmf) | gonvmf process % | gonvmf µs per I/O: user / system |")
+    w("|---|---|---:|---:|---:|---:|")
     for be in backends:
         for job in MAIN_JOBS:
-            parts = []
-            for m in ("guest_busy_pct", "fio_cpu_pct"):
-                kv = Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "kernel"])
-                gv = Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "gonvmf"])
-                parts.append("%s / %s" % (num(kv.med, 1), num(gv.med, 1)))
-            pv = Stat([r.get("proc_pct") for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "gonvmf"])
-            w("| %s | %s | %s | %s |" % (be, job_title(job), " | ".join(parts), num(pv.med, 1)))
+            def med(m, tg):
+                return Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == tg]).med
+            parts = ["%s / %s" % (num(med(m, "kernel"), 1), num(med(m, "gonvmf"), 1)) for m in ("guest_busy_pct", "fio_cpu_pct")]
+            split = "–"
+            if med("proc_user_us_io", "gonvmf") is not None:
+                split = "%s / %s" % (num(med("proc_user_us_io", "gonvmf")), num(med("proc_sys_us_io", "gonvmf")))
+            w("| %s | %s | %s | %s | %s |" % (be, job_title(job), " | ".join(parts), num(med("proc_pct", "gonvmf"), 1), split))
     w("")
     w("Percentages are of all %s vCPUs." % p.get("NCPU", "?"))
     w("")

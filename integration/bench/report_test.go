@@ -27,8 +27,9 @@ type run struct {
 
 // ext is what a sample window adds beyond /proc/stat and utime+stime: the target's system
 // calls (and per call), its threads' switches and run time, fio's, the guest's switches and,
-// with hasSoft, the softirq threads' switches (soft) and, with hasWait, the run-queue waits
-// of the target's, the softirq threads' and fio's threads (ns).
+// with hasSoft, the softirq threads' switches (soft), with hasWait, the run-queue waits of
+// the target's, the softirq threads' and fio's threads (ns) and, with hasSplit, the target's
+// utime and stime (ticks).
 type ext struct {
 	sys, cs, fioCS, ctxt    int
 	ns, fioNS               int64
@@ -37,6 +38,8 @@ type ext struct {
 	hasSoft                 bool
 	wait, softWait, fioWait int64
 	hasWait                 bool
+	utime, stime            int
+	hasSplit                bool
 }
 
 const (
@@ -139,6 +142,10 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 				if x.hasWait { // target_wait softirq_wait fio_wait
 					first += " 1000000 2000000 3000000"
 					last += fmt.Sprintf(" %d %d %d", 1000000+x.wait, 2000000+x.softWait, 3000000+x.fioWait)
+				}
+				if x.hasSplit { // target_utime target_stime
+					first += " 250 150"
+					last += fmt.Sprintf(" %d %d", 250+x.utime, 150+x.stime)
 				}
 				s0, s1 = fmt.Sprintf("s %.6f write:500 ioctl:500", e0), fmt.Sprintf("s %.6f", e0+windowLen)
 				for _, k := range []string{"write", "ioctl", "poll"} {
@@ -295,7 +302,8 @@ func TestReportCrossings(t *testing.T) {
 		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70, proc: 999,
 			ext: &ext{sys: 17000 + 850*rep, cs: 4250, ns: 425_000_000, fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 17000,
 				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}, soft: 6800 * rep, hasSoft: true,
-				wait: 425_000_000 * int64(rep), softWait: 170_000_000, fioWait: 340_000_000, hasWait: true}})
+				wait: 425_000_000 * int64(rep), softWait: 170_000_000, fioWait: 340_000_000, hasWait: true,
+				utime: 100 * rep, stime: 300, hasSplit: true}})
 	}
 	f.finish("available", "1\tnull\tkernel\t1\tok\t0.8\t2\t128\t512\t\t\t\t\t\tok\n"+
 		"1\tnull\tgonvmf\t2\tok\t0.8\t2\t128\t512\t1\t1\t1\t1\t\tfio verify exited 1: bad magic\n"+
@@ -314,6 +322,9 @@ func TestReportCrossings(t *testing.T) {
 	near(t, "gonvmf process µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_us_io", "median"), 425_000.0/ios)
 	near(t, "kernel CPU µs/IO (fio from schedstat)", get(t, sum, "jobs", j, "kernel", "cpu_us_io", "median"), (170.0/hz-0.7)/ios*1e6)
 	near(t, "gonvmf run-queue wait µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_wait_io", "median"), 2*425_000.0/ios)
+	// the run time split in the ratio of utime to stime: 100:300, 200:300, 300:300 ticks
+	near(t, "gonvmf user-mode µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_user_us_io", "median"), 425_000.0/ios*200/500)
+	near(t, "gonvmf system-mode µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_sys_us_io", "median"), 425_000.0/ios*300/500)
 	near(t, "kernel softirq-thread wait µs/IO", get(t, sum, "jobs", j, "kernel", "soft_wait_io", "median"), 85_000.0/ios)
 	near(t, "softirq-thread wait ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "soft_wait_io"), 0.5)
 	near(t, "fio wait ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "fio_wait_io"), 0.5)
@@ -327,6 +338,8 @@ func TestReportCrossings(t *testing.T) {
 		"- **run-queue wait**: the time threads were runnable but waited for a vCPU",
 		"## Kernel crossings per I/O",
 		"| null | randread 4k QD32 | 2.20 | ioctl 1.20, write 1.00 |",
+		"| randread 4k QD32 | CPU per I/O, gonvmf process, user mode (µs), lower is better | – | 20.0 [12.5–25.0] | – |",
+		"| null | randread 4k QD32 | 10.0 / 10.0 | 4.1 / 4.1 | 2.5 | 20.0 / 30.0 |",
 		"null kernel ok; null gonvmf **failed**: fio verify exited 1: bad magic.",
 	} {
 		if !strings.Contains(md, want) {
@@ -355,10 +368,14 @@ func TestReportCrossingsWithoutWaits(t *testing.T) {
 	ios := 1000 * windowLen
 	near(t, "gonvmf system calls per I/O", get(t, sum, "jobs", j, "gonvmf", "sys_io", "median"), 17000/ios)
 	near(t, "gonvmf softirq-thread switches per I/O", get(t, sum, "jobs", j, "gonvmf", "soft_cs_io", "median"), 6800/ios)
-	for _, m := range []string{"proc_wait_io", "soft_wait_io", "fio_wait_io"} {
+	for _, m := range []string{"proc_wait_io", "soft_wait_io", "fio_wait_io", "proc_user_us_io", "proc_sys_us_io"} {
 		if v, ok := get(t, sum, "jobs", j, "gonvmf").(map[string]any)[m]; ok {
-			t.Errorf("summary.json has %s = %v from samples without run-queue fields", m, v)
+			t.Errorf("summary.json has %s = %v from samples without its fields", m, v)
 		}
+	}
+	if !strings.Contains(md, "| null | randread 4k QD32 | 10.0 / 10.0 | 4.1 / 4.1 | 2.5 | – |") {
+		t.Errorf("report.md: the CPU table's user/system cell is not empty without utime and stime samples")
+		t.Log(md)
 	}
 	if strings.Contains(md, "run-queue wait") {
 		t.Errorf("report.md mentions run-queue waits it has no samples of")
