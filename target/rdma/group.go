@@ -806,8 +806,12 @@ type yielder interface {
 // 1,648 / 1,901 → 2,004 / 1,937). On 6.1 two such boots put it within their noise: 4k QD1
 // medians 2,766 / 2,875 and 2,378 / 2,084 → 2,256 / 2,920 and 2,344 / 2,565, QD32 alike.
 // A yield with no other thread runnable returns at once: one system call per
-// spinYieldPolls polls of an idle group. Groups under transport.busy_poll do not offer
-// theirs: busy polling is the choice to give each group a CPU.
+// spinYieldPolls polls of an idle group. Offering the CPU at the first empty poll as well
+// (when the last round's posts have just queued kernel work, possibly on this CPU) moved
+// nothing beyond the noise: two 6.12 boots disagreed (4k QD8 3,569 → 4,624 and 4,203 →
+// 4,208 IOPS, QD1 1,459 → 1,633 and 1,586 → 1,418), and on 6.1 QD1 and QD8 were level.
+// Groups under transport.busy_poll do not offer theirs: busy polling is the choice to
+// give each group a CPU.
 const spinYieldPolls = 16
 
 // busyYieldCheck is how many busy rounds a group makes between looks at the clock for
