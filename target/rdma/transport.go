@@ -60,12 +60,12 @@ func WithMaxSGLDescriptors(n int) Option { return func(o *options) { o.msdbd = n
 // lengthens, between polls once 64 or 256 polls found nothing) took 4k QD1 from 2,563
 // to 1,402 and 1,825 IOPS (medians of 3, one guest boot) and gained no IOPS at QD32
 // beyond the boot's spread; the CPU it saves is the spin's, which at 4k QD32 writes is
-// most of gonvmf's user time. Linux 6.12's Soft-RoCE, which runs a post's packets in a
-// workqueue that the spin competes with for a CPU, wants no shorter spin either (null,
-// medians of 3, one boot each): 128 and 256 polls took 4k QD1 from 1,474 to 1,200 and
-// from 1,638 to 1,340 IOPS, and stayed within the boots' spread at QD8 and QD32 (QD8
-// 3,463 → 4,793 and 4,885 → 4,418); sleeping at once (0) lost every row (QD1 706, QD8 2,844, QD32 4,929 against
-// 1,474, 3,463 and 6,693).
+// most of gonvmf's user time. Linux 6.12's Soft-RoCE runs a post's packets in a
+// workqueue that the spin competes with for a CPU; a shorter spin lost 4k QD1 there too
+// (null, medians of 3, one boot each): 128 and 256 polls took it from 1,474 to 1,200 and
+// from 1,638 to 1,340 IOPS, and went both ways at QD8 (3,463 → 4,793 and 4,885 → 4,418,
+// each boot's repetitions spreading as widely); sleeping at once (0) lost every row (QD1
+// 706, QD8 2,844, QD32 4,929 against 1,474, 3,463 and 6,693).
 const DefaultSpin = 1024
 
 // listenBacklog is the rdma_listen backlog of every listener.
