@@ -628,13 +628,15 @@ def render(out, d, s, plot_note):
     w("|---|---|---:|---:|---:|---:|")
     for be in backends:
         for job in MAIN_JOBS:
-            def med(m, tg):
-                return Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == tg]).med
-            parts = ["%s / %s" % (num(med(m, "kernel"), 1), num(med(m, "gonvmf"), 1)) for m in ("guest_busy_pct", "fio_cpu_pct")]
-            split = "–"
-            if med("proc_user_us_io", "gonvmf") is not None:
-                split = "%s / %s" % (num(med("proc_user_us_io", "gonvmf")), num(med("proc_sys_us_io", "gonvmf")))
-            w("| %s | %s | %s | %s | %s |" % (be, job_title(job), " | ".join(parts), num(med("proc_pct", "gonvmf"), 1), split))
+            parts = []
+            for m in ("guest_busy_pct", "fio_cpu_pct"):
+                kv = Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "kernel"])
+                gv = Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "gonvmf"])
+                parts.append("%s / %s" % (num(kv.med, 1), num(gv.med, 1)))
+            pv = Stat([r.get("proc_pct") for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "gonvmf"])
+            u, sy = cells.get((be, job, "gonvmf", "proc_user_us_io")), cells.get((be, job, "gonvmf", "proc_sys_us_io"))
+            split = "%s / %s" % (num(u.med), num(sy.med)) if u and u.n and sy and sy.n else "–"
+            w("| %s | %s | %s | %s | %s |" % (be, job_title(job), " | ".join(parts), num(pv.med, 1), split))
     w("")
     w("Percentages are of all %s vCPUs." % p.get("NCPU", "?"))
     w("")

@@ -113,10 +113,10 @@
 // and 19.0 ms and 128 KiB reads from 521 to 494 and 434 IOPS, 4k QD1 unchanged (null,
 // one guest boot, medians of 3), presumably because a spinning group then keeps its CPU
 // from the host's and the device's threads that carry its next commands. The
-// steady-state I/O path
-// allocates nothing (TestEngineAllocations, BenchmarkEngine), so no garbage collection
-// runs while I/O flows: Go's GOGC and GOMEMLIMIT defaults stay (a deployment that wants a
-// memory ceiling may set GOMEMLIMIT without touching the I/O path's latency). Measured with
+// steady-state I/O path allocates nothing (TestEngineAllocations, BenchmarkEngine), so no
+// garbage collection runs while I/O flows: Go's GOGC and GOMEMLIMIT defaults stay (a
+// deployment that wants a memory ceiling may set GOMEMLIMIT without touching the I/O
+// path's latency). Measured with
 // the Linux host (null, one Soft-RoCE guest boot, 3 sessions each of 4k reads at QD1 and
 // QD32 and writes at QD32, GODEBUG=gctrace=1): with the default GOGC no collection ran in
 // any session, start and connect included; GOGC=off gave the same IOPS and p99 within the
