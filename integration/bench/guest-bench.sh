@@ -153,12 +153,23 @@ syscall_count_stop() {
 	[ -n "$SYSCALL_HIST" ] && echo '!hist:keys=id.syscall:vals=hitcount:size=512 if comm == "gonvmf"' > "${SYSCALL_HIST%hist}trigger" 2> /dev/null
 	SYSCALL_HIST=
 }
+# hist_text <hist file>: sets HIST_TEXT to the file's content, read in one pass. A
+# histogram's file is generated anew whenever it is read from another offset than where the
+# last read ended, and bash's read builtin seeks back after every line: read line by line,
+# the lines would come from different generations of a table whose counts (and, sorted by
+# count, whose order) change meanwhile. Builtins only.
+hist_text() {
+	HIST_TEXT=
+	read -r -d '' HIST_TEXT < "$1" || :
+}
+
 # sys_hist: sets SYS_TOTAL (system calls of gonvmf processes since the trigger was set)
 # and SYS_LIST (" name:count" per call). Builtins only.
 sys_hist() {
 	local l n name
 	SYS_TOTAL=0 SYS_LIST=
 	[ -n "$SYSCALL_HIST" ] || return 0
+	hist_text "$SYSCALL_HIST"
 	while read -r l; do
 		case $l in "{ id: "*) ;; *) continue ;; esac
 		name=${l#\{ id: } # "{ id: sys_write [  1] } hitcount:   3756"
@@ -167,7 +178,74 @@ sys_hist() {
 		n=${n// /}
 		SYS_TOTAL=$((SYS_TOTAL + n))
 		SYS_LIST+=" ${name#sys_}:$n"
-	done < "$SYSCALL_HIST"
+	done <<< "$HIST_TEXT"
+}
+
+# ---- wake-ups of the softirq threads, by origin ----
+# A softirq raised outside interrupt context (a tasklet scheduled in a system call or a
+# kworker) wakes ksoftirqd unless it is running already; one raised inside a softirq runs
+# in the same pass. Which code path raised it is in the waker's kernel stack: a histogram
+# trigger on sched:sched_wakeup keyed by that stack, for wake-ups of ksoftirqd/N, counts
+# them inside the kernel (no BPF, no perf), and wake_hist sorts the stacks by origin at each
+# sample. Set once for the whole run, like the system call trigger, so its cost per wake-up
+# is the same for both targets.
+WAKE_TRIGGER='hist:keys=stacktrace:vals=hitcount:size=2048 if comm ~ "ksoftirqd*"'
+WAKE_HIST=
+wake_count_setup() {
+	local ev=/sys/kernel/tracing/events/sched/sched_wakeup
+	[ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing 2> /dev/null
+	if [ -w "$ev/trigger" ] && echo "$WAKE_TRIGGER" > "$ev/trigger" 2> "$OUT/meta/wake-hist.err"; then
+		WAKE_HIST=$ev/hist
+		echo "softirq_wakeups: hist trigger on sched:sched_wakeup by the waker's stack, comm ~ ksoftirqd*" >> "$OUT/meta/guest.txt"
+	else
+		log "no softirq wake-up counting: $(cat "$OUT/meta/wake-hist.err" 2> /dev/null) (tracefs or CONFIG_HIST_TRIGGERS missing?)"
+		echo "softirq_wakeups: unavailable" >> "$OUT/meta/guest.txt"
+	fi
+}
+wake_count_stop() {
+	[ -n "$WAKE_HIST" ] && echo "!$WAKE_TRIGGER" > "${WAKE_HIST%hist}trigger" 2> /dev/null
+	WAKE_HIST=
+}
+# wake_hist: sets WAKE_LIST (" origin:count" per origin, counts since the trigger was set).
+# An entry's origin is the first of these frames found from the top of its stack:
+#   deferred      __do_softirq / handle_softirqs: a softirq pass that ran out of budget
+#                 hands the rest to ksoftirqd
+#   host          nvme_rdma_*: the Linux host submitting a command (its post to its QP)
+#   user_post     ib_uverbs_post_send: a userspace post system call (gonvmf's), where
+#                 Soft-RoCE sends, and on the loopback link receives, inside the call
+#   kernel_target nvmet_rdma_*: the kernel target's posts and receive reposts
+#   other         anything else
+# Builtins only.
+wake_hist() {
+	local l n origin k
+	local -A cnt=()
+	WAKE_LIST=
+	[ -n "$WAKE_HIST" ] || return 0
+	hist_text "$WAKE_HIST"
+	while read -r l; do
+		case $l in
+		"{ stacktrace:"*) origin= ;;
+		"} hitcount:"*)
+			n=${l##*hitcount:}
+			n=${n// /}
+			k=${origin:-other}
+			cnt[$k]=$((${cnt[$k]:-0} + n))
+			;;
+		*)
+			if [ -z "$origin" ]; then
+				case $l in
+				__do_softirq* | handle_softirqs*) origin=deferred ;;
+				nvme_rdma_*) origin=host ;;
+				ib_uverbs_post_send*) origin=user_post ;;
+				nvmet_rdma_*) origin=kernel_target ;;
+				esac
+			fi
+			;;
+		esac
+	done <<< "$HIST_TEXT"
+	for k in "${!cnt[@]}"; do
+		WAKE_LIST+=" $k:${cnt[$k]}"
+	done
 }
 
 # snap <target pid> <fio pid>: one CPU sample line:
@@ -176,6 +254,8 @@ sys_hist() {
 #   target_wait softirq_wait fio_wait target_utime target_stime
 # and, when system calls are counted and there is a target process, a second line
 #   s epoch name:count ...
+# and, when softirq wake-ups are counted, a third (both targets)
+#   k epoch origin:count ...
 # /proc/stat and /proc/uptime are read back to back: report.py takes busy time as the window's
 # wall time times the vCPUs minus idle and iowait, which the kernel keeps exactly (NO_HZ);
 # the busy fields are tick samples, and under TCG on a loaded machine most ticks are lost.
@@ -207,6 +287,8 @@ snap() {
 	[ -n "$1" ] && sys_hist
 	echo "$now $up ${c[0]} ${c[1]} ${c[2]} ${c[3]} ${c[4]} ${c[5]} ${c[6]} ${c[7]} $fio $TICKS $SYS_TOTAL $SCHED_CS $SCHED_NS $fcs $fns $ctxt $scs $SCHED_WAIT $swait $fwait $UTICKS $STICKS"
 	[ -n "$SYS_LIST" ] && echo "s $now$SYS_LIST"
+	wake_hist
+	[ -n "$WAKE_LIST" ] && echo "k $now$WAKE_LIST"
 	return 0
 }
 
@@ -687,6 +769,8 @@ timeout 60 modprobe -a nvmet nvmet-rdma nvme-rdma || {
 } > "$OUT/meta/guest.txt" 2>&1
 syscall_count_setup
 on_exit syscall_count_stop
+wake_count_setup
+on_exit wake_count_stop
 cat "$OUT/meta/guest.txt"
 
 # ---- backends ----

@@ -45,6 +45,7 @@ METRICS = {
     "cs_io": ("context switches per I/O, all but fio", "", False),
     "proc_cs_io": ("context switches per I/O, gonvmf process", "", False),
     "soft_cs_io": ("context switches per I/O, softirq threads", "", False),
+    "soft_wake_io": ("softirq-thread wake-ups per I/O", "", False),
     "proc_wait_io": ("run-queue wait per I/O, gonvmf process", "µs", False),
     "soft_wait_io": ("run-queue wait per I/O, softirq threads", "µs", False),
     "fio_wait_io": ("run-queue wait per I/O, fio", "µs", False),
@@ -216,12 +217,14 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
         return {"cpu_note": "no CPU sample"}
     head = dict(zip(*[iter(lines[0].lstrip("# ").split())] * 2)) if lines and lines[0].startswith("#") else {}
     rows = [list(map(float, l.split()[:24])) for l in lines
-            if l.strip() and not l.startswith("#") and not l.startswith("s ") and len(l.split()) >= 12]
+            if l.strip() and not l.startswith(("#", "s ", "k ")) and len(l.split()) >= 12]
     calls = {}  # epoch (as float, like the rows') -> {name: count}
+    wakes = {}  # epoch -> {origin: count}
     for l in lines:
-        if l.startswith("s "):
+        if l.startswith(("s ", "k ")):
             f = l.split()
-            calls[float(f[1])] = {k: float(v) for k, v in (x.rsplit(":", 1) for x in f[2:] if ":" in x)}
+            (calls if f[0] == "s" else wakes)[float(f[1])] = {
+                k: float(v) for k, v in (x.rsplit(":", 1) for x in f[2:] if ":" in x)}
     if "go" not in head:
         return {"cpu_note": "incomplete CPU sample"}
     # fields: epoch uptime user nice system idle iowait irq softirq steal fio target
@@ -256,6 +259,11 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
         out["cs_io"] = max(delta[17] - delta[15], 0.0) / ios
     if len(delta) >= 19:
         out["soft_cs_io"] = delta[18] / ios
+    wa, wb = wakes.get(a[0]), wakes.get(b[0])
+    if wa is not None and wb is not None:
+        # wake-ups of ksoftirqd by the origin of the waker's stack (guest-bench.sh's wake_hist)
+        out["soft_wakes"] = {k: max(v - wa.get(k, 0.0), 0.0) / ios for k, v in wb.items()}
+        out["soft_wake_io"] = sum(out["soft_wakes"].values())
     waits = len(delta) >= 22  # run-queue waits (schedstat, ns)
     if waits:
         out["soft_wait_io"] = delta[20] / 1e3 / ios
@@ -514,7 +522,7 @@ def render(out, d, s, plot_note):
     w(head)
     w(sep)
     for job in MAIN_JOBS:
-        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "soft_cs_io", "proc_wait_io", "soft_wait_io", "fio_wait_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
+        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "soft_cs_io", "soft_wake_io", "proc_wait_io", "soft_wait_io", "fio_wait_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io"):
             label, unit, _ = METRICS[m]
             if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
                 continue  # not measured (results from before the counters existed)
@@ -627,7 +635,10 @@ def render(out, d, s, plot_note):
     w("| backend | job | guest busy % (kernel / gonvmf) | fio % (kernel / gonvmf) | gonvmf process % | gonvmf µs per I/O: user / system |")
     w("|---|---|---:|---:|---:|---:|")
     for be in backends:
-        for job in MAIN_JOBS:
+        # the summary's jobs, then the sweep's other depths: where the guest saturates shows there
+        jobs = sorted({r["job"] for r in d["runs"] if r["backend"] == be and r.get("guest_busy_pct") is not None},
+                      key=job_order)
+        for job in jobs:
             parts = []
             for m in ("guest_busy_pct", "fio_cpu_pct"):
                 kv = Stat([r.get(m) for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "kernel"])
@@ -638,7 +649,8 @@ def render(out, d, s, plot_note):
             split = "%s / %s" % (num(u.med), num(sy.med)) if u and u.n and sy and sy.n else "–"
             w("| %s | %s | %s | %s | %s |" % (be, job_title(job), " | ".join(parts), num(pv.med, 1), split))
     w("")
-    w("Percentages are of all %s vCPUs." % p.get("NCPU", "?"))
+    w("Percentages are of all %s vCPUs. The summary's jobs come first, then the 4k random-read sweep's other depths, "
+      "which show where the guest's CPUs saturate." % p.get("NCPU", "?"))
     w("")
 
     # ---- kernel crossings
@@ -801,6 +813,8 @@ def crossings(w, d, cells, paired, backends):
                   for be in backends for job in MAIN_JOBS for tg in TARGETS)
     have_wait = any(cells.get((be, job, tg, "soft_wait_io")) and cells[(be, job, tg, "soft_wait_io")].n
                     for be in backends for job in MAIN_JOBS for tg in TARGETS)
+    wake_jobs = sorted({(r["backend"], r["job"]) for r in d["runs"] if r.get("soft_wakes") is not None and r["backend"] in backends},
+                       key=lambda x: (backends.index(x[0]), job_order(x[1])))
     if not have and not have_cs:
         return
     w("## Kernel crossings per I/O")
@@ -822,9 +836,17 @@ def crossings(w, d, cells, paired, backends):
     w("- **context switches, softirq threads**: the same for the guest's `ksoftirqd/N` threads, for both targets (part "
       "of *all but fio*). Soft-RoCE's packet work and the Linux host's completions run as softirqs (tasklets). One "
       "raised inside a softirq runs in the same pass; one raised outside interrupt context wakes ksoftirqd (a switch in "
-      "and one out): a userspace target's post raises them in its system call, where Soft-RoCE runs the whole send "
-      "(sender, loopback, the host's receiver and its completion), so they are a cost of the userspace posting path on "
-      "Soft-RoCE, not of gonvmf's code; on an adapter the host's completions arrive by interrupt.")
+      "and one out) unless it is running already." + (" Where they come from: *softirq-thread wake-ups*, below." if wake_jobs else ""))
+    if wake_jobs:
+        w("- **softirq-thread wake-ups**: how often `ksoftirqd/N` was woken, counted inside the kernel by a histogram "
+          "trigger on `sched:sched_wakeup` keyed by the waker's kernel stack (`hist:keys=stacktrace if comm ~ "
+          "\"ksoftirqd*\"`), and by origin, the first of these frames from the top of the stack: **deferred** "
+          "(`__do_softirq`/`handle_softirqs`: a softirq pass out of budget hands the rest to ksoftirqd), **host** "
+          "(`nvme_rdma_*`: the Linux host posting a command; Soft-RoCE on 6.1 sends a kernel post from a tasklet), "
+          "**user_post** (`ib_uverbs_post_send`: a userspace post system call, gonvmf's, in which Soft-RoCE sends and, on "
+          "the loopback link, receives, completing the host's commands), **kernel_target** (`nvmet_rdma_*`), **other**. "
+          "A wake-up finds ksoftirqd asleep: where softirq work keeps it running (the kernel target's, all in softirq), "
+          "the same raises wake nothing.")
     if have_wait:
         w("- **run-queue wait**: the time threads were runnable but waited for a vCPU (the second field of "
           "`/proc/PID/task/*/schedstat`, exact), summed over gonvmf's threads, over the `ksoftirqd/N` threads (both "
@@ -843,6 +865,23 @@ def crossings(w, d, cells, paired, backends):
             med = {k: Stat([r["sys_calls"].get(k, 0.0) for r in runs]).med for k in names}
             parts = ["%s %s" % (k, num(v, 2)) for k, v in sorted(med.items(), key=lambda x: -x[1]) if v >= 0.01]
             w("| %s | %s | %s | %s |" % (be, job_title(job), num(cells[(be, job, "gonvmf", "sys_io")].med, 2), ", ".join(parts)))
+        w("")
+    if wake_jobs:
+        w("Softirq-thread wake-ups per I/O by origin (median over the repetitions; origins under 0.01 per I/O left out):")
+        w("")
+        w("| backend | job | kernel: all | kernel: by origin | gonvmf: all | gonvmf: by origin |")
+        w("|---|---|---:|---|---:|---|")
+        for be, job in wake_jobs:
+            line = "| %s | %s |" % (be, job_title(job))
+            for tg in TARGETS:
+                runs = [r for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == tg
+                        and r.get("soft_wakes") is not None]
+                names = sorted({k for r in runs for k in r["soft_wakes"]})
+                med = {k: Stat([r["soft_wakes"].get(k, 0.0) for r in runs]).med for k in names}
+                parts = ["%s %s" % (k, num(v, 2)) for k, v in sorted(med.items(), key=lambda x: (-x[1], x[0])) if v >= 0.01]
+                st = cells.get((be, job, tg, "soft_wake_io"))
+                line += " %s | %s |" % (num(st.med, 2) if st and st.n else "–", ", ".join(parts) or "–")
+            w(line)
         w("")
 
 

@@ -40,6 +40,7 @@ type ext struct {
 	hasWait                 bool
 	utime, stime            int
 	hasSplit                bool
+	wakes                   map[string]int // softirq-thread wake-ups in the window, by origin
 }
 
 const (
@@ -156,6 +157,17 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 				}
 				first += "\n" + s0
 				last += "\n" + s1
+				if x.wakes != nil { // k epoch origin:count ...; the first sample has seen 100 of each
+					k0, k1 := fmt.Sprintf("k %.6f", e0), fmt.Sprintf("k %.6f", e0+windowLen)
+					for _, o := range []string{"deferred", "host", "user_post"} {
+						if n, ok := x.wakes[o]; ok {
+							k0 += fmt.Sprintf(" %s:100", o)
+							k1 += fmt.Sprintf(" %s:%d", o, 100+n)
+						}
+					}
+					first += "\n" + k0
+					last += "\n" + k1
+				}
 			}
 			f.write("cpu/"+session+"-"+r.job+".txt", fmt.Sprintf("# go %.6f ramp 2 runtime %g fio_pid 1 target_pid 2 after_s 5.0\n%s\n%s\n", goAt, runtime, first, last))
 		}
@@ -239,6 +251,9 @@ func TestReportRatios(t *testing.T) {
 		// the sweep's QD1 point
 		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd1", iops: 300, mibps: 1, p50: 3000, p99: 4000, busy: 50, fio: 20})
 		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd1", iops: 330, mibps: 1.2, p50: 2900, p99: 3900, busy: 50, fio: 20, proc: 10})
+		// a sweep point outside the summary: its CPU shows in the CPU table too
+		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd64", iops: 1100, mibps: 4.3, p50: 200, p99: 900, busy: 340, fio: 35})
+		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd64", iops: 1000, mibps: 3.9, p50: 220, p99: 1200, busy: 240, fio: 70, proc: 80})
 	}
 	sessions := "1\tnull\tkernel\t1\tok\t0.800\t2\t128\t512\t\t\t\t\t\n" +
 		"1\tnull\tgonvmf\t2\tok\t0.400\t2\t128\t512\t10240\t12288\t14336\t16384\t\n"
@@ -284,6 +299,14 @@ func TestReportRatios(t *testing.T) {
 	if !strings.Contains(md, "| null | 0.80 | 0.40 | 2.00 |") {
 		t.Errorf("report.md: the session connect-time row is missing or wrong")
 	}
+	// the CPU table: the summary's jobs first, then the sweep's other depths (ticks 340 and
+	// 240 are twice the QD32 rows' 170 and 120; fio 35 half of 70; process 80 twice 40)
+	cpuQD32 := strings.Index(md, "| null | randread 4k QD32 | 10.0 / 7.1 | 4.1 / 4.1 | 2.4 | – |")
+	cpu128k := strings.Index(md, "| null | read 128k QD16 | 5.9 / 5.9 | 2.9 / 2.9 | 1.8 | – |")
+	cpuQD64 := strings.Index(md, "| null | randread 4k QD64 | 20.0 / 14.1 | 2.1 / 4.1 | 4.7 | – |")
+	if cpuQD32 < 0 || cpu128k < 0 || cpuQD64 < 0 || !(cpuQD32 < cpu128k && cpu128k < cpuQD64) {
+		t.Errorf("report.md: the CPU table lacks the sweep's QD64 row or has the jobs out of order (at %d, %d, %d)", cpuQD32, cpu128k, cpuQD64)
+	}
 	if !strings.Contains(md, "n/a (perftest measured no clock") {
 		t.Errorf("report.md: perftest's inf latency is not reported as n/a")
 	}
@@ -298,12 +321,14 @@ func TestReportCrossings(t *testing.T) {
 	for rep := 1; rep <= 3; rep++ {
 		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70,
 			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500, soft: 1700, hasSoft: true,
-				softWait: 85_000_000, fioWait: 170_000_000, hasWait: true}})
+				softWait: 85_000_000, fioWait: 170_000_000, hasWait: true, wakes: map[string]int{"host": 850}}})
 		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70, proc: 999,
 			ext: &ext{sys: 17000 + 850*rep, cs: 4250, ns: 425_000_000, fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 17000,
 				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}, soft: 6800 * rep, hasSoft: true,
 				wait: 425_000_000 * int64(rep), softWait: 170_000_000, fioWait: 340_000_000, hasWait: true,
-				utime: 100 * rep, stime: 300, hasSplit: true}})
+				utime: 100 * rep, stime: 300, hasSplit: true,
+				// 0.85 + (0.20, 0.25, 0.30) per I/O, and 0.005 deferred: counted, not listed
+				wakes: map[string]int{"host": 7225, "user_post": 1275 + 425*rep, "deferred": 42}}})
 	}
 	f.finish("available", "1\tnull\tkernel\t1\tok\t0.8\t2\t128\t512\t\t\t\t\t\tok\n"+
 		"1\tnull\tgonvmf\t2\tok\t0.8\t2\t128\t512\t1\t1\t1\t1\t\tfio verify exited 1: bad magic\n"+
@@ -332,6 +357,9 @@ func TestReportCrossings(t *testing.T) {
 		"| randread 4k QD32 | system calls per I/O, gonvmf process | – | 2.20 | – |",
 		"| randread 4k QD32 | context switches per I/O, all but fio | 1.00 | 2.00 | **0.50** (0.50–0.50) |",
 		"| randread 4k QD32 | context switches per I/O, softirq threads | 0.200 | 1.60 | **0.12** (0.08–0.25) |",
+		"| randread 4k QD32 | softirq-thread wake-ups per I/O | 0.100 | 1.10 | **0.09** (0.09–0.09) |",
+		"| null | randread 4k QD32 | 0.10 | host 0.10 | 1.10 | host 0.85, user_post 0.25 |",
+		"- **softirq-thread wake-ups**: how often `ksoftirqd/N` was woken",
 		"- **context switches, softirq threads**: the same for the guest's `ksoftirqd/N` threads",
 		"| randread 4k QD32 | run-queue wait per I/O, gonvmf process (µs) | – | 100 | – |",
 		"| randread 4k QD32 | run-queue wait per I/O, fio (µs) | 20.0 | 40.0 | **0.50** (0.50–0.50) |",
@@ -352,7 +380,7 @@ func TestReportCrossings(t *testing.T) {
 }
 
 // Samples from before the run-queue fields (19 per line): everything else is reported as
-// before, and no run-queue rows or text appear.
+// before, and no run-queue or wake-up rows or text appear.
 func TestReportCrossingsWithoutWaits(t *testing.T) {
 	f := newFixture(t)
 	for rep := 1; rep <= 3; rep++ {
@@ -368,7 +396,7 @@ func TestReportCrossingsWithoutWaits(t *testing.T) {
 	ios := 1000 * windowLen
 	near(t, "gonvmf system calls per I/O", get(t, sum, "jobs", j, "gonvmf", "sys_io", "median"), 17000/ios)
 	near(t, "gonvmf softirq-thread switches per I/O", get(t, sum, "jobs", j, "gonvmf", "soft_cs_io", "median"), 6800/ios)
-	for _, m := range []string{"proc_wait_io", "soft_wait_io", "fio_wait_io", "proc_user_us_io", "proc_sys_us_io"} {
+	for _, m := range []string{"proc_wait_io", "soft_wait_io", "fio_wait_io", "proc_user_us_io", "proc_sys_us_io", "soft_wake_io"} {
 		if v, ok := get(t, sum, "jobs", j, "gonvmf").(map[string]any)[m]; ok {
 			t.Errorf("summary.json has %s = %v from samples without its fields", m, v)
 		}
@@ -379,6 +407,9 @@ func TestReportCrossingsWithoutWaits(t *testing.T) {
 	}
 	if strings.Contains(md, "run-queue wait") {
 		t.Errorf("report.md mentions run-queue waits it has no samples of")
+	}
+	if strings.Contains(md, "softirq-thread wake-ups") {
+		t.Errorf("report.md mentions softirq-thread wake-ups it has no samples of")
 	}
 	if !strings.Contains(md, "| null | randread 4k QD32 | 2.00 | ioctl 1.00, write 1.00 |") {
 		t.Errorf("report.md lacks the system calls by name")
