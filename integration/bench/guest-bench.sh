@@ -181,22 +181,23 @@ sys_hist() {
 	done <<< "$HIST_TEXT"
 }
 
-# ---- wake-ups of the softirq threads, by origin ----
+# ---- wake-ups of the softirq threads, by waker ----
 # A softirq raised outside interrupt context (a tasklet scheduled in a system call or a
 # kworker) wakes ksoftirqd unless it is running already; one raised inside a softirq runs
-# in the same pass. Which code path raised it is in the waker's kernel stack: a histogram
-# trigger on sched:sched_wakeup keyed by that stack, for wake-ups of ksoftirqd/N, counts
-# them inside the kernel (no BPF, no perf), and wake_hist sorts the stacks by origin at each
-# sample. Set once for the whole run, like the system call trigger, so its cost per wake-up
-# is the same for both targets.
-WAKE_TRIGGER='hist:keys=stacktrace:vals=hitcount:size=2048 if comm ~ "ksoftirqd*"'
+# in the same pass. A histogram trigger on sched:sched_wakeup, for wake-ups of ksoftirqd/N,
+# keyed by the waking task (the event's common_pid: the task that was running), counts them
+# inside the kernel (no BPF, no perf), and wake_hist sorts the wakers at each sample. Keyed
+# by task, not by kernel stack: a stack key costs an unwind at every counted wake-up, inside
+# the waker's system call, and gonvmf's runs have up to fifty times as many of them as the
+# kernel target's (4k QD32 reads). Set once for the whole run, like the system call trigger.
+WAKE_TRIGGER='hist:keys=common_pid.execname:vals=hitcount:size=1024 if comm ~ "ksoftirqd*"'
 WAKE_HIST=
 wake_count_setup() {
 	local ev=/sys/kernel/tracing/events/sched/sched_wakeup
 	[ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing 2> /dev/null
 	if [ -w "$ev/trigger" ] && echo "$WAKE_TRIGGER" > "$ev/trigger" 2> "$OUT/meta/wake-hist.err"; then
 		WAKE_HIST=$ev/hist
-		echo "softirq_wakeups: hist trigger on sched:sched_wakeup by the waker's stack, comm ~ ksoftirqd*" >> "$OUT/meta/guest.txt"
+		echo "softirq_wakeups: hist trigger on sched:sched_wakeup by waking task, comm ~ ksoftirqd*" >> "$OUT/meta/guest.txt"
 	else
 		log "no softirq wake-up counting: $(cat "$OUT/meta/wake-hist.err" 2> /dev/null) (tracefs or CONFIG_HIST_TRIGGERS missing?)"
 		echo "softirq_wakeups: unavailable" >> "$OUT/meta/guest.txt"
@@ -206,42 +207,35 @@ wake_count_stop() {
 	[ -n "$WAKE_HIST" ] && echo "!$WAKE_TRIGGER" > "${WAKE_HIST%hist}trigger" 2> /dev/null
 	WAKE_HIST=
 }
-# wake_hist: sets WAKE_LIST (" origin:count" per origin, counts since the trigger was set).
-# An entry's origin is the first of these frames found from the top of its stack:
-#   deferred      __do_softirq / handle_softirqs: a softirq pass that ran out of budget
-#                 hands the rest to ksoftirqd
-#   host          nvme_rdma_*: the Linux host submitting a command (its post to its QP)
-#   user_post     ib_uverbs_post_send: a userspace post system call (gonvmf's), where
-#                 Soft-RoCE sends, and on the loopback link receives, inside the call
-#   kernel_target nvmet_rdma_*: the kernel target's posts and receive reposts
-#   other         anything else
-# Builtins only.
+# wake_hist: sets WAKE_LIST (" waker:count" per kind of waking task, counts since the
+# trigger was set), by the task's name:
+#   fio     the Linux host's I/O path in fio's system calls (on 6.1 Soft-RoCE sends a
+#           kernel post from a tasklet: the host's command posts)
+#   gonvmf  gonvmf's threads: its post system calls, in which Soft-RoCE sends and, on the
+#           loopback link, receives, completing the host's commands
+#   kworker workqueues: the kernel target's command work and posts
+#   other   anything else (the softirq threads themselves, idle)
+# A wake-up from an interrupt's exit (a softirq pass out of budget hands its rest to
+# ksoftirqd) counts for the task the interrupt found running. Builtins only.
 wake_hist() {
-	local l n origin k
+	local l n who k
 	local -A cnt=()
 	WAKE_LIST=
 	[ -n "$WAKE_HIST" ] || return 0
 	hist_text "$WAKE_HIST"
 	while read -r l; do
-		case $l in
-		"{ stacktrace:"*) origin= ;;
-		"} hitcount:"*)
-			n=${l##*hitcount:}
-			n=${n// /}
-			k=${origin:-other}
-			cnt[$k]=$((${cnt[$k]:-0} + n))
-			;;
-		*)
-			if [ -z "$origin" ]; then
-				case $l in
-				__do_softirq* | handle_softirqs*) origin=deferred ;;
-				nvme_rdma_*) origin=host ;;
-				ib_uverbs_post_send*) origin=user_post ;;
-				nvmet_rdma_*) origin=kernel_target ;;
-				esac
-			fi
-			;;
+		case $l in "{ common_pid: "*) ;; *) continue ;; esac
+		who=${l#\{ common_pid: } # "{ common_pid: fio             [       532] } hitcount:      27368"
+		who=${who%% *}
+		case $who in
+		fio) k=fio ;;
+		gonvmf) k=gonvmf ;;
+		kworker/*) k=kworker ;;
+		*) k=other ;;
 		esac
+		n=${l##*hitcount:}
+		n=${n// /}
+		cnt[$k]=$((${cnt[$k]:-0} + n))
 	done <<< "$HIST_TEXT"
 	for k in "${!cnt[@]}"; do
 		WAKE_LIST+=" $k:${cnt[$k]}"
@@ -255,7 +249,7 @@ wake_hist() {
 # and, when system calls are counted and there is a target process, a second line
 #   s epoch name:count ...
 # and, when softirq wake-ups are counted, a third (both targets)
-#   k epoch origin:count ...
+#   k epoch waker:count ...
 # /proc/stat and /proc/uptime are read back to back: report.py takes busy time as the window's
 # wall time times the vCPUs minus idle and iowait, which the kernel keeps exactly (NO_HZ);
 # the busy fields are tick samples, and under TCG on a loaded machine most ticks are lost.

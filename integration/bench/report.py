@@ -219,7 +219,7 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
     rows = [list(map(float, l.split()[:24])) for l in lines
             if l.strip() and not l.startswith(("#", "s ", "k ")) and len(l.split()) >= 12]
     calls = {}  # epoch (as float, like the rows') -> {name: count}
-    wakes = {}  # epoch -> {origin: count}
+    wakes = {}  # epoch -> {waker: count}
     for l in lines:
         if l.startswith(("s ", "k ")):
             f = l.split()
@@ -261,7 +261,7 @@ def parse_cpu(path, fio, hz, ncpu, is_gonvmf):
         out["soft_cs_io"] = delta[18] / ios
     wa, wb = wakes.get(a[0]), wakes.get(b[0])
     if wa is not None and wb is not None:
-        # wake-ups of ksoftirqd by the origin of the waker's stack (guest-bench.sh's wake_hist)
+        # wake-ups of ksoftirqd by kind of waking task (guest-bench.sh's wake_hist)
         out["soft_wakes"] = {k: max(v - wa.get(k, 0.0), 0.0) / ios for k, v in wb.items()}
         out["soft_wake_io"] = sum(out["soft_wakes"].values())
     waits = len(delta) >= 22  # run-queue waits (schedstat, ns)
@@ -838,15 +838,15 @@ def crossings(w, d, cells, paired, backends):
       "raised inside a softirq runs in the same pass; one raised outside interrupt context wakes ksoftirqd (a switch in "
       "and one out) unless it is running already." + (" Where they come from: *softirq-thread wake-ups*, below." if wake_jobs else ""))
     if wake_jobs:
-        w("- **softirq-thread wake-ups**: how often `ksoftirqd/N` was woken, counted inside the kernel by a histogram "
-          "trigger on `sched:sched_wakeup` keyed by the waker's kernel stack (`hist:keys=stacktrace if comm ~ "
-          "\"ksoftirqd*\"`), and by origin, the first of these frames from the top of the stack: **deferred** "
-          "(`__do_softirq`/`handle_softirqs`: a softirq pass out of budget hands the rest to ksoftirqd), **host** "
-          "(`nvme_rdma_*`: the Linux host posting a command; Soft-RoCE on 6.1 sends a kernel post from a tasklet), "
-          "**user_post** (`ib_uverbs_post_send`: a userspace post system call, gonvmf's, in which Soft-RoCE sends and, on "
-          "the loopback link, receives, completing the host's commands), **kernel_target** (`nvmet_rdma_*`), **other**. "
-          "A wake-up finds ksoftirqd asleep: where softirq work keeps it running (the kernel target's, all in softirq), "
-          "the same raises wake nothing.")
+        w("- **softirq-thread wake-ups**: how often `ksoftirqd/N` was woken, for both targets, counted inside the kernel "
+          "by a histogram trigger on `sched:sched_wakeup` keyed by the waking task (`hist:keys=common_pid.execname if "
+          "comm ~ \"ksoftirqd*\"`), by kind of waker: **fio** (the Linux host's I/O path, run in fio's system calls; "
+          "Soft-RoCE on 6.1 sends a kernel post from a tasklet, so every command the host posts raises one), **gonvmf** "
+          "(its threads: its post system calls, in which Soft-RoCE sends and, on the loopback link, receives, completing "
+          "the host's commands), **kworker** (workqueues: the kernel target's command work), **other**. A wake-up from an "
+          "interrupt's exit counts for the task the interrupt found running. A raise wakes ksoftirqd only if it is "
+          "asleep: where the target's work is softirq work (the kernel target's) ksoftirqd is mostly running already, "
+          "and the same raises wake nothing.")
     if have_wait:
         w("- **run-queue wait**: the time threads were runnable but waited for a vCPU (the second field of "
           "`/proc/PID/task/*/schedstat`, exact), summed over gonvmf's threads, over the `ksoftirqd/N` threads (both "
@@ -867,9 +867,9 @@ def crossings(w, d, cells, paired, backends):
             w("| %s | %s | %s | %s |" % (be, job_title(job), num(cells[(be, job, "gonvmf", "sys_io")].med, 2), ", ".join(parts)))
         w("")
     if wake_jobs:
-        w("Softirq-thread wake-ups per I/O by origin (median over the repetitions; origins under 0.01 per I/O left out):")
+        w("Softirq-thread wake-ups per I/O by waker (median over the repetitions; wakers under 0.01 per I/O left out):")
         w("")
-        w("| backend | job | kernel: all | kernel: by origin | gonvmf: all | gonvmf: by origin |")
+        w("| backend | job | kernel: all | kernel: by waker | gonvmf: all | gonvmf: by waker |")
         w("|---|---|---:|---|---:|---|")
         for be, job in wake_jobs:
             line = "| %s | %s |" % (be, job_title(job))

@@ -40,7 +40,7 @@ type ext struct {
 	hasWait                 bool
 	utime, stime            int
 	hasSplit                bool
-	wakes                   map[string]int // softirq-thread wake-ups in the window, by origin
+	wakes                   map[string]int // softirq-thread wake-ups in the window, by waker
 }
 
 const (
@@ -157,9 +157,9 @@ func (f *fixture) finish(gonvmfStatus string, sessions, scaling string) {
 				}
 				first += "\n" + s0
 				last += "\n" + s1
-				if x.wakes != nil { // k epoch origin:count ...; the first sample has seen 100 of each
+				if x.wakes != nil { // k epoch waker:count ...; the first sample has seen 100 of each
 					k0, k1 := fmt.Sprintf("k %.6f", e0), fmt.Sprintf("k %.6f", e0+windowLen)
-					for _, o := range []string{"deferred", "host", "user_post"} {
+					for _, o := range []string{"fio", "gonvmf", "other"} {
 						if n, ok := x.wakes[o]; ok {
 							k0 += fmt.Sprintf(" %s:100", o)
 							k1 += fmt.Sprintf(" %s:%d", o, 100+n)
@@ -321,14 +321,14 @@ func TestReportCrossings(t *testing.T) {
 	for rep := 1; rep <= 3; rep++ {
 		f.add(run{rep: rep, backend: "null", target: "kernel", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70,
 			ext: &ext{fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 8500, soft: 1700, hasSoft: true,
-				softWait: 85_000_000, fioWait: 170_000_000, hasWait: true, wakes: map[string]int{"host": 850}}})
+				softWait: 85_000_000, fioWait: 170_000_000, hasWait: true, wakes: map[string]int{"fio": 850}}})
 		f.add(run{rep: rep, backend: "null", target: "gonvmf", job: "randread-4k-qd32", iops: 1000, mibps: 4, p50: 100, p99: 500, busy: 170, fio: 70, proc: 999,
 			ext: &ext{sys: 17000 + 850*rep, cs: 4250, ns: 425_000_000, fioCS: 3000, fioNS: 700_000_000, ctxt: 3000 + 17000,
 				calls: map[string]int{"write": 8500, "ioctl": 8500 + 850*rep}, soft: 6800 * rep, hasSoft: true,
 				wait: 425_000_000 * int64(rep), softWait: 170_000_000, fioWait: 340_000_000, hasWait: true,
 				utime: 100 * rep, stime: 300, hasSplit: true,
-				// 0.85 + (0.20, 0.25, 0.30) per I/O, and 0.005 deferred: counted, not listed
-				wakes: map[string]int{"host": 7225, "user_post": 1275 + 425*rep, "deferred": 42}}})
+				// 0.85 + (0.20, 0.25, 0.30) per I/O, and 0.005 other: counted, not listed
+				wakes: map[string]int{"fio": 7225, "gonvmf": 1275 + 425*rep, "other": 42}}})
 	}
 	f.finish("available", "1\tnull\tkernel\t1\tok\t0.8\t2\t128\t512\t\t\t\t\t\tok\n"+
 		"1\tnull\tgonvmf\t2\tok\t0.8\t2\t128\t512\t1\t1\t1\t1\t\tfio verify exited 1: bad magic\n"+
@@ -358,7 +358,7 @@ func TestReportCrossings(t *testing.T) {
 		"| randread 4k QD32 | context switches per I/O, all but fio | 1.00 | 2.00 | **0.50** (0.50–0.50) |",
 		"| randread 4k QD32 | context switches per I/O, softirq threads | 0.200 | 1.60 | **0.12** (0.08–0.25) |",
 		"| randread 4k QD32 | softirq-thread wake-ups per I/O | 0.100 | 1.10 | **0.09** (0.09–0.09) |",
-		"| null | randread 4k QD32 | 0.10 | host 0.10 | 1.10 | host 0.85, user_post 0.25 |",
+		"| null | randread 4k QD32 | 0.10 | fio 0.10 | 1.10 | fio 0.85, gonvmf 0.25 |",
 		"- **softirq-thread wake-ups**: how often `ksoftirqd/N` was woken",
 		"- **context switches, softirq threads**: the same for the guest's `ksoftirqd/N` threads",
 		"| randread 4k QD32 | run-queue wait per I/O, gonvmf process (µs) | – | 100 | – |",
