@@ -136,23 +136,27 @@ done
 # at every call; perf trace copies every event to user space; the trigger only increments a
 # counter. It is set once for the whole run, so the tracepoint's small cost per system call
 # (every process's, fio's included) is the same for both targets' runs.
+SYSCALL_TRIGGER='hist:keys=id.syscall:vals=hitcount:size=512 if comm == "gonvmf"'
 SYSCALL_HIST=
-syscall_count_setup() {
-	local tr=/sys/kernel/tracing
+
+# hist_on <event> <trigger> <meta key> <what>: sets a histogram trigger on the tracefs
+# event (e.g. raw_syscalls/sys_enter) and HIST_ON to its hist file, and writes
+# "<meta key>: <what>" to meta/guest.txt; where it cannot (no tracefs, no
+# CONFIG_HIST_TRIGGERS) HIST_ON is empty, and the log and "<meta key>: unavailable" say why.
+# hist_off <hist file> <trigger> removes it (nothing for an empty file).
+hist_on() {
+	local tr=/sys/kernel/tracing err=$OUT/meta/$3.err
+	HIST_ON=
 	[ -d "$tr/events" ] || mount -t tracefs nodev "$tr" 2> /dev/null
-	if [ -w "$tr/events/raw_syscalls/sys_enter/trigger" ] &&
-		echo 'hist:keys=id.syscall:vals=hitcount:size=512 if comm == "gonvmf"' > "$tr/events/raw_syscalls/sys_enter/trigger" 2> "$OUT/meta/syscall-hist.err"; then
-		SYSCALL_HIST=$tr/events/raw_syscalls/sys_enter/hist
-		echo "syscall_counting: hist trigger on raw_syscalls:sys_enter, comm == gonvmf" >> "$OUT/meta/guest.txt"
+	if [ -w "$tr/events/$1/trigger" ] && echo "$2" > "$tr/events/$1/trigger" 2> "$err"; then
+		HIST_ON=$tr/events/$1/hist
+		echo "$3: $4" >> "$OUT/meta/guest.txt"
 	else
-		log "no system call counting: $(cat "$OUT/meta/syscall-hist.err" 2> /dev/null) (tracefs or CONFIG_HIST_TRIGGERS missing?)"
-		echo "syscall_counting: unavailable" >> "$OUT/meta/guest.txt"
+		log "no $3: $(cat "$err" 2> /dev/null) (tracefs or CONFIG_HIST_TRIGGERS missing?)"
+		echo "$3: unavailable" >> "$OUT/meta/guest.txt"
 	fi
 }
-syscall_count_stop() {
-	[ -n "$SYSCALL_HIST" ] && echo '!hist:keys=id.syscall:vals=hitcount:size=512 if comm == "gonvmf"' > "${SYSCALL_HIST%hist}trigger" 2> /dev/null
-	SYSCALL_HIST=
-}
+hist_off() { [ -z "$1" ] || echo "!$2" > "${1%hist}trigger" 2> /dev/null; }
 # hist_text <hist file>: sets HIST_TEXT to the file's content, read in one pass. A
 # histogram's file is generated anew whenever it is read from another offset than where the
 # last read ended, and bash's read builtin seeks back after every line: read line by line,
@@ -192,21 +196,6 @@ sys_hist() {
 # kernel target's (4k QD32 reads). Set once for the whole run, like the system call trigger.
 WAKE_TRIGGER='hist:keys=common_pid.execname:vals=hitcount:size=1024 if comm ~ "ksoftirqd*"'
 WAKE_HIST=
-wake_count_setup() {
-	local ev=/sys/kernel/tracing/events/sched/sched_wakeup
-	[ -d /sys/kernel/tracing/events ] || mount -t tracefs nodev /sys/kernel/tracing 2> /dev/null
-	if [ -w "$ev/trigger" ] && echo "$WAKE_TRIGGER" > "$ev/trigger" 2> "$OUT/meta/wake-hist.err"; then
-		WAKE_HIST=$ev/hist
-		echo "softirq_wakeups: hist trigger on sched:sched_wakeup by waking task, comm ~ ksoftirqd*" >> "$OUT/meta/guest.txt"
-	else
-		log "no softirq wake-up counting: $(cat "$OUT/meta/wake-hist.err" 2> /dev/null) (tracefs or CONFIG_HIST_TRIGGERS missing?)"
-		echo "softirq_wakeups: unavailable" >> "$OUT/meta/guest.txt"
-	fi
-}
-wake_count_stop() {
-	[ -n "$WAKE_HIST" ] && echo "!$WAKE_TRIGGER" > "${WAKE_HIST%hist}trigger" 2> /dev/null
-	WAKE_HIST=
-}
 # wake_hist: sets WAKE_LIST (" waker:count" per kind of waking task, counts since the
 # trigger was set), by the task's name:
 #   fio     the Linux host's I/O path in fio's system calls (on 6.1 Soft-RoCE sends a
@@ -761,10 +750,12 @@ timeout 60 modprobe -a nvmet nvmet-rdma nvme-rdma || {
 	echo "nvme_core_multipath: $(cat /sys/module/nvme_core/parameters/multipath 2> /dev/null)"
 	echo "gonvmf: $([ -n "$GONVMF" ] && [ -x "$GONVMF" ] && "$GONVMF" --version 2>&1 | head -n 1 || echo "no binary")"
 } > "$OUT/meta/guest.txt" 2>&1
-syscall_count_setup
-on_exit syscall_count_stop
-wake_count_setup
-on_exit wake_count_stop
+hist_on raw_syscalls/sys_enter "$SYSCALL_TRIGGER" syscall_counting "hist trigger on raw_syscalls:sys_enter, comm == gonvmf"
+SYSCALL_HIST=$HIST_ON
+on_exit hist_off "$SYSCALL_HIST" "$SYSCALL_TRIGGER"
+hist_on sched/sched_wakeup "$WAKE_TRIGGER" softirq_wakeups "hist trigger on sched:sched_wakeup by waking task, comm ~ ksoftirqd*"
+WAKE_HIST=$HIST_ON
+on_exit hist_off "$WAKE_HIST" "$WAKE_TRIGGER"
 cat "$OUT/meta/guest.txt"
 
 # ---- backends ----

@@ -861,10 +861,7 @@ def crossings(w, d, cells, paired, backends):
         w("|---|---|---:|---|")
         for be, job in have:
             runs = [r for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == "gonvmf" and r.get("sys_calls")]
-            names = sorted({k for r in runs for k in r["sys_calls"]})
-            med = {k: Stat([r["sys_calls"].get(k, 0.0) for r in runs]).med for k in names}
-            parts = ["%s %s" % (k, num(v, 2)) for k, v in sorted(med.items(), key=lambda x: -x[1]) if v >= 0.01]
-            w("| %s | %s | %s | %s |" % (be, job_title(job), num(cells[(be, job, "gonvmf", "sys_io")].med, 2), ", ".join(parts)))
+            w("| %s | %s | %s | %s |" % (be, job_title(job), num(cells[(be, job, "gonvmf", "sys_io")].med, 2), by_name(runs, "sys_calls")))
         w("")
     if wake_jobs:
         w("Softirq-thread wake-ups per I/O by waker (median over the repetitions; wakers under 0.01 per I/O left out):")
@@ -876,13 +873,18 @@ def crossings(w, d, cells, paired, backends):
             for tg in TARGETS:
                 runs = [r for r in d["runs"] if r["backend"] == be and r["job"] == job and r["target"] == tg
                         and r.get("soft_wakes") is not None]
-                names = sorted({k for r in runs for k in r["soft_wakes"]})
-                med = {k: Stat([r["soft_wakes"].get(k, 0.0) for r in runs]).med for k in names}
-                parts = ["%s %s" % (k, num(v, 2)) for k, v in sorted(med.items(), key=lambda x: (-x[1], x[0])) if v >= 0.01]
                 st = cells.get((be, job, tg, "soft_wake_io"))
-                line += " %s | %s |" % (num(st.med, 2) if st and st.n else "–", ", ".join(parts) or "–")
+                line += " %s | %s |" % (num(st.med, 2) if st and st.n else "–", by_name(runs, "soft_wakes") or "–")
             w(line)
         w("")
+
+
+def by_name(runs, field):
+    """'name value, ...' from the runs' per-I/O counts by name (run[field]): the median over
+    the runs (0 where a run has no such name), largest first, those under 0.01 left out."""
+    names = sorted({k for r in runs for k in r[field]})
+    med = {k: Stat([r[field].get(k, 0.0) for r in runs]).med for k in names}
+    return ", ".join("%s %s" % (k, num(v, 2)) for k, v in sorted(med.items(), key=lambda x: (-x[1], x[0])) if v >= 0.01)
 
 
 def job_order(job):
