@@ -95,7 +95,7 @@ pid_ticks() {
 	for p in "$@"; do
 		read -r line 2> /dev/null < "/proc/$p/stat" || continue
 		# after "pid (comm) " the fields start at field 3 (state): utime is field 14, stime 15
-		read -r -a f <<< "${line##*) }"
+		f=(${line##*) }) # numbers and a state letter: nothing to glob
 		UTICKS=$((UTICKS + f[11])) STICKS=$((STICKS + f[12]))
 	done
 	TICKS=$((UTICKS + STICKS))
@@ -159,14 +159,34 @@ hist_on() {
 	fi
 }
 hist_off() { [ -z "$1" ] || echo "!$2" > "${1%hist}trigger" 2> /dev/null; }
-# hist_text <hist file>: sets HIST_TEXT to the file's content, read in one pass. A
-# histogram's file is generated anew whenever it is read from another offset than where the
-# last read ended, and bash's read builtin seeks back after every line: read line by line,
-# the lines would come from different generations of a table whose counts (and, sorted by
-# count, whose order) change meanwhile. Builtins only.
+# hist_clear <hist file> <trigger>: empties the histogram; the trigger stays and counts on
+# (the same trigger with ":clear" before its filter). Reading a histogram costs the kernel
+# time per entry, in the SCHED_FIFO sampler's system call (see cpu_windows): in the 6.1 guest
+# 17-41 ms for gonvmf's system calls and 9-50 ms for the wake-ups, which keyed by pid gained
+# entries all run long (every fio, kworker and gonvmf thread that ever woke a softirq
+# thread). So every session clears both before its fio jobs, and a sample reads only the
+# session's entries (then 5-10 and 6-23 ms in the same guest); the sampler's counts are
+# differences inside one job.
+hist_clear() {
+	[ -n "$1" ] || return 0
+	local head=${2%% if *}
+	echo "$head:clear${2#"$head"}" >> "${1%hist}trigger" 2> /dev/null || log "cannot clear $1"
+}
+# hist_text <hist file>: sets HIST_LINES to the file's lines (blank ones left out), read in
+# one pass. A histogram's file is generated anew whenever it is read from another offset than
+# where the last read ended, and bash's read builtin seeks back after every line: read line by
+# line, the lines would come from different generations of a table whose counts (and, sorted
+# by count, whose order) change meanwhile. The text is split in memory (words split at
+# newlines, globbing off: the lines hold brackets), not read again line by line from a
+# here-string, which bash feeds through a pipe and its read builtin takes one byte per system
+# call from: thousands of calls per sample, each slow under TCG, while the SCHED_FIFO sampler
+# holds a vCPU (see cpu_windows). Builtins only.
 hist_text() {
-	HIST_TEXT=
-	read -r -d '' HIST_TEXT < "$1" || :
+	local text= IFS=$'\n'
+	read -r -d '' text < "$1" || :
+	set -f
+	HIST_LINES=($text)
+	set +f
 }
 
 # sys_hist: sets SYS_TOTAL (system calls of gonvmf processes since the trigger was set)
@@ -176,7 +196,7 @@ sys_hist() {
 	SYS_TOTAL=0 SYS_LIST=
 	[ -n "$SYSCALL_HIST" ] || return 0
 	hist_text "$SYSCALL_HIST"
-	while read -r l; do
+	for l in "${HIST_LINES[@]}"; do
 		case $l in "{ id: "*) ;; *) continue ;; esac
 		name=${l#\{ id: } # "{ id: sys_write [  1] } hitcount:   3756"
 		name=${name%% *}
@@ -184,7 +204,7 @@ sys_hist() {
 		n=${n// /}
 		SYS_TOTAL=$((SYS_TOTAL + n))
 		SYS_LIST+=" ${name#sys_}:$n"
-	done <<< "$HIST_TEXT"
+	done
 }
 
 # ---- wake-ups of the softirq threads, by waker ----
@@ -214,7 +234,7 @@ wake_hist() {
 	WAKE_LIST=
 	[ -n "$WAKE_HIST" ] || return 0
 	hist_text "$WAKE_HIST"
-	while read -r l; do
+	for l in "${HIST_LINES[@]}"; do
 		case $l in "{ common_pid: "*) ;; *) continue ;; esac
 		who=${l#\{ common_pid: } # "{ common_pid: fio             [       532] } hitcount:      27368"
 		who=${who%% *}
@@ -227,7 +247,7 @@ wake_hist() {
 		n=${l##*hitcount:}
 		n=${n// /}
 		cnt[$k]=$((${cnt[$k]:-0} + n))
-	done <<< "$HIST_TEXT"
+	done
 	for k in "${!cnt[@]}"; do
 		WAKE_LIST+=" $k:${cnt[$k]}"
 	done
@@ -254,7 +274,7 @@ snap() {
 	local up c k v fio fcs fns fwait scs swait ctxt=0
 	while read -r k v; do
 		case $k in
-		cpu) read -r -a c <<< "$v" ;;
+		cpu) c=($v) ;; # numbers: nothing to glob
 		ctxt) ctxt=$v && break ;;
 		esac
 	done < /proc/stat
@@ -286,8 +306,11 @@ snap() {
 # 0.3 s before the runtime is over, and report.py measures between them (the first and the
 # last sample inside fio's measured interval). The sampler runs SCHED_FIFO: in a guest
 # saturated by fio and the target, an ordinary process wakes up seconds late. Each sample
-# takes one vCPU for 15-90 ms under TCG (16-21 ms beside the kernel target, 25-90 ms beside
-# gonvmf at 4k QD32), and whatever runs there waits: a userspace target's polling thread
+# takes one vCPU for 15-50 ms under TCG (medians of one 6.1 boot over the summary's jobs: 19 ms
+# beside the kernel target, 32 ms beside gonvmf, most of it the kernel printing the two
+# histograms, see hist_clear; 40 and 66 ms before the histograms were cleared per session,
+# and more when their text was parsed one byte per system call, see hist_text), and whatever
+# runs there waits: a userspace target's polling thread
 # stalls with it, the kernel target's softirq work does not (with a sample every 0.5 s, fio's
 # p99 at 4k QD32 was 1.5-1.8x its unsampled value against gonvmf and 1.0-1.3x against the
 # kernel target; with these two, its p99.9 1.3-2x and its maximum about 40 ms against
@@ -610,6 +633,8 @@ session() { # <rep> <backend> <target> <order>
 	else
 		vfy="not run (rep $rep)"
 	fi
+	hist_clear "$SYSCALL_HIST" "$SYSCALL_TRIGGER"
+	hist_clear "$WAKE_HIST" "$WAKE_TRIGGER"
 	run_jobs "$tag" "$rep" "$be" "$tg"
 	rss2=$(rss_kb "$TPID")
 	hwm=$(rss_kb "$TPID" VmHWM)

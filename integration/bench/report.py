@@ -608,7 +608,7 @@ def render(out, d, s, plot_note):
     w("")
     w("Measured between the first and the last of the samples that fall inside the job's measured interval (after "
       "the ramp): a SCHED_FIFO sampler woken by fio's `exec_prerun` hook when the job's I/O starts samples twice, 0.5 s "
-      "after the ramp and 0.3 s before the end (a sample holds one vCPU for 15–90 ms, and a userspace target's polling "
+      "after the ramp and 0.3 s before the end (a sample holds one vCPU for 15–50 ms, and a userspace target's polling "
       "thread waits for it, so only the two the window needs are taken). "
       "Jobs without two such samples are left out and listed at the top. From the guest's `/proc/stat`:")
     w("")

@@ -110,3 +110,106 @@ echo "$SYS_LIST"
 		t.Errorf("sys_hist: %v, want write:3756 futex:12", got)
 	}
 }
+
+// pid_ticks takes utime and stime from /proc/PID/stat (fields 14 and 15), split in memory.
+func TestSamplerProcTicks(t *testing.T) {
+	out := runBash(t, shellFuncs(t, "pid_ticks")+`
+sleep 30 & p=$!
+pid_ticks $p
+echo "$UTICKS $STICKS $TICKS"
+read -r line < /proc/$p/stat
+kill $p
+set -- ${line##*) }
+echo "${12} ${13}"
+`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("pid_ticks: output %q", out)
+	}
+	got, want := strings.Fields(lines[0]), strings.Fields(lines[1])
+	if len(got) != 3 || len(want) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("pid_ticks: utime stime total %v, /proc/PID/stat says %v", got, want)
+	}
+}
+
+// A sample parses the histograms in memory: reading their text back line by line from a
+// here-string (a pipe, which bash's read builtin takes one byte per system call from) made a
+// sample beside gonvmf thousands of system calls, each slow in the emulated guest, while the
+// SCHED_FIFO sampler held a vCPU. Counted with strace where it is installed and may trace.
+func TestSamplerHistReads(t *testing.T) {
+	st, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("strace is not installed (integration/vm/setup-host.sh installs it)")
+	}
+	sh, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash is not installed")
+	}
+	dir := t.TempDir()
+	hist := filepath.Join(dir, "hist")
+	var b strings.Builder
+	b.WriteString("# event histogram\n#\n# trigger info: hist:keys=id.syscall:vals=hitcount:sort=hitcount:size=512 if comm == \"gonvmf\" [active]\n#\n\n")
+	for i := 0; i < 60; i++ {
+		b.WriteString("{ id: sys_call" + strings.Repeat("x", i%7) + "                [" + "  1] } hitcount:       3756\n")
+	}
+	b.WriteString("\nTotals:\n    Hits: 225360\n    Entries: 60\n    Dropped: 0\n")
+	if err := os.WriteFile(hist, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wake, err := filepath.Abs("testdata/wakeups.hist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	funcs := shellFuncs(t, "hist_text", "sys_hist", "wake_hist")
+	reads := func(parse string) int {
+		log := filepath.Join(dir, "trace")
+		script := funcs + "SYSCALL_HIST=" + hist + " WAKE_HIST=" + wake + "\n" + parse + "\n"
+		out, err := exec.Command(st, "-f", "-qq", "-e", "trace=read", "-o", log, sh, "--norc", "--noprofile", "-c", script).CombinedOutput()
+		if err != nil {
+			if strings.Contains(string(out), "Operation not permitted") {
+				t.Skipf("strace may not trace here: %s", out)
+			}
+			t.Fatalf("strace: %v\n%s", err, out)
+		}
+		data, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(data), "read(")
+	}
+	base := reads(":")
+	parsed := reads("sys_hist; wake_hist; echo \"$SYS_TOTAL\" > /dev/null")
+	// Two one-pass reads of the files (a few system calls each); byte by byte it was ~4,500.
+	n := parsed - base
+	t.Logf("parsing two histograms: %d read system calls", n)
+	if n > 40 {
+		t.Errorf("parsing two histograms took %d read system calls (%d with, %d without); want a few per file", n, parsed, base)
+	}
+}
+
+// hist_clear writes the trigger back with ":clear" before its filter, to the trigger file
+// beside the histogram's.
+func TestSamplerHistClear(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ trigger, want string }{
+		{`hist:keys=id.syscall:vals=hitcount:size=512 if comm == "gonvmf"`,
+			`hist:keys=id.syscall:vals=hitcount:size=512:clear if comm == "gonvmf"`},
+		{`hist:keys=common_pid.execname:vals=hitcount:size=1024 if comm ~ "ksoftirqd*"`,
+			`hist:keys=common_pid.execname:vals=hitcount:size=1024:clear if comm ~ "ksoftirqd*"`},
+		{`hist:keys=id.syscall:vals=hitcount`, `hist:keys=id.syscall:vals=hitcount:clear`},
+	} {
+		trig := filepath.Join(dir, "trigger")
+		if err := os.WriteFile(trig, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runBash(t, "log() { echo \"$*\" >&2; }\n"+shellFuncs(t, "hist_clear")+
+			"hist_clear "+filepath.Join(dir, "hist")+" '"+c.trigger+"'\nhist_clear '' '"+c.trigger+"'\n")
+		got, err := os.ReadFile(trig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSuffix(string(got), "\n") != c.want {
+			t.Errorf("hist_clear of %q wrote %q, want %q", c.trigger, got, c.want)
+		}
+	}
+}

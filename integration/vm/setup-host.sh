@@ -13,6 +13,7 @@ PACKAGES=(
 	libibverbs-dev librdmacm-dev gcc libc6-dev                      # cgo builds of rdmacm
 	nvme-cli fio e2fsprogs iproute2 procps                          # Linux host, load, disks
 	python3 bc gnuplot-nox curl                                     # result summaries and plots; metrics scrapes
+	strace                                                          # the bench sampler's system-call test
 	librbd-dev librados-dev                                         # the ceph build (rbd backend)
 	ceph-mon ceph-mgr ceph-osd ceph-common python3-rados uuid-runtime # its test cluster (integration/ceph)
 )
