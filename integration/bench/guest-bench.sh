@@ -189,7 +189,8 @@ hist_text() {
 	set +f
 }
 
-# sys_hist: sets SYS_TOTAL (system calls of gonvmf processes since the trigger was set)
+# sys_hist: sets SYS_TOTAL (system calls of gonvmf processes since the trigger was set or
+# last cleared: hist_clear)
 # and SYS_LIST (" name:count" per call). Builtins only.
 sys_hist() {
 	local l n name
@@ -219,7 +220,7 @@ sys_hist() {
 WAKE_TRIGGER='hist:keys=common_pid.execname:vals=hitcount:size=1024 if comm ~ "ksoftirqd*"'
 WAKE_HIST=
 # wake_hist: sets WAKE_LIST (" waker:count" per kind of waking task, counts since the
-# trigger was set), by the task's name:
+# trigger was set or last cleared), by the task's name:
 #   fio     the Linux host's I/O path in fio's system calls (on 6.1 Soft-RoCE sends a
 #           kernel post from a tasklet: the host's command posts)
 #   gonvmf  gonvmf's threads: its post system calls, in which Soft-RoCE sends and, on the
@@ -310,12 +311,12 @@ snap() {
 # beside the kernel target, 32 ms beside gonvmf, most of it the kernel printing the two
 # histograms, see hist_clear; 40 and 66 ms before the histograms were cleared per session,
 # and more when their text was parsed one byte per system call, see hist_text), and whatever
-# runs there waits: a userspace target's polling thread
-# stalls with it, the kernel target's softirq work does not (with a sample every 0.5 s, fio's
-# p99 at 4k QD32 was 1.5-1.8x its unsampled value against gonvmf and 1.0-1.3x against the
-# kernel target; with these two, its p99.9 1.3-2x and its maximum about 40 ms against
-# gonvmf, unchanged against the kernel target). So a job gets the two samples its window
-# needs and no more, the same for both targets.
+# runs there waits: a userspace target's polling thread stalls with it, the kernel target's
+# softirq work does not (with a sample every 0.5 s, fio's p99 at 4k QD32 was 1.5-1.8x its
+# unsampled value against gonvmf and 1.0-1.3x against the kernel target; with these two, of
+# the older length, its p99.9 1.3-2x and its maximum about 40 ms against gonvmf, unchanged
+# against the kernel target). So a job gets the two samples its window needs and no more,
+# the same for both targets.
 GO_FIFO=/tmp/gonvmf-bench-go
 rm -f "$GO_FIFO" && mkfifo "$GO_FIFO"
 cpu_windows() {
