@@ -158,7 +158,7 @@ hist_on() {
 		echo "$3: unavailable" >> "$OUT/meta/guest.txt"
 	fi
 }
-hist_off() { [ -z "$1" ] || echo "!$2" > "${1%hist}trigger" 2> /dev/null; }
+hist_off() { [ -z "$1" ] || echo "!$2" 2> /dev/null > "${1%hist}trigger"; }
 # hist_clear <hist file> <trigger>: empties the histogram; the trigger stays and counts on
 # (the same trigger with ":clear" before its filter). Reading a histogram costs the kernel
 # time per entry, in the SCHED_FIFO sampler's system call (see cpu_windows): in the 6.1 guest
@@ -170,7 +170,7 @@ hist_off() { [ -z "$1" ] || echo "!$2" > "${1%hist}trigger" 2> /dev/null; }
 hist_clear() {
 	[ -n "$1" ] || return 0
 	local head=${2%% if *}
-	echo "$head:clear${2#"$head"}" >> "${1%hist}trigger" 2> /dev/null || log "cannot clear $1"
+	echo "$head:clear${2#"$head"}" 2> /dev/null >> "${1%hist}trigger" || log "cannot clear $1"
 }
 # hist_text <hist file>: sets HIST_LINES to the file's lines (blank ones left out), read in
 # one pass. A histogram's file is generated anew whenever it is read from another offset than
@@ -190,8 +190,7 @@ hist_text() {
 }
 
 # sys_hist: sets SYS_TOTAL (system calls of gonvmf processes since the trigger was set or
-# last cleared: hist_clear)
-# and SYS_LIST (" name:count" per call). Builtins only.
+# last cleared by hist_clear) and SYS_LIST (" name:count" per call). Builtins only.
 sys_hist() {
 	local l n name
 	SYS_TOTAL=0 SYS_LIST=

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -86,15 +88,25 @@ echo "$WAKE_LIST"
 	}
 }
 
-// The system calls by name from the raw_syscalls histogram.
-func TestSamplerSyscalls(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "hist")
+// syscallHist writes a raw_syscalls histogram in the 6.1 guest's tracefs format, one entry
+// per line given ("{ id: sys_write [  1] } hitcount: 3756"), to a file in dir.
+func syscallHist(t *testing.T, dir string, entries []string, hits int) string {
+	t.Helper()
+	f := filepath.Join(dir, "hist")
 	text := "# event histogram\n#\n# trigger info: hist:keys=id.syscall:vals=hitcount:sort=hitcount:size=512 if comm == \"gonvmf\" [active]\n#\n\n" +
-		"{ id: sys_futex                   [202] } hitcount:         12\n" +
-		"{ id: sys_write                   [  1] } hitcount:       3756\n\nTotals:\n    Hits: 3768\n    Entries: 2\n    Dropped: 0\n"
+		strings.Join(entries, "\n") + "\n\nTotals:\n    Hits: " + strconv.Itoa(hits) + "\n    Entries: " + strconv.Itoa(len(entries)) + "\n    Dropped: 0\n"
 	if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+// The system calls by name from the raw_syscalls histogram.
+func TestSamplerSyscalls(t *testing.T) {
+	f := syscallHist(t, t.TempDir(), []string{
+		"{ id: sys_futex                   [202] } hitcount:         12",
+		"{ id: sys_write                   [  1] } hitcount:       3756",
+	}, 3768)
 	out := runBash(t, shellFuncs(t, "hist_text", "sys_hist")+`
 SYSCALL_HIST=`+f+`
 sys_hist
@@ -146,16 +158,11 @@ func TestSamplerHistReads(t *testing.T) {
 		t.Skip("bash is not installed")
 	}
 	dir := t.TempDir()
-	hist := filepath.Join(dir, "hist")
-	var b strings.Builder
-	b.WriteString("# event histogram\n#\n# trigger info: hist:keys=id.syscall:vals=hitcount:sort=hitcount:size=512 if comm == \"gonvmf\" [active]\n#\n\n")
-	for i := 0; i < 60; i++ {
-		b.WriteString("{ id: sys_call" + strings.Repeat("x", i%7) + "                [" + "  1] } hitcount:       3756\n")
+	entries := make([]string, 60)
+	for i := range entries {
+		entries[i] = fmt.Sprintf("{ id: sys_call%-20d [%3d] } hitcount:       3756", i, i)
 	}
-	b.WriteString("\nTotals:\n    Hits: 225360\n    Entries: 60\n    Dropped: 0\n")
-	if err := os.WriteFile(hist, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	hist := syscallHist(t, dir, entries, 60*3756)
 	wake, err := filepath.Abs("testdata/wakeups.hist")
 	if err != nil {
 		t.Fatal(err)
