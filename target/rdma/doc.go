@@ -103,7 +103,8 @@
 // backend worker goroutines, reach the group through a lock-free list. When idle a group
 // keeps polling for a while (DefaultSpin polls, offering its CPU to the kernel's other
 // runnable threads every spinYieldPolls of them), then arms the completion queue and
-// sleeps on its completion channel with its OS thread blocked in poll(2)
+// sleeps on its completion channel with its OS thread (one for the goroutine's life:
+// runtime.LockOSThread, see group.run) blocked in poll(2)
 // (rdmacm.CQ.WaitThread), so that a completion wakes the group's own thread and nothing
 // else: on a host where the RDMA device itself runs on the CPUs (Soft-RoCE) busy polling
 // would steal its cycles, and waking through the Go netpoller costs timers and thread

@@ -1,12 +1,15 @@
 package rdma
 
 import (
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/rdmacm"
+	"golang.org/x/sys/unix"
 )
 
 // busyCQ has a completion at every poll (of a connection that is gone, which the group
@@ -137,5 +140,67 @@ func TestThreadCQYieldOnHandoff(t *testing.T) {
 	}
 	if c.lastYield != 0 {
 		t.Error("yieldOnHandoff read the clock")
+	}
+}
+
+// tidCQ is busyCQ that records the OS thread of every poll and passes through the Go
+// scheduler at every offer to yield.
+type tidCQ struct {
+	busyCQ
+	tids map[int]int
+}
+
+func (c *tidCQ) Poll(wc []rdmacm.Completion) (int, error) {
+	c.tids[unix.Gettid()]++
+	return c.busyCQ.Poll(wc)
+}
+func (c *tidCQ) maybeYield() { c.busyCQ.maybeYield(); runtime.Gosched() }
+
+// TestGroupKeepsItsThread: a poll group's goroutine polls from one OS thread for its
+// whole life, through its passes through the Go scheduler while other goroutines keep
+// every P busy (an unlocked goroutine resumes on whichever thread picks it up).
+func TestGroupKeepsItsThread(t *testing.T) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer close(stop)
+	cq := &tidCQ{busyCQ: busyCQ{limit: 20000}, tids: map[int]int{}}
+	g := newGroup(0, testPool(t, 1<<20, 128<<10), cq, groupConfig{cqeCap: 100}, testLogger(t))
+	done := make(chan struct{})
+	go func() { g.run(); close(done) }()
+	<-done
+	if len(cq.tids) != 1 {
+		t.Errorf("%d polls made from %d OS threads (polls by thread id: %v), want one", cq.polls, len(cq.tids), cq.tids)
+	}
+}
+
+// TestGroupBusyPollYields: under transport.busy_poll an idle group never sleeps nor offers
+// its CPU to the OS, and passes through the Go scheduler as a busy one does (maybeYield
+// every busyYieldCheck rounds), not at every empty poll: its goroutine keeps its OS thread,
+// and each pass hands the thread's P to another thread and back.
+func TestGroupBusyPollYields(t *testing.T) {
+	const polls = 40 * busyYieldCheck
+	cq := &idleCQ{limit: polls}
+	g := newGroup(0, testPool(t, 1<<20, 128<<10), cq, groupConfig{cqeCap: 100, spin: 8, busyPoll: true}, testLogger(t))
+	g.run()
+	if want := polls / busyYieldCheck; cq.busyYields != want {
+		t.Errorf("%d empty polls: %d maybeYield calls, want %d (one every %d)", polls, cq.busyYields, want, busyYieldCheck)
+	}
+	if len(cq.pollsAtWait) != 0 || cq.spinYields != 0 || len(cq.pollsAtCPUYield) != 0 {
+		t.Errorf("busy polling: %d sleeps, %d yieldOnHandoff and %d yieldCPU calls, want none", len(cq.pollsAtWait), cq.spinYields, len(cq.pollsAtCPUYield))
 	}
 }
