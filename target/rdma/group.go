@@ -305,7 +305,9 @@ func (g *group) stop() {
 // against 5,674 and 7,137 against 5,764, 128 KiB reads 427 against 429 and 419 against
 // 350, and the process's CPU per I/O lower in every job (4k QD32 reads 76 against 128
 // and 134 against 164 µs). In the first boot the locked build ran under another name,
-// which the benchmark's system call counter leaves out. The price: a locked goroutine's
+// which the benchmark's system call counter leaves out. On Linux 6.12, whose Soft-RoCE runs
+// a post's packets in a workqueue, two such boots disagreed within their spread (4k QD32
+// reads 7,165 against 7,763 and 7,735 against 7,150). The price: a locked goroutine's
 // runtime.Gosched hands its P to another thread and back (two wake-ups), so busy polling
 // passes through the scheduler as often as a busy round does, not at every empty poll.
 func (g *group) run() {
