@@ -240,9 +240,8 @@ type Transport struct {
 	// min(QueueDepth × MaxIOSize, 1 GiB).
 	BufferPoolSize Size `yaml:"buffer_pool_size"`
 	// PollGroups is the number of completion-polling goroutines that queues are spread
-	// over; 0 means one per CPU the Go scheduler uses (GOMAXPROCS), of which all but one
-	// take queues until their completion queues are full (see NumPollGroups and
-	// ReservePollGroups). 0..256, default 0.
+	// over; 0 means one per CPU the Go scheduler uses (GOMAXPROCS; see NumPollGroups).
+	// 0..256, default 0.
 	PollGroups int `yaml:"poll_groups"`
 	// SharedReceiveQueue is how many receive buffers (a command entry and the in-capsule
 	// data area each) a poll group's I/O queues share: one shared receive queue per poll
@@ -491,30 +490,26 @@ func (c *Config) Clone() *Config {
 
 // NumPollGroups is PollGroups with 0 resolved to one per CPU the Go scheduler uses:
 // runtime.GOMAXPROCS, which is the CPU count, or a container's CPU limit where that is
-// lower. Counting CPUs instead would give more groups than Ps under such a limit, the
-// case the reserve group exists to avoid.
+// lower. Counting CPUs instead would give more groups than Ps under such a limit: more
+// polling threads than the scheduler runs at once.
+//
+// Every group takes connections (the least loaded first), so a host's queues spread over
+// as many threads as there are Ps, and Soft-RoCE's packet work, which Linux 6.1 does
+// inside each post's system call, runs on as many CPUs. Measured in 6.1 guest boots
+// (2 vCPUs, the Linux host, 8 repetitions, the builds alternated, medians of 4), two
+// groups each taking queues against the second kept in reserve until the first was full,
+// with null: 4 KiB reads 2,166 against 1,964 IOPS at QD1, 5,493 against 4,406 at QD8,
+// 7,723 against 5,289 at QD32 (p99 12.5 against 14.4 ms) and 7,070 against 5,123 at
+// QD64, 4 KiB writes at QD32 7,089 against 6,730, 128 KiB reads 474 against 370 (every
+// repetition ahead) and writes 441 against 384, with less of gonvmf's CPU per I/O in
+// every job; with a file (another boot) 128 KiB reads 456 against 412 and writes level,
+// but 4 KiB reads 1,183 against 1,374 at QD1 and 3,633 against 4,495 at QD32 (the
+// Linux target 1,210 and 2,057), writes level. On 6.12 (null, one boot) within the
+// boot's spread. The reserve had won before poll groups kept one OS thread each
+// (runtime.LockOSThread in the rdma package): 4 KiB reads 1.5× the IOPS at QD1 then.
 func (t *Transport) NumPollGroups() int {
 	if t.PollGroups > 0 {
 		return t.PollGroups
 	}
 	return numProcs()
-}
-
-// ReservePollGroups is how many of the NumPollGroups poll groups take queues only once
-// the others' completion queues are full: one when PollGroups is 0 and GOMAXPROCS is
-// more than one, else none. A poll group's goroutine spins between bursts and spends
-// long stretches in verbs calls (Soft-RoCE sends a whole post inside the call), and a
-// sleeping one keeps its P blocked in poll(2); with as many groups as the Go scheduler
-// has Ps, a group coming back from such a call waits for a P that the runtime handed to
-// another group, and the connection manager, backend workers and timers wait with it.
-// The reserve group does not run until a connection is placed on it. Measured in one
-// guest boot (2 vCPUs, Soft-RoCE, null backend, the Linux host, 3 repetitions each):
-// 4 KiB reads 1.5× the IOPS of two active groups at QD1, 1.15× at QD8, 1.12× at QD32
-// with 0.65× the p99; writes at QD32 and 128 KiB transfers unchanged. An explicit
-// PollGroups has no reserve.
-func (t *Transport) ReservePollGroups() int {
-	if t.PollGroups == 0 && numProcs() > 1 {
-		return 1
-	}
-	return 0
 }

@@ -66,10 +66,8 @@
 //     many as their entries up to 256 (2 MiB at the default in-capsule size), instead of
 //     1 MiB per queue.
 //   - transport.poll_groups 0: one completion poller per CPU the Go scheduler uses
-//     (GOMAXPROCS: the CPU count, or a container's CPU limit); with more than one the
-//     last takes queues only once the others' completion queues are full
-//     (Transport.ReservePollGroups), so that busy pollers never hold every P of the Go
-//     scheduler.
+//     (GOMAXPROCS: the CPU count, or a container's CPU limit), queues spread over all of
+//     them (Transport.NumPollGroups has the measurement).
 //   - transport.busy_poll false: sleep on completion channels; busy polling trades one CPU
 //     per poll group for latency.
 //   - transport.max_io_queues 16: enough for one queue per CPU on typical hosts without

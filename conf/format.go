@@ -160,11 +160,7 @@ func (c *Config) String() string {
 	w(1, "max_io_size: "+sizeText(t.MaxIOSize), mdts)
 	w(1, "buffer_pool_size: "+t.BufferPoolSize.String(), t.BufferPoolSize.Human())
 	if t.PollGroups == 0 {
-		note := fmt.Sprintf("one per CPU the Go scheduler uses (GOMAXPROCS): %d here", numProcs())
-		if r := t.ReservePollGroups(); r > 0 {
-			note += fmt.Sprintf(", %d of them a reserve", r)
-		}
-		w(1, "poll_groups: 0", note)
+		w(1, "poll_groups: 0", fmt.Sprintf("one per CPU the Go scheduler uses (GOMAXPROCS): %d here", numProcs()))
 	} else {
 		w(1, fmt.Sprintf("poll_groups: %d", t.PollGroups), "")
 	}

@@ -13,8 +13,8 @@ import (
 
 // numProcs is how many goroutines the Go scheduler runs at once (GOMAXPROCS: the CPUs the
 // process may use, or its container's CPU limit where that is lower, which Go follows since
-// 1.25). Poll groups are counted against it, not against runtime.NumCPU: the reserve group
-// exists so that busy pollers never hold every P, and Ps are what GOMAXPROCS counts.
+// 1.25). Poll groups are counted against it, not against runtime.NumCPU: no more polling
+// threads than the scheduler runs at once.
 var numProcs = func() int { return runtime.GOMAXPROCS(0) }
 
 // Range texts shared by decoding (values too large for their Go type) and validation.

@@ -95,8 +95,8 @@
 // # Poll groups
 //
 // transport.poll_groups goroutines per device (default one per P of the Go scheduler,
-// GOMAXPROCS, the last of them a reserve that takes connections only when the others are
-// full: see conf.Transport.ReservePollGroups and device.pickGroup), each polling one
+// GOMAXPROCS; a new queue goes to the one with the fewest connections that has room:
+// device.pickGroup, and conf.Transport.NumPollGroups for the measurement), each polling one
 // completion queue shared by the QPs spread over it, up to 64 completions per call, and
 // posting each connection's staged work requests in one call per round (receives
 // first, then RDMA READs, WRITEs and SENDs). Completions of the core, which may come from

@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// TestPickGroupKeepsReserve: connections go to the active poll groups, spread by count,
-// and reach the reserve only when no active group's completion queue has room.
-func TestPickGroupKeepsReserve(t *testing.T) {
+// TestPickGroupSpreads: connections go to the poll group with the fewest connections
+// that has room in its completion queue, so a host's queues spread over every group;
+// one that fits no group gets none.
+func TestPickGroupSpreads(t *testing.T) {
 	p := testPool(t, 1<<20, 128<<10)
-	newDev := func(groups, active int) *device {
-		d := &device{name: "fake0", pool: p, active: active}
+	newDev := func(groups int) *device {
+		d := &device{name: "fake0", pool: p}
 		for i := range groups {
 			g := newGroup(i, p, newFakeCQ(), groupConfig{cqeCap: 1000}, testLogger(t))
 			g.startOnce.Do(func() {}) // placement only: no goroutine
@@ -31,20 +32,8 @@ func TestPickGroupKeepsReserve(t *testing.T) {
 		g.nconns.Add(1)
 		return g.id
 	}
+	d := newDev(3)
 	var got []int
-	d := newDev(2, 1) // one active group, one reserve
-	for range 5 {
-		got = append(got, take(d, 300))
-	}
-	if want := []int{0, 0, 0, 1, 1}; !slices.Equal(got, want) {
-		t.Errorf("one active group and a reserve: connections went to groups %v, want %v", got, want)
-	}
-	if g := take(d, 500); g != -1 {
-		t.Errorf("a connection that fits no group went to group %d", g)
-	}
-
-	got = got[:0]
-	d = newDev(3, 3) // no reserve: spread by count
 	for range 6 {
 		got = append(got, take(d, 100))
 	}
@@ -53,30 +42,41 @@ func TestPickGroupKeepsReserve(t *testing.T) {
 		counts[g]++
 	}
 	if !slices.Equal(counts, []int{2, 2, 2}) {
-		t.Errorf("three active groups: connections per group %v (picks %v), want 2 each", counts, got)
+		t.Errorf("three groups: connections per group %v (picks %v), want 2 each", counts, got)
+	}
+
+	d = newDev(2)
+	got = got[:0]
+	for _, cqe := range []int{300, 300, 600, 300} { // the third fits only the emptier group
+		got = append(got, take(d, cqe))
+	}
+	if got[0] == got[1] || got[2] == -1 || got[3] == -1 || got[2] == got[3] {
+		t.Errorf("two groups of 1000 entries, connections of 300, 300, 600, 300: groups %v; want the first two apart, then both placed apart", got)
+	}
+	if g := take(d, 500); g != -1 {
+		t.Errorf("a connection that fits no group went to group %d", g)
 	}
 }
 
-// TestReserveGroupNeverRun: a reserve group that never got a connection never ran; a
-// drain counts it and a device's close stops it at once, not after groupStopWait.
-func TestReserveGroupNeverRun(t *testing.T) {
+// TestGroupNeverRunStops: a group whose goroutine never ran is started by a drain or a
+// device's close, which then finish at once, not after groupStopWait.
+func TestGroupNeverRunStops(t *testing.T) {
 	p := testPool(t, 1<<20, 128<<10)
-	newReserve := func() *group { return newGroup(1, p, newFakeCQ(), groupConfig{cqeCap: 1000}, testLogger(t)) }
+	newIdle := func() *group { return newGroup(1, p, newFakeCQ(), groupConfig{cqeCap: 1000}, testLogger(t)) }
 
-	g := newReserve()
+	g := newIdle()
 	g.start() // as Transport.Drain does
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := drainGroups(ctx, []*group{g}, testLogger(t)); err != nil {
-		t.Errorf("draining a reserve group that never ran: %v", err)
+		t.Errorf("draining a group that never ran: %v", err)
 	}
 
 	released := 0
-	d := &device{name: "fake0", pool: p, groups: []*group{newReserve()}, active: 0,
-		release: func() error { released++; return nil }}
+	d := &device{name: "fake0", pool: p, groups: []*group{newIdle()}, release: func() error { released++; return nil }}
 	start := time.Now()
 	if err := d.close(0); err != nil || released != 1 {
-		t.Errorf("closing a device with a reserve group that never ran: %v, released %d times", err, released)
+		t.Errorf("closing a device with a group that never ran: %v, released %d times", err, released)
 	}
 	if took := time.Since(start); took >= groupStopWait {
 		t.Errorf("the close took %v: it waited for a group that was never started", took)

@@ -297,7 +297,7 @@ func (tr *Transport) Drain(ctx context.Context) error {
 		groups = append(groups, d.groups...)
 	}
 	for _, g := range groups {
-		g.start() // a reserve group that never ran reports nothing in flight at once
+		g.start() // a no-op: groups run from their device's opening
 	}
 	return drainGroups(ctx, groups, tr.log)
 }
@@ -564,9 +564,6 @@ type device struct {
 
 	mu   sync.Mutex
 	next int
-	// active is how many of groups (the first ones) take connections while one of them
-	// has room; the rest are the reserve (conf.Transport.ReservePollGroups).
-	active int
 }
 
 // closeWait bounds how long Close waits for connections to be released; groupStopWait how
@@ -628,7 +625,6 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 		return nil, err
 	}
 	n := tc.NumPollGroups()
-	d.active = n - min(tc.ReservePollGroups(), n-1)
 	cqe := maxCQE
 	if d.attr.MaxCQE > 0 {
 		cqe = min(cqe, d.attr.MaxCQE)
@@ -659,9 +655,7 @@ func (tr *Transport) openDevice(name string) (d *device, err error) {
 			}
 		}
 		d.groups = append(d.groups, g)
-		if i < d.active {
-			g.start()
-		}
+		g.start()
 	}
 	tr.log.Info("RDMA device ready", "device", name, "buffer_pool", tc.BufferPoolSize.Human(),
 		"poll_groups", n, "busy_poll", tc.BusyPoll, "cq_entries", cqe, "shared_receive_queue", tc.SharedReceiveQueue,
@@ -701,20 +695,12 @@ func (d *device) addSRQ(g *group, limit, icd int) error {
 // I/O; beyond that they go to the namespace's worker goroutines.
 const ringDepth = 256
 
-// pickGroup returns the poll group with the fewest connections that has room: an active
-// one if one has, else one of the reserve.
+// pickGroup returns the poll group with the fewest connections that has room, or nil.
 func (d *device) pickGroup(cqe int) *group {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.next++
-	g := pickFrom(d.groups[:d.active], cqe, d.next)
-	if g == nil {
-		g = pickFrom(d.groups[d.active:], cqe, d.next) // no active group has room
-	}
-	if g != nil {
-		g.start()
-	}
-	return g
+	return pickFrom(d.groups, cqe, d.next)
 }
 
 // pickFrom returns the group of gs with the fewest connections that has room for cqe
@@ -740,7 +726,7 @@ func pickFrom(gs []*group, cqe, start int) *group {
 // the error says why (unmapping it would turn that late write into a crash).
 func (d *device) close(connsOpen int) error {
 	for _, g := range d.groups {
-		g.start() // a reserve group that never ran returns at once
+		g.start() // a no-op (see Drain), so that stopped is closed in any case
 		g.stop()
 	}
 	var errs []error
