@@ -47,7 +47,7 @@ func TestPickGroupSpreads(t *testing.T) {
 
 	d = newDev(2)
 	got = got[:0]
-	for _, cqe := range []int{300, 300, 600, 300} { // the third fits only the emptier group
+	for _, cqe := range []int{300, 300, 600, 300} { // the third fits either; the fourth goes to the other
 		got = append(got, take(d, cqe))
 	}
 	if got[0] == got[1] || got[2] == -1 || got[3] == -1 || got[2] == got[3] {
