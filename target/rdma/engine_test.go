@@ -212,6 +212,20 @@ func writesHoldingReads(t *testing.T, io *fconn, n, size int) int {
 		}()
 	}
 	deadline := time.Now().Add(20 * time.Second)
+	// The pause: releasing starts once the held READs have stopped growing for a while, so
+	// that a write goroutine the scheduler starts late does not see an earlier READ released
+	// before its own is posted.
+	for last, since := -1, time.Now(); done.Load() < int32(n) && time.Now().Before(deadline); {
+		io.ep.mu.Lock()
+		held := len(io.ep.heldReads)
+		io.ep.mu.Unlock()
+		if held != last {
+			last, since = held, time.Now()
+		} else if time.Since(since) >= 100*time.Millisecond {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 	for done.Load() < int32(n) && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Millisecond)
 		io.ep.releaseRead()
