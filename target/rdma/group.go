@@ -281,8 +281,8 @@ func (g *group) kick() {
 	}
 }
 
-// start runs the group's goroutine, once: at the device's opening, and (for a group
-// that never ran) before a drain or close, which wait for every group.
+// start runs the group's goroutine, once: at the device's opening (and, for a group that
+// never ran, before the device's close, which waits for every group).
 func (g *group) start() { g.startOnce.Do(func() { go g.run() }) }
 
 // stop makes run return once no connection is left (or at once with force).

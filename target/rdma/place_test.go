@@ -58,14 +58,15 @@ func TestPickGroupSpreads(t *testing.T) {
 	}
 }
 
-// TestGroupNeverRunStops: a group whose goroutine never ran is started by a drain or a
-// device's close, which then finish at once, not after groupStopWait.
+// TestGroupNeverRunStops: a drain of a group with no connection finishes at once, and a
+// device's close starts a group that never ran and then finishes at once, not after
+// groupStopWait.
 func TestGroupNeverRunStops(t *testing.T) {
 	p := testPool(t, 1<<20, 128<<10)
 	newIdle := func() *group { return newGroup(1, p, newFakeCQ(), groupConfig{cqeCap: 1000}, testLogger(t)) }
 
 	g := newIdle()
-	g.start() // as Transport.Drain does
+	g.start()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := drainGroups(ctx, []*group{g}, testLogger(t)); err != nil {

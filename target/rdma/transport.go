@@ -296,9 +296,6 @@ func (tr *Transport) Drain(ctx context.Context) error {
 	for _, d := range devs {
 		groups = append(groups, d.groups...)
 	}
-	for _, g := range groups {
-		g.start() // a no-op: groups run from their device's opening
-	}
 	return drainGroups(ctx, groups, tr.log)
 }
 
@@ -726,7 +723,7 @@ func pickFrom(gs []*group, cqe, start int) *group {
 // the error says why (unmapping it would turn that late write into a crash).
 func (d *device) close(connsOpen int) error {
 	for _, g := range d.groups {
-		g.start() // a no-op (see Drain), so that stopped is closed in any case
+		g.start() // groups start with their device; this keeps close from waiting on one that never ran
 		g.stop()
 	}
 	var errs []error
