@@ -796,6 +796,22 @@ type threadCQ struct {
 // 2 ms had more IOPS in 7 of 7 pairs at 4k QD32 writes (medians 7,790 → 8,136 in the
 // second boot), a lower p99.9 in 7 of 7 at 4k QD32 reads (33.1 → 20.1 ms) and a lower
 // p99 in 5 of 7 for either (writes 10.7 → 9.2 ms); 4k QD1 unchanged. 1 ms was no better.
+//
+// With each group on its own OS thread (see run), measured again in 6.1 guest boots (null,
+// the Linux host, 8 repetitions, the builds alternated under one name, medians of 4):
+//   - 1 ms against 2 ms: no better, only different. 4k reads at QD1 1,649 against 2,120
+//     IOPS and at QD32 5,446 against 6,046, but 4k QD32 writes 6,990 against 5,919, 4k
+//     reads at QD8 4,846 against 3,563 and at QD64 5,073 against 4,449, 128 KiB reads 417
+//     against 433.
+//   - A spare P (GOMAXPROCS one above the group count, so that sysmon leaves a group's P
+//     alone during its system calls until 10 ms have passed, and no other goroutine waits
+//     for a group's P) changed nothing beyond the noise in two boots: 128 KiB reads 422
+//     against 332 IOPS in the first, 434 against 435 in the second; 4k reads at QD1 1,755
+//     against 2,070 and 1,914 against 1,968.
+//   - The spare P and no clock-driven yields (a yield after a hand-off only) cost 4k reads
+//     a third of their IOPS: QD1 1,238 against 1,927 (gonvmf's CPU per I/O 1,046 against
+//     659 µs), QD32 3,951 against 6,443 (one boot, 5 repetitions). Without the yields,
+//     sysmon's preemptions (above) take their place, at a higher price.
 const yieldAfter = 2 * time.Millisecond
 
 //go:linkname nanotime runtime.nanotime
