@@ -799,10 +799,10 @@ type threadCQ struct {
 //
 // With each group on its own OS thread (see run), measured again in 6.1 guest boots (null,
 // the Linux host, 8 repetitions, the builds alternated under one name, medians of 4):
-//   - 1 ms against 2 ms: no better, only different. 4k reads at QD1 1,649 against 2,120
-//     IOPS and at QD32 5,446 against 6,046, but 4k QD32 writes 6,990 against 5,919, 4k
-//     reads at QD8 4,846 against 3,563 and at QD64 5,073 against 4,449, 128 KiB reads 417
-//     against 433.
+//   - 1 ms against 2 ms (one boot): no better, only different. 4k reads at QD1 1,649
+//     against 2,120 IOPS and at QD32 5,446 against 6,046, but 4k QD32 writes 6,990
+//     against 5,919, 4k reads at QD8 4,846 against 3,563 and at QD64 5,073 against 4,449,
+//     128 KiB reads 417 against 433.
 //   - A spare P (GOMAXPROCS one above the group count, so that sysmon leaves a group's P
 //     alone during its system calls until 10 ms have passed, and no other goroutine waits
 //     for a group's P) changed nothing beyond the noise in two boots: 128 KiB reads 422
