@@ -807,11 +807,11 @@ type threadCQ struct {
 //     alone during its system calls until 10 ms have passed, and no other goroutine waits
 //     for a group's P) changed nothing beyond the noise in two boots: 128 KiB reads 422
 //     against 332 IOPS in the first (the repetitions overlapping), 434 against 435 in the
-//     second; 4k reads at QD1 1,755 against 2,070 and 1,914 against 1,968. In two more
-//     boots, the builds run in turn (5 s of 128 KiB reads each, three times each), the
-//     order mattered, not the build: the build run second, fourth and sixth led both
-//     times (55,173–56,421 against 33,169–51,307 KiB/s with the spare P second, 49,584–
-//     54,755 against 26,649–52,891 with it first).
+//     second; 4k reads at QD1 1,755 against 2,070 and 1,914 against 1,968. Running the
+//     builds in turn (5 s of 128 KiB reads each, three times each) did not separate them
+//     either: with the spare P 55,173–56,421 KiB/s against 33,169–51,307 in one boot,
+//     26,649–52,891 against 49,584–54,755 in another, and one build alone, six times in a
+//     third boot, 34,496–54,671.
 //   - The spare P and no clock-driven yields (a yield after a hand-off only) cost 4k reads
 //     a third of their IOPS: QD1 1,238 against 1,927 (gonvmf's CPU per I/O 1,046 against
 //     659 µs), QD32 3,951 against 6,443 (one boot, 5 repetitions). Without the yields,
