@@ -48,16 +48,22 @@ HZ=$(getconf CLK_TCK)
 NQN_PREFIX=nqn.2024-01.io.gonvmf.bench
 FILE=${SCRATCH:-/scratch}/gonvmf-bench.img
 
-# The fio matrix: the named jobs, then the 4k randread queue-depth sweep (rw:bs:qd).
+# The fio matrix (rw:bs:qd[:cpuN]): the named jobs, the 128k jobs again with fio's thread
+# on vCPU 0 only, then the 4k randread queue-depth sweep. The Linux host gives each CPU its
+# own I/O queue, so a job's I/O goes to the queue pair of the vCPU fio runs on; the
+# unpinned 128k jobs measure how often fio moves between vCPUs (which depends on where each
+# target's work runs) as much as the targets, and the pinned ones measure one queue pair.
 MAIN_JOBS="randread:4k:1 randread:4k:32 randwrite:4k:32 read:128k:16 write:128k:16"
+PIN_JOBS=
+if [ "$NCPU" -gt 1 ]; then PIN_JOBS="read:128k:16:cpu0 write:128k:16:cpu0"; fi
 JOBS=()
-for j in $MAIN_JOBS $(for q in $QDS; do echo "randread:4k:$q"; done); do
+for j in $MAIN_JOBS $PIN_JOBS $(for q in $QDS; do echo "randread:4k:$q"; done); do
 	[[ " ${JOBS[*]} " == *" $j "* ]] || JOBS+=("$j")
 done
-jobname() { # rw:bs:qd -> rw-bs-qdN
-	local rw bs qd
-	IFS=: read -r rw bs qd <<< "$1"
-	echo "$rw-$bs-qd$qd"
+jobname() { # rw:bs:qd[:cpuN] -> rw-bs-qdN[-cpuN]
+	local rw bs qd cpu
+	IFS=: read -r rw bs qd cpu <<< "$1"
+	echo "$rw-$bs-qd$qd${cpu:+-$cpu}"
 }
 
 mkdir -p "$OUT"/{meta,fio,cpu,perftest,gonvmf}
@@ -500,7 +506,7 @@ target_usable() { [ "$1" != gonvmf ] || [ -z "${GONVMF_REASON[$2]:-}" ]; }
 # run_jobs <tag> <rep> <backend> <target>: every job of the matrix on $NS_DEV, in one fio
 # process (a job file of stonewalled sections), one JSON for the session.
 run_jobs() {
-	local tag=$1 spec rw bs qd name jf json cpus=() names=() rc sp fpid wd t0
+	local tag=$1 spec rw bs qd cpu name jf json cpus=() names=() rc sp fpid wd t0
 	jf=$OUT/fio/$tag.fio
 	json=fio/$tag.json
 	{
@@ -524,11 +530,12 @@ run_jobs() {
 		echo "# tells the CPU sampler that a job's I/O starts now (see cpu_windows)"
 		echo "exec_prerun=: > $GO_FIFO"
 		for spec in "${JOBS[@]}"; do
-			IFS=: read -r rw bs qd <<< "$spec"
+			IFS=: read -r rw bs qd cpu <<< "$spec"
 			name=$(jobname "$spec")
 			names+=("$name")
 			cpus+=("$OUT/cpu/$tag-$name.txt")
 			printf '\n[%s]\nrw=%s\nbs=%s\niodepth=%s\n' "$name" "$rw" "$bs" "$qd"
+			[ -z "$cpu" ] || echo "cpus_allowed=${cpu#cpu}"
 		done
 	} > "$jf"
 	t0=$(now)
@@ -551,7 +558,7 @@ run_jobs() {
 	wait "$sp" 2> /dev/null
 	local i
 	for i in "${!JOBS[@]}"; do
-		IFS=: read -r rw bs qd <<< "${JOBS[i]}"
+		IFS=: read -r rw bs qd cpu <<< "${JOBS[i]}"
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$2" "$3" "$4" "${names[i]}" "$rw" "$bs" "$qd" "$rc" \
 			"$json" "cpu/$tag-${names[i]}.txt" >> "$OUT/runs.tsv"
 	done

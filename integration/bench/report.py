@@ -22,6 +22,8 @@ import sys
 TARGETS = ("kernel", "gonvmf")
 BACKENDS = ("null", "file")
 MAIN_JOBS = ("randread-4k-qd1", "randread-4k-qd32", "randwrite-4k-qd32", "read-128k-qd16", "write-128k-qd16")
+# the 128k jobs again with fio on vCPU 0 only: one of the host's I/O queues (guest-bench.sh)
+PIN_JOBS = ("read-128k-qd16-cpu0", "write-128k-qd16-cpu0")
 BACKEND_TEXT = {
     "null": "kernel: null_blk `/dev/nullb0` (16 GiB, 512 B blocks); gonvmf: its `null` backend (16 GiB, 512 B)."
     " Not the same code: the kernel target cannot use a userspace null device, so each target gets"
@@ -438,8 +440,11 @@ def primary(job):
 
 
 def job_title(job):
-    m = re.match(r"(\w+)-(\w+)-qd(\d+)$", job)
-    return "%s %s QD%s" % (m.group(1), m.group(2), m.group(3)) if m else job
+    m = re.match(r"(\w+)-(\w+)-qd(\d+)(?:-cpu(\d+))?$", job)
+    if not m:
+        return job
+    t = "%s %s QD%s" % (m.group(1), m.group(2), m.group(3))
+    return t + ", fio on vCPU %s" % m.group(4) if m.group(4) is not None else t
 
 
 def gonvmf_state(d):
@@ -532,7 +537,26 @@ def render(out, d, s, plot_note):
                 line += " %s | %s | %s |" % (num(k.med) if k and k.n else "–", num(gg.med) if gg and gg.n else "–",
                                             ratio_cell(m, k, gg, paired.get((be, job, m))) if m not in PROC_ONLY else "–")
             w(line)
+    for job in PIN_JOBS:
+        for m in (primary(job), "cpu_us_io"):
+            if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
+                continue  # not measured (one vCPU, or results from before these jobs existed)
+            label, unit, _ = METRICS[m]
+            line = "| %s | %s%s |" % (job_title(job), label, " (%s)" % unit if unit else "")
+            for be in backends:
+                k, gg = cells.get((be, job, "kernel", m)), cells.get((be, job, "gonvmf", m))
+                line += " %s | %s | %s |" % (num(k.med) if k and k.n else "–", num(gg.med) if gg and gg.n else "–",
+                                            ratio_cell(m, k, gg, paired.get((be, job, m))))
+            w(line)
     w("")
+    if any(cells.get((be, job, tg, primary(job))) and cells[(be, job, tg, primary(job))].n
+           for be in backends for job in PIN_JOBS for tg in TARGETS):
+        w("The rows \"fio on vCPU 0\" repeat the 128k jobs with fio's thread pinned to vCPU 0 (`cpus_allowed=0`). "
+          "The Linux host gives each CPU its own I/O queue, so there all of the job's I/O goes to one queue pair: "
+          "they measure what one queue pair carries. Unpinned, fio's moves between the vCPUs decide how many of the "
+          "host's queues carry the job at once, and those moves depend on where each target's work runs (the kernel "
+          "target's in kernel threads and softirq, gonvmf's in its poll threads).")
+        w("")
     if any(cells.get((be, job, "gonvmf", "sys_io")) and cells[(be, job, "gonvmf", "sys_io")].n for be in backends for job in MAIN_JOBS):
         w("System calls and context switches per I/O: see [Kernel crossings per I/O](#kernel-crossings-per-io) for how they "
           "are counted and which calls they are. The kernel target makes no system calls: it runs in kernel threads and "
@@ -782,7 +806,8 @@ def render(out, d, s, plot_note):
       "gonvmf: `gonvmf serve --config` with the generated `raw/gonvmf/<backend>.yaml` (gonvmf's transport defaults%s)." % (
           ", plus `%s`" % p["GONVMF_TRANSPORT"] if p.get("GONVMF_TRANSPORT") else ""))
     w("- fio runs on the host's multipath head device (`/dev/nvmeXnY`), one job, libaio; latency percentiles are fio's "
-      "`lat` (submission + completion).")
+      "`lat` (submission + completion). Jobs titled \"fio on vCPU N\" pin fio's thread to that vCPU, hence to one of "
+      "the host's I/O queues.")
     w("- Noise: other work on the build machine slows the guest unevenly; alternating the targets and taking medians "
       "spreads it over both. Compare the spread columns with the ratio before believing a difference under ~10 %.")
     w("- File backend: the host caches the guest's disk image, so the file backend measures the targets' file I/O "
@@ -890,6 +915,8 @@ def by_name(runs, field):
 def job_order(job):
     if job in MAIN_JOBS:
         return (0, MAIN_JOBS.index(job), 0)
+    if job in PIN_JOBS:
+        return (0, len(MAIN_JOBS) + PIN_JOBS.index(job), 0)
     m = re.match(r"randread-4k-qd(\d+)$", job)
     return (1, 0, int(m.group(1))) if m else (2, 0, 0)
 
