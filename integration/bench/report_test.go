@@ -276,6 +276,11 @@ func TestReportRatios(t *testing.T) {
 	gcpu := (120.0 - 70) / hz / (1220 * windowLen) * 1e6
 	near(t, "kernel CPU µs/IO", get(t, sum, "jobs", j, "kernel", "cpu_us_io", "median"), kcpu)
 	near(t, "CPU ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "cpu_us_io"), kcpu/gcpu)
+	// the whole guest's CPU per I/O: fio's ticks included
+	kall := 170.0 / hz / (1020 * windowLen) * 1e6
+	gall := 120.0 / hz / (1220 * windowLen) * 1e6
+	near(t, "kernel whole-guest CPU µs/IO", get(t, sum, "jobs", j, "kernel", "cpu_all_us_io", "median"), kall)
+	near(t, "whole-guest CPU ratio (kernel/gonvmf)", get(t, sum, "jobs", j, "ratio", "cpu_all_us_io"), kall/gall)
 	near(t, "gonvmf process µs/IO", get(t, sum, "jobs", j, "gonvmf", "proc_us_io", "median"), 40.0/hz/(1220*windowLen)*1e6)
 	near(t, "128k bandwidth ratio", get(t, sum, "jobs", "null/read-128k-qd16", "ratio", "mibps"), 0.8)
 	near(t, "128k bandwidth ratio, fio on vCPU 0", get(t, sum, "jobs", "null/read-128k-qd16-cpu0", "ratio", "mibps"), 1.1)
@@ -286,6 +291,9 @@ func TestReportRatios(t *testing.T) {
 	pinnedCPU := strings.Index(md, "| read 128k QD16, fio on vCPU 0 | CPU per I/O, all but fio (µs) |")
 	if main128k < 0 || pinned < 0 || pinnedCPU < 0 || !(main128k < pinned && pinned < pinnedCPU) {
 		t.Errorf("report.md: the summary lacks the pinned 128k rows or has them out of order (at %d, %d, %d)", main128k, pinned, pinnedCPU)
+	}
+	if !strings.Contains(md, "| randread 4k QD32 | CPU per I/O, whole guest (µs) |") {
+		t.Errorf("report.md: the summary lacks the whole guest's CPU per I/O")
 	}
 	if !strings.Contains(md, `The rows "fio on vCPU 0" repeat the 128k jobs`) {
 		t.Errorf("report.md: the pinned rows are not explained")
