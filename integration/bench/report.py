@@ -528,28 +528,23 @@ def render(out, d, s, plot_note):
         sep += "---:|---:|---:|"
     w(head)
     w(sep)
-    for job in MAIN_JOBS:
-        for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "soft_cs_io", "soft_wake_io", "proc_wait_io", "soft_wait_io", "fio_wait_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50", "cpu_us_io", "cpu_all_us_io"):
-            label, unit, _ = METRICS[m]
-            if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
-                continue  # not measured (results from before the counters existed)
-            line = "| %s | %s%s |" % (job_title(job), label, " (%s)" % unit if unit else "")
-            for be in backends:
-                k, gg = cells.get((be, job, "kernel", m)), cells.get((be, job, "gonvmf", m))
-                line += " %s | %s | %s |" % (num(k.med) if k and k.n else "–", num(gg.med) if gg and gg.n else "–",
-                                            ratio_cell(m, k, gg, paired.get((be, job, m))) if m not in PROC_ONLY else "–")
-            w(line)
-    for job in PIN_JOBS:
-        for m in (primary(job), "cpu_us_io", "cpu_all_us_io"):
-            if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
-                continue  # not measured (one vCPU, or results from before these jobs existed)
-            label, unit, _ = METRICS[m]
-            line = "| %s | %s%s |" % (job_title(job), label, " (%s)" % unit if unit else "")
-            for be in backends:
-                k, gg = cells.get((be, job, "kernel", m)), cells.get((be, job, "gonvmf", m))
-                line += " %s | %s | %s |" % (num(k.med) if k and k.n else "–", num(gg.med) if gg and gg.n else "–",
-                                            ratio_cell(m, k, gg, paired.get((be, job, m))))
-            w(line)
+    # the goal rows with what explains them, then the pinned 128k rows' throughput and CPU;
+    # a metric nobody measured (no such job, or results from before its counter) is left out
+    rows = [(job, m) for job in MAIN_JOBS
+            for m in (primary(job), "sys_io", "proc_cs_io", "cs_io", "soft_cs_io", "soft_wake_io", "proc_wait_io",
+                      "soft_wait_io", "fio_wait_io", "lat_p99" if job.endswith("qd1") is False else "lat_p50",
+                      "cpu_us_io", "cpu_all_us_io")]
+    rows += [(job, m) for job in PIN_JOBS for m in (primary(job), "cpu_us_io", "cpu_all_us_io")]
+    for job, m in rows:
+        label, unit, _ = METRICS[m]
+        if not any(cells.get((be, job, tg, m)) and cells[(be, job, tg, m)].n for be in backends for tg in TARGETS):
+            continue
+        line = "| %s | %s%s |" % (job_title(job), label, " (%s)" % unit if unit else "")
+        for be in backends:
+            k, gg = cells.get((be, job, "kernel", m)), cells.get((be, job, "gonvmf", m))
+            line += " %s | %s | %s |" % (num(k.med) if k and k.n else "–", num(gg.med) if gg and gg.n else "–",
+                                        ratio_cell(m, k, gg, paired.get((be, job, m))) if m not in PROC_ONLY else "–")
+        w(line)
     w("")
     if any(cells.get((be, job, tg, primary(job))) and cells[(be, job, tg, primary(job))].n
            for be in backends for job in PIN_JOBS for tg in TARGETS):
