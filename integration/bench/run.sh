@@ -111,7 +111,7 @@ main() {
 
 	# ---- what the run is made of, and how long it may take ----
 	njobs=$(for q in 1 32 $qds; do echo "randread-$q"; done | sort -u | wc -l)
-	njobs=$((njobs + 3)) # randwrite 4k QD32, read and write 128k QD16
+	njobs=$((njobs + 5)) # randwrite 4k QD32, read and write 128k QD16, both again on vCPU 0 (the guest has 2)
 	nb=$(wc -w <<< "$backends")
 	nt=$(wc -w <<< "$targets")
 	nconn=0
