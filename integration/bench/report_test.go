@@ -286,12 +286,10 @@ func TestReportRatios(t *testing.T) {
 	near(t, "128k bandwidth ratio, fio on vCPU 0", get(t, sum, "jobs", "null/read-128k-qd16-cpu0", "ratio", "mibps"), 1.1)
 	// the summary: the pinned job's rows after the main jobs' (the 128k write row is absent:
 	// not measured in this fixture)
-	main128k := strings.Index(md, "| read 128k QD16 | bandwidth (MiB/s) | 100 | 80.0 | **0.80** (0.80–0.80) |")
-	pinned := strings.Index(md, "| read 128k QD16, fio on vCPU 0 | bandwidth (MiB/s) | 50.0 | 55.0 | 1.10 (1.10–1.10) |")
-	pinnedCPU := strings.Index(md, "| read 128k QD16, fio on vCPU 0 | CPU per I/O, all but fio (µs) |")
-	if main128k < 0 || pinned < 0 || pinnedCPU < 0 || !(main128k < pinned && pinned < pinnedCPU) {
-		t.Errorf("report.md: the summary lacks the pinned 128k rows or has them out of order (at %d, %d, %d)", main128k, pinned, pinnedCPU)
-	}
+	inOrder(t, md, "the summary's 128k rows, then the pinned ones",
+		"| read 128k QD16 | bandwidth (MiB/s) | 100 | 80.0 | **0.80** (0.80–0.80) |",
+		"| read 128k QD16, fio on vCPU 0 | bandwidth (MiB/s) | 50.0 | 55.0 | 1.10 (1.10–1.10) |",
+		"| read 128k QD16, fio on vCPU 0 | CPU per I/O, all but fio (µs) |")
 	if !strings.Contains(md, "| randread 4k QD32 | CPU per I/O, whole guest (µs) |") {
 		t.Errorf("report.md: the summary lacks the whole guest's CPU per I/O")
 	}
@@ -324,16 +322,30 @@ func TestReportRatios(t *testing.T) {
 	}
 	// the CPU table: the summary's jobs first, then the sweep's other depths (ticks 340 and
 	// 240 are twice the QD32 rows' 170 and 120; fio 35 half of 70; process 80 twice 40)
-	cpuQD32 := strings.Index(md, "| null | randread 4k QD32 | 10.0 / 7.1 | 4.1 / 4.1 | 2.4 | – |")
-	cpu128k := strings.Index(md, "| null | read 128k QD16 | 5.9 / 5.9 | 2.9 / 2.9 | 1.8 | – |")
-	cpuQD64 := strings.Index(md, "| null | randread 4k QD64 | 20.0 / 14.1 | 2.1 / 4.1 | 4.7 | – |")
-	if cpuQD32 < 0 || cpu128k < 0 || cpuQD64 < 0 || !(cpuQD32 < cpu128k && cpu128k < cpuQD64) {
-		t.Errorf("report.md: the CPU table lacks the sweep's QD64 row or has the jobs out of order (at %d, %d, %d)", cpuQD32, cpu128k, cpuQD64)
-	}
+	inOrder(t, md, "the CPU table's jobs, the sweep's QD64 last",
+		"| null | randread 4k QD32 | 10.0 / 7.1 | 4.1 / 4.1 | 2.4 | – |",
+		"| null | read 128k QD16 | 5.9 / 5.9 | 2.9 / 2.9 | 1.8 | – |",
+		"| null | randread 4k QD64 | 20.0 / 14.1 | 2.1 / 4.1 | 4.7 | – |")
 	if !strings.Contains(md, "n/a (perftest measured no clock") {
 		t.Errorf("report.md: perftest's inf latency is not reported as n/a")
 	}
 	checkPlot(t, f.dir, md)
+}
+
+// inOrder fails the test unless md holds every row, each after the one before.
+func inOrder(t *testing.T, md, what string, rows ...string) {
+	t.Helper()
+	at := make([]int, len(rows))
+	ok := true
+	for i, r := range rows {
+		at[i] = strings.Index(md, r)
+		if at[i] < 0 || i > 0 && at[i] < at[i-1] {
+			ok = false
+		}
+	}
+	if !ok {
+		t.Errorf("report.md: %s: rows missing or out of order (offsets %v, -1 missing)", what, at)
+	}
 }
 
 // The kernel crossings: gonvmf's system calls per I/O (in total and by call) and its
