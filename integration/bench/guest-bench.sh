@@ -67,6 +67,13 @@ jobname() { # rw:bs:qd[:cpuN] -> rw-bs-qdN[-cpuN]
 }
 
 mkdir -p "$OUT"/{meta,fio,cpu,perftest,gonvmf}
+# gonvmf's serve logs live on the guest's tmpfs while it runs (see guest-lib's gonvmf_start:
+# on the 9p results share each log line would cost a connect a round trip to the VM's host,
+# where the kernel target's lines go to the kernel's ring buffer), and are copied to
+# $OUT/gonvmf when it stops and when this script exits.
+GONVMF_LOG_DIR=/tmp/bench-logs
+mkdir -p "$GONVMF_LOG_DIR/gonvmf"
+save_gonvmf_logs() { cp -p "$GONVMF_LOG_DIR"/gonvmf/*.log "$OUT/gonvmf/" 2> /dev/null || :; }
 {
 	printf 'RUNTIME=%s\nRAMP=%s\nREPS=%s\nQDS="%s"\nBACKENDS="%s"\nTARGETS="%s"\n' \
 		"$RUNTIME" "$RAMP" "$REPS" "$QDS" "$BACKENDS" "$TARGETS"
@@ -477,6 +484,7 @@ gonvmf_target_start() { # <target> <backend> <tag>: guest-lib's gonvmf_start on 
 }
 gonvmf_target_stop() {
 	gonvmf_stop 15 || log "gonvmf did not stop cleanly (see the serve log)"
+	save_gonvmf_logs
 	TPID=
 }
 target_start() {
@@ -492,6 +500,7 @@ target_stop() {
 	gonvmf) gonvmf_target_stop ;;
 	esac
 }
+on_exit save_gonvmf_logs # runs last: after gonvmf_stop (on_exit runs in reverse)
 on_exit gonvmf_stop
 on_exit nvmet_teardown
 on_exit nvme_disconnect_all
@@ -646,7 +655,7 @@ session() { # <rep> <backend> <target> <order>
 	rss2=$(rss_kb "$TPID")
 	hwm=$(rss_kb "$TPID" VmHWM)
 	if [ "$tg" = gonvmf ] && ! kill -0 "$TPID" 2> /dev/null; then
-		row failed "$CONN_S" "gonvmf exited during the fio jobs: $(tail -n 1 "$OUT/gonvmf/serve-$tag.log")"
+		row failed "$CONN_S" "gonvmf exited during the fio jobs: $(tail -n 1 "$GONVMF_LOG")"
 		fail "gonvmf-$be-r$rep" "gonvmf exited during the fio jobs"
 	else
 		row ok "$CONN_S" ""

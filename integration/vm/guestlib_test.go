@@ -14,8 +14,8 @@ import (
 
 // TestGuestLibNVMe runs guest-lib.sh's helpers for the Linux host's controllers and
 // namespaces on the host, against a fake sysfs tree: two subsystems, native multipath's
-// hidden per-controller paths, NSIDs that sort differently as text, and a controller that
-// becomes live late.
+// hidden per-controller paths, NSIDs that sort differently as text, a controller that
+// becomes live late, and the steps in which nvme_wait_ctrl waits for it.
 func TestGuestLibNVMe(t *testing.T) {
 	dir := t.TempDir()
 	sys, dev := filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
@@ -68,6 +68,12 @@ t0=$EPOCHREALTIME
 nap 0.2
 s=$(since "$t0")
 [[ $s =~ ^0\.[0-9]{3}$ ]] && echo "since ok"
+# nvme_wait_ctrl's steps: 10 ms for 200 steps (connect times are timed to its end), then
+# 100 ms. A nap that only counts makes the controller live at the 202nd.
+echo connecting > "$GUEST_LIB_SYS/class/nvme/nvme2/state"
+naps=()
+nap() { naps+=("$1"); if [ ${#naps[@]} -eq 202 ]; then echo live > "$GUEST_LIB_SYS/class/nvme/nvme2/state"; fi; }
+nvme_wait_ctrl "$A" " nvme0 " 60 && echo "steps: $(printf '%s\n' "${naps[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
 `
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Env = append(os.Environ(), "LIB="+filepath.Join("guest-lib.sh"), "GUEST_LIB_SYS="+sys, "GUEST_LIB_DEV="+dev, "A="+a, "B="+b,
@@ -86,6 +92,7 @@ s=$(since "$t0")
 		"not live: nvme2: no live controller with a namespace of " + a + " 1 s after connecting",
 		"new: nvme2 " + dev + "/nvme0n1 " + dev + "/nvme0n2 " + dev + "/nvme0n10",
 		"since ok",
+		"steps:  200 0.01 2 0.1 ",
 		"RESULTS pass=0 fail=0 skip=0", // guest-lib's exit tally
 	}, "\n") + "\n"
 	if string(out) != want {
