@@ -853,6 +853,10 @@ type yielder interface {
 // (when the last round's posts have just queued kernel work, possibly on this CPU) moved
 // nothing beyond the noise: two 6.12 boots disagreed (4k QD8 3,569 → 4,624 and 4,203 →
 // 4,208 IOPS, QD1 1,459 → 1,633 and 1,586 → 1,418), and on 6.1 QD1 and QD8 were level.
+// Offering it after every round that posted, busy or not, did not pay either (null, one
+// boot per kernel, builds alternated over 4 repetitions; medians against this build): on
+// 6.1 4k QD1 1.18, QD32 reads 1.03, writes 1.10, 128 KiB reads 1.08, each within the
+// repetitions' spread; on 6.12 0.86, 1.03, 0.89 and 0.98.
 // Groups under transport.busy_poll do not offer theirs: busy polling is the choice to
 // give each group a CPU.
 const spinYieldPolls = 16
