@@ -32,8 +32,9 @@ const maxSRQChunks = 1 << 16 / srqChunkSlots
 // queue's buffer.
 //
 // Buffers are added in chunks of srqChunkSlots by reserve (the connection manager's
-// goroutine, before the queue is published); from then on the poll group's goroutine owns
-// the buffers' reposting (repost, post).
+// goroutine, before the queue is published), all the chunks a joining queue needs in one
+// registered region; from then on the poll group's goroutine owns the buffers' reposting
+// (repost, post).
 type sharedRecv struct {
 	q     srqPoster
 	icd   int // in-capsule data bytes per buffer
@@ -55,7 +56,7 @@ type sharedRecv struct {
 // then (page aligned) the in-capsule data areas.
 type srqChunk struct {
 	reg  region
-	free func() error
+	free func() error // frees the region: set on the first chunk of a region only
 	icd  int
 	wrs  [srqChunkSlots]rdmacm.RecvWR
 }
@@ -84,7 +85,7 @@ func (s *sharedRecv) reserve(depth int) error {
 	s.want += depth
 	target := alignUp(min(s.want, s.limit), srqChunkSlots)
 	for int(s.slots.Load()) < target {
-		if err := s.grow(); err != nil {
+		if err := s.grow((target - int(s.slots.Load())) / srqChunkSlots); err != nil {
 			if s.slots.Load() > 0 {
 				return nil // the queue shares what there is
 			}
@@ -102,35 +103,50 @@ func (s *sharedRecv) unreserve(depth int) {
 	s.mu.Unlock()
 }
 
-// grow adds one chunk of buffers and posts them. Called with mu held.
-func (s *sharedRecv) grow() error {
+// grow adds n chunks of buffers in one registered region and posts them. Called with mu
+// held. One region per call, not per chunk: registering memory (mmap, mlock, the device's
+// registration) is what makes a connection's first queue slow to join, a few milliseconds
+// per region under emulation. The region is freed with its first chunk (close); a chunk
+// whose post failed stays unused in it.
+func (s *sharedRecv) grow(n int) error {
 	k := int(s.slots.Load()) / srqChunkSlots
-	if k >= maxSRQChunks {
+	n = min(max(n, 1), maxSRQChunks-k)
+	if n <= 0 {
 		return fmt.Errorf("rdma: shared receive queue has its most buffers (%d)", k*srqChunkSlots)
 	}
-	reg, free, err := s.alloc(srqChunkBytes(s.icd))
+	cb := srqChunkBytes(s.icd)
+	reg, free, err := s.alloc(n * cb)
 	if err != nil {
 		return fmt.Errorf("rdma: receive buffers for the shared receive queue: %w", err)
 	}
-	ch := &srqChunk{reg: reg, free: free, icd: s.icd}
 	icdBase := alignUp(srqICDBase, pageSize)
-	for j := range ch.wrs {
-		w := &ch.wrs[j]
-		w.ID = wrID(kindSRQRecv, k*srqChunkSlots+j, 0, 0)
-		w.NumSGE = 1
-		w.SGL[0] = reg.sge(j*nvmeproto.SQESize, nvmeproto.SQESize)
-		if s.icd > 0 {
-			w.NumSGE = 2
-			w.SGL[1] = reg.sge(icdBase+j*s.icd, s.icd)
+	for c := range n {
+		off := c * cb
+		sub := region{mem: reg.mem[off : off+cb : off+cb], base: reg.base + uint64(off), lkey: reg.lkey}
+		ch := &srqChunk{reg: sub, icd: s.icd}
+		if c == 0 {
+			ch.free = free
 		}
+		for j := range ch.wrs {
+			w := &ch.wrs[j]
+			w.ID = wrID(kindSRQRecv, (k+c)*srqChunkSlots+j, 0, 0)
+			w.NumSGE = 1
+			w.SGL[0] = sub.sge(j*nvmeproto.SQESize, nvmeproto.SQESize)
+			if s.icd > 0 {
+				w.NumSGE = 2
+				w.SGL[1] = sub.sge(icdBase+j*s.icd, s.icd)
+			}
+		}
+		s.chunks[k+c].Store(ch) // before the post: a completion can only follow it
+		if err := s.q.PostRecv(ch.wrs[:]); err != nil {
+			s.chunks[k+c].Store(nil)
+			if c == 0 {
+				free()
+			}
+			return fmt.Errorf("rdma: posting %d receives to the shared receive queue: %w", srqChunkSlots, err)
+		}
+		s.slots.Add(srqChunkSlots)
 	}
-	s.chunks[k].Store(ch) // before the post: a completion can only follow it
-	if err := s.q.PostRecv(ch.wrs[:]); err != nil {
-		s.chunks[k].Store(nil)
-		free()
-		return fmt.Errorf("rdma: posting %d receives to the shared receive queue: %w", srqChunkSlots, err)
-	}
-	s.slots.Add(srqChunkSlots)
 	return nil
 }
 
@@ -173,7 +189,7 @@ func (s *sharedRecv) post() error {
 func (s *sharedRecv) close() error {
 	var first error
 	for k := range s.chunks {
-		if ch := s.chunks[k].Swap(nil); ch != nil {
+		if ch := s.chunks[k].Swap(nil); ch != nil && ch.free != nil {
 			if err := ch.free(); err != nil && first == nil {
 				first = err
 			}

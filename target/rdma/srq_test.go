@@ -2,11 +2,14 @@ package rdma
 
 import (
 	"bytes"
+	"errors"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/rdmacm"
 )
 
 // ioOnQueue runs writes (keyed and in-capsule) and reads of patterns on io from depth-1
@@ -227,4 +230,85 @@ func TestEngineSRQFairShare(t *testing.T) {
 	hostileNextToHonest(t, e, hostile, honest, func() {}) // twice the receive buffers too
 	e.closeAll(hostile, honest)
 	waitBuffers(t, e)
+}
+
+// failingSRQ is a receive queue whose PostRecv fails on call failAt (1-based; 0: never).
+type failingSRQ struct {
+	calls, failAt int
+	posted        []rdmacm.RecvWR
+}
+
+func (s *failingSRQ) PostRecv(wrs []rdmacm.RecvWR) error {
+	if s.calls++; s.calls == s.failAt {
+		return errors.New("post failed")
+	}
+	s.posted = append(s.posted, wrs...)
+	return nil
+}
+
+// TestSharedRecvGrowsInOneRegion: a queue joining takes all the chunks it needs in one
+// registered region (one registration per join, not per chunk), every buffer is a distinct
+// page-aligned area inside it, and close frees each region once; a post that fails midway
+// keeps the chunks already posted (their region stays until close), and one that fails
+// first frees the region at once.
+func TestSharedRecvGrowsInOneRegion(t *testing.T) {
+	const icd = 8192
+	f := newFakeFabric()
+	var allocs []int
+	frees := map[int]int{}
+	alloc := func(n int) (region, func() error, error) {
+		i := len(allocs)
+		allocs = append(allocs, n)
+		return f.newRegion(n), func() error { frees[i]++; return nil }, nil
+	}
+	q := &failingSRQ{}
+	s := newSharedRecv(q, icd, 1024, alloc)
+	if err := s.reserve(128); err != nil {
+		t.Fatal(err)
+	}
+	cb := srqChunkBytes(icd)
+	if len(allocs) != 1 || allocs[0] != 4*cb || s.slots.Load() != 128 || len(q.posted) != 128 {
+		t.Fatalf("a queue of 128 entries: regions %v (want one of %d bytes), %d buffers, %d posted", allocs, 4*cb, s.slots.Load(), len(q.posted))
+	}
+	if err := s.reserve(40); err != nil { // two more chunks: 168 entries round up to 192
+		t.Fatal(err)
+	}
+	if len(allocs) != 2 || allocs[1] != 2*cb || s.slots.Load() != 192 {
+		t.Fatalf("another queue of 40 entries: regions %v, %d buffers; want a second region of %d bytes, 192 buffers", allocs, s.slots.Load(), 2*cb)
+	}
+	seen := map[uintptr]bool{}
+	for i := range int(s.slots.Load()) {
+		sqe, data := s.buffers(i)
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+		if len(sqe) != nvmeproto.SQESize || len(data) != icd || p%pageSize != 0 || seen[p] {
+			t.Fatalf("buffer %d: entry %d bytes, data %d bytes at %#x (page aligned, not shared, wanted)", i, len(sqe), len(data), p)
+		}
+		seen[p] = true
+		if w := q.posted[i]; w.SGL[1].Length != icd || int(w.ID) != int(wrID(kindSRQRecv, i, 0, 0)) {
+			t.Fatalf("buffer %d: posted as %+v", i, w)
+		}
+	}
+	if err := s.close(); err != nil || frees[0] != 1 || frees[1] != 1 {
+		t.Fatalf("close: %v, frees %v; want each region freed once", err, frees)
+	}
+
+	// The third chunk's post fails: two chunks stay posted, the reserve goes on with them.
+	allocs, frees = nil, map[int]int{}
+	q = &failingSRQ{failAt: 3}
+	s = newSharedRecv(q, icd, 1024, alloc)
+	if err := s.reserve(128); err != nil || s.slots.Load() != 64 || frees[0] != 0 {
+		t.Fatalf("post failing at the third chunk: %v, %d buffers, region freed %d times; want nil, 64, 0", err, s.slots.Load(), frees[0])
+	}
+	s.close()
+	if frees[0] != 1 {
+		t.Fatalf("close freed the region %d times, want once", frees[0])
+	}
+
+	// The first post fails: nothing is posted, the region is freed, the reserve fails.
+	allocs, frees = nil, map[int]int{}
+	q = &failingSRQ{failAt: 1}
+	s = newSharedRecv(q, icd, 1024, alloc)
+	if err := s.reserve(32); err == nil || s.slots.Load() != 0 || frees[0] != 1 {
+		t.Fatalf("first post failing: %v, %d buffers, region freed %d times; want an error, 0, 1", err, s.slots.Load(), frees[0])
+	}
 }
