@@ -14,7 +14,8 @@
 // subcommand lives in its own file as a constructor listed in commands below, which is the
 // whole command table. The engines live in packages of their own (target/server for serve,
 // initiator/perf for perf); this package parses flags and prints. Global flags set up
-// logging (log/slog, to standard error). Exit status: 0 success, 1 failure, 2 usage error.
+// logging (log/slog, to standard error; serve's through asyncLogger, so that its poll
+// groups never wait for the log's reader). Exit status: 0 success, 1 failure, 2 usage error.
 package main
 
 import (
@@ -24,7 +25,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
+	"github.com/gonvmf/gonvmf/internal/asynclog"
 	"github.com/urfave/cli/v2"
 )
 
@@ -81,7 +84,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			},
 		},
 		Before: func(c *cli.Context) error {
-			return setupLogging(c.App.ErrWriter, c.String("log-level"), c.String("log-format"))
+			return setupLogging(c.App, c.App.ErrWriter, c.String("log-level"), c.String("log-format"))
 		},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -128,22 +131,58 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-// setupLogging points log/slog's default logger at w.
-func setupLogging(w io.Writer, level, format string) error {
+// setupLogging points log/slog's default logger at w, and keeps how it formats for
+// logHandler.
+func setupLogging(app *cli.App, w io.Writer, level, format string) error {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return usageError("--log-level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
-	var h slog.Handler
+	var newHandler func(io.Writer) slog.Handler
 	switch format {
 	case "text":
-		h = slog.NewTextHandler(w, opts)
+		newHandler = func(w io.Writer) slog.Handler { return slog.NewTextHandler(w, opts) }
 	case "json":
-		h = slog.NewJSONHandler(w, opts)
+		newHandler = func(w io.Writer) slog.Handler { return slog.NewJSONHandler(w, opts) }
 	default:
 		return usageError("--log-format %q: use text or json", format)
 	}
-	slog.SetDefault(slog.New(h))
+	if app.Metadata == nil {
+		app.Metadata = map[string]any{}
+	}
+	app.Metadata[logHandlerKey] = newHandler
+	slog.SetDefault(slog.New(newHandler(w)))
 	return nil
+}
+
+const logHandlerKey = "gonvmf.logHandler"
+
+// logFlushTimeout bounds how long a command that ends waits for its log to reach a sink
+// that does not take it.
+const logFlushTimeout = 5 * time.Second
+
+// asyncLogger makes the default logger write to the command's standard error through an
+// asynclog.Writer, for a command whose latency-critical goroutines log (serve's poll
+// groups): a slow standard error (journald under back-pressure, a full pipe) then drops
+// lines, counted in a warning, instead of stalling them. The returned function flushes what
+// is buffered (at most logFlushTimeout) and makes later lines synchronous again; call it
+// before the command returns; it makes later lines synchronous.
+func asyncLogger(c *cli.Context) (*slog.Logger, func()) {
+	newHandler, ok := c.App.Metadata[logHandlerKey].(func(io.Writer) slog.Handler)
+	if !ok { // Before did not run (no logging set up): nothing to make asynchronous
+		return slog.Default(), func() {}
+	}
+	var log *slog.Logger
+	aw := asynclog.New(c.App.ErrWriter, 0, func(lines, bytes uint64) {
+		log.Warn("log lines dropped: standard error took them more slowly than gonvmf wrote them",
+			"lines", lines, "bytes", bytes)
+	})
+	log = slog.New(newHandler(aw))
+	slog.SetDefault(log)
+	return log, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), logFlushTimeout)
+		defer cancel()
+		aw.Close(ctx) // on a timeout the sink is stuck: the process ends without those lines
+	}
 }

@@ -42,6 +42,10 @@ Hosts connect with the Linux NVMe host, for example
   nvme discover -t rdma -a 10.99.0.1 -s 4420
   nvme connect  -t rdma -a 10.99.0.1 -s 4420 -n <subsystem NQN>
 
+Its log goes to standard error through a 512 KiB buffer that a goroutine of its own
+writes out, so that a destination that falls behind (journald under load, a full pipe)
+never stalls I/O: lines that find the buffer full are dropped, and a warning counts them.
+
 It needs an RDMA device that owns the listeners' addresses (for Soft-RoCE:
 modprobe rdma_rxe; rdma link add rxe0 type rxe netdev IF) and an RLIMIT_MEMLOCK that
 covers the buffer pool (root, or ulimit -l unlimited).`,
@@ -51,15 +55,17 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 			if err != nil {
 				return err
 			}
+			log, closeLog := asyncLogger(c)
+			defer closeLog()
 			namespaces := 0
 			for _, s := range cfg.Subsystems {
 				namespaces += len(s.Namespaces)
 			}
-			slog.Info("configuration loaded", "file", cfg.File, "listeners", len(cfg.Listeners),
+			log.Info("configuration loaded", "file", cfg.File, "listeners", len(cfg.Listeners),
 				"subsystems", len(cfg.Subsystems), "namespaces", namespaces)
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			if err := serve(ctx, cfg, slog.Default()); err != nil {
+			if err := serve(ctx, cfg, log); err != nil {
 				return cli.Exit(err.Error(), exitFailure)
 			}
 			return nil

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/gonvmf/gonvmf/rdmacm"
 	"github.com/gonvmf/gonvmf/rdmacm/rdmatest"
+	"github.com/urfave/cli/v2"
 )
 
 // TestServeWithoutRDMA: on a machine without an RDMA device serve fails after loading
@@ -109,5 +113,80 @@ func TestRDMAServe(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("serve did not stop within 60 s of the signal:\n%s", errOut.String())
+	}
+}
+
+// stuckWriter blocks every Write until its gate is closed.
+type stuckWriter struct {
+	gate chan struct{}
+	syncBuffer
+}
+
+func (s *stuckWriter) Write(p []byte) (int, error) {
+	<-s.gate
+	return s.syncBuffer.Write(p)
+}
+
+// TestServeLogDoesNotWaitForStderr: the logger serve runs with (asyncLogger) returns while
+// standard error takes nothing, drops what its buffer cannot hold, and once standard error
+// moves delivers the lines it kept, a warning that counts the dropped ones in the
+// configured format, and (after the close function) everything logged before it.
+func TestServeLogDoesNotWaitForStderr(t *testing.T) {
+	stderr := &stuckWriter{gate: make(chan struct{})}
+	app := newApp(io.Discard, stderr)
+	if err := setupLogging(app, stderr, "info", "json"); err != nil {
+		t.Fatal(err)
+	}
+	log, closeLog := asyncLogger(cli.NewContext(app, nil, nil))
+	if slog.Default() != log {
+		t.Error("asyncLogger did not make its logger the default")
+	}
+	const lines = 20000 // ~2 MB of JSON lines: four times the buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range lines {
+			log.Info("queue connected", "i", i, "host", "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000000")
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("logging waited for a standard error that takes nothing")
+	}
+	close(stderr.gate)
+	// Lines logged while the buffer is still full are dropped too: wait for the warning,
+	// which the writer logs when it empties the buffer.
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stderr.String(), "log lines dropped"); {
+		if time.Now().After(deadline) {
+			t.Fatal("no drop warning within 20 s of standard error moving")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	log.Info("last line")
+	closeLog()
+	out := stderr.String()
+	if !strings.HasSuffix(out, `"msg":"last line"}`+"\n") {
+		t.Errorf("the line logged before closeLog is not the last one delivered:\n...%s", out[max(0, len(out)-300):])
+	}
+	kept := strings.Count(out, `"msg":"queue connected"`)
+	var dropped int
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "log lines dropped") {
+			var rec struct {
+				Level string
+				Lines int
+			}
+			if err := json.Unmarshal([]byte(l), &rec); err != nil || rec.Level != "WARN" {
+				t.Errorf("drop warning %q: %v", l, err)
+			}
+			dropped += rec.Lines
+		}
+	}
+	if dropped == 0 || kept+dropped != lines {
+		t.Errorf("%d lines delivered and %d counted as dropped, want some dropped and %d in all", kept, dropped, lines)
+	}
+	if !strings.Contains(out, `"i":0,`) {
+		t.Error("the first line, logged while the buffer was empty, was not delivered")
 	}
 }
