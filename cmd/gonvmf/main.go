@@ -165,22 +165,21 @@ const logFlushTimeout = 5 * time.Second
 // asyncLogger makes the default logger write to the command's standard error through an
 // asynclog.Writer, for a command whose latency-critical goroutines log (serve's poll
 // groups): a slow standard error (journald under back-pressure, a full pipe) then drops
-// lines, counted in a warning, instead of stalling them. The returned function flushes what
-// is buffered (at most logFlushTimeout) and makes later lines synchronous again; call it
-// before the command returns; it makes later lines synchronous.
-func asyncLogger(c *cli.Context) (*slog.Logger, func()) {
+// lines, counted in a warning and by dropped, instead of stalling them. closeLog flushes
+// what is buffered (at most logFlushTimeout) and makes later lines synchronous again; call
+// it before the command returns.
+func asyncLogger(c *cli.Context) (log *slog.Logger, dropped func() uint64, closeLog func()) {
 	newHandler, ok := c.App.Metadata[logHandlerKey].(func(io.Writer) slog.Handler)
 	if !ok { // Before did not run (no logging set up): nothing to make asynchronous
-		return slog.Default(), func() {}
+		return slog.Default(), func() uint64 { return 0 }, func() {}
 	}
-	var log *slog.Logger
 	aw := asynclog.New(c.App.ErrWriter, 0, func(lines, bytes uint64) {
 		log.Warn("log lines dropped: standard error took them more slowly than gonvmf wrote them",
 			"lines", lines, "bytes", bytes)
 	})
 	log = slog.New(newHandler(aw))
 	slog.SetDefault(log)
-	return log, func() {
+	return log, aw.Dropped, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), logFlushTimeout)
 		defer cancel()
 		aw.Close(ctx) // on a timeout the sink is stuck: the process ends without those lines

@@ -55,7 +55,7 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 			if err != nil {
 				return err
 			}
-			log, closeLog := asyncLogger(c)
+			log, logDrops, closeLog := asyncLogger(c)
 			defer closeLog()
 			namespaces := 0
 			for _, s := range cfg.Subsystems {
@@ -65,7 +65,7 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 				"subsystems", len(cfg.Subsystems), "namespaces", namespaces)
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			if err := serve(ctx, cfg, log); err != nil {
+			if err := serve(ctx, cfg, log, metrics.WithLogDrops(logDrops)); err != nil {
 				return cli.Exit(err.Error(), exitFailure)
 			}
 			return nil
@@ -81,8 +81,9 @@ const (
 	drainTimeout  = 10 * time.Second
 )
 
-// serve runs the target until ctx is done, then shuts it down in order.
-func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
+// serve runs the target until ctx is done, then shuts it down in order. mopts are added to
+// the metrics server's options when the configuration serves metrics.
+func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, mopts ...metrics.Option) error {
 	s, err := server.New(cfg, server.Options{Logger: log})
 	if err != nil {
 		return err
@@ -109,7 +110,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger) error {
 	}
 	var met *metrics.Server
 	if mc := s.Config().Metrics; mc.Address != "" {
-		var opts []metrics.Option
+		opts := mopts
 		if mc.Profiling {
 			opts = append(opts, metrics.WithProfiling())
 		}

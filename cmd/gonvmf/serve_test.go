@@ -137,7 +137,7 @@ func TestServeLogDoesNotWaitForStderr(t *testing.T) {
 	if err := setupLogging(app, stderr, "info", "json"); err != nil {
 		t.Fatal(err)
 	}
-	log, closeLog := asyncLogger(cli.NewContext(app, nil, nil))
+	log, dropped, closeLog := asyncLogger(cli.NewContext(app, nil, nil))
 	if slog.Default() != log {
 		t.Error("asyncLogger did not make its logger the default")
 	}
@@ -170,7 +170,7 @@ func TestServeLogDoesNotWaitForStderr(t *testing.T) {
 		t.Errorf("the line logged before closeLog is not the last one delivered:\n...%s", out[max(0, len(out)-300):])
 	}
 	kept := strings.Count(out, `"msg":"queue connected"`)
-	var dropped int
+	var reported int
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "log lines dropped") {
 			var rec struct {
@@ -180,11 +180,14 @@ func TestServeLogDoesNotWaitForStderr(t *testing.T) {
 			if err := json.Unmarshal([]byte(l), &rec); err != nil || rec.Level != "WARN" {
 				t.Errorf("drop warning %q: %v", l, err)
 			}
-			dropped += rec.Lines
+			reported += rec.Lines
 		}
 	}
-	if dropped == 0 || kept+dropped != lines {
-		t.Errorf("%d lines delivered and %d counted as dropped, want some dropped and %d in all", kept, dropped, lines)
+	if reported == 0 || kept+reported != lines {
+		t.Errorf("%d lines delivered and %d reported dropped, want some dropped and %d in all", kept, reported, lines)
+	}
+	if n := dropped(); n != uint64(reported) {
+		t.Errorf("the dropped count (gonvmf_log_lines_dropped_total) is %d, the warnings reported %d", n, reported)
 	}
 	if !strings.Contains(out, `"i":0,`) {
 		t.Error("the first line, logged while the buffer was empty, was not delivered")

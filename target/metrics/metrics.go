@@ -5,7 +5,8 @@
 // metric; names follow the Prometheus conventions (base units, _total, _seconds, _bytes).
 //
 //	m, err := metrics.Start(srv, cfg.Metrics.Address, log) // HTTP on address, /metrics
-//	// with metrics.WithProfiling(), also /debug/pprof/ (conf.Metrics.Profiling)
+//	// with metrics.WithProfiling(), also /debug/pprof/ (conf.Metrics.Profiling);
+//	// with metrics.WithLogDrops(w.Dropped), also gonvmf_log_lines_dropped_total
 //	...
 //	m.Close()
 //
@@ -54,7 +55,15 @@ const ProfilePath = "/debug/pprof/"
 // Option configures Start.
 type Option func(*options)
 
-type options struct{ profiling bool }
+type options struct {
+	profiling bool
+	logDrops  func() uint64
+}
+
+// WithLogDrops also serves gonvmf_log_lines_dropped_total, read from dropped when scraped:
+// the log lines the process dropped because its log's destination did not take them (serve
+// logs through an asynclog.Writer, whose Dropped this is meant for).
+func WithLogDrops(dropped func() uint64) Option { return func(o *options) { o.logDrops = dropped } }
 
 // WithProfiling also serves the Go runtime's profiles (net/http/pprof: CPU and heap
 // profiles, goroutines, execution traces) at ProfilePath (conf.Metrics.Profiling). A CPU
@@ -89,6 +98,12 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if o.logDrops != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gonvmf_log_lines_dropped_total",
+			Help: "Log lines dropped because the log's destination did not take them fast enough.",
+		}, func() float64 { return float64(o.logDrops()) }))
+	}
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listening on %s: %w", address, err)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -471,6 +472,27 @@ func TestProfiling(t *testing.T) {
 		code, body := get(base + c.path)
 		if code != http.StatusOK || !strings.Contains(body, c.want) {
 			t.Errorf("%s: status %d, body without %q (%d bytes)", c.path, code, c.want, len(body))
+		}
+	}
+}
+
+// TestLogDrops: WithLogDrops serves the count its function returns when scraped.
+func TestLogDrops(t *testing.T) {
+	s, plain := loopServer(t)
+	if _, ok := scrape(t, plain)["gonvmf_log_lines_dropped_total"]; ok {
+		t.Error("gonvmf_log_lines_dropped_total served without WithLogDrops")
+	}
+	var n atomic.Uint64
+	m, err := metrics.Start(s, "127.0.0.1:0", quiet, metrics.WithLogDrops(n.Load))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, want := range []uint64{0, 7} {
+		n.Store(want)
+		mf := scrape(t, m)["gonvmf_log_lines_dropped_total"]
+		if mf == nil || len(mf.Metric) != 1 || mf.Metric[0].GetCounter().GetValue() != float64(want) {
+			t.Errorf("gonvmf_log_lines_dropped_total with %d dropped: %v", want, mf)
 		}
 	}
 }
