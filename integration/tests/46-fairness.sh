@@ -151,6 +151,16 @@ if nvme_connect_new "$FLOOD_NQN" "$PORT" --hostnqn="$FLOOD_HOSTNQN" --hostid="$F
 	mark end
 	fio_signal CONT flood
 	fio_signal TERM flood
+	# Once (1 of 24 runs) the flooding fio was still there after these two signals, and
+	# the suite waited 5 minutes for its timeout wrapper: give it 30 s, then say what it
+	# was doing and signal it again, then kill it.
+	flood_gone() { ! kill -0 "$FLOOD_PID" 2> /dev/null; }
+	if ! wait_for 30 flood_gone; then
+		log "the flooding host's fio still runs 30 s after SIGCONT and SIGTERM (pid, state, wait channel): $(ps -o pid=,stat=,wchan:20= -p "$(pgrep -d, -f '^fio --name=flood ')" | tr -s ' \n' ' ')"
+		fio_signal CONT flood
+		fio_signal TERM flood
+		wait_for 15 flood_gone || pkill -KILL -f "^fio --name=flood " || :
+	fi
 	wait "$FLOOD_PID"
 	flooded=1
 	fbw=$(fio_read "$OUT/fio-flood.json" '"about %.1f MiB/s in its %d s of flooding" % (r["io_bytes"] / 1048576.0 / (3 * '$BLOCK'), 3 * '$BLOCK')')
