@@ -9,9 +9,9 @@
 // call of the sink's may carry several lines, never part of one) and in the order of the
 // Writes. When the buffer is full Write drops p and counts it; when the goroutine next
 // takes the buffer it calls the Writer's onDrop with the count, so that onDrop can log the
-// loss through the same Writer: its line lands after the lines that preceded the drops. Flush waits for what was written before
-// it; Close flushes and stops the goroutine, after which Write writes to the sink
-// directly.
+// loss through the same Writer: its line lands after the lines that preceded the drops.
+// Flush waits for what was written before it; Close flushes and stops the goroutine, after
+// which Write writes to the sink directly.
 package asynclog
 
 import (
