@@ -42,12 +42,9 @@ subsystems:
 EOF
 cp "$CFG" "$OUT/"
 
-# gonvmf_start sends serve's output to $GONVMF_LOG_DIR/gonvmf.log: make that the pipe. HOLD
-# is a reader that never reads, and a writer, so that the drain below sees no end of file
-# until the script closes it.
-export GONVMF_LOG_DIR=/tmp/logstall
-mkdir -p "$GONVMF_LOG_DIR"
-PIPE=$GONVMF_LOG_DIR/gonvmf.log
+# serve's output goes to the pipe. HOLD is a reader that never reads, and a writer, so that
+# the drain below sees no end of file until the script closes it.
+PIPE=/tmp/logstall.pipe
 mkfifo "$PIPE"
 exec {HOLD}<> "$PIPE"
 size=$(python3 -c 'import fcntl, os, sys
@@ -59,19 +56,30 @@ print(fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 4096))' "$PIPE") || {
 log "gonvmf's standard error: a pipe of $size bytes that nobody reads"
 
 # drain: read the pipe into $OUT/gonvmf.log from now on (once). Registered to run before
-# gonvmf_stop, which reads the log's tail when gonvmf fails to stop.
+# gonvmf_stop, which quotes the log's tail (GONVMF_LOG) when gonvmf fails to stop.
 DRAIN_PID=
 drain() {
 	[ -n "$DRAIN_PID" ] && return 0
 	cat "$PIPE" {HOLD}>&- > "$OUT/gonvmf.log" & # without HOLD, a writer that would keep it from the end
 	DRAIN_PID=$!
 	GUEST_LIB_BG+=("$DRAIN_PID")
-	GONVMF_LOG=$OUT/gonvmf.log # for gonvmf_stop's message: a second reader of the pipe would hang
 }
 on_exit gonvmf_stop 30
 on_exit drain
 on_exit nvme_disconnect_all
-require gonvmf_start gonvmf "$CFG" "$RXE_IP" "$PORT"
+# gonvmf_start would read its log (the pipe) to say why gonvmf did not start, and wait for
+# ever: the suite starts gonvmf itself.
+"$GONVMF_BIN" serve --config "$CFG" > "$PIPE" 2>&1 &
+GONVMF_PID=$!
+GUEST_LIB_BG+=("$GONVMF_PID")
+GONVMF_LOG=$OUT/gonvmf.log
+up_or_gone() { gonvmf_listening "$RXE_IP" "$PORT" || ! kill -0 "$GONVMF_PID" 2> /dev/null; }
+if ! wait_for 60 up_or_gone || ! gonvmf_listening "$RXE_IP" "$PORT"; then
+	drain
+	nap 1
+	fail start "gonvmf serve shows no RDMA listener on $RXE_IP:$PORT: $(tail -n 2 "$OUT/gonvmf.log" | tr '\n' ' ')"
+	finish
+fi
 nap 1
 dmesg -C
 nvme_connect_new "$NQN" "$PORT" || {

@@ -466,8 +466,9 @@ gonvmf_listening() {
 # returns 1 with nothing left running. One gonvmf at a time; register
 # `on_exit gonvmf_stop` before connecting hosts to it (so that they disconnect first).
 # The results share is 9p: each log line gonvmf writes there waits for the VM's host, in
-# the thread that logs (a poll group's, on connect and disconnect). A script that times
-# connections points GONVMF_LOG_DIR at the guest's tmpfs and copies the log out itself.
+# serve's log goroutine (the thread that logged, a poll group's on connect and disconnect,
+# before 461dcf4). A script that times connections points GONVMF_LOG_DIR at the guest's
+# tmpfs and copies the log out itself.
 gonvmf_start() {
 	local name=${1:?gonvmf_start: need a name} cfg=${2:?gonvmf_start: need a configuration} addr=${3:-$RXE_IP} port=${4:-$NVMET_DEFAULT_PORT} deadline
 	GONVMF_ERR= GONVMF_LOG=${GONVMF_LOG_DIR:-${OUT:-/tmp}}/$name.log
