@@ -85,16 +85,6 @@ nvme_connect_new "$NQN" "$PORT" || {
 DEV=${NVME_NS_DEVS[0]}
 log "Linux host: $NVME_CTRL, $DEV"
 
-# fio_read <json> <python expression of j (the job) and r (its reads)>: prints it. fio
-# ended by a signal writes a line about it before its JSON.
-fio_read() {
-	python3 -c 'import json,sys
-t = open(sys.argv[1]).read()
-j = json.loads(t[t.index("{"):])["jobs"][0]
-r = j["read"]
-print(eval(sys.argv[2]))' "$1" "$2" 2> /dev/null
-}
-
 # fio_signal <signal> <job name>: signals every fio process of that job (fio runs a job in a
 # child process with the same command line; the timeout wrapper is left alone). SIGTERM ends
 # a run as its runtime would, statistics written (bash started it with SIGINT ignored).
@@ -301,10 +291,5 @@ else
 	fail fair-share "${hog:-0} IOPS in the $SECS s after the hog loaded, less than a quarter of $hog_alone alone (${hog_ratio:-0})"
 fi
 
-dmesg > "$OUT/dmesg-fairness.txt"
-if grep -E -i "timeout|error recovery|reconnect|resetting controller" "$OUT/dmesg-fairness.txt" | grep -v -i "keep.alive" > "$OUT/host-errors.txt"; then
-	fail host-no-timeouts "the Linux host saw: $(head -n 2 "$OUT/host-errors.txt" | tr '\n' ' ')"
-else
-	pass host-no-timeouts
-fi
+host_no_timeouts fairness
 finish

@@ -125,10 +125,7 @@ if ! wait_for $((RUNTIME + 130)) bash -c "! kill -0 $QUIET_PID"; then
 	fail quiet-run "the quiet host's fio did not end $((RUNTIME + 130)) s after it started"
 fi
 wait "$QUIET_PID"
-quiet=$(python3 -c 'import json, sys
-t = open(sys.argv[1]).read()
-j = json.loads(t[t.index("{"):])["jobs"][0]
-print(j["error"], j["read"]["total_ios"], "%.0f" % j["read"]["iops"])' "$OUT/fio-quiet.json" 2> /dev/null)
+quiet=$(fio_read "$OUT/fio-quiet.json" '"%d %d %.0f" % (j["error"], r["total_ios"], r["iops"])')
 read -r qerr qios qiops <<< "$quiet"
 if [ "${qerr:-x}" = 0 ] && [ "${qios:-0}" -gt 0 ]; then
 	pass quiet-run "the quiet host's fio ran $RUNTIME s without error: $qios reads, $qiops IOPS"
@@ -144,12 +141,7 @@ if [ "$samples" -ge $((RUNTIME / 2)) ] && [ "$zeros" = 0 ]; then
 else
 	fail quiet-steady "$zeros of $samples one-second samples of the quiet host had no I/O (need ≥ $((RUNTIME / 2)) samples, none empty)"
 fi
-dmesg > "$OUT/dmesg-logstall.txt"
-if grep -E -i "timeout|error recovery|reconnect|resetting controller" "$OUT/dmesg-logstall.txt" | grep -v -i "keep.alive" > "$OUT/host-errors.txt"; then
-	fail host-no-timeouts "the Linux host saw: $(head -n 2 "$OUT/host-errors.txt" | tr '\n' ' ')"
-else
-	pass host-no-timeouts
-fi
+host_no_timeouts logstall
 
 # Read the pipe: what waited arrives, then gonvmf stops cleanly.
 nvme_disconnect "$NQN" || fail disconnect "the quiet host's controller did not go away"

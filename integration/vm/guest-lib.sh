@@ -526,6 +526,30 @@ gonvmf_stop() {
 	return $rc
 }
 
+# fio_read <json> <python expression of j (the first job) and r (its reads)>: prints it
+# (nothing when the file holds no job). fio ended by a signal writes a line about it before
+# its JSON.
+fio_read() {
+	python3 -c 'import json,sys
+t = open(sys.argv[1]).read()
+j = json.loads(t[t.index("{"):])["jobs"][0]
+r = j["read"]
+print(eval(sys.argv[2]))' "$1" "$2" 2> /dev/null
+}
+
+# host_no_timeouts <name>: saves dmesg as $OUT/dmesg-<name>.txt and passes the check
+# host-no-timeouts if the Linux host logged no I/O timeout, error recovery, reconnect or
+# controller reset (keep-alive lines aside); else fails it with the first two such lines
+# (all in $OUT/host-errors.txt).
+host_no_timeouts() {
+	dmesg > "$OUT/dmesg-$1.txt"
+	if grep -E -i "timeout|error recovery|reconnect|resetting controller" "$OUT/dmesg-$1.txt" | grep -v -i "keep.alive" > "$OUT/host-errors.txt"; then
+		fail host-no-timeouts "the Linux host saw: $(head -n 2 "$OUT/host-errors.txt" | tr '\n' ' ')"
+	else
+		pass host-no-timeouts
+	fi
+}
+
 # fio_summary <fio json>: one line per job and direction with I/O:
 #   <job> <read|write>: iops=N MiB/s=N lat_p50_us=N lat_p99_us=N
 # (needs fio's --lat_percentiles=1 for completion+submission latency percentiles; otherwise
