@@ -57,12 +57,12 @@ func (q *Queue) connect(r *Request) {
 	var cc nvmeproto.ConnectCommand
 	cc.FromCommand(&r.Cmd)
 	var d nvmeproto.ConnectData
-	ce := q.connectCheck(r, &cc, &d)
+	s, ce := q.connectCheck(r, &cc, &d)
 	if ce == nil {
 		if cc.QID == 0 {
-			ce = q.connectAdmin(r, &cc, &d)
+			ce = q.connectAdmin(s, &cc, &d)
 		} else {
-			ce = q.connectIO(r, &cc, &d)
+			ce = q.connectIO(s, &cc, &d)
 		}
 	}
 	if ce != nil {
@@ -97,55 +97,56 @@ func (q *Queue) connect(r *Request) {
 	q.finish(r, nvmeproto.StatusSuccess)
 }
 
-// connectCheck decodes and checks the parts of a Connect common to admin and I/O queues.
-func (q *Queue) connectCheck(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
+// connectCheck decodes and checks the parts of a Connect common to admin and I/O queues,
+// and returns the subsystem it names. The subsystem may be removed (or the host's access
+// revoked) from here on: connectAdmin and connectIO check again where they add to it.
+func (q *Queue) connectCheck(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) (*subsystem, *connectError) {
 	if cc.RecFmt != 0 {
-		return &connectError{st: nvmeproto.StatusConnectIncompatibleFormat.WithDNR(), msg: "record format is not 0"}
+		return nil, &connectError{st: nvmeproto.StatusConnectIncompatibleFormat.WithDNR(), msg: "record format is not 0"}
 	}
 	if err := d.Unmarshal(r.Data[:r.Length]); err != nil {
 		var fe *nvmeproto.FieldError
 		if errors.As(err, &fe) {
-			return invalidData(uint16(fe.Offset), fe.Error())
+			return nil, invalidData(uint16(fe.Offset), fe.Error())
 		}
-		return invalidData(0, err.Error())
+		return nil, invalidData(0, err.Error())
 	}
 	if nvmeproto.CheckNQN(d.HostNQN) != nil {
-		return invalidData(nvmeproto.ConnectDataOffHostNQN, "malformed host NQN")
+		return nil, invalidData(nvmeproto.ConnectDataOffHostNQN, "malformed host NQN")
 	}
 	// An unknown subsystem and one the host may not access get the same answer, so that a
 	// host cannot find out which subsystems exist (the discovery log lists only the ones
 	// it may access, too); the log says which it was.
 	s := q.t.subsystem(d.SubNQN)
 	if s == nil {
-		return invalidData(nvmeproto.ConnectDataOffSubNQN, "no such subsystem")
+		return nil, invalidData(nvmeproto.ConnectDataOffSubNQN, "no such subsystem")
 	}
 	if !s.allowed(d.HostNQN) {
-		return invalidData(nvmeproto.ConnectDataOffSubNQN, "host is not allowed to access the subsystem")
+		return nil, invalidData(nvmeproto.ConnectDataOffSubNQN, "host is not allowed to access the subsystem")
 	}
 	if cc.SQSize == 0 {
-		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue size 0")
+		return nil, invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue size 0")
 	}
 	if uint32(cc.SQSize)+1 > q.depth {
-		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue larger than the transport connection's depth")
+		return nil, invalidSQE(nvmeproto.ConnectSQEOffSQSize, "queue larger than the transport connection's depth")
 	}
 	if q.expectQID >= 0 && int32(cc.QID) != q.expectQID {
 		// The transport sized the queue, its buffers and its share of the admin reserve
 		// by the qid it was connected as: an admin queue connecting as an I/O queue (or
 		// the reverse) would get what it did not ask for.
-		return invalidSQE(nvmeproto.ConnectSQEOffQID, fmt.Sprintf("queue ID %d, but the transport connection is queue %d", cc.QID, q.expectQID))
+		return nil, invalidSQE(nvmeproto.ConnectSQEOffQID, fmt.Sprintf("queue ID %d, but the transport connection is queue %d", cc.QID, q.expectQID))
 	}
-	return nil
+	return s, nil
 }
 
 // connectAdmin creates a controller for an admin queue Connect.
-func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
+func (q *Queue) connectAdmin(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
 	if d.CNTLID != nvmeproto.CNTLIDDynamic {
 		return invalidData(nvmeproto.ConnectDataOffCNTLID, "admin queue cntlid must be 0xFFFF (dynamic controller model)")
 	}
 	if int(cc.SQSize)+1 > AdminQueueDepth {
 		return invalidSQE(nvmeproto.ConnectSQEOffSQSize, "admin queue larger than 32 entries")
 	}
-	s := q.t.subsystem(d.SubNQN)
 	var auth *ctrlAuth
 	if !s.disc {
 		keys, required := q.t.lookupAuthKeys(s.nqn, d.HostNQN)
@@ -166,14 +167,27 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	}
 	c := newController(q, s, d.HostNQN, d.HostID)
 	c.auth = auth
+	// Checked again where the controller joins the subsystem, under the lock that
+	// removing the subsystem and changing its hosts take: either the controller is in the
+	// table before they look at it (and they fail it), or the Connect is refused here.
+	var ce *connectError
 	s.mu.Lock()
-	if s.closed || !s.allocCntlid(c) {
-		s.mu.Unlock()
-		q.t.hostRelease(d.HostNQN, true)
-		return &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: "no controller ID available"}
+	switch {
+	case s.closed:
+		ce = invalidData(nvmeproto.ConnectDataOffSubNQN, "no such subsystem (removed during the Connect)")
+	case !s.allowedLocked(d.HostNQN):
+		ce = invalidData(nvmeproto.ConnectDataOffSubNQN, "host is not allowed to access the subsystem (changed during the Connect)")
+	case !s.allocCntlid(c):
+		ce = &connectError{st: nvmeproto.StatusConnectControllerBusy, msg: "no controller ID available"}
+	default:
+		// Before anyone else can see the controller (fail logs through it).
+		c.log = q.t.log.With("subsystem", s.nqn, "cntlid", c.cntlid, "host", d.HostNQN)
 	}
 	s.mu.Unlock()
-	c.log = q.t.log.With("subsystem", s.nqn, "cntlid", c.cntlid, "host", d.HostNQN)
+	if ce != nil {
+		q.t.hostRelease(d.HostNQN, true)
+		return ce
+	}
 	kato := q.t.keepAlive(cc.KATO)
 	if kato != roundKATO(cc.KATO) {
 		c.log.Info("keep-alive timeout adjusted to the limits", "host_kato_ms", cc.KATO, "kato", kato,
@@ -189,6 +203,15 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 		}
 	}
 	c.mu.Lock()
+	if c.failReason != nil {
+		// Failed before its admin queue was bound (the subsystem removed, the host's
+		// access revoked): fail found no queue to disconnect, so refuse the Connect.
+		reason := c.failReason
+		c.mu.Unlock()
+		s.removeController(c)
+		q.t.hostRelease(d.HostNQN, true)
+		return invalidData(nvmeproto.ConnectDataOffSubNQN, "controller failed during the Connect: "+reason.Error())
+	}
 	c.queues[0] = q
 	c.startKeepAlive(kato)
 	c.mu.Unlock()
@@ -198,8 +221,7 @@ func (q *Queue) connectAdmin(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 }
 
 // connectIO binds an I/O queue to an existing controller.
-func (q *Queue) connectIO(r *Request, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
-	s := q.t.subsystem(d.SubNQN)
+func (q *Queue) connectIO(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvmeproto.ConnectData) *connectError {
 	s.mu.Lock()
 	c := s.ctrls[d.CNTLID]
 	s.mu.Unlock()

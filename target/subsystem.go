@@ -65,8 +65,11 @@ func newSubsystem(t *Target, nqn string, disc bool) *subsystem {
 func (s *subsystem) allowed(hostNQN string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.allowAny || s.hosts[hostNQN]
+	return s.allowedLocked(hostNQN)
 }
+
+// allowedLocked is allowed, called with s.mu held.
+func (s *subsystem) allowedLocked(hostNQN string) bool { return s.allowAny || s.hosts[hostNQN] }
 
 // namespaces returns the current namespace table (sorted by NSID; do not modify).
 func (s *subsystem) namespaces() []*namespace { return *s.ns.Load() }
