@@ -166,7 +166,8 @@ func TestShutdownCleanNoCFS(t *testing.T) {
 
 // TestWriteCacheOffSyncsZeroesAndDeallocate: with the volatile write cache disabled
 // (Set Features 06h), Write Zeroes and Dataset Management deallocate are durable when
-// they complete: each is followed by an fdatasync. With the cache enabled they are not.
+// they complete: each is followed by an fdatasync. With the cache enabled they are not,
+// except a Write Zeroes with FUA (CDW12 bit 30, as for writes).
 func TestWriteCacheOffSyncsZeroesAndDeallocate(t *testing.T) {
 	f := &backend.Faults{}
 	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), faultyBackends(f))
@@ -188,6 +189,13 @@ func TestWriteCacheOffSyncsZeroesAndDeallocate(t *testing.T) {
 		}
 	}
 	run("cache on", 0)
+	fua := rw(nvmeproto.OpWriteZeroes, 1, 48, 8, 0)
+	fua.CDW12 |= 1 << 30
+	before := f.Syncs()
+	expectOK(t, "write zeroes with FUA, cache on", q.do(&fua, nil))
+	if n := f.Syncs() - before; n != 1 {
+		t.Errorf("write zeroes with FUA, cache on: %d fdatasync calls, want 1", n)
+	}
 	expectOK(t, "VWC off", admin.setFeature(0x06, 0, nil))
 	run("cache off", 1)
 	expectOK(t, "VWC on", admin.setFeature(0x06, 1, nil))

@@ -206,7 +206,7 @@ func (q *Queue) execIO(r *Request, c *controller) {
 	case nvmeproto.OpWriteZeroes:
 		br.Op = backend.OpWriteZeroes
 		br.NLB = uint64(cmd.CDW12&0xFFFF) + 1
-		br.FUA = !c.wce.Load() // no volatile write cache: durable before the completion
+		br.FUA = cmd.CDW12&rwFUA != 0 || !c.wce.Load() // FUA is bit 30 here too
 	case nvmeproto.OpDatasetManagement:
 		if cmd.CDW11&dsmAD == 0 { // only hints (integral read/write): nothing to do
 			q.finish(r, nvmeproto.StatusSuccess)
