@@ -464,6 +464,11 @@ func (c *controller) raiseEvent(ev event) {
 func (c *controller) logRead(lid nvmeproto.LID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.unmaskLocked(lid)
+}
+
+// unmaskLocked is logRead, called with mu held.
+func (c *controller) unmaskLocked(lid nvmeproto.LID) {
 	for _, ev := range maskedEvents {
 		if ev.ae.LogPage() == lid {
 			c.masked &^= ev.mask

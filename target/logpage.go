@@ -1,6 +1,7 @@
 package target
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
@@ -17,7 +18,9 @@ var supportedLogs = []nvmeproto.LID{
 }
 
 // getLogPage implements Get Log Page: the page is built whole, then the requested range
-// (offset and NUMD honoured) is copied out, zero-filled past its end.
+// (offset and NUMD honoured) is copied out, zero-filled past its end. A read without RAE
+// unmasks the page's asynchronous event before the page is built, so that a change that
+// comes meanwhile is in the page or raises the event again, never neither.
 func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	var g nvmeproto.GetLogPageCommand
 	g.FromCommand(&r.Cmd)
@@ -27,6 +30,12 @@ func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	n := g.Length()
 	if n > uint64(c.t.mdtsBytes) {
 		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	if !c.disc && (g.LID == nvmeproto.LIDChangedNSList || g.LID == nvmeproto.LIDReservationNotify) {
+		return c.readConsumingLog(r, &g, n)
+	}
+	if !g.RAE {
+		c.logRead(g.LID)
 	}
 	page, st := c.logPage(g.LID, g.LSP, g.NSID)
 	if st != nvmeproto.StatusSuccess {
@@ -46,27 +55,62 @@ func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	if st != nvmeproto.StatusSuccess {
 		return st
 	}
+	copyPage(buf, page, g.Offset)
+	return nvmeproto.StatusSuccess
+}
+
+// copyPage copies page from offset into buf and zero-fills the rest of buf.
+func copyPage(buf, page []byte, offset uint64) {
 	k := 0
-	if g.Offset < uint64(len(page)) {
-		k = copy(buf, page[g.Offset:])
+	if offset < uint64(len(page)) {
+		k = copy(buf, page[offset:])
 	}
 	clear(buf[k:])
-	if !g.RAE {
-		c.logRead(g.LID)
+}
+
+// readConsumingLog serves the two log pages that reading consumes: the Changed Namespace
+// List is cleared, and the oldest Reservation Notification page is taken off its queue
+// (with more waiting, a read without RAE raises the event again). Building, consuming and
+// unmasking (without RAE) happen under one hold of c.mu, so that a change that comes
+// meanwhile is either in the page the host gets or still there afterwards with its event
+// raised, never consumed unread.
+func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand, n uint64) nvmeproto.Status {
+	page := make([]byte, nvmeproto.ChangedNSListSize)
+	if g.LID == nvmeproto.LIDReservationNotify {
+		page = page[:nvmeproto.ResvNotifyLogSize]
 	}
-	switch g.LID {
-	case nvmeproto.LIDChangedNSList: // reading the list clears it
-		c.mu.Lock()
+	if g.Offset > uint64(len(page)) {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	buf, st := c2h(r, int(n))
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
+	more := false
+	c.mu.Lock()
+	if g.LID == nvmeproto.LIDChangedNSList {
+		nvmeproto.ChangedNSList(c.changedNS).Marshal(page)
 		c.changedNS = nil
-		c.mu.Unlock()
-	case nvmeproto.LIDReservationNotify: // reading a page takes it off the queue
-		c.resvLogRead(g.RAE)
+	} else if len(c.resvLog) > 0 {
+		l := c.resvLog[0]
+		l.Available = uint8(min(len(c.resvLog)-1, 255))
+		l.Marshal(page)
+		c.resvLog = slices.Delete(c.resvLog, 0, 1)
+		more = len(c.resvLog) > 0
+	}
+	if !g.RAE {
+		c.unmaskLocked(g.LID)
+	}
+	c.mu.Unlock()
+	copyPage(buf, page, g.Offset)
+	if more && !g.RAE {
+		c.raiseEvent(eventResvLog)
 	}
 	return nvmeproto.StatusSuccess
 }
 
 // logPage builds the whole log page lid, or returns the status for a page this controller
-// does not have.
+// does not have. The pages that reading consumes are readConsumingLog's.
 func (c *controller) logPage(lid nvmeproto.LID, lsp uint8, nsid uint32) ([]byte, nvmeproto.Status) {
 	if c.disc {
 		if lid != nvmeproto.LIDDiscovery {
@@ -92,19 +136,10 @@ func (c *controller) logPage(lid nvmeproto.LID, lsp uint8, nsid uint32) ([]byte,
 		b := make([]byte, nvmeproto.FirmwareSlotLogSize)
 		f.Marshal(b)
 		return b, nvmeproto.StatusSuccess
-	case nvmeproto.LIDChangedNSList:
-		c.mu.Lock()
-		l := nvmeproto.ChangedNSList(c.changedNS)
-		b := make([]byte, nvmeproto.ChangedNSListSize)
-		l.Marshal(b)
-		c.mu.Unlock()
-		return b, nvmeproto.StatusSuccess
 	case nvmeproto.LIDCommandEffects:
 		b := make([]byte, nvmeproto.CommandEffectsLogSize)
 		commandEffects.Marshal(b)
 		return b, nvmeproto.StatusSuccess
-	case nvmeproto.LIDReservationNotify:
-		return c.resvLogPage(), nvmeproto.StatusSuccess
 	case nvmeproto.LIDANA: // LSP bits 7:1 are reserved
 		return c.anaLog(lsp&nvmeproto.LSPANARGO != 0), nvmeproto.StatusSuccess
 	}

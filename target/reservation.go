@@ -508,32 +508,3 @@ func (c *controller) resvMaskOf(nsid uint32) uint32 {
 	}
 	return c.resvMaskAll
 }
-
-// resvLogPage returns the oldest Reservation Notification log page (an empty one when
-// there is none), without taking it off the queue.
-func (c *controller) resvLogPage() []byte {
-	b := make([]byte, nvmeproto.ResvNotifyLogSize)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.resvLog) == 0 {
-		return b
-	}
-	l := c.resvLog[0]
-	l.Available = uint8(min(len(c.resvLog)-1, 255))
-	l.Marshal(b)
-	return b
-}
-
-// resvLogRead takes the page resvLogPage returned off the queue; with more pages waiting
-// (and the event re-armed by the read) the host is told again.
-func (c *controller) resvLogRead(rae bool) {
-	c.mu.Lock()
-	if len(c.resvLog) > 0 {
-		c.resvLog = slices.Delete(c.resvLog, 0, 1)
-	}
-	more := len(c.resvLog) > 0
-	c.mu.Unlock()
-	if more && !rae {
-		c.raiseEvent(eventResvLog)
-	}
-}
