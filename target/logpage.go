@@ -226,13 +226,14 @@ func (c *controller) errorLog() []byte {
 // whole controller (NSID 0 or FFFFFFFFh): counters summed over the subsystem's namespaces.
 func (c *controller) smartLog(nsid uint32) ([]byte, nvmeproto.Status) {
 	var nss []*namespace
-	switch {
-	case nsid == 0 || nsid == nvmeproto.NSIDAll:
+	if nsid == 0 || nsid == nvmeproto.NSIDAll {
 		nss = c.subsys.namespaces()
-	case c.subsys.lookup(nsid) != nil:
-		nss = []*namespace{c.subsys.lookup(nsid)}
-	default:
-		return nil, nvmeproto.StatusInvalidNamespace.WithDNR()
+	} else {
+		ns := c.subsys.lookup(nsid) // once: the namespace may be removed meanwhile
+		if ns == nil {
+			return nil, nvmeproto.StatusInvalidNamespace.WithDNR()
+		}
+		nss = []*namespace{ns}
 	}
 	var rUnits, wUnits, rCmds, wCmds uint64
 	for _, ns := range nss {
