@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -70,8 +71,11 @@ func srqChunkBytes(icd int) int {
 	return alignUp(srqICDBase, pageSize) + srqChunkSlots*icd
 }
 
+// newSharedRecv returns the buffers of SRQ q, which holds at least limit receives. The
+// limit is taken down to whole chunks: buffers are added a chunk at a time, and a chunk
+// that did not fit would be posted in part.
 func newSharedRecv(q srqPoster, icd, limit int, alloc func(int) (region, func() error, error)) *sharedRecv {
-	limit = min(max(limit, srqChunkSlots), maxSRQChunks*srqChunkSlots)
+	limit = min(max(limit/srqChunkSlots*srqChunkSlots, srqChunkSlots), maxSRQChunks*srqChunkSlots)
 	return &sharedRecv{q: q, icd: icd, limit: limit, alloc: alloc,
 		stage: make([]rdmacm.RecvWR, 0, alignUp(limit, srqChunkSlots))}
 }
@@ -107,7 +111,9 @@ func (s *sharedRecv) unreserve(depth int) {
 // held. One region per call, not per chunk: registering memory (mmap, mlock, the device's
 // registration) is what makes a connection's first queue slow to join, a few milliseconds
 // per region under emulation. The region is freed with its first chunk (close); a chunk
-// whose post failed stays unused in it.
+// whose post failed stays unused in it. A chunk the device took part of stays too, as
+// posted buffers (its other buffers are never used): the device may fill any buffer it
+// took, so neither it nor its region may go while the SRQ exists.
 func (s *sharedRecv) grow(n int) error {
 	k := int(s.slots.Load()) / srqChunkSlots
 	n = min(max(n, 1), maxSRQChunks-k)
@@ -139,6 +145,11 @@ func (s *sharedRecv) grow(n int) error {
 		}
 		s.chunks[k+c].Store(ch) // before the post: a completion can only follow it
 		if err := s.q.PostRecv(ch.wrs[:]); err != nil {
+			var pe *rdmacm.PostError
+			if errors.As(err, &pe) && pe.Index > 0 {
+				s.slots.Add(srqChunkSlots)
+				return fmt.Errorf("rdma: posting %d receives to the shared receive queue: %d posted: %w", srqChunkSlots, pe.Index, err)
+			}
 			s.chunks[k+c].Store(nil)
 			if c == 0 {
 				free()

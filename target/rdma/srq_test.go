@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -232,15 +233,23 @@ func TestEngineSRQFairShare(t *testing.T) {
 	waitBuffers(t, e)
 }
 
-// failingSRQ is a receive queue whose PostRecv fails on call failAt (1-based; 0: never).
+// failingSRQ is a receive queue whose PostRecv fails on call failAt (1-based; 0: never),
+// and which holds at most capacity receives (0: any number), posting as many of a chain
+// as fit, as ibv_post_srq_recv does.
 type failingSRQ struct {
 	calls, failAt int
+	capacity      int
 	posted        []rdmacm.RecvWR
 }
 
 func (s *failingSRQ) PostRecv(wrs []rdmacm.RecvWR) error {
 	if s.calls++; s.calls == s.failAt {
 		return errors.New("post failed")
+	}
+	if s.capacity > 0 && len(s.posted)+len(wrs) > s.capacity {
+		fit := s.capacity - len(s.posted)
+		s.posted = append(s.posted, wrs[:fit]...)
+		return &rdmacm.PostError{Op: "ibv_post_srq_recv", Index: fit, ID: wrs[fit].ID, Errno: syscall.ENOMEM}
 	}
 	s.posted = append(s.posted, wrs...)
 	return nil
@@ -303,6 +312,40 @@ func TestSharedRecvGrowsInOneRegion(t *testing.T) {
 	if frees[0] != 1 {
 		t.Fatalf("close freed the region %d times, want once", frees[0])
 	}
+
+	// The device takes part of a chunk (a receive queue holding fewer than the chunks
+	// asked of it): the chunk and its region stay, its posted buffers are buffers.
+	allocs, frees = nil, map[int]int{}
+	q = &failingSRQ{capacity: 40}
+	s = newSharedRecv(q, icd, 1024, alloc)
+	if err := s.reserve(64); err != nil || s.slots.Load() != 64 || frees[0] != 0 || !s.valid(39) {
+		t.Fatalf("a post taken in part: %v, %d buffers, region freed %d times, buffer 39 valid %v; want nil, 64, 0, true",
+			err, s.slots.Load(), frees[0], s.valid(39))
+	}
+	if sqe, _ := s.buffers(39); len(sqe) != nvmeproto.SQESize {
+		t.Fatalf("buffer 39 (posted) has an entry of %d bytes", len(sqe))
+	}
+	s.close()
+	if frees[0] != 1 {
+		t.Fatalf("close freed the region %d times, want once", frees[0])
+	}
+	allocs, frees = nil, map[int]int{}
+	q = &failingSRQ{capacity: 20}
+	s = newSharedRecv(q, icd, 1024, alloc)
+	if err := s.reserve(32); err != nil || s.slots.Load() != 32 || frees[0] != 0 {
+		t.Fatalf("the first post taken in part: %v, %d buffers, region freed %d times; want nil, 32, 0", err, s.slots.Load(), frees[0])
+	}
+	s.close()
+
+	// A limit that is not whole chunks is taken down to them: nothing is posted beyond
+	// it (a queue made for 1000 receives; devices may hold more, but need not).
+	allocs, frees = nil, map[int]int{}
+	q = &failingSRQ{capacity: 1000}
+	s = newSharedRecv(q, icd, 1000, alloc)
+	if err := s.reserve(2048); err != nil || s.slots.Load() != 992 || len(q.posted) != 992 {
+		t.Fatalf("limit 1000, 2048 entries: %v, %d buffers, %d posted; want nil, 992, 992", err, s.slots.Load(), len(q.posted))
+	}
+	s.close()
 
 	// The first post fails: nothing is posted, the region is freed, the reserve fails.
 	allocs, frees = nil, map[int]int{}

@@ -678,6 +678,9 @@ func (d *device) addSRQ(g *group, limit, icd int) error {
 		return err
 	}
 	d.srqs[g.id] = srq
+	if srq.MaxWR() > 0 { // what the device made of limit: at least limit, or it says
+		limit = min(limit, srq.MaxWR())
+	}
 	g.srq = newSharedRecv(srq, icd, limit, func(n int) (region, func() error, error) {
 		a, err := d.pd.NewArena(n, 0)
 		if err != nil {
