@@ -169,6 +169,11 @@ type conn struct {
 	nctx     int
 	freeCtx  []int32
 	recvWait ring // receive completions waiting for a free context
+	// srqHeld counts the shared receive queue's buffers the connection holds: capsules
+	// begun and not yet completed by the core, and those in recvWait. A command's buffer
+	// goes back when the core completes it, before its response is sent, so a host that
+	// keeps to its queue size never has more than depth of them (see onRecv).
+	srqHeld int
 
 	share connShare // its part of the buffer pool (share.go)
 	watch respWatch // its responses' progress (watchdog.go)
@@ -345,7 +350,9 @@ func (c *conn) reason() error {
 // onRecv handles the arrival of a command capsule in receive buffer i (the connection's
 // own slot, or the shared receive queue's buffer).
 func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
-	if !c.cfg.srq {
+	if c.cfg.srq {
+		c.srqHeld++
+	} else {
 		c.recvPosted--
 	}
 	if wc.Status != rdmacm.WCSuccess {
@@ -365,6 +372,18 @@ func (c *conn) onRecv(i int, wc *rdmacm.Completion) {
 		c.log.Warn("host sent a command capsule shorter than 64 bytes: disconnecting", "qid", c.cfg.qid, "bytes", wc.ByteLen)
 		c.releaseRecv(i)
 		c.requestCloseLocal(errShortCapsule)
+		return
+	}
+	if c.cfg.srq && c.srqHeld > c.cfg.depth {
+		// More of the poll group's receive buffers than the queue has entries: only a
+		// host ignoring its queue size sends that many, and on a shared receive queue
+		// nothing else stops it from taking the buffers every other queue of the group
+		// depends on (commands waiting for RDMA READ credits, the data window or the
+		// backend hold theirs).
+		c.log.Warn("host sent more commands than its queue has entries: disconnecting", "qid", c.cfg.qid,
+			"depth", c.cfg.depth, "receive_buffers", c.srqHeld)
+		c.releaseRecv(i)
+		c.requestCloseLocal(errQueueOverrun)
 		return
 	}
 	c.g.markCommand(c.q.Association())
@@ -411,8 +430,14 @@ func (c *conn) takeCtx() *rctx {
 // connection going away).
 func (c *conn) releaseRecv(i int) {
 	if c.cfg.srq {
-		c.g.srq.repost(i)
+		c.giveSRQ(i)
 	}
+}
+
+// giveSRQ hands the shared receive queue's buffer i back to it.
+func (c *conn) giveSRQ(i int) {
+	c.g.srq.repost(i)
+	c.srqHeld--
 }
 
 // recvBuffers returns receive buffer i's command entry and in-capsule data area.
@@ -473,7 +498,7 @@ func (c *conn) start(x *rctx, i, n int) {
 		// buffer goes back now. Commands waiting for the pool — a host flooding its queues
 		// past its share — would otherwise drain the receive queue that every I/O queue of
 		// the poll group depends on, and stall the others' commands.
-		c.g.srq.repost(int(x.recv))
+		c.giveSRQ(int(x.recv))
 		x.recv = -1
 		r.ICD = nil
 	}
@@ -622,7 +647,7 @@ func (c *conn) pumpReads() {
 func (c *conn) onComplete(x *rctx) {
 	if x.recv >= 0 {
 		if c.cfg.srq {
-			c.g.srq.repost(int(x.recv))
+			c.giveSRQ(int(x.recv))
 		} else if c.state == stateLive {
 			c.stageRecv(int(x.recv))
 		}

@@ -44,10 +44,12 @@
 // arrives on, and the completion's QP number names its connection. A command that has to
 // wait for pool buffers gives its shared buffer back at once (it has no in-capsule data,
 // and Begin has copied what it needs), so a host flooding its queues past its share of
-// the pool cannot drain the receive queue its poll group's other queues depend on. A
-// host that sends more commands than there are buffers is held back by RNR retries (the
-// accept asks for retry count 7: for ever), never failed; a connect or keep-alive never
-// waits for an I/O queue's buffer. With shared_receive_queue 0 every I/O queue has its
+// the pool cannot drain the receive queue its poll group's other queues depend on; a
+// queue that holds more buffers than it has entries (its commands waiting for RDMA READ
+// credits, the data window or the backend keep theirs) is one whose host ignores its
+// queue size, and is disconnected. A host that sends more commands than there are
+// buffers is held back by RNR retries (the accept asks for retry count 7: for ever),
+// never failed; a connect or keep-alive never waits for an I/O queue's buffer. With shared_receive_queue 0 every I/O queue has its
 // own buffers, one per entry.
 //
 // # Requests

@@ -216,6 +216,55 @@ func TestEngineSRQOverrun(t *testing.T) {
 	waitBuffers(t, e)
 }
 
+// TestEngineSRQHeldBuffersOverrun: a host that sends more commands than its queue has
+// entries, each keeping its receive buffer (writes whose RDMA READs the fake host does
+// not answer), is disconnected once it holds more than its depth of the poll group's
+// shared receive buffers, and another queue of the group keeps working. (Counting only
+// contexts and capsules waiting for them let it hold three times its depth: every
+// buffer of the group here, the other queue's commands finding none.)
+func TestEngineSRQHeldBuffersOverrun(t *testing.T) {
+	e := newEngine(t, engineOpts{srq: 64})
+	a, cntlid := e.adminConnect(0)
+	const depth = 32
+	hostile := e.ioConnect(1, cntlid, depth)
+	honest := e.ioConnect(2, cntlid, depth)
+	if got := e.g.srq.slots.Load(); got != 2*depth {
+		t.Fatalf("%d receive buffers, want %d", got, 2*depth)
+	}
+	holdReads(hostile)
+	hostile.ep.mu.Lock()
+	hostile.ep.onResp = func([]byte) {} // raw capsules, all CID 0: not the host queue's
+	hostile.ep.mu.Unlock()
+	capsule := make([]byte, nvmeproto.SQESize)
+	c := rw(nvmeproto.OpWrite, 1, 0, 8)
+	c.Flags = nvmeproto.PSDTSGL << 6
+	c.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Address: hostile.ep.hostBase, Length: 4096, Key: hostile.ep.hostKey}
+	c.Marshal(capsule)
+	sent := 0
+	deadline := time.Now().Add(2 * time.Second)
+	for sent < 3*depth && time.Now().Before(deadline) {
+		err := hostile.ep.hostSend(capsule)
+		if errors.Is(err, errRNR) {
+			time.Sleep(time.Millisecond) // no buffer now: the host's device retries
+			continue
+		}
+		if err != nil {
+			break // the target disconnected
+		}
+		sent++
+	}
+	hostile.waitDead(t)
+	if sent < depth+1 {
+		t.Errorf("disconnected after %d commands; a queue of %d entries may have that many", sent, depth)
+	}
+	for i := range 10 {
+		c, _ := honest.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
+		expectOK(t, "the other queue's read", c)
+	}
+	e.closeAll(honest, a)
+	waitBuffers(t, e)
+}
+
 // TestEngineSRQFairShare: on a shared receive queue, a host whose flood of 128 KiB reads
 // waits for pool buffers (it holds every buffer it gets: its responses never complete)
 // must not take the receive buffers with its waiting commands: another queue of the poll
