@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -509,6 +510,16 @@ func ctlNsLs(x *ctlCtx) error {
 	})
 }
 
+// flagUint32 returns the uint flag name, which fills a 32-bit field: a larger value is
+// refused, not truncated into another one (the target checks the field's own range).
+func flagUint32(c *cli.Context, name string) (uint32, error) {
+	v := c.Uint(name)
+	if v > math.MaxUint32 {
+		return 0, usageError("--%s %d: out of range (at most %d)", name, v, uint32(math.MaxUint32))
+	}
+	return uint32(v), nil
+}
+
 func ctlNsAdd(x *ctlCtx) error {
 	a, err := x.args(1, 1)
 	if err != nil {
@@ -518,9 +529,15 @@ func ctlNsAdd(x *ctlCtx) error {
 	if !c.IsSet("nsid") || c.String("backend") == "" {
 		return usageError("--nsid and --backend are required: gonvmf ctl ns add NQN --nsid N --backend file|block|null|memory [--path P] [--size S] ...")
 	}
-	n := &pb.Namespace{Nsid: uint32(c.Uint("nsid")), Backend: c.String("backend"), Path: absPath(".", c.String("path")),
-		LbaSize: uint32(c.Uint("lba-size")), ReadOnly: c.Bool("read-only"), Uuid: c.String("uuid"), Nguid: c.String("nguid"), Eui64: c.String("eui64"),
-		AnaGroup: uint32(c.Uint("ana-group")), Shared: c.Bool("shared")}
+	var nums [3]uint32
+	for i, name := range []string{"nsid", "lba-size", "ana-group"} {
+		if nums[i], err = flagUint32(c, name); err != nil {
+			return err
+		}
+	}
+	n := &pb.Namespace{Nsid: nums[0], Backend: c.String("backend"), Path: absPath(".", c.String("path")),
+		LbaSize: nums[1], ReadOnly: c.Bool("read-only"), Uuid: c.String("uuid"), Nguid: c.String("nguid"), Eui64: c.String("eui64"),
+		AnaGroup: nums[2], Shared: c.Bool("shared")}
 	if s := c.String("size"); s != "" {
 		sz, err := conf.ParseSize(s)
 		if err != nil {

@@ -112,6 +112,9 @@ func TestCtl(t *testing.T) {
 	_, errOut = ctl(2, "subsystem", "add", "nqn.2024-01.io.gonvmf:x", "--ns", "nsid=1,backend=null,sise=1GiB")
 	contains("bad --ns", errOut, `unknown field "sise"`, "did you mean size?")
 
+	// 2^32 + 3 would have been NSID 3.
+	_, errOut = ctl(2, "ns", "add", ctlNQN, "--nsid", "4294967299", "--backend", "memory", "--size", "2MiB")
+	contains("ns add --nsid 2^32+3", errOut, "--nsid 4294967299: out of range")
 	out, _ = ctl(0, "ns", "add", ctlNQN, "--nsid", "3", "--backend", "memory", "--size", "2MiB", "--lba-size", "4096")
 	contains("ns add", out, "added namespace 3 to "+ctlNQN, "2.0 MiB (512 blocks of 4096 bytes)")
 	out, _ = ctl(0, "ns", "resize", ctlNQN, "3", "8MiB")

@@ -61,12 +61,15 @@ type perfFlags struct {
 
 func parsePerf(c *cli.Context) (*perfFlags, error) {
 	pf := &perfFlags{queues: c.Int("queues"), json: c.Bool("json")}
+	nsid, err := flagUint32(c, "nsid")
+	if err != nil {
+		return nil, err
+	}
 	pc := &pf.run
 	*pc = perf.Config{Workload: c.String("rw"), QueueDepth: c.Int("iodepth"), Queues: pf.queues,
-		Runtime: c.Duration("runtime"), IOs: c.Uint64("ios"), NSID: uint32(c.Uint("nsid")),
+		Runtime: c.Duration("runtime"), IOs: c.Uint64("ios"), NSID: nsid,
 		Verify: c.Bool("verify"), FUA: c.Bool("fua"), Seed: c.Uint64("seed"), Quiet: pf.json,
 		Progress: c.Bool("progress"), CPUProfile: c.String("cpuprofile")}
-	var err error
 	if _, _, err = perf.ParseWorkload(pc.Workload, 0); err != nil {
 		return nil, usageError("--rw %q: use read, write, randread, randwrite, rw or randrw", pc.Workload)
 	}
