@@ -58,10 +58,6 @@ var badConfigs = []struct {
 		"", "YAML syntax error", "indent with spaces, not tabs", 0},
 	{"two documents", sub(nullNS) + "--- # <-\nlisteners: []\n",
 		"", "more than one YAML document", "keep one document", 0},
-	{"no listeners", "subsystems: # <-\n" + sub(nullNS)[len(baseListeners)+len("subsystems:\n"):],
-		"listeners", "no listeners", "add one", 0},
-	{"no subsystems", baseListeners + "subsystems: [] # <-\n",
-		"subsystems", "no subsystems", "add one with an nqn", 0},
 
 	// --- listeners ---
 	{"port out of range", "listeners:\n  - address: 10.99.0.1\n    port: 70000 # <-\n" + sub(nullNS)[len(baseListeners):],

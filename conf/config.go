@@ -15,6 +15,9 @@ import (
 // The yaml tags name the YAML keys; decoding is done by this package (see Parse), not by
 // yaml.Unmarshal, so that every error can name its line and field.
 type Config struct {
+	// Listeners and Subsystems may be empty: a target can start with nothing to serve and
+	// be configured through the control API, and removing the last of either leaves a
+	// configuration that saves and loads.
 	Listeners  []Listener  `yaml:"listeners"`
 	Subsystems []Subsystem `yaml:"subsystems"`
 	Transport  Transport   `yaml:"transport"`

@@ -450,9 +450,34 @@ func TestResolveInCode(t *testing.T) {
 	bad := &Config{Subsystems: []Subsystem{{NQN: "nqn.2024-01.com.example:code", AllowAnyHost: true,
 		Namespaces: []Namespace{{NSID: 1, Backend: BackendNull, Size: 4 * MiB, LBASize: 520}}}}}
 	err := bad.Resolve()
-	if err == nil || !strings.Contains(err.Error(), "subsystems[0].namespaces[0].lba_size: 520 is not a supported LBA size; use 512 or 4096") ||
-		!strings.Contains(err.Error(), "listeners: no listeners") {
+	if err == nil || !strings.Contains(err.Error(), "subsystems[0].namespaces[0].lba_size: 520 is not a supported LBA size; use 512 or 4096") {
 		t.Errorf("Resolve of a bad in-code config: %v", err)
+	}
+}
+
+// TestNothingServedIsValid: a configuration with no subsystems or no listeners is valid
+// (the control API adds them at run time, and removing the last one must leave a
+// configuration that saves to a file that loads), and round-trips through its YAML.
+func TestNothingServedIsValid(t *testing.T) {
+	for name, text := range map[string]string{
+		"no subsystems": "listeners: [{address: 10.99.0.1}]\nsubsystems: []\n",
+		"no listeners":  "subsystems:\n  - nqn: nqn.2024-01.com.example:a\n    allow_any_host: true\n",
+		"neither":       "listeners: []\nsubsystems: []\n",
+	} {
+		c, err := Parse([]byte(text), "t.yaml")
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		again, err := Parse([]byte(c.String()), "saved.yaml")
+		if err != nil {
+			t.Errorf("%s: the saved form does not load: %v\n%s", name, err, c.String())
+			continue
+		}
+		if len(again.Subsystems) != len(c.Subsystems) || len(again.Listeners) != len(c.Listeners) {
+			t.Errorf("%s: saved and loaded: %d subsystems, %d listeners; want %d, %d", name,
+				len(again.Subsystems), len(again.Listeners), len(c.Subsystems), len(c.Listeners))
+		}
 	}
 }
 

@@ -69,7 +69,7 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 	var doc yaml.Node
 	err := dec.Decode(&doc)
 	if errors.Is(err, io.EOF) {
-		d.add(nil, "", "", "the file is empty", "describe at least one listener and one subsystem; conf/examples has complete files")
+		d.add(nil, "", "", "the file is empty", "describe the listeners and subsystems to serve; conf/examples has complete files")
 		return nil, d.errs
 	}
 	if err != nil {
@@ -93,7 +93,7 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 	}
 	root = deref(root)
 	if isNull(root) {
-		d.add(root, "", "", "the file holds no settings", "describe at least one listener and one subsystem; conf/examples has complete files")
+		d.add(root, "", "", "the file holds no settings", "describe the listeners and subsystems to serve; conf/examples has complete files")
 		return nil, d.errs
 	}
 	if root.Kind != yaml.MappingNode {

@@ -38,6 +38,9 @@ gonvmf reads back unchanged, with sizes for people in comments.`,
 			}
 			fmt.Fprintf(c.App.ErrWriter, "%s: valid: %s, %s, %s\n", cfg.File,
 				count(len(cfg.Listeners), "listener"), count(len(cfg.Subsystems), "subsystem"), count(namespaces, "namespace"))
+			if len(cfg.Listeners) == 0 || len(cfg.Subsystems) == 0 {
+				fmt.Fprintf(c.App.ErrWriter, "%s: serves nothing until listeners and subsystems are added (gonvmf ctl, or the file and SIGHUP)\n", cfg.File)
+			}
 			return nil
 		},
 	}

@@ -93,6 +93,17 @@ subsystems:
         backend: file
 `
 
+// TestCheckNothingServed: a file with no subsystems is valid (the control API adds them),
+// and check says that it serves nothing yet.
+func TestCheckNothingServed(t *testing.T) {
+	f := writeFile(t, "empty.yaml", "listeners: [{address: 10.99.0.1}]\nsubsystems: []\n")
+	code, _, errOut := gonvmf(t, "check", "-c", f)
+	if code != 0 || !strings.Contains(errOut, f+": valid: 1 listener, 0 subsystems, 0 namespaces") ||
+		!strings.Contains(errOut, "serves nothing until listeners and subsystems are added") {
+		t.Errorf("check of a file with no subsystems: exit %d\n%s", code, errOut)
+	}
+}
+
 func TestCheckReportsEveryError(t *testing.T) {
 	f := writeFile(t, "bad.yaml", badConfig)
 	code, out, errOut := gonvmf(t, "check", "-c", f)

@@ -63,6 +63,10 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 			}
 			log.Info("configuration loaded", "file", cfg.File, "listeners", len(cfg.Listeners),
 				"subsystems", len(cfg.Subsystems), "namespaces", namespaces)
+			if len(cfg.Listeners) == 0 || len(cfg.Subsystems) == 0 {
+				log.Warn("nothing is served until listeners and subsystems are added: gonvmf ctl listener add / subsystem add, or add them to the file and send SIGHUP",
+					"listeners", len(cfg.Listeners), "subsystems", len(cfg.Subsystems), "control_socket", cfg.Control.Socket)
+			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			if err := serve(ctx, cfg, log, metrics.WithLogDrops(logDrops)); err != nil {
