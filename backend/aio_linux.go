@@ -271,6 +271,9 @@ func (g *Ring) Flush() int {
 		// does it, and the rest go on.
 		i := g.pendIdx[k]
 		k++
+		if e == unix.EOPNOTSUPP && g.nowait {
+			g.slots[i].s.refusesNowait()
+		}
 		g.fallback(i)
 	}
 	clear(g.pending)
@@ -350,6 +353,12 @@ func (g *Ring) finish(i int32, res int64) bool {
 	switch {
 	case res == -int64(unix.EAGAIN) && g.nowait:
 		// It would have blocked: a worker does it.
+		g.fallback(i)
+		return false
+	case res == -int64(unix.EOPNOTSUPP) && g.nowait:
+		// The device takes no non-blocking requests (it failed this one, not the
+		// I/O): a worker does it, and the store's next ones too.
+		sl.s.refusesNowait()
 		g.fallback(i)
 		return false
 	case res < 0:
@@ -463,10 +472,20 @@ func (g *Ring) Close() error {
 	return nil
 }
 
+// refusesNowait records that the kernel refused a non-blocking request to s (see
+// fdStore.blocking), and says so once.
+func (s *fdStore) refusesNowait() {
+	if s.blocking.CompareAndSwap(false, true) && s.log != nil {
+		s.log.Info("the device refuses non-blocking I/O (RWF_NOWAIT): its reads and writes go to worker goroutines",
+			"path", s.path)
+	}
+}
+
 // asyncStore returns the store a Ring may drive directly: opened with O_DIRECT and
-// through the real system calls (not a test's fault injection).
+// through the real system calls (not a test's fault injection), and taking
+// non-blocking requests.
 func (s *fdStore) asyncStore() *fdStore {
-	if !s.direct {
+	if !s.direct || s.blocking.Load() {
 		return nil
 	}
 	if _, ok := s.sys.(realSys); !ok {

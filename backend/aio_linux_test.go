@@ -331,6 +331,56 @@ func TestRingNowaitFallback(t *testing.T) {
 	}
 }
 
+// TestRingNowaitRefused: a device that takes no non-blocking requests fails each with
+// EOPNOTSUPP when it completes (a queue without REQ_NOWAIT): the request is done
+// by a worker, not failed (a FUA write's failure would fail the namespace), and the
+// store's later requests go to the workers without the ring.
+func TestRingNowaitRefused(t *testing.T) {
+	b := openTestFile(t, Spec{Path: filepath.Join(directDir(t), "ns.img"), Size: 1 << 20, LBASize: 512})
+	if !b.direct {
+		t.Skip("no O_DIRECT in the test directory")
+	}
+	e := NewExecutor(b, 2)
+	defer e.Close()
+	h := newRingHarness(t, 16)
+	var refused atomic.Int32
+	h.g.faultResult = func(r *Request, res int64) int64 {
+		refused.Add(1)
+		return -int64(unix.EOPNOTSUPP)
+	}
+	data := alignedBuf(4096)
+	fill(data, 0x5a)
+	w := Request{Op: OpWrite, SLBA: 8, Buf: data, FUA: true, Done: func(r *Request) {
+		if r.Err != nil {
+			t.Errorf("FUA write on a device refusing RWF_NOWAIT: %v", r.Err)
+		}
+		h.done.Add(1)
+	}}
+	e.SubmitRing(h.g, &w)
+	h.g.Flush()
+	h.wait(1)
+	if refused.Load() != 1 || h.g.Fallbacks() != 1 {
+		t.Fatalf("%d completions refused, %d requests to the workers; want 1, 1", refused.Load(), h.g.Fallbacks())
+	}
+	if b.asyncStore() != nil {
+		t.Errorf("the store still takes ring requests after the kernel refused RWF_NOWAIT")
+	}
+	submits := h.g.Submits
+	r := Request{Op: OpRead, SLBA: 8, Buf: alignedBuf(4096), Done: func(r *Request) {
+		if r.Err != nil {
+			t.Errorf("read: %v", r.Err)
+		}
+		h.done.Add(1)
+	}}
+	e.SubmitRing(h.g, &r)
+	h.g.Flush()
+	h.wait(2)
+	if h.g.Submits != submits || refused.Load() != 1 || !bytes.Equal(r.Buf, data) {
+		t.Errorf("the next request: %d io_submit calls, %d refused, data equal %v; want 0, 1, true",
+			h.g.Submits-submits, refused.Load(), bytes.Equal(r.Buf, data))
+	}
+}
+
 // TestRingBatchFaults: inside one batch, io_submit takes only part of the requests,
 // refuses one (EAGAIN) at the head of the rest, and the kernel completes another with
 // EAGAIN (RWF_NOWAIT) and a third short. Every request must still complete exactly once,

@@ -32,6 +32,13 @@ type fdStore struct {
 	// it without asking the kernel, which would say all is well. Only a new open clears it.
 	syncMu  sync.Mutex
 	syncErr atomic.Pointer[error]
+
+	// blocking is set once the kernel refused a non-blocking (RWF_NOWAIT) request to
+	// the store: a file without them is refused by io_submit, and a device whose queue
+	// does not take REQ_NOWAIT (some bio-based stacks) ends each such request with
+	// EOPNOTSUPP when it completes. A Ring then leaves the store's requests to the
+	// executor's workers.
+	blocking atomic.Bool
 }
 
 func (s *fdStore) ReadBlocks(buf []byte, slba uint64) error {
