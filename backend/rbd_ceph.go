@@ -38,6 +38,10 @@ typedef struct gonvmf_rbd_op gonvmf_rbd_op;
 typedef struct {
 	gonvmf_rbd_op *head;
 	int efd; // signalled when head goes from NULL to an operation; -1: none
+	// posting counts the threads inside gonvmf_rbd_post: an operation they pushed can be
+	// taken (and its queue's owner see nothing in flight) before they signal efd, so the
+	// queue is freed, and efd closed, only once it is 0 (gonvmf_rbd_posting).
+	uint32_t posting;
 } gonvmf_rbd_cq;
 
 // One librbd operation in flight (or one image's watch).
@@ -51,15 +55,22 @@ struct gonvmf_rbd_op {
 
 static void gonvmf_rbd_post(gonvmf_rbd_op *op) {
 	gonvmf_rbd_cq *cq = op->cq;
+	int efd = cq->efd;
+	__atomic_add_fetch(&cq->posting, 1, __ATOMIC_ACQ_REL);
 	gonvmf_rbd_op *old = __atomic_load_n(&cq->head, __ATOMIC_RELAXED);
 	do {
 		op->next = old;
 	} while (!__atomic_compare_exchange_n(&cq->head, &old, op, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
-	if (old == NULL && cq->efd >= 0) {
+	if (old == NULL && efd >= 0) {
 		uint64_t one = 1;
-		while (write(cq->efd, &one, sizeof one) < 0 && errno == EINTR) {
+		while (write(efd, &one, sizeof one) < 0 && errno == EINTR) {
 		}
 	}
+	__atomic_sub_fetch(&cq->posting, 1, __ATOMIC_RELEASE); // the last access to cq
+}
+
+static uint32_t gonvmf_rbd_posting(gonvmf_rbd_cq *cq) {
+	return __atomic_load_n(&cq->posting, __ATOMIC_ACQUIRE);
 }
 
 static gonvmf_rbd_op *gonvmf_rbd_take(gonvmf_rbd_cq *cq) {
@@ -384,8 +395,24 @@ func (c *rbdConn) release() {
 	for _, ch := range *c.chunks.Load() {
 		C.free(unsafe.Pointer(ch.ops))
 	}
+	if !waitPosters(c.cq, time.Now().Add(5*time.Second)) {
+		return // a librbd thread still posting: the queue and its eventfd stay (leaked)
+	}
 	C.free(unsafe.Pointer(c.cq))
 	unix.Close(c.efd)
+}
+
+// waitPosters waits until no librbd thread is still inside gonvmf_rbd_post on q (it may
+// have pushed an operation that was taken already, and not yet signalled the queue's
+// eventfd), or until deadline. Queues are freed only after it.
+func waitPosters(q *C.gonvmf_rbd_cq, deadline time.Time) bool {
+	for C.gonvmf_rbd_posting(q) != 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+	return true
 }
 
 // alloc takes a free slot, growing the table by a chunk when none is free.
@@ -516,6 +543,9 @@ func (x *ringExt) close(deadline time.Time) bool {
 			}
 			time.Sleep(100 * time.Microsecond)
 		}
+	}
+	if !waitPosters(x.q, deadline) {
+		return false
 	}
 	C.free(unsafe.Pointer(x.q))
 	x.q = nil
