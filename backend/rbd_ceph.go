@@ -28,6 +28,7 @@ package backend
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
@@ -140,6 +141,41 @@ static void gonvmf_rbd_complete(gonvmf_rbd_op *op, gonvmf_rbd_cq *cq, int64_t re
 	op->next = NULL;
 	op->ret = ret;
 	gonvmf_rbd_post(op);
+}
+
+// gonvmf_rbd_cache_options reads the image's effective rbd_cache (into on: 1, 0, -1 not
+// listed) and rbd_cache_policy (into policy: 0 writethrough, 1 writearound, 2 writeback,
+// -1 other or not listed): the client's configuration with the pool's and the image's
+// overrides (rbd config pool|image set) applied, as librbd uses them.
+static int gonvmf_rbd_cache_options(rbd_image_t img, int *on, int *policy) {
+	int max = 0, r, i;
+	rbd_config_option_t *opts;
+	*on = -1;
+	*policy = -1;
+	r = rbd_config_image_list(img, NULL, &max);
+	if (r < 0 && r != -ERANGE)
+		return r;
+	if (max <= 0)
+		return 0;
+	opts = calloc(max, sizeof *opts);
+	if (opts == NULL)
+		return -ENOMEM;
+	r = rbd_config_image_list(img, opts, &max);
+	if (r < 0) {
+		free(opts);
+		return r;
+	}
+	for (i = 0; i < max; i++) {
+		if (strcmp(opts[i].name, "rbd_cache") == 0)
+			*on = strcmp(opts[i].value, "true") == 0;
+		else if (strcmp(opts[i].name, "rbd_cache_policy") == 0)
+			*policy = strcmp(opts[i].value, "writethrough") == 0 ? 0 :
+				strcmp(opts[i].value, "writearound") == 0 ? 1 :
+				strcmp(opts[i].value, "writeback") == 0 ? 2 : -1;
+	}
+	rbd_config_image_list_cleanup(opts, max);
+	free(opts);
+	return 0;
 }
 
 static int gonvmf_rbd_watch(rbd_image_t img, gonvmf_rbd_op *op, uint64_t *handle) {
@@ -362,6 +398,26 @@ func rbdCacheModeOf(conn *rados.Conn) rbdCacheMode {
 	return rbdCacheWriteAround
 }
 
+// imageCacheMode returns the cache mode librbd uses for img: the client's configuration
+// with the pool's and the image's overrides (rbdCacheModeOf reads the client's only).
+func imageCacheMode(img C.rbd_image_t) (rbdCacheMode, error) {
+	var on, policy C.int
+	if r := C.gonvmf_rbd_cache_options(img, &on, &policy); r < 0 {
+		return 0, syscall.Errno(-r)
+	}
+	switch {
+	case on == -1:
+		return 0, errors.New("rbd_cache is not among the image's options")
+	case on == 0 || policy == 0:
+		return rbdCacheNone, nil
+	case policy == 2:
+		return rbdCacheWriteBack, nil
+	case policy == 1:
+		return rbdCacheWriteAround, nil
+	}
+	return rbdCacheWriteBack, nil // a policy not known here: assume the cache holds writes
+}
+
 func newRBDQueue(efd int) *C.gonvmf_rbd_cq {
 	q := (*C.gonvmf_rbd_cq)(C.calloc(1, C.size_t(unsafe.Sizeof(C.gonvmf_rbd_cq{}))))
 	if q == nil {
@@ -565,8 +621,9 @@ type rbdImage struct {
 	name     string
 	ioctx    *rados.IOContext
 	img      C.rbd_image_t
-	fuaFlush bool // FUA writes are followed by a flush (writeback cache)
-	vwc      bool // librbd's cache completes writes, discards or write zeroes before the OSDs have them
+	cache    rbdCacheMode // librbd's cache for this image (its pool's and its own settings applied)
+	fuaFlush bool         // FUA writes are followed by a flush (writeback cache)
+	vwc      bool         // librbd's cache completes writes, discards or write zeroes before the OSDs have them
 	log      *slog.Logger
 	onResize func(uint64)
 	faults   *Faults // tests: errors replacing librbd's results
@@ -659,8 +716,15 @@ func (m *rbdImage) open(timeout time.Duration) error {
 			"image", m.name, "size", uint64(size), "lba_size", m.lbaSize)
 	}
 	m.blocks.Store(uint64(size) >> m.lbaShift)
-	m.vwc = m.c.cache != rbdCacheNone
-	m.fuaFlush = m.c.cache == rbdCacheWriteBack
+	m.cache = m.c.cache
+	if mode, err := imageCacheMode(img); err == nil {
+		m.cache = mode
+	} else {
+		m.log.Warn("rbd: cannot read the image's cache settings: using the client's", "image", m.name,
+			"cache", m.cache.String(), "err", err)
+	}
+	m.vwc = m.cache != rbdCacheNone
+	m.fuaFlush = m.cache == rbdCacheWriteBack
 
 	m.c.mu.Lock()
 	m.c.nextImage++
@@ -680,7 +744,7 @@ func (m *rbdImage) open(timeout time.Duration) error {
 		m.watch = nil
 	}
 	m.log.Info("rbd image open", "image", m.name, "size", uint64(size), "lba_size", m.lbaSize,
-		"read_only", m.readOnly, "client", "client."+orDefault(rs.User, "admin"), "cache", m.c.cache.String())
+		"read_only", m.readOnly, "client", "client."+orDefault(rs.User, "admin"), "cache", m.cache.String())
 	return nil
 }
 

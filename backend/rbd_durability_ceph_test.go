@@ -78,7 +78,7 @@ func TestRBDFlushFailureIsErrSync(t *testing.T) {
 		t.Errorf("%d librbd flushes after the failure, want 0 (librbd would say all is well)", n)
 	}
 	// Write zeroes with FUA needs a flush, which fails the same way.
-	if b.(*rbdImage).c.cache != rbdCacheNone {
+	if b.(*rbdImage).cache != rbdCacheNone {
 		e := NewExecutor(b, 0)
 		if err2 := submitWait(e, &Request{Op: OpWriteZeroes, SLBA: 0, NLB: 8, FUA: true}); err2 != err {
 			t.Errorf("FUA write zeroes on the failed image: %v, want %v", err2, err)
@@ -186,6 +186,40 @@ func TestRBDConcurrentFlushFailure(t *testing.T) {
 	}
 }
 
+// TestRBDImageCacheOverrides: the cache mode (and so the volatile write cache hosts see,
+// and whether FUA writes are flushed) is the one librbd uses for the image: the client's
+// configuration with the image's overrides (rbd config image set) applied. A client
+// without the cache, writing to an image that turns it on, would otherwise tell hosts
+// there is no volatile cache while librbd completes their writes from it.
+func TestRBDImageCacheOverrides(t *testing.T) {
+	c, rs := testImage(t, "8M")
+	for _, tc := range []struct {
+		client, key, value, want string
+	}{
+		{"none", "rbd_cache", "true", "writearound"}, // pacific's default policy
+		{"writearound", "rbd_cache_policy", "writeback", "writeback"},
+		{"writeback", "rbd_cache", "false", "none"},
+	} {
+		t.Run(tc.client+"-"+tc.key+"="+tc.value, func(t *testing.T) {
+			img := c.Pool + "/" + rs.Image
+			if _, err := c.Rbd("config", "image", "set", img, tc.key, tc.value); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Rbd("config", "image", "remove", img, tc.key)
+			s := rs
+			s.Conf = cacheConf(t, c.Conf, tc.client)
+			b := openRBDTest(t, Spec{RBD: s})
+			defer b.Close()
+			if got := b.(*rbdImage).cache.String(); got != tc.want {
+				t.Errorf("client %s, image %s=%s: cache mode %s, want %s", tc.client, tc.key, tc.value, got, tc.want)
+			}
+			if vwc := Describe(b).VolatileWriteCache; vwc != (tc.want != "none") {
+				t.Errorf("VolatileWriteCache = %v with cache %s", vwc, tc.want)
+			}
+		})
+	}
+}
+
 // TestRBDWriteCacheOffSyncs: with FUA (the target sets it on every write, write zeroes and
 // deallocate once the host disabled the volatile write cache) write zeroes and deallocate
 // are followed by a librbd flush whenever librbd's cache can complete them before the
@@ -201,7 +235,7 @@ func TestRBDWriteCacheOffSyncs(t *testing.T) {
 			s.Conf = cacheConf(t, c.Conf, policy)
 			b := openRBDTest(t, Spec{RBD: s, Faults: f})
 			defer b.Close()
-			if got, want := b.(*rbdImage).c.cache.String(), policy; got != want {
+			if got, want := b.(*rbdImage).cache.String(), policy; got != want {
 				t.Fatalf("cache mode %s, want %s", got, want)
 			}
 			if Describe(b).VolatileWriteCache != (policy != "none") {
