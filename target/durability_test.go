@@ -1,6 +1,7 @@
 package target_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -99,6 +100,26 @@ func TestFlushFailureFailsNamespace(t *testing.T) {
 	}
 	if err := e.tgt.ReopenNamespace(subNQN, 7); !errors.Is(err, target.ErrNoSuchNamespace) {
 		t.Errorf("reopening NSID 7: %v, want ErrNoSuchNamespace", err)
+	}
+}
+
+// TestReopenRefusesMemoryNamespace: a memory namespace's data lives in its open backend
+// (and it never fails a sync): ReopenNamespace refuses it, and the data stays.
+func TestReopenRefusesMemoryNamespace(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	data := pattern(4096, 9)
+	w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	expectOK(t, "write", q.do(&w, data))
+	if err := e.tgt.ReopenNamespace(subNQN, 1); !errors.Is(err, target.ErrVolatileNamespace) {
+		t.Errorf("reopening a memory namespace: %v, want ErrVolatileNamespace", err)
+	}
+	got := make([]byte, 4096)
+	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	expectOK(t, "read after the refused reopen", q.do(&r, got))
+	if !bytes.Equal(got, data) {
+		t.Errorf("the memory namespace's data changed")
 	}
 }
 

@@ -674,7 +674,8 @@ func TestResvStateFileNone(t *testing.T) {
 // TestResvSurvivesReopen: reopening a namespace (ReopenNamespace, after a failed sync) is
 // not a power loss: registrations and the reservation stay.
 func TestResvSurvivesReopen(t *testing.T) {
-	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)))
+	ns := conf.Namespace{NSID: 1, Backend: conf.BackendNull, Size: 1 << 20} // a memory one is not reopened
+	e := newEnv(t, baseConfig(ns), target.WithLogger(testLogger(t)))
 	a := e.connectHost(1)
 	expectOK(t, "register", a.register(nvmeproto.ResvRegister, false, 0, 0, 0x1111))
 	expectOK(t, "acquire", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0x1111, 0))

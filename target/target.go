@@ -41,8 +41,11 @@ var (
 	ErrSubsystemExists = errors.New("target: subsystem already exists")
 	// ErrNamespaceBusy: closing a namespace (remove, reopen, shutdown) gave up waiting
 	// for its commands (WithQueueCloseTimeout); its backend closes when they complete.
-	ErrNamespaceBusy    = errors.New("target: namespace still has commands executing")
-	errControllerFailed = errors.New("target: controller fatal error")
+	ErrNamespaceBusy = errors.New("target: namespace still has commands executing")
+	// ErrVolatileNamespace: a memory namespace's data lives only in its open backend;
+	// ReopenNamespace refuses it rather than empty it under the hosts.
+	ErrVolatileNamespace = errors.New("target: a memory namespace cannot be reopened: its data would be lost")
+	errControllerFailed  = errors.New("target: controller fatal error")
 )
 
 // Version strings reported to hosts.
@@ -433,9 +436,14 @@ func (t *Target) ReopenNamespace(subNQN string, nsid uint32) error {
 	if err != nil {
 		return err
 	}
+	cn := c.Subsystems[si].Namespaces[ni]
+	if cn.Backend == conf.BackendMemory {
+		// It cannot have failed (nothing syncs), and a new backend starts empty.
+		return fmt.Errorf("target: namespace %d of %q: %w (remove and add it for an empty one)", nsid, subNQN, ErrVolatileNamespace)
+	}
 	// The running configuration: a resize or a change of write protection since the
 	// namespace was added is kept.
-	return s.reopenNamespace(ns, c.Subsystems[si].Namespaces[ni])
+	return s.reopenNamespace(ns, cn)
 }
 
 // FailedNamespace is a namespace that refuses writes and flushes because a sync of its
