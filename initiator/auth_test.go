@@ -217,7 +217,7 @@ func TestReauthenticate(t *testing.T) {
 	}
 	roundTrip(t, e.dial(t, func(o *initiator.Options) { o.DHCHAPSecret = hk2.Encode() }))
 	// Re-authenticating with the old key fails, and the target drops the controller.
-	target.AuthFailureGrace = 10 * time.Millisecond
+	target.AuthFailureGrace = 200 * time.Millisecond // the host reads the failure first, even on a loaded machine
 	defer func() { target.AuthFailureGrace = 2 * time.Second }()
 	if err := c.Reauthenticate(ctx, hk.Encode(), ""); !errors.Is(err, initiator.ErrAuthFailed) {
 		t.Fatalf("re-authentication with the old key: %v", err)
