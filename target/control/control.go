@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -146,15 +147,51 @@ func listenUnix(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("control: socket %s: removing the stale socket: %w", path, err)
 		}
 	}
-	l, err := net.Listen("unix", path)
+	// The socket is bound in a directory of its own (0700), made 0600 there, and only
+	// then renamed into place: bound at path, it would take the umask's mode, and a
+	// process of another user could connect before the chmod (its connection would
+	// outlive the chmod). Where the temporary path would not fit in sun_path, it is
+	// bound at path with the umask tightened instead.
+	tmp, err := os.MkdirTemp(dir, ".gs")
 	if err != nil {
 		return nil, fmt.Errorf("control: socket %s: %w; set control.socket to a path in a writable directory", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	defer os.RemoveAll(tmp)
+	bind := filepath.Join(tmp, "s")
+	if len(bind) > conf.MaxSocketPathLength {
+		bind = path
+		defer syscall.Umask(syscall.Umask(0o177))
+	}
+	l, err := net.Listen("unix", bind)
+	if err != nil {
+		return nil, fmt.Errorf("control: socket %s: %w; set control.socket to a path in a writable directory", path, err)
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // bind may be renamed: unixListener removes path itself
+	if err := os.Chmod(bind, 0o600); err != nil {
 		l.Close()
+		os.Remove(bind)
 		return nil, fmt.Errorf("control: socket %s: %w", path, err)
 	}
-	return l, nil
+	if bind != path {
+		if err := os.Rename(bind, path); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("control: socket %s: moving it into place: %w", path, err)
+		}
+	}
+	return &unixListener{UnixListener: ul, path: path}, nil
+}
+
+// unixListener is the control socket's listener: Close also removes the socket.
+type unixListener struct {
+	*net.UnixListener
+	path string
+}
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	os.Remove(l.path)
+	return err
 }
 
 // serverTLS is the TCP listener's TLS: the server certificate, client certificates

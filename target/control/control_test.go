@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/big"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -317,6 +319,32 @@ func TestControlSocket(t *testing.T) {
 	os.WriteFile(f, nil, 0o600)
 	if _, err := control.Start(s, conf.Control{Socket: f}, quiet); err == nil || !strings.Contains(err.Error(), "is in the way") {
 		t.Errorf("a regular file where the socket goes: %v", err)
+	}
+
+	// In a directory that exists and others may read, with a umask that would leave the
+	// socket open to them: mode 0600, nothing else left in the directory; the same for a
+	// path too long to bind in a temporary directory first.
+	defer syscall.Umask(syscall.Umask(0))
+	shared := t.TempDir()
+	os.Chmod(shared, 0o755)
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 40))
+	os.MkdirAll(long, 0o755)
+	long = filepath.Join(long, strings.Repeat("s", conf.MaxSocketPathLength-len(long)-1))
+	for _, p := range []string{filepath.Join(shared, "gonvmf.sock"), long} {
+		c, err := control.Start(s, conf.Control{Socket: p}, quiet)
+		if err != nil {
+			t.Fatalf("socket %s: %v", p, err)
+		}
+		if fi, err := os.Lstat(p); err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o600 {
+			t.Errorf("socket %s with umask 0: %v, mode %v", p, err, fi.Mode())
+		}
+		if ents, _ := os.ReadDir(filepath.Dir(p)); len(ents) != 1 {
+			t.Errorf("%d entries beside the socket %s, want none", len(ents)-1, p)
+		}
+		c.Close()
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("socket %s left after Close: %v", p, err)
+		}
 	}
 }
 
