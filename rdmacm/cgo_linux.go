@@ -12,6 +12,7 @@ import "C"
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -75,6 +76,23 @@ func (n *node) removeKid(c closer) {
 	n.kidsMu.Unlock()
 }
 
+// closeOrder orders an object's dependents for closing: registered memory last. A QP
+// still posting may name it (a provider copies an inline send's payload from it inside
+// ibv_post_send), and a QP's Close waits for its posts in progress; an Arena's does not.
+func closeOrder(kids []closer) {
+	slices.SortStableFunc(kids, func(a, b closer) int {
+		_, am := a.(*Arena)
+		_, bm := b.(*Arena)
+		switch {
+		case am == bm:
+			return 0
+		case am:
+			return 1
+		}
+		return -1
+	})
+}
+
 // closeOnce runs destroy once; concurrent and later calls wait for the first
 // to finish and return nil. destroy runs after the object is marked closed
 // (no operation in flight) and its dependents are closed.
@@ -90,6 +108,7 @@ func (n *node) closeOnce(destroy func() error) error {
 		for k := range n.kids {
 			kids = append(kids, k)
 		}
+		closeOrder(kids)
 		n.kids = nil
 		n.kidsMu.Unlock()
 		var errs []error

@@ -27,6 +27,12 @@ type EventChannel struct {
 	ch  *C.struct_rdma_event_channel
 	pfd *pollFD
 
+	// qpMu is held around the reading of an event and around the destruction of a QP of
+	// one of the channel's IDs: librdmacm moves an ID's QP to its next state inside
+	// rdma_get_cm_event (to RTS on CONNECT_RESPONSE, to error on REJECTED), on the reading
+	// thread, and that QP must not be destroyed meanwhile (see QP.Close).
+	qpMu sync.Mutex
+
 	getMu   sync.Mutex         // one reader at a time; guards ev and pending
 	ev      *C.gonvmf_cm_event // C memory the reader copies events into
 	readRC  C.int
@@ -57,7 +63,9 @@ func NewEventChannel() (*EventChannel, error) {
 	ch := &EventChannel{ch: c, pfd: pfd}
 	ch.ev = (*C.gonvmf_cm_event)(C.calloc(1, C.sizeof_gonvmf_cm_event))
 	ch.readFn = func(uintptr) bool {
+		ch.qpMu.Lock() // the descriptor is non-blocking: held for one event at most
 		ch.readRC = C.gonvmf_get_cm_event(ch.ch, ch.ev)
+		ch.qpMu.Unlock()
 		return ch.readRC != 0
 	}
 	return ch, nil

@@ -250,6 +250,12 @@ func (cq *CQ) Wake() {
 	if cq.pfd != nil {
 		cq.pfd.interrupt()
 	}
+	// A first WaitThread that set threadWait after the load above and took wake before
+	// interrupt set it sleeps on the eventfd: signal it too (a spare wake-up is harmless).
+	if cq.threadWait.Load() && cq.acquire() {
+		cq.signalWake()
+		cq.release()
+	}
 }
 
 // WakeFD returns the eventfd that ends WaitThread when signalled: the CQ's owner may

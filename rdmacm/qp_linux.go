@@ -251,7 +251,14 @@ func (qp *QP) Close() error {
 	}
 	return qp.closeOnce(func() error {
 		qp.id.opMu.Lock()
+		ch := qp.id.ch // guarded by opMu: the channel the ID's events are read from
+		if ch != nil {
+			ch.qpMu.Lock() // not while an event of the ID moves the QP (EventChannel.qpMu)
+		}
 		rc := C.gonvmf_destroy_qp(qp.id.id)
+		if ch != nil {
+			ch.qpMu.Unlock()
+		}
 		if rc == 0 && qp.id.qp == qp {
 			qp.id.qp = nil
 		}
