@@ -118,7 +118,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 
-	var add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis []step
+	var rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis []step
 	// Listeners.
 	if s.tr != nil {
 		ana = s.anaSteps(cur, next)
@@ -131,9 +131,17 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 		for _, l := range cur.Listeners {
 			if !slices.ContainsFunc(next.Listeners, func(x conf.Listener) bool { return sameListener(x, l) }) {
-				rmLis = append(rmLis, step{what: fmt.Sprintf("remove listener %s %s port %d", l.Transport, l.Address, l.Port),
+				st := step{what: fmt.Sprintf("remove listener %s %s port %d", l.Transport, l.Address, l.Port),
 					do:   func() error { return s.removeListener(l) },
-					undo: func() error { _, err := s.addListener(l); return err }})
+					undo: func() error { _, err := s.addListener(l); return err }}
+				// Listeners go after the rest (hosts keep a way in meanwhile), except one
+				// that a new listener overlaps (a wildcard address and one of its family
+				// on the same port): it goes before the additions, or they are refused.
+				if slices.ContainsFunc(next.Listeners, func(x conf.Listener) bool { return overlapsListener(x, l) }) {
+					rmFirst = append(rmFirst, st)
+				} else {
+					rmLis = append(rmLis, st)
+				}
 			}
 		}
 	}
@@ -254,10 +262,26 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	var steps []step
-	for _, group := range [][]step{add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis} {
+	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis} {
 		steps = append(steps, group...)
 	}
 	return steps, nil
+}
+
+// overlapsListener reports whether a and b, different listeners, cannot listen at once:
+// the same transport and port, and one on the wildcard address of the other's family (as
+// the configuration's validation says).
+func overlapsListener(a, b conf.Listener) bool {
+	if a.Transport != b.Transport || a.Port != b.Port {
+		return false
+	}
+	x, errA := netip.ParseAddr(a.Address)
+	y, errB := netip.ParseAddr(b.Address)
+	if errA != nil || errB != nil {
+		return false
+	}
+	x, y = x.Unmap(), y.Unmap()
+	return x != y && x.Is4() == y.Is4() && (x.IsUnspecified() || y.IsUnspecified())
 }
 
 // wholeHost is the change that makes a host's entry h.

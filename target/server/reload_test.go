@@ -169,3 +169,26 @@ func TestServerOperations(t *testing.T) {
 		t.Errorf("RemoveListener on a loop server succeeded")
 	}
 }
+
+// TestOverlapsListener: which listeners a reload must remove before adding (a wildcard
+// address and one of its family on the same port), and which it need not.
+func TestOverlapsListener(t *testing.T) {
+	l := func(addr string, port uint16) conf.Listener { return conf.Listener{Transport: "rdma", Address: addr, Port: port} }
+	for _, c := range []struct {
+		a, b conf.Listener
+		want bool
+	}{
+		{l("0.0.0.0", 4420), l("10.0.0.1", 4420), true},
+		{l("10.0.0.1", 4420), l("0.0.0.0", 4420), true},
+		{l("::", 4420), l("fd00::1", 4420), true},
+		{l("::", 4420), l("10.0.0.1", 4420), false}, // another family
+		{l("0.0.0.0", 4420), l("10.0.0.1", 4421), false},
+		{l("10.0.0.1", 4420), l("10.0.0.2", 4420), false},
+		{l("10.0.0.1", 4420), l("10.0.0.1", 4420), false}, // the same listener
+		{l("::ffff:0.0.0.0", 4420), l("10.0.0.1", 4420), true},
+	} {
+		if got := server.OverlapsListener(c.a, c.b); got != c.want {
+			t.Errorf("%s:%d and %s:%d: overlap %v, want %v", c.a.Address, c.a.Port, c.b.Address, c.b.Port, got, c.want)
+		}
+	}
+}

@@ -185,6 +185,21 @@ func TestRDMAServer(t *testing.T) {
 	if got := identify(t, initiator.Options{Transport: initiator.TransportRDMA, Addr: ip.String(), Port: int(port)}); !reflect.DeepEqual(got, []int64{4 << 20}) {
 		t.Errorf("the remaining listener: namespace sizes %v", got)
 	}
+
+	// A reload that moves the listener to the wildcard address of the same port and back:
+	// the listener the new one overlaps goes first, or the new one is refused.
+	for _, addr := range []string{"0.0.0.0", ip.String()} {
+		next := config(addr, port)
+		if _, err := s.Reload(next); err != nil {
+			t.Fatalf("reload to %s port %d: %v", addr, port, err)
+		}
+		if l := s.Listeners(); len(l) != 1 || l[0].Addr().Addr().String() != addr {
+			t.Errorf("listeners after the reload to %s: %v", addr, l)
+		}
+		if got := identify(t, initiator.Options{Transport: initiator.TransportRDMA, Addr: ip.String(), Port: int(port)}); !reflect.DeepEqual(got, []int64{4 << 20}) {
+			t.Errorf("after the reload to %s: namespace sizes %v", addr, got)
+		}
+	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
