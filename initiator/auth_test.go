@@ -422,6 +422,43 @@ func TestAuthTargetProtocol(t *testing.T) {
 			t.Fatal("queue still connected after the failure")
 		}
 	})
+	t.Run("failures do not keep the queue", func(t *testing.T) {
+		// A host that fails, then keeps failing within each grace period and finally
+		// completes a transaction, is still disconnected a grace period after its first
+		// failure, and its late success does not authenticate the queue.
+		const grace = 300 * time.Millisecond
+		target.AuthFailureGrace = grace
+		defer func() { target.AuthFailureGrace = 2 * time.Second }()
+		e, _ := authEnv(t, keys)
+		q := dialRaw(t, e)
+		q.connect(0, nvmeproto.CNTLIDDynamic)
+		h, _ := dhchap.NewHost(hostCfg, 11)
+		q.send(h.Negotiate())
+		ch, _ := q.receive(4096)
+		reply, _ := h.Challenge(ch)
+		start := time.Now()
+		q.send(reply[:len(reply)-10]) // a failure
+		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailIncorrectPayload) {
+			t.Fatalf("expected Failure1, got %x", f[:8])
+		}
+		time.Sleep(grace / 2)
+		q.send(reply[:len(reply)-10]) // another, within the grace
+		q.receive(4096)
+		h2, _ := dhchap.NewHost(hostCfg, 12) // and a complete transaction
+		q.send(h2.Negotiate())
+		ch, _ = q.receive(4096)
+		reply, _ = h2.Challenge(ch)
+		q.send(reply)
+		q.receive(4096)
+		select {
+		case <-q.conn.Done():
+			if d := time.Since(start); d > grace+grace/2+200*time.Millisecond {
+				t.Errorf("disconnected %v after the first failure; the grace is %v", d, grace)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("queue still connected 5 s after its first failure")
+		}
+	})
 	t.Run("replayed reply on another queue", func(t *testing.T) {
 		e, _ := authEnv(t, keys)
 		a := dialRaw(t, e)

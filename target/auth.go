@@ -33,9 +33,11 @@ import (
 // takes them again when the admin queue re-authenticates (as the Linux target does); its
 // I/O queues use the controller's current keys. So a key rotation applies to new
 // connections and to re-authentications, and leaves authenticated queues alone until
-// they reconnect or re-authenticate. A re-authentication is judged as a new connection
-// would be: when the host has no keys any more (its entry removed, its secret file
-// unreadable), the re-authentication fails (AUTH_Failure1) and the queue is disconnected.
+// they reconnect or re-authenticate. The admin queue's re-authentication is judged as a
+// new connection would be: when the host has no keys any more (its entry removed, its
+// secret file unreadable), it fails (AUTH_Failure1) and the queue is disconnected, which
+// ends the controller; until then the controller's I/O queues connect and re-authenticate
+// with the keys it took (as with the Linux target).
 
 // AuthKeys tells the target which hosts authenticate and with which keys. Implementations
 // must be safe for concurrent use.
@@ -88,6 +90,11 @@ type queueAuth struct {
 	ctl    *dhchap.Controller
 	timer  *time.Timer // AuthTimeout, then AuthFailureGrace
 	closed bool
+	// failed: a transaction failed; the queue is disconnected when the grace ends, and
+	// nothing the host sends meanwhile (another failure, a new transaction, even a
+	// successful one) moves that or authenticates the queue. Otherwise a host could
+	// keep an unauthenticated queue by failing every grace period, guessing for ever.
+	failed bool
 }
 
 // newQueueAuth starts the authentication state of queue q of controller c (with keys).
@@ -220,6 +227,10 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 // authSucceeded marks the queue authenticated after a successful transaction (reauth: the
 // queue was authenticated before it). Called with a.mu held.
 func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16, reauth bool) {
+	if a.failed {
+		c.log.Warn("authentication after a failed one on the queue: not accepted, the queue is disconnected", "qid", qid)
+		return
+	}
 	a.ok.Store(true)
 	a.timer.Stop()
 	hash, group := a.ctl.Selected()
@@ -228,8 +239,9 @@ func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16, reauth bo
 }
 
 // authFailed marks the queue unauthenticated, logs the failure (if log) and schedules the
-// queue's disconnection: the Failure1 the host receives, or the Failure2 it sent, ends
-// the association. Called with a.mu held.
+// queue's disconnection AuthFailureGrace from the first failure: the Failure1 the host
+// receives, or the Failure2 it sent, ends the association (as with the Linux target).
+// Called with a.mu held.
 func (q *Queue) authFailed(a *queueAuth, c *controller, qid uint16, msg string, cause error, log bool) {
 	a.ok.Store(false)
 	if log { // once per failure
@@ -239,15 +251,12 @@ func (q *Queue) authFailed(a *queueAuth, c *controller, qid uint16, msg string, 
 			"reason_code", uint8(nvmeproto.AuthFailReasonFailed), "explanation_code", uint8(expl),
 			"explanation", expl.String(), "cause", cause)
 	}
-	if a.closed {
+	if a.closed || a.failed {
 		return
 	}
+	a.failed = true
 	a.timer.Stop()
-	a.timer = time.AfterFunc(AuthFailureGrace, func() {
-		if !a.ok.Load() {
-			q.disconnect(ErrAuthFailed)
-		}
-	})
+	a.timer = time.AfterFunc(AuthFailureGrace, func() { q.disconnect(ErrAuthFailed) })
 }
 
 // lookupAuthKeys asks the target's AuthKeys, if any.
@@ -413,8 +422,9 @@ func (t *Target) SetHostKeys(hostNQN string, ch HostKeysChange) (created bool, e
 // connections no longer authenticate, and are refused by subsystems that require
 // authentication (a subsystem that requires it and lists the host is an error: take the
 // host off its list, or turn auth_required off, first). Its authenticated queues keep
-// working until they reconnect; a re-authentication fails. ErrNoHostKeys when the host
-// has no entry.
+// working until they reconnect; its next admin queue re-authentication fails and ends the
+// controller (until then its I/O queues use the keys the controller took). ErrNoHostKeys
+// when the host has no entry.
 func (t *Target) RemoveHostKeys(hostNQN string) error {
 	what := fmt.Sprintf("host %q: removing its keys", hostNQN)
 	k, _ := t.authKeys.(*configAuthKeys)
