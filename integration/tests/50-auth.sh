@@ -3,7 +3,9 @@
 # have it (6.1 has neither):
 #   - the Go initiator (gonvmf identify / perf --verify) authenticates against the Linux
 #     target configured through configfs (dhchap_key, dhchap_ctrl_key, dhchap_hash,
-#     dhchap_dhgroup), uni- and bidirectionally; a wrong controller key fails;
+#     dhchap_dhgroup), uni- and bidirectionally, and with a secret whose key length is not
+#     its transformation hash's (the two transformations agree); a wrong controller key
+#     fails;
 #   - nvme-cli's `nvme connect --dhchap-secret` (and --dhchap-ctrl-secret) to gonvmf serve
 #     succeeds with the right keys and fails with a wrong one; fio verify runs over the
 #     authenticated connection; rewriting the host's key file and the Linux host's sysfs
@@ -76,6 +78,15 @@ sleep 1
 
 check k-identify sh -c "'$G' identify -a '$RXE_IP' -n '$KNQN' --hostnqn '$HOSTNQN' -S '$HKEY' > '$OUT/k-identify.txt' && grep -q '^Namespace 1:' '$OUT/k-identify.txt'"
 expect_fail k-no-secret "give a DH-HMAC-CHAP secret" "$G" identify -a "$RXE_IP" -n "$KNQN" --hostnqn "$HOSTNQN"
+# A secret whose key length is not its transformation hash's (SHA-512 over a 32-byte key):
+# later kernels take them, and so does gonvmf; the two transformations must agree.
+MIXED=$(echo "$HKEY" | sed 's/^DHHC-1:01:/DHHC-1:03:/')
+if echo "$MIXED" > "$H/dhchap_key" 2> "$OUT/k-mixed-key.err"; then
+	check k-identify-mixed-secret sh -c "'$G' identify -a '$RXE_IP' -n '$KNQN' --hostnqn '$HOSTNQN' -S '$MIXED' > '$OUT/k-identify-mixed.txt' && grep -q '^Namespace 1:' '$OUT/k-identify-mixed.txt'"
+else
+	fail k-identify-mixed-secret "the Linux target refused the secret: $(tr '\n' ' ' < "$OUT/k-mixed-key.err")"
+fi
+echo "$HKEY" > "$H/dhchap_key"
 
 log "bidirectional, sha512, ffdhe3072"
 echo "$CKEY" > "$H/dhchap_ctrl_key"

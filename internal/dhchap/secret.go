@@ -45,22 +45,17 @@ type Secret struct {
 }
 
 // NewSecret makes a Secret of key with the given transformation hash (0 for none). The
-// key must be 32, 48 or 64 bytes; with a transformation hash it must be that hash's size
-// (SHA-256: 32, SHA-384: 48, SHA-512: 64), as nvme gen-dhchap-key requires.
+// key must be 32, 48 or 64 bytes, with any of the hashes: the transformation is an HMAC,
+// which takes a key of any length. (nvme gen-dhchap-key makes the two agree, and Linux
+// 6.1 requires it; later kernels take them mixed.)
 func NewSecret(key []byte, transform nvmeproto.AuthHashID) (*Secret, error) {
 	switch len(key) {
 	case 32, 48, 64:
 	default:
 		return nil, fmt.Errorf("dhchap: a secret key is 32, 48 or 64 bytes, not %d", len(key))
 	}
-	if transform != 0 {
-		if transform.Size() == 0 {
-			return nil, fmt.Errorf("dhchap: secret transformation hash %02d is not 00 (none), 01 (SHA-256), 02 (SHA-384) or 03 (SHA-512)", uint8(transform))
-		}
-		if transform.Size() != len(key) {
-			return nil, fmt.Errorf("dhchap: a %d-byte key cannot use transformation %02d (%s needs a %d-byte key): generate it with nvme gen-dhchap-key --hmac=%d --key-length=%d",
-				len(key), uint8(transform), transform, transform.Size(), uint8(transform), transform.Size())
-		}
+	if transform != 0 && transform.Size() == 0 {
+		return nil, fmt.Errorf("dhchap: secret transformation hash %02d is not 00 (none), 01 (SHA-256), 02 (SHA-384) or 03 (SHA-512)", uint8(transform))
 	}
 	return &Secret{key: append([]byte(nil), key...), transform: transform}, nil
 }
