@@ -143,6 +143,9 @@ func (c *Controller) fail(e nvmeproto.AuthFailExplanation, err error) error {
 
 func (c *Controller) clearSecrets() {
 	clear(c.skey)
+	if c.kp != nil {
+		c.kp.wipe()
+	}
 	c.skey, c.kp, c.c1 = nil, nil, nil
 }
 
@@ -280,7 +283,7 @@ func (c *Controller) reply(b []byte) error {
 			return c.fail(nvmeproto.AuthFailFailed, err)
 		}
 	}
-	want, err := c.tx.HostResponse(c.keys.Host.Transform(c.hostNQN), challenge, c.s1)
+	want, err := respond(c.tx.HostResponse, c.keys.Host, c.hostNQN, challenge, c.s1)
 	if err != nil {
 		return c.fail(nvmeproto.AuthFailFailed, err)
 	}
@@ -336,7 +339,7 @@ func (c *Controller) Receive(al int) ([]byte, error) {
 					return c.Receive(al)
 				}
 			}
-			if s.R2, err = c.tx.ControllerResponse(c.keys.Ctrl.Transform(c.subNQN), challenge, c.s2); err != nil {
+			if s.R2, err = respond(c.tx.ControllerResponse, c.keys.Ctrl, c.subNQN, challenge, c.s2); err != nil {
 				c.fail(nvmeproto.AuthFailFailed, err)
 				return c.Receive(al)
 			}

@@ -96,6 +96,9 @@ type KeyPair struct {
 	public []byte
 }
 
+// wipe clears the private exponent (the pair is of no use after).
+func (kp *KeyPair) wipe() { clear(kp.x) }
+
 // GenerateKey draws a private exponent from r (2×strength bits) and computes the public
 // value 2^x mod p in constant time.
 func (g *Group) GenerateKey(r io.Reader) (*KeyPair, error) {

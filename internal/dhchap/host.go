@@ -139,6 +139,7 @@ func (h *Host) Challenge(b []byte) ([]byte, error) {
 		if err != nil {
 			return nil, h.fail(nvmeproto.AuthFailFailed, err)
 		}
+		defer kp.wipe() // after the shared secret and the public value are taken
 		if h.skey, err = kp.SharedSecret(c.DHValue); err != nil {
 			return nil, h.fail(nvmeproto.AuthFailDHGroupUnusable, err)
 		}
@@ -148,7 +149,7 @@ func (h *Host) Challenge(b []byte) ([]byte, error) {
 		reply.DHValue = kp.Public()
 	}
 	var err error
-	if reply.R1, err = h.tx.HostResponse(h.cfg.Secret.Transform(h.cfg.HostNQN), challenge, c.SeqNum); err != nil {
+	if reply.R1, err = respond(h.tx.HostResponse, h.cfg.Secret, h.cfg.HostNQN, challenge, c.SeqNum); err != nil {
 		return nil, h.fail(nvmeproto.AuthFailFailed, err)
 	}
 	if h.cfg.CtrlSecret != nil {
@@ -195,7 +196,7 @@ func (h *Host) Success1(b []byte) ([]byte, error) {
 			return nil, h.fail(nvmeproto.AuthFailFailed, err)
 		}
 	}
-	want, err := h.tx.ControllerResponse(h.cfg.CtrlSecret.Transform(h.cfg.SubNQN), challenge, h.s2)
+	want, err := respond(h.tx.ControllerResponse, h.cfg.CtrlSecret, h.cfg.SubNQN, challenge, h.s2)
 	if err != nil {
 		return nil, h.fail(nvmeproto.AuthFailFailed, err)
 	}

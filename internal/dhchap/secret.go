@@ -182,6 +182,14 @@ func (t *Transaction) ControllerResponse(key, challenge []byte, seq uint32) ([]b
 	return t.response(key, challenge, seq, "Controller", t.SubNQN, t.HostNQN)
 }
 
+// respond computes a response (HostResponse or ControllerResponse of a Transaction) with
+// s transformed for nqn, and wipes the transformed key after.
+func respond(f func(key, challenge []byte, seq uint32) ([]byte, error), s *Secret, nqn string, challenge []byte, seq uint32) ([]byte, error) {
+	k := s.Transform(nqn)
+	defer clear(k)
+	return f(k, challenge, seq)
+}
+
 func (t *Transaction) response(key, challenge []byte, seq uint32, role, first, second string) ([]byte, error) {
 	if err := t.checkHash(); err != nil {
 		return nil, err

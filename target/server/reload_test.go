@@ -173,7 +173,9 @@ func TestServerOperations(t *testing.T) {
 // TestOverlapsListener: which listeners a reload must remove before adding (a wildcard
 // address and one of its family on the same port), and which it need not.
 func TestOverlapsListener(t *testing.T) {
-	l := func(addr string, port uint16) conf.Listener { return conf.Listener{Transport: "rdma", Address: addr, Port: port} }
+	l := func(addr string, port uint16) conf.Listener {
+		return conf.Listener{Transport: "rdma", Address: addr, Port: port}
+	}
 	for _, c := range []struct {
 		a, b conf.Listener
 		want bool
