@@ -57,11 +57,19 @@ func (c *Controller) DiscoveryLog(ctx context.Context) (*nvmeproto.DiscoveryLog,
 		if err := c.GetLogPage(ctx, nvmeproto.LIDDiscovery, 0, 0, all); err != nil {
 			return nil, err
 		}
-		var h2 nvmeproto.DiscoveryLogHeader
+		// The header again: the log may have changed while it was read (in more than
+		// one command when it is large), and only the counter read after says so.
+		if err := c.GetLogPage(ctx, nvmeproto.LIDDiscovery, 0, 0, hdrBuf); err != nil {
+			return nil, err
+		}
+		var h2, h3 nvmeproto.DiscoveryLogHeader
 		if err := h2.Unmarshal(all); err != nil {
 			return nil, err
 		}
-		if h2.GenCtr != h.GenCtr || h2.NumRec != h.NumRec {
+		if err := h3.Unmarshal(hdrBuf); err != nil {
+			return nil, err
+		}
+		if h2.GenCtr != h.GenCtr || h2.NumRec != h.NumRec || h3.GenCtr != h.GenCtr || h3.NumRec != h.NumRec {
 			continue
 		}
 		var l nvmeproto.DiscoveryLog
@@ -138,6 +146,12 @@ func (c *Controller) Rescan(ctx context.Context) error {
 		if id.NSZE == 0 {
 			continue // inactive
 		}
+		if err := usableFormat(id); err != nil {
+			// As the Linux host does with such a namespace: leave it out (every size and
+			// offset would be computed from the block size).
+			c.log.Warn("namespace left out: its LBA format is not usable", "nsid", nsid, "err", err)
+			continue
+		}
 		ns := old[nsid]
 		if ns == nil {
 			ns = &Namespace{ctrl: c, NSID: nsid}
@@ -176,16 +190,35 @@ func (c *Controller) Namespace(nsid uint32) (*Namespace, error) {
 	return nil, fmt.Errorf("initiator: controller %d of %s has no active namespace %d", c.cntlid, c.opts.SubNQN, nsid)
 }
 
+// usableFormat checks the LBA format an Identify Namespace says is in use: one of those
+// it lists, with a block of 512 bytes to 64 KiB.
+func usableFormat(id *nvmeproto.IdentifyNamespace) error {
+	i := id.FormatIndex()
+	if i > int(id.NLBAF) {
+		return fmt.Errorf("initiator: LBA format %d in use, but formats 0..%d are listed", i, id.NLBAF)
+	}
+	if ds := id.LBAF[i].LBADS; ds < 9 || ds > 16 {
+		return fmt.Errorf("initiator: LBA format %d has a data size of 2^%d bytes; want 512 bytes to 64 KiB", i, ds)
+	}
+	return nil
+}
+
 // SetFeatures sets feature fid (value in CDW11) and returns completion dword 0.
 func (c *Controller) SetFeatures(ctx context.Context, fid nvmeproto.FID, nsid, cdw11 uint32) (uint32, error) {
 	sf := nvmeproto.SetFeaturesCommand{NSID: nsid, FID: fid, CDW11: cdw11}
 	r, err := c.admin1(ctx, "Set Features ("+fid.String()+")", func(cmd *nvmeproto.Command) { sf.ToCommand(cmd) })
-	return r.DW0, err
+	if err != nil {
+		return 0, err // r may still complete later: do not read it
+	}
+	return r.DW0, nil
 }
 
 // GetFeatures reads feature fid's current value (completion dword 0).
 func (c *Controller) GetFeatures(ctx context.Context, fid nvmeproto.FID, nsid uint32) (uint32, error) {
 	gf := nvmeproto.GetFeaturesCommand{NSID: nsid, FID: fid}
 	r, err := c.admin1(ctx, "Get Features ("+fid.String()+")", func(cmd *nvmeproto.Command) { gf.ToCommand(cmd) })
-	return r.DW0, err
+	if err != nil {
+		return 0, err
+	}
+	return r.DW0, nil
 }
