@@ -69,7 +69,8 @@ type Config struct {
 	Verify bool
 	// FUA writes with Force Unit Access.
 	FUA bool
-	// Seed seeds the offsets and the verify stamps (0: from the clock).
+	// Seed seeds the offsets (0: from the clock); verify stamps carry it mixed with the
+	// run's start time, so that no run accepts data an earlier one left.
 	Seed uint64
 	// Target says how the run reached the target, for the report ("rdma 10.99.0.1:4420").
 	Target string
@@ -144,10 +145,14 @@ const (
 
 // perfState is one perf run over one controller.
 type perfState struct {
-	pc       *Config
-	ctrl     *initiator.Controller
-	ns       *initiator.Namespace
-	lbaSize  int
+	pc      *Config
+	ctrl    *initiator.Controller
+	ns      *initiator.Namespace
+	lbaSize int
+	// stamp is the run's identity in verify stamps: the seed (which also drives the
+	// offsets, for repeatable runs) mixed with this invocation's start time, so that a
+	// run never accepts what an earlier run with the same seed left on the media.
+	stamp    uint64
 	perUnit  uint64 // blocks per I/O
 	base     uint64 // first LBA of the range
 	workers  []*worker
@@ -285,11 +290,17 @@ func (w *worker) next(io *ioCtx) bool {
 		}
 		if verify {
 			io.gen = w.gen[unit] + 1
-			stampBlocks(req.Buf.Bytes(), r.lbaSize, req.LBA, uint64(io.gen), pc.Seed)
+			stampBlocks(req.Buf.Bytes(), r.lbaSize, req.LBA, uint64(io.gen), r.stamp)
 		}
 	} else {
 		req.Op = initiator.OpRead
 		req.Flags = 0
+		if verify {
+			// The buffer may hold what this context last wrote or read of the same
+			// blocks: a read that succeeds without the target writing the buffer must
+			// not find a valid stamp there.
+			unstampBlocks(req.Buf.Bytes(), r.lbaSize)
+		}
 	}
 	io.start = r.now()
 	return true
@@ -376,7 +387,7 @@ func (w *worker) check(req *initiator.Request, gen uint64) {
 	b := req.Buf.Bytes()
 	for off, lba := 0, req.LBA; off < len(b); off, lba = off+r.lbaSize, lba+1 {
 		w.checked++
-		if m := checkBlock(b[off:off+r.lbaSize], lba, gen, r.pc.Seed); m != nil {
+		if m := checkBlock(b[off:off+r.lbaSize], lba, gen, r.stamp); m != nil {
 			w.mismatches++
 			if !m.Magic {
 				w.unstamped++
@@ -410,6 +421,7 @@ func Run(ctx context.Context, ctrl *initiator.Controller, cfg Config) (*Result, 
 		progress = io.Discard
 	}
 	r := &perfState{pc: pc, ctrl: ctrl, epoch: time.Now()}
+	r.stamp = pc.Seed ^ uint64(r.epoch.UnixNano())*0x9E3779B97F4A7C15
 	var err error
 	if pc.NSID == 0 {
 		nss := ctrl.Namespaces()

@@ -82,6 +82,41 @@ func TestPerfVerifyDetectsCorruption(t *testing.T) {
 	t.Logf("reported: %s", v.First[0])
 }
 
+// dropWrites is a backend that completes writes without writing while drop is set.
+type dropWrites struct {
+	backend.Backend
+	drop *atomic.Bool
+}
+
+func (b dropWrites) WriteBlocks(buf []byte, slba uint64, fua bool) error {
+	if b.drop.Load() {
+		return nil
+	}
+	return b.Backend.WriteBlocks(buf, slba, fua)
+}
+
+// TestPerfVerifyNotFooledByAnEarlierRun: a second run with the same seed, against a target
+// that now drops writes, finds the first run's data and reports it (the stamps carry the
+// run's start time, not only the seed, which repeats the offsets).
+func TestPerfVerifyNotFooledByAnEarlierRun(t *testing.T) {
+	var drop atomic.Bool
+	e := newPerfEnv(t, func(b backend.Backend) backend.Backend { return dropWrites{b, &drop} })
+	pc := perf.Config{Workload: "randread", ReadPercent: 100, Random: true, BlockSize: 4096, QueueDepth: 4, Queues: 2,
+		IOs: 200, Verify: true, Size: 1 << 20, Seed: 11}
+	res, err := perf.Run(context.Background(), e.ctrl, pc)
+	if err != nil || res.Verify == nil || res.Verify.Mismatches != 0 {
+		t.Fatalf("first run: %v, verify %+v", err, res.Verify)
+	}
+	drop.Store(true)
+	res, err = perf.Run(context.Background(), e.ctrl, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.Verify; v == nil || v.Mismatches == 0 || !strings.Contains(v.First[0], "another run") {
+		t.Fatalf("second run, the target dropping its writes: verify %+v", v)
+	}
+}
+
 // TestPerfControllerGone closes the target in the middle of a run: perf must stop with
 // an error soon, not hang.
 func TestPerfControllerGone(t *testing.T) {

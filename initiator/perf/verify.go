@@ -10,10 +10,12 @@ import (
 // with a pattern derived from it:
 //
 //	0..3 magic "GNV1" · 4..7 CRC-32C of bytes 8..end · 8..15 LBA · 16..23 generation ·
-//	24..31 run seed · 32..end pseudo-random words from (LBA, generation, seed)
+//	24..31 run identity · 32..end pseudo-random words from (LBA, generation, identity)
 //
-// A read checks the magic, the CRC, the LBA, the seed and that the generation is the
-// last one written to that block in this run.
+// A read checks the magic, the CRC, the LBA, the run identity (the seed mixed with the
+// run's start time: see perfState.stamp) and that the generation is the last one written
+// to that block in this run. Before a verified read the buffer's headers are cleared, so
+// a read the target completes without writing the buffer fails the check.
 
 const stampMagic = 0x31564e47 // "GNV1" little-endian
 
@@ -33,6 +35,13 @@ func stampBlock(b []byte, lba, gen, seed uint64) {
 		le.PutUint64(b[i:], z^z>>31)
 	}
 	le.PutUint32(b[4:], crc32.Checksum(b[8:], castagnoli))
+}
+
+// unstampBlocks clears the header of every block of an I/O buffer (before a read into it).
+func unstampBlocks(b []byte, bs int) {
+	for off := 0; off < len(b); off += bs {
+		clear(b[off : off+min(bs, 32)])
+	}
 }
 
 // stampBlocks stamps every block of an I/O starting at lba.

@@ -42,4 +42,13 @@ func TestStampCheck(t *testing.T) {
 	if m := checkBlock(make([]byte, 512), 5, 1, 1); m == nil || !strings.Contains(m.String(), "without a perf stamp") {
 		t.Errorf("zeroes: %v", m)
 	}
+	// A buffer cleared for a read fails the check until something writes it: a read the
+	// target completes without a transfer does not pass on what the buffer held.
+	stampBlocks(b, 512, 1000, 3, 0xabc)
+	unstampBlocks(b, 512)
+	for i := 0; i < 8; i++ {
+		if m := checkBlock(b[i*512:(i+1)*512], 1000+uint64(i), 3, 0xabc); m == nil || m.Magic {
+			t.Fatalf("block %d after unstampBlocks: %v", i, m)
+		}
+	}
 }
