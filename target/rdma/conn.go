@@ -70,6 +70,10 @@ type rctx struct {
 	seq      uint64 // the response's position among the connection's responses
 	unsigned bool   // the response SEND was posted unsignaled (see conn.unsig)
 
+	// winWait is the request's turn for the window (conn.winTurns when it started to wait
+	// for it; 0: not waiting): see yieldsWindow.
+	winWait uint64
+
 	next     *rctx // fifo link (buffer, READ and send waits)
 	nextDone *rctx // the group's completed list
 }
@@ -196,6 +200,9 @@ type conn struct {
 	// builds every packet of the posted messages, that is the time between rounds); on a
 	// link, queues share the wire by bytes rather than by commands.
 	wireOut int
+	// winTurns numbers the requests that wait for the window, in either direction, in the
+	// order they start to wait (rctx.winWait).
+	winTurns uint64
 
 	sendStage []rdmacm.SendWR
 	nSend     int
@@ -543,6 +550,9 @@ func (c *conn) haveBuf(x *rctx) {
 	if c.readWait.head == nil && c.postReads(x) {
 		return
 	}
+	if x.wire == 0 && wireBytes(int(r.Length)) > 0 {
+		c.waitWindow(x) // behind other reads: its turn for the window is now
+	}
 	c.g.stats.readWaits.Add(1)
 	c.readWait.push(x)
 }
@@ -558,11 +568,13 @@ func (c *conn) failNoBuffer(x *rctx) {
 func (c *conn) postReads(x *rctx) bool {
 	r := &x.req
 	if x.wire == 0 { // the command's data is not counted on the wire yet (r.Length > 0: it has a buffer)
-		if !c.windowFits(int(r.Length)) {
+		if !c.windowFits(int(r.Length)) || c.yieldsWindow(x, int(r.Length), c.sendWait.head) {
+			c.waitWindow(x)
 			return false
 		}
 		x.wire = wireBytes(int(r.Length))
 		c.wireOut += x.wire
+		x.winWait = 0
 	}
 	for x.rdDesc < len(r.SGL) {
 		if c.rdUsed >= c.cfg.ird || c.sqUsed >= c.cfg.sqSize {
@@ -666,7 +678,11 @@ func (c *conn) onComplete(x *rctx) {
 		c.freeBuf(x)
 	}
 	w := c.respWRs(x)
-	if c.sendWait.head != nil || c.sqUsed+w > c.cfg.sqSize || !c.windowFits(respData(x)) {
+	if n := respData(x); c.sendWait.head != nil || c.sqUsed+w > c.cfg.sqSize || !c.windowFits(n) ||
+		c.yieldsWindow(x, n, c.readWait.head) {
+		if wireBytes(n) > 0 {
+			c.waitWindow(x)
+		}
 		c.g.stats.sendWaits.Add(1)
 		x.state = stWantSend
 		x.sqSlots = w
@@ -717,6 +733,26 @@ func (c *conn) windowFits(n int) bool {
 		limit *= soloWindows
 	}
 	return c.wireOut+w <= limit
+}
+
+// waitWindow gives x its turn for the window if it has none: it starts to wait now.
+func (c *conn) waitWindow(x *rctx) {
+	if x.winWait == 0 {
+		c.winTurns++
+		x.winWait = c.winTurns
+	}
+}
+
+// yieldsWindow reports whether x, whose transfer is n bytes, must let head (the first
+// request waiting in the other direction: readWait for a response, sendWait for a
+// write's RDMA READs) take the window first: head waits for it, and started to wait
+// before x. The window is taken in the order requests started to wait for it, across
+// both directions; otherwise a queue whose large reads keep the window full — each
+// response's completion letting the next waiting response in first — keeps a write's
+// RDMA READs waiting for as long as the reads go on, and the host times the write out.
+func (c *conn) yieldsWindow(x *rctx, n int, head *rctx) bool {
+	return head != nil && head.winWait != 0 && wireBytes(n) > 0 &&
+		(x.winWait == 0 || head.winWait < x.winWait)
 }
 
 // soloWindows is how many windows of data a queue may have on the wire while no other
@@ -887,10 +923,11 @@ func (c *conn) retireResponse(x *rctx) {
 func (c *conn) pumpSends() {
 	for c.sendWait.head != nil {
 		x := c.sendWait.head
-		if c.sqUsed+x.sqSlots > c.cfg.sqSize || !c.windowFits(respData(x)) {
+		if n := respData(x); c.sqUsed+x.sqSlots > c.cfg.sqSize || !c.windowFits(n) || c.yieldsWindow(x, n, c.readWait.head) {
 			return
 		}
 		c.sendWait.pop()
+		x.winWait = 0
 		c.postResponse(x, x.sqSlots)
 	}
 }
@@ -930,6 +967,7 @@ func (c *conn) recycle(x *rctx) {
 	r.Data, r.ICD, r.SGL = nil, nil, nil
 	x.state = stFree
 	x.sqSlots = 0
+	x.winWait = 0
 	if c.state == stateLive && c.recvWait.len() > 0 && !c.g.quiescing {
 		i, n := c.recvWait.pop()
 		c.start(x, int(i), int(n))

@@ -237,3 +237,61 @@ func TestEngineDataWindowPageTransfers(t *testing.T) {
 		closeCheckWire(e, append(other, io)...)
 	})
 }
+
+// TestEngineDataWindowWriteNotStarvedByReads: on a queue whose large reads keep the
+// window full and more of their responses waiting, a write that arrives takes the window
+// in its turn (its RDMA READ after the responses that were waiting before it), not only
+// once no read response waits: requests take the window in the order they started to
+// wait for it, across both directions. (The responses' completions used to let the next waiting
+// response in first, and a write waited for as long as the reads went on: a host times
+// it out after 30 s.)
+func TestEngineDataWindowWriteNotStarvedByReads(t *testing.T) {
+	e := newEngine(t, engineOpts{window: 32 << 10})
+	_, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 32)
+	holdSends(io)
+	var done atomic.Int32
+	wgs := []*sync.WaitGroup{flood(t, io, 20, 64, &done)} // 20 reads of 32 KiB: 8 windows' worth, 12 waiting
+	deadline := time.Now().Add(10 * time.Second)
+	for done.Load() < 8 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	written := make(chan nvmeproto.Completion, 1)
+	go func() {
+		c, _ := io.h.exec(rw(nvmeproto.OpWrite, 1, 0, 64), pattern(32<<10, 5), 32<<10)
+		written <- c
+	}()
+	time.Sleep(50 * time.Millisecond) // the write waits for the window
+	delivered := 0
+	for ; delivered < 60; delivered++ {
+		select {
+		case c := <-written:
+			expectOK(t, "the write", c)
+			// 12 responses waited before its READ, and the responses that queued while it
+			// waited go before its own (~12 more): a bound, where it used to be none.
+			if delivered > 40 {
+				t.Errorf("the write waited for %d read responses to complete", delivered)
+			}
+			t.Logf("the write completed after %d read responses", delivered)
+			delivered = -1
+		default:
+		}
+		if delivered < 0 {
+			break
+		}
+		io.ep.deliverOne()                            // one read's response completes,
+		wgs = append(wgs, flood(t, io, 1, 64, &done)) // and the host sends another read
+		time.Sleep(2 * time.Millisecond)
+	}
+	if delivered >= 0 {
+		t.Errorf("the write still waits after %d read responses completed, with reads going on", delivered)
+	}
+	io.ep.releaseHeld()
+	for _, wg := range wgs {
+		wg.Wait()
+	}
+	if delivered >= 0 {
+		<-written
+	}
+	closeCheckWire(e, io)
+}
