@@ -512,6 +512,9 @@ func (g *group) sleep() {
 			g.dispatch(&g.wcs[i])
 		}
 		g.post()
+		if g.quiescing {
+			g.countBusy(true) // a round with work: a Drain waiting on the count sees it
+		}
 		return
 	}
 	timeout := idleWakeEvery
