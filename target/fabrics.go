@@ -208,6 +208,9 @@ func (q *Queue) connectAdmin(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvme
 		// access revoked): fail found no queue to disconnect, so refuse the Connect.
 		reason := c.failReason
 		c.mu.Unlock()
+		if b.auth != nil {
+			b.auth.stop() // its authentication timeout would end the queue's next binding
+		}
 		s.removeController(c)
 		q.t.hostRelease(d.HostNQN, true)
 		return invalidData(nvmeproto.ConnectDataOffSubNQN, "controller failed during the Connect: "+reason.Error())
