@@ -1,11 +1,13 @@
 package target_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -582,6 +584,39 @@ func TestResvPTPL(t *testing.T) {
 	e3 := newEnv(t, cfg, target.WithLogger(testLogger(t)))
 	if st := e3.connectHost(1).report(); st.RegCtl != 0 || st.RType != 0 || st.PTPLS {
 		t.Fatalf("after restart with PTPL off: %+v", st)
+	}
+}
+
+// TestResvStateFileDirSyncFails: a change whose state file was renamed into place but
+// whose directory fsync failed fails (Internal Error), and the file is put back as it was:
+// it never holds a change the host was told failed.
+func TestResvStateFileDirSyncFails(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(fileNS(t, 1, 1<<20))
+	cfg.StateFile = filepath.Join(dir, "state.json")
+	e := newEnv(t, cfg, target.WithLogger(testLogger(t)))
+	a := e.connectHost(1)
+	expectOK(t, "a registers with PTPL", a.register(nvmeproto.ResvRegister, false, nvmeproto.CPTPLSet, 0, 0xA1))
+	before, err := os.ReadFile(cfg.StateFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := true
+	restore := target.SetSyncDir(func(d *os.File) error {
+		if fail {
+			fail = false // the restoring write's fsync works
+			return syscall.EIO
+		}
+		return d.Sync()
+	})
+	defer restore()
+	expectStatus(t, "a acquires, the directory fsync failing", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA1, 0),
+		nvmeproto.StatusInternalError)
+	if after, err := os.ReadFile(cfg.StateFile); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("state file after the failed change:\n%s\nwant as before:\n%s", after, before)
+	}
+	if st := a.report(); st.RType != 0 {
+		t.Errorf("reservation type %d after the failed acquire, want none", st.RType)
 	}
 }
 

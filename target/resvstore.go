@@ -125,15 +125,28 @@ func (st *resvStore) put(nqn string, ns *namespace, s *resvState) error {
 	} else {
 		delete(next, k)
 	}
-	if err := st.write(next); err != nil {
+	if renamed, err := st.write(next); err != nil {
+		if renamed {
+			// The new file is in place, but its rename is not known to be durable and the
+			// command fails: put the store's records back, so that the file never holds a
+			// change the host was told failed (and a later write does not drop it silently).
+			if _, rerr := st.write(st.recs); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("state file %s: restoring the records before the change: %w", st.path, rerr))
+			}
+		}
 		return err
 	}
 	st.recs = next
 	return nil
 }
 
+// syncDir fsyncs a directory (a variable for tests).
+var syncDir = func(d *os.File) error { return d.Sync() }
+
 // write replaces the file with recs: temporary file, fsync, rename, fsync of the directory.
-func (st *resvStore) write(recs map[resvKey]resvRecord) error {
+// renamed reports whether the new file took the old one's place (the error is then the
+// directory's).
+func (st *resvStore) write(recs map[resvKey]resvRecord) (renamed bool, err error) {
 	f := resvFile{Version: resvFileVersion, Reservations: make([]resvRecord, 0, len(recs))}
 	for _, r := range recs {
 		f.Reservations = append(f.Reservations, r)
@@ -146,13 +159,13 @@ func (st *resvStore) write(recs map[resvKey]resvRecord) error {
 	})
 	data, err := json.MarshalIndent(&f, "", "  ")
 	if err != nil {
-		return err
+		return false, err
 	}
 	data = append(data, '\n')
 	dir := filepath.Dir(st.path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(st.path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("state file %s: %w", st.path, err)
+		return false, fmt.Errorf("state file %s: %w", st.path, err)
 	}
 	ok := false
 	defer func() {
@@ -162,27 +175,27 @@ func (st *resvStore) write(recs map[resvKey]resvRecord) error {
 		}
 	}()
 	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("state file %s: writing %s: %w", st.path, tmp.Name(), err)
+		return false, fmt.Errorf("state file %s: writing %s: %w", st.path, tmp.Name(), err)
 	}
 	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("state file %s: fsync of %s: %w", st.path, tmp.Name(), err)
+		return false, fmt.Errorf("state file %s: fsync of %s: %w", st.path, tmp.Name(), err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("state file %s: closing %s: %w", st.path, tmp.Name(), err)
+		return false, fmt.Errorf("state file %s: closing %s: %w", st.path, tmp.Name(), err)
 	}
 	if err := os.Rename(tmp.Name(), st.path); err != nil {
-		return fmt.Errorf("state file %s: %w", st.path, err)
+		return false, fmt.Errorf("state file %s: %w", st.path, err)
 	}
 	ok = true
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("state file %s: opening its directory for fsync: %w", st.path, err)
+		return true, fmt.Errorf("state file %s: opening its directory for fsync: %w", st.path, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("state file %s: fsync of its directory: %w", st.path, err)
+	if err := syncDir(d); err != nil {
+		return true, fmt.Errorf("state file %s: fsync of its directory: %w", st.path, err)
 	}
-	return nil
+	return true, nil
 }
 
 func (s *resvState) record(nqn string, ns *namespace) resvRecord {
