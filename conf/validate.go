@@ -426,13 +426,11 @@ func parseListenAddr(s string) (netip.AddrPort, bool) {
 
 // --- listeners ---
 
+// listeners checks the listeners. None is valid: the control API adds them at run time
+// (and removes the last one), and what it leaves must save to a file that loads; serve
+// says so in its log. So are no subsystems (subsystems).
 func (v *validator) listeners() {
 	c := v.c
-	if len(c.Listeners) == 0 {
-		// Valid: the control API adds listeners at run time (and removes the last one),
-		// and what it leaves must save to a file that loads. serve says so in its log.
-		return
-	}
 	type entry struct {
 		ap netip.AddrPort
 		p  string
@@ -555,11 +553,6 @@ type idOwners struct {
 
 func (v *validator) subsystems() {
 	c := v.c
-	if len(c.Subsystems) == 0 {
-		// Valid, as for listeners: a target configured through the control API may
-		// start with none, and removing the last one leaves none.
-		return
-	}
 	own := &idOwners{
 		nqn: map[string]string{}, uuid: map[[16]byte]string{}, nguid: map[[16]byte]string{},
 		eui64: map[[8]byte]string{}, path: map[string]struct {
