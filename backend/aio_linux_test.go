@@ -348,14 +348,17 @@ func TestRingNowaitRefused(t *testing.T) {
 		refused.Add(1)
 		return -int64(unix.EOPNOTSUPP)
 	}
+	done := func(what string) func(*Request) {
+		return func(r *Request) {
+			if r.Err != nil {
+				t.Errorf("%s on a device refusing RWF_NOWAIT: %v", what, r.Err)
+			}
+			h.done.Add(1)
+		}
+	}
 	data := alignedBuf(4096)
 	fill(data, 0x5a)
-	w := Request{Op: OpWrite, SLBA: 8, Buf: data, FUA: true, Done: func(r *Request) {
-		if r.Err != nil {
-			t.Errorf("FUA write on a device refusing RWF_NOWAIT: %v", r.Err)
-		}
-		h.done.Add(1)
-	}}
+	w := Request{Op: OpWrite, SLBA: 8, Buf: data, FUA: true, Done: done("FUA write")}
 	e.SubmitRing(h.g, &w)
 	h.g.Flush()
 	h.wait(1)
@@ -366,12 +369,7 @@ func TestRingNowaitRefused(t *testing.T) {
 		t.Errorf("the store still takes ring requests after the kernel refused RWF_NOWAIT")
 	}
 	submits := h.g.Submits
-	r := Request{Op: OpRead, SLBA: 8, Buf: alignedBuf(4096), Done: func(r *Request) {
-		if r.Err != nil {
-			t.Errorf("read: %v", r.Err)
-		}
-		h.done.Add(1)
-	}}
+	r := Request{Op: OpRead, SLBA: 8, Buf: alignedBuf(4096), Done: done("read")}
 	e.SubmitRing(h.g, &r)
 	h.g.Flush()
 	h.wait(2)

@@ -300,8 +300,9 @@ func (q *rawQueue) identify() nvmeproto.Status {
 	return q.exec(&cmd, nvmeproto.IdentifySize).Status
 }
 
-// authenticate runs a whole transaction with h on q.
-func (q *rawQueue) authenticate(h *dhchap.Host) {
+// challenged starts a transaction with h on q: it sends h's Negotiate, takes the
+// controller's Challenge and returns h's Reply to it (not sent).
+func (q *rawQueue) challenged(h *dhchap.Host) []byte {
 	q.t.Helper()
 	if st := q.send(h.Negotiate()); st.Code() != 0 {
 		q.t.Fatalf("Negotiate: %v", st)
@@ -311,7 +312,13 @@ func (q *rawQueue) authenticate(h *dhchap.Host) {
 	if err != nil {
 		q.t.Fatal(err)
 	}
-	q.send(reply)
+	return reply
+}
+
+// authenticate runs a whole transaction with h on q.
+func (q *rawQueue) authenticate(h *dhchap.Host) {
+	q.t.Helper()
+	q.send(q.challenged(h))
 	s1, _ := q.receive(4096)
 	if s2, err := h.Success1(s1); err != nil {
 		q.t.Fatal(err)
@@ -407,9 +414,7 @@ func TestAuthTargetProtocol(t *testing.T) {
 		q := dialRaw(t, e)
 		q.connect(0, nvmeproto.CNTLIDDynamic)
 		h, _ := dhchap.NewHost(hostCfg, 7)
-		q.send(h.Negotiate())
-		ch, _ := q.receive(4096)
-		reply, _ := h.Challenge(ch)
+		reply := q.challenged(h)
 		if st := q.send(reply[:len(reply)-10]); st.Code() != 0 {
 			t.Fatalf("Authentication Send itself failed: %v", st)
 		}
@@ -433,9 +438,7 @@ func TestAuthTargetProtocol(t *testing.T) {
 		q := dialRaw(t, e)
 		q.connect(0, nvmeproto.CNTLIDDynamic)
 		h, _ := dhchap.NewHost(hostCfg, 11)
-		q.send(h.Negotiate())
-		ch, _ := q.receive(4096)
-		reply, _ := h.Challenge(ch)
+		reply := q.challenged(h)
 		start := time.Now()
 		q.send(reply[:len(reply)-10]) // a failure
 		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailIncorrectPayload) {
@@ -445,10 +448,7 @@ func TestAuthTargetProtocol(t *testing.T) {
 		q.send(reply[:len(reply)-10]) // another, within the grace
 		q.receive(4096)
 		h2, _ := dhchap.NewHost(hostCfg, 12) // and a complete transaction
-		q.send(h2.Negotiate())
-		ch, _ = q.receive(4096)
-		reply, _ = h2.Challenge(ch)
-		q.send(reply)
+		q.send(q.challenged(h2))
 		q.receive(4096)
 		select {
 		case <-q.conn.Done():
@@ -464,9 +464,7 @@ func TestAuthTargetProtocol(t *testing.T) {
 		a := dialRaw(t, e)
 		a.connect(0, nvmeproto.CNTLIDDynamic)
 		h, _ := dhchap.NewHost(hostCfg, 9)
-		a.send(h.Negotiate())
-		ch, _ := a.receive(4096)
-		reply, _ := h.Challenge(ch)
+		reply := a.challenged(h)
 		a.send(reply)
 		if s1, _ := a.receive(4096); s1[1] != nvmeproto.AuthMsgSuccess1 {
 			t.Fatalf("first queue: %x", s1[:8])

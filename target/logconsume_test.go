@@ -34,6 +34,22 @@ func missingNSIDs(seen map[uint32]bool, from, to uint32) []uint32 {
 	return m
 }
 
+// addNamespaces adds memory namespaces first..end-1 to the test subsystem in a goroutine
+// of its own, and reports on the channel when it is done (the first error, or nil).
+func addNamespaces(e *env, first, end uint32) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for nsid := first; nsid < end; nsid++ {
+			if err := e.tgt.AddNamespace(subNQN, memNS(nsid, 64<<10)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
 // TestChangedNSListLosesNothing: namespaces added while a host reads the Changed
 // Namespace List over and over each appear in a page the host got or are still in the
 // list afterwards. (Building the page and clearing the list under separate holds of the
@@ -43,16 +59,7 @@ func TestChangedNSListLosesNothing(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
 	const first, end = 2, 102
-	done := make(chan error, 1)
-	go func() {
-		for nsid := uint32(first); nsid < end; nsid++ {
-			if err := e.tgt.AddNamespace(subNQN, memNS(nsid, 64<<10)); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	done := addNamespaces(e, first, end)
 	seen := map[uint32]bool{}
 	for adding := true; adding; {
 		select {
@@ -79,16 +86,7 @@ func TestChangedNSEventLosesNothing(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
 	const first, end = 2, 102
-	done := make(chan error, 1)
-	go func() {
-		for nsid := uint32(first); nsid < end; nsid++ {
-			if err := e.tgt.AddNamespace(subNQN, memNS(nsid, 64<<10)); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	done := addNamespaces(e, first, end)
 	defer func() {
 		if err := <-done; err != nil {
 			t.Error(err)

@@ -177,6 +177,22 @@ func TestEngineSRQReconnectStorm(t *testing.T) {
 	}
 }
 
+// rawCapsule returns a command capsule for fc to send raw (fakeEP.hostSend), over and
+// over: op of 8 blocks of namespace nsid, its data the first 4 KiB of the host's memory
+// through a keyed descriptor. Its CID, 0, is not one fc's host queue tracks: from now on
+// the host takes fc's responses without looking at them.
+func rawCapsule(fc *fconn, op uint8, nsid uint32) []byte {
+	fc.ep.mu.Lock()
+	fc.ep.onResp = func([]byte) {}
+	fc.ep.mu.Unlock()
+	c := rw(op, nsid, 0, 8)
+	c.Flags = nvmeproto.PSDTSGL << 6
+	c.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Address: fc.ep.hostBase, Length: 4096, Key: fc.ep.hostKey}
+	capsule := make([]byte, nvmeproto.SQESize)
+	c.Marshal(capsule)
+	return capsule
+}
+
 // TestEngineSRQOverrun: on a shared receive queue nothing stops a host from sending more
 // commands than its queue has entries; one that does is disconnected, and every buffer it
 // took goes back to the queue.
@@ -191,17 +207,8 @@ func TestEngineSRQOverrun(t *testing.T) {
 	if got := e.g.srq.slots.Load(); got < 3*depth+1 {
 		t.Fatalf("%d buffers: too few to overrun a queue of %d entries", got, depth)
 	}
-	io.ep.mu.Lock()
-	io.ep.holdSend = true // responses never complete: contexts stay taken
-	// The capsules below are sent raw, all with CID 0, which the host queue does not
-	// track: the host takes their responses without looking at them.
-	io.ep.onResp = func([]byte) {}
-	io.ep.mu.Unlock()
-	capsule := make([]byte, nvmeproto.SQESize)
-	c := rw(nvmeproto.OpRead, 2, 0, 8)
-	c.Flags = nvmeproto.PSDTSGL << 6
-	c.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Address: io.ep.hostBase, Length: 4096, Key: io.ep.hostKey}
-	c.Marshal(capsule)
+	holdSends(io) // responses never complete: contexts stay taken
+	capsule := rawCapsule(io, nvmeproto.OpRead, 2)
 	sent := 0
 	for ; sent < 4*depth; sent++ { // 2 x depth contexts, depth waiting, then one too many
 		if err := io.ep.hostSend(capsule); err != nil {
@@ -232,14 +239,7 @@ func TestEngineSRQHeldBuffersOverrun(t *testing.T) {
 		t.Fatalf("%d receive buffers, want %d", got, 2*depth)
 	}
 	holdReads(hostile)
-	hostile.ep.mu.Lock()
-	hostile.ep.onResp = func([]byte) {} // raw capsules, all CID 0: not the host queue's
-	hostile.ep.mu.Unlock()
-	capsule := make([]byte, nvmeproto.SQESize)
-	c := rw(nvmeproto.OpWrite, 1, 0, 8)
-	c.Flags = nvmeproto.PSDTSGL << 6
-	c.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Address: hostile.ep.hostBase, Length: 4096, Key: hostile.ep.hostKey}
-	c.Marshal(capsule)
+	capsule := rawCapsule(hostile, nvmeproto.OpWrite, 1)
 	sent := 0
 	deadline := time.Now().Add(2 * time.Second)
 	for sent < 3*depth && time.Now().Before(deadline) {
