@@ -75,10 +75,11 @@ func copyPage(buf, page []byte, offset uint64) {
 // meanwhile is either in the page the host gets or still there afterwards with its event
 // raised, never consumed unread.
 func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand, n uint64) nvmeproto.Status {
-	page := make([]byte, nvmeproto.ChangedNSListSize)
+	size := nvmeproto.ChangedNSListSize
 	if g.LID == nvmeproto.LIDReservationNotify {
-		page = page[:nvmeproto.ResvNotifyLogSize]
+		size = nvmeproto.ResvNotifyLogSize
 	}
+	page := make([]byte, size)
 	if g.Offset > uint64(len(page)) {
 		return nvmeproto.StatusInvalidField.WithDNR()
 	}
