@@ -661,6 +661,47 @@ func TestResvStateFile(t *testing.T) {
 	}
 }
 
+// TestResvStateFileLocked: a second target on a state file in use refuses to start, naming
+// the file, the holder and the fix, and starts once the first has closed; a failed start
+// does not keep the lock.
+func TestResvStateFileLocked(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.StateFile = filepath.Join(dir, "state.json")
+	first, err := target.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = target.New(cfg)
+	if err == nil {
+		t.Fatal("a second target started on the state file in use")
+	}
+	for _, want := range []string{cfg.StateFile, fmt.Sprintf("process %d", os.Getpid()), "give each target its own state_file"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	// Another state file in the same directory is another lock.
+	other := cfg.Clone()
+	other.StateFile = filepath.Join(dir, "other.json")
+	if o, err := target.New(other); err != nil {
+		t.Errorf("a target on another state file in the same directory: %v", err)
+	} else {
+		o.Close()
+	}
+	first.Close()
+	os.WriteFile(cfg.StateFile, []byte("not json"), 0o600)
+	if _, err := target.New(cfg); err == nil {
+		t.Fatal("a bad state file was read")
+	}
+	os.Remove(cfg.StateFile)
+	second, err := target.New(cfg)
+	if err != nil {
+		t.Fatalf("after the first target closed and a failed start: %v", err)
+	}
+	second.Close()
+}
+
 // TestResvHostIdentity: registrations belong to the host identifier of Connect, so a
 // second controller of the same host (same host ID) holds what the first acquired, and a
 // host with another identifier does not, whatever its host NQN.

@@ -26,11 +26,15 @@ import (
 //
 // Every change is written crash-safely before the reservation command completes: a new
 // file in the same directory, fsync, rename over the old one, fsync of the directory.
+// One target at a time uses a state file: the store holds its lock (lockStateFile) from
+// open to close.
 type resvStore struct {
 	path string
+	lock *os.File // nil: no lock taken (see lockStateFile)
 
-	mu   sync.Mutex
-	recs map[resvKey]resvRecord // what the file holds
+	mu     sync.Mutex
+	recs   map[resvKey]resvRecord // what the file holds
+	closed bool
 }
 
 type resvKey struct {
@@ -61,9 +65,19 @@ type resvRegRecord struct {
 	Key    string `json:"key"`     // 0x-prefixed hex: JSON numbers do not hold 64 bits everywhere
 }
 
-// openResvStore reads the state file at path (a missing file is an empty one).
-func openResvStore(path string) (*resvStore, error) {
-	st := &resvStore{path: path, recs: map[resvKey]resvRecord{}}
+// openResvStore takes the state file's lock and reads the file at path (a missing file is
+// an empty one). The caller closes the store.
+func openResvStore(path string) (_ *resvStore, err error) {
+	lock, err := lockStateFile(path)
+	if err != nil {
+		return nil, err
+	}
+	st := &resvStore{path: path, lock: lock, recs: map[resvKey]resvRecord{}}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
@@ -110,11 +124,30 @@ func (st *resvStore) lookup(nqn string, ns *namespace) (s *resvState, mismatch s
 	return s, ""
 }
 
+// close releases the state file's lock; put fails from then on.
+func (st *resvStore) close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return
+	}
+	st.closed = true
+	if st.lock != nil {
+		st.lock.Close()
+	}
+}
+
+// errResvStoreClosed: a change after the target closed; another process may own the file.
+var errResvStoreClosed = errors.New("the target is closed")
+
 // put replaces (s non-nil) or removes the record of a namespace and rewrites the file;
 // on error the file and the store are as before.
 func (st *resvStore) put(nqn string, ns *namespace, s *resvState) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.closed {
+		return fmt.Errorf("state file %s: %w", st.path, errResvStoreClosed)
+	}
 	next := make(map[resvKey]resvRecord, len(st.recs)+1)
 	for k, r := range st.recs {
 		next[k] = r

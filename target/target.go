@@ -524,6 +524,9 @@ func (t *Target) Close() error {
 		}
 	}
 	t.disc.close()
+	if t.resv != nil {
+		t.resv.close()
+	}
 	return errors.Join(errs...)
 }
 
