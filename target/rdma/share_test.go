@@ -19,6 +19,22 @@ func holdSends(fc *fconn) {
 	fc.ep.mu.Unlock()
 }
 
+// waitHeld waits until the fake host holds n SEND completions back.
+func waitHeld(t *testing.T, e *fakeEP, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		e.mu.Lock()
+		h := len(e.held)
+		e.mu.Unlock()
+		if h >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host holds %d SEND completions, want %d", h, n)
+		}
+	}
+}
+
 // holdReads makes the fake host keep the target's RDMA READ completions until
 // releaseRead delivers them one by one.
 func holdReads(fc *fconn) {
@@ -249,6 +265,52 @@ func TestEngineResponseTimeout(t *testing.T) {
 	default:
 	}
 	e.closeAll(other)
+}
+
+// TestEngineResponseTrickle: a host that lets its stuck responses through one at a time,
+// each within a watch period, makes no progress in the watchdog's sense: what was
+// outstanding at one check is not done by the next, so the connection is torn down after
+// the response timeout although a completion came in every period. The old watchdog
+// took any completion for progress and never tore it down.
+func TestEngineResponseTrickle(t *testing.T) {
+	const respTO = 500 * time.Millisecond // watch period 125 ms
+	e := newEngine(t, engineOpts{respTO: respTO})
+	_, cntlid := e.adminConnect(0)
+	stuck := e.ioConnect(1, cntlid, 32)
+	holdSends(stuck)
+	var done atomic.Int32
+	wg := flood(t, stuck, 24, 256, &done) // 128 KiB reads: every response signaled
+	waitHeld(t, stuck.ep, 24)
+	start := time.Now()
+	stop := make(chan struct{})
+	var twg sync.WaitGroup
+	twg.Add(1)
+	go func() { // one completion every 100 ms: 2.4 s for all of them
+		defer twg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				stuck.ep.deliverOne()
+			}
+		}
+	}()
+	select {
+	case <-stuck.dead:
+		if d := time.Since(start); d < respTO {
+			t.Errorf("torn down %v after the trickle began, before the response timeout (%v)", d, respTO)
+		}
+	case <-time.After(2 * time.Second):
+		t.Errorf("a connection whose responses trickled through one per 100 ms was not torn down in 2 s (response timeout %v)", respTO)
+	}
+	close(stop)
+	twg.Wait()
+	if rt := e.g.m.responseTimeouts.Load(); rt != 1 {
+		t.Errorf("counted %d response timeouts, want 1", rt)
+	}
+	stuck.h.lost()
+	wg.Wait()
 }
 
 // TestEngineReclaimUnderPressure: a connection that borrowed most of the pool and whose

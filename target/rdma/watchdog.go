@@ -13,12 +13,19 @@ import (
 // retry 7 (what hosts ask for, and what the target accepts with) is retried forever, no
 // error ever completing it. Everything posted after that SEND waits too: read buffers
 // (held until their response's SEND completes), send queue slots, request contexts. A
-// poll group therefore checks its connections every watchPeriod: a live connection with
-// signaled work requests outstanding whose send queue has completed nothing for
-// limits.response_timeout is torn down (errResponseTimeout), which flushes its work
-// requests and gives its buffers back to the pool; so is, after pressureStall, one that
-// holds more than its share of the pool while another connection waited within its own
-// during the stall (errHoldingBuffers, see share.go).
+// poll group therefore checks its connections every watchPeriod: a live connection whose
+// send queue has made no progress for limits.response_timeout is torn down
+// (errResponseTimeout), which flushes its work requests and gives its buffers back to the
+// pool; so is, after pressureStall, one that holds more than its share of the pool while
+// another connection waited within its own during the stall (errHoldingBuffers, see
+// share.go).
+//
+// Progress between two checks means that something completed and that every signaled
+// work request outstanding at the first check completed before the second: the send queue
+// completes in order, so a host that lets one of many stuck SENDs through now and then
+// (its receive buffers trickled) still stalls — without the second part it reset the
+// clock with every completion and kept its buffers as long as it liked. A host that
+// answers at all answers within milliseconds, far below a period (at least 250 ms).
 
 // Why the watchdog ends a connection.
 var (
@@ -40,6 +47,7 @@ func watchPeriod(d time.Duration) time.Duration { return min(d/4, time.Second) }
 type respWatch struct {
 	done  uint64    // signaled send queue completions handled (RDMA READs and SENDs)
 	seen  uint64    // done at the last check
+	mark  uint64    // done + signaled work requests outstanding at the last check
 	since time.Time // when a check first found no progress with work outstanding; zero: progressing
 	// needy is pool.needyEvents when the stall was first seen: a later count means a
 	// connection waited within its share during the stall.
@@ -94,15 +102,17 @@ func (g *group) watchdog(now time.Time) {
 	}
 }
 
-// checkProgress tears c down if its send queue has had work outstanding and completed
-// nothing for timeout, or for pressureStall while it holds more than its share of the
-// pool and another connection waited within its own during the stall (respWatch.stall;
-// ev is pool.needyEvents now, needyNow whether a connection waits now).
+// checkProgress tears c down if its send queue has had work outstanding and made no
+// progress (see above) at any check for timeout, or for pressureStall while it holds
+// more than its share of the pool and another connection waited within its own during
+// the stall (respWatch.stall; ev is pool.needyEvents now, needyNow whether a connection
+// waits now).
 func (c *conn) checkProgress(now time.Time, timeout time.Duration, ev uint64, needyNow bool) {
 	w := &c.watch
 	outstanding := c.sigOut > 0 || c.sendWait.head != nil
-	if w.done != w.seen || !outstanding {
-		w.seen = w.done
+	progress := !outstanding || w.done != w.seen && w.done >= w.mark
+	w.seen, w.mark = w.done, w.done+uint64(c.sigOut)
+	if progress {
 		w.since = time.Time{}
 		return
 	}
