@@ -1044,8 +1044,11 @@ func (c *conn) flush() {
 }
 
 // flushStaged completes staged work requests [r0, r1) and [s0, s1) as flushed, for the
-// accounting of requests that never reached the device.
+// accounting of requests that never reached the device. The connection is closing; with
+// its staged work gone it may hold nothing on the device any more, which no completion
+// would then tell (unsignaled sends complete nothing): it checks.
 func (c *conn) flushStaged(r0, r1, s0, s1 int) {
+	defer c.checkDrained()
 	var wc rdmacm.Completion
 	wc.Status = rdmacm.WCFlushErr
 	for i := r0; i < r1; i++ {
@@ -1142,6 +1145,7 @@ func (c *conn) checkDrained() {
 // forceDrain destroys the QP of a connection whose flushes did not all arrive, then
 // completes what the device held.
 func (c *conn) forceDrain() {
+	c.g.m.forcedDrains.Add(1)
 	c.log.Warn("the device did not flush the connection's work requests in time: destroying its queue pair",
 		"qid", c.cfg.qid, "receives", c.recvPosted, "sends", c.sigOut, "requests", c.busyContexts(), "timeout", drainTimeout)
 	if err := c.ep.Destroy(); err != nil {

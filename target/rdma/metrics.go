@@ -19,6 +19,9 @@ type groupMetrics struct {
 	// responseTimeouts and shareReclaims count the connections the watchdog tore down
 	// (watchdog.go): errResponseTimeout and errHoldingBuffers.
 	responseTimeouts, shareReclaims atomic.Uint64
+	// forcedDrains counts the closing connections whose work requests the device did
+	// not flush within drainTimeout (conn.forceDrain; the log says which). Tests check it.
+	forcedDrains atomic.Uint64
 	// shard is the namespace counter shard of the group's queues (target.Queue.
 	// SetCounterShard): the group's goroutine begins and, for memory, null and
 	// asynchronous I/O, completes their commands, so they share one.
