@@ -124,8 +124,13 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		t.mu.Unlock()
 		return nil, ErrClosed
 	}
+	id, ok := t.allocPortID()
+	if !ok {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("target: port %s:%s: all 65,535 port IDs are in use; close a port first", cfg.TrAddr, cfg.TrSvcID)
+	}
 	p := &Port{
-		t: t, id: t.nextPortID, cfg: cfg,
+		t: t, id: id, cfg: cfg,
 		caps: SGLCaps{
 			Keyed:             cfg.Keyed,
 			TransportData:     cfg.TransportData,
@@ -136,7 +141,6 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		queues: make(map[*Queue]struct{}),
 	}
 	p.initANA()
-	t.nextPortID++
 	t.ports = append(t.ports, p)
 	t.mu.Unlock()
 	t.log.Info("port added", "port_id", p.id, "trtype", cfg.TrType, "traddr", cfg.TrAddr, "trsvcid", cfg.TrSvcID,
@@ -145,6 +149,25 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		t.discoveryChanged() // never with t.mu held: it completes AERs, which calls transports
 	}
 	return p, nil
+}
+
+// allocPortID returns the next port ID after the last one given that no open port has
+// (1..65535, wrapping; never 0), so that an ID is not reused while any other is free —
+// a host may still hold a discovery log entry of a closed port. Called with t.mu held.
+func (t *Target) allocPortID() (uint16, bool) {
+	if len(t.ports) >= 0xFFFF {
+		return 0, false
+	}
+	for {
+		id := t.nextPortID
+		t.nextPortID++
+		if t.nextPortID == 0 {
+			t.nextPortID = 1
+		}
+		if id != 0 && !slices.ContainsFunc(t.ports, func(p *Port) bool { return p.id == id }) {
+			return id, true
+		}
+	}
 }
 
 // ID returns the port ID reported in the discovery log (PORTID).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 
@@ -220,5 +221,42 @@ func TestConcurrentConnects(t *testing.T) {
 	q.Execute(&reqs[1])
 	if len(tr.cqes) != 2 || !tr.cqes[0].Status.Success() || tr.cqes[1].Status.Code() != nvmeproto.StatusCommandSequenceError {
 		t.Fatalf("completions %+v", tr.cqes)
+	}
+}
+
+// TestPortIDs: port IDs go up from 1 and, once 65535 is given, wrap past 0 to the first
+// ID no open port has; a closed port's ID is not given again before the others.
+func TestPortIDs(t *testing.T) {
+	tgt, err := New(&conf.Config{StateFile: conf.StateFileNone}, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close()
+	add := func() *Port {
+		t.Helper()
+		p, err := tgt.AddPort(PortConfig{TrType: TrTypeRDMA, Keyed: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p1, p2 := add(), add()
+	if p1.ID() != 1 || p2.ID() != 2 {
+		t.Fatalf("first port IDs %d, %d; want 1, 2", p1.ID(), p2.ID())
+	}
+	p2.Close()
+	if p := add(); p.ID() != 3 {
+		t.Errorf("after closing port 2: ID %d, want 3", p.ID())
+	}
+	tgt.mu.Lock()
+	tgt.nextPortID = 0xFFFF
+	tgt.mu.Unlock()
+	var ids []uint16
+	for range 3 {
+		ids = append(ids, add().ID())
+	}
+	// 0xFFFF, then 1 (open) and 2 (free since p2 closed).
+	if want := []uint16{0xFFFF, 2, 4}; !slices.Equal(ids, want) {
+		t.Errorf("port IDs across the wrap: %v, want %v (1 and 3 are open)", ids, want)
 	}
 }
