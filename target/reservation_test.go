@@ -663,11 +663,17 @@ func TestResvStateFile(t *testing.T) {
 
 // TestResvStateFileLocked: a second target on a state file in use refuses to start, naming
 // the file, the holder and the fix, and starts once the first has closed; a failed start
-// does not keep the lock.
+// does not keep the lock. Without a file at start the lock is taken at the first write:
+// the second target's write then fails (Internal Error) instead of dropping the first's
+// records, and a target whose hosts persist nothing leaves no lock file.
 func TestResvStateFileLocked(t *testing.T) {
 	dir := t.TempDir()
 	cfg := baseConfig(memNS(1, 1<<20))
 	cfg.StateFile = filepath.Join(dir, "state.json")
+	empty := []byte(`{"version": 1, "reservations": []}`)
+	if err := os.WriteFile(cfg.StateFile, empty, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	first, err := target.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -684,6 +690,7 @@ func TestResvStateFileLocked(t *testing.T) {
 	// Another state file in the same directory is another lock.
 	other := cfg.Clone()
 	other.StateFile = filepath.Join(dir, "other.json")
+	os.WriteFile(other.StateFile, empty, 0o600)
 	if o, err := target.New(other); err != nil {
 		t.Errorf("a target on another state file in the same directory: %v", err)
 	} else {
@@ -694,12 +701,33 @@ func TestResvStateFileLocked(t *testing.T) {
 	if _, err := target.New(cfg); err == nil {
 		t.Fatal("a bad state file was read")
 	}
-	os.Remove(cfg.StateFile)
+	os.WriteFile(cfg.StateFile, empty, 0o600)
 	second, err := target.New(cfg)
 	if err != nil {
 		t.Fatalf("after the first target closed and a failed start: %v", err)
 	}
 	second.Close()
+
+	// No file at start: no lock file until a host persists something.
+	cfg.StateFile = filepath.Join(dir, "later.json")
+	idle, err := target.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle.Close()
+	if _, err := os.Stat(cfg.StateFile + ".lock"); err == nil {
+		t.Errorf("a target that persisted nothing left %s.lock", cfg.StateFile)
+	}
+	ea := newEnv(t, cfg, target.WithLogger(testLogger(t)))
+	eb := newEnv(t, cfg, target.WithLogger(testLogger(t)))
+	a, b := ea.connectHost(1), eb.connectHost(2)
+	expectOK(t, "a registers with PTPL on the first target", a.register(nvmeproto.ResvRegister, false, nvmeproto.CPTPLSet, 0, 0xA))
+	expectStatus(t, "b registers with PTPL on the second target", b.register(nvmeproto.ResvRegister, false, nvmeproto.CPTPLSet, 0, 0xB),
+		nvmeproto.StatusInternalError)
+	data, err := os.ReadFile(cfg.StateFile)
+	if err != nil || !strings.Contains(string(data), `"key": "0xa"`) || strings.Contains(string(data), `"key": "0xb"`) {
+		t.Errorf("state file after both targets' writes: %v\n%s", err, data)
+	}
 }
 
 // TestResvHostIdentity: registrations belong to the host identifier of Connect, so a

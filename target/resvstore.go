@@ -27,12 +27,12 @@ import (
 // Every change is written crash-safely before the reservation command completes: a new
 // file in the same directory, fsync, rename over the old one, fsync of the directory.
 // One target at a time uses a state file: the store holds its lock (lockStateFile) from
-// open to close.
+// open — or, when there is no file yet, from its first write — to close.
 type resvStore struct {
-	path string
-	lock *os.File // nil: no lock taken (see lockStateFile)
-
+	path   string
 	mu     sync.Mutex
+	lock   *os.File               // nil: none taken (see lockStateFile)
+	locked bool                   // lockStateFile was called (and succeeded)
 	recs   map[resvKey]resvRecord // what the file holds
 	closed bool
 }
@@ -65,22 +65,46 @@ type resvRegRecord struct {
 	Key    string `json:"key"`     // 0x-prefixed hex: JSON numbers do not hold 64 bits everywhere
 }
 
-// openResvStore takes the state file's lock and reads the file at path (a missing file is
-// an empty one). The caller closes the store.
-func openResvStore(path string) (_ *resvStore, err error) {
-	lock, err := lockStateFile(path)
+// openResvStore reads the state file at path (a missing file is an empty one), taking
+// its lock first if the file exists; a store without a file takes it before its first
+// write (lockOnce), so that a target whose hosts never ask for Persist Through Power Loss
+// leaves no lock file beside its configuration. The caller closes the store.
+func openResvStore(path string) (*resvStore, error) {
+	st := &resvStore{path: path, recs: map[resvKey]resvRecord{}}
+	if _, err := os.Stat(path); err == nil {
+		if err := st.lockOnce(); err != nil {
+			return nil, err
+		}
+	}
+	recs, err := readResvFile(path)
 	if err != nil {
+		st.close()
 		return nil, err
 	}
-	st := &resvStore{path: path, lock: lock, recs: map[resvKey]resvRecord{}}
-	defer func() {
-		if err != nil {
-			st.close()
-		}
-	}()
+	st.recs = recs
+	return st, nil
+}
+
+// lockOnce takes the state file's lock if the store does not hold it yet. Called with
+// st.mu held, or before the store is shared.
+func (st *resvStore) lockOnce() error {
+	if st.locked {
+		return nil
+	}
+	lock, err := lockStateFile(st.path)
+	if err != nil {
+		return err
+	}
+	st.lock, st.locked = lock, true
+	return nil
+}
+
+// readResvFile reads and checks a state file (a missing file is an empty one).
+func readResvFile(path string) (map[resvKey]resvRecord, error) {
+	recs := map[resvKey]resvRecord{}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
+		return recs, nil
 	}
 	fix := "; repair it, or delete it to drop every reservation kept through power loss (with gonvmf stopped)"
 	if err != nil {
@@ -100,12 +124,12 @@ func openResvStore(path string) (_ *resvStore, err error) {
 			return nil, fmt.Errorf("state file %s: reservations[%d] (subsystem %q nsid %d): %v%s", path, i, r.Subsystem, r.NSID, err, fix)
 		}
 		k := resvKey{r.Subsystem, r.NSID}
-		if _, dup := st.recs[k]; dup {
+		if _, dup := recs[k]; dup {
 			return nil, fmt.Errorf("state file %s: reservations[%d]: subsystem %q nsid %d appears twice%s", path, i, r.Subsystem, r.NSID, fix)
 		}
-		st.recs[k] = r
+		recs[k] = r
 	}
-	return st, nil
+	return recs, nil
 }
 
 // lookup returns the persisted state of a namespace, or nil. A record whose UUID is not
@@ -147,6 +171,18 @@ func (st *resvStore) put(nqn string, ns *namespace, s *resvState) error {
 	defer st.mu.Unlock()
 	if st.closed {
 		return fmt.Errorf("state file %s: %w", st.path, errResvStoreClosed)
+	}
+	if !st.locked {
+		// The file did not exist at start, and this store has written nothing: take the
+		// lock, and start from what another target may have written since.
+		if err := st.lockOnce(); err != nil {
+			return err
+		}
+		recs, err := readResvFile(st.path)
+		if err != nil {
+			return err
+		}
+		st.recs = recs
 	}
 	next := make(map[resvKey]resvRecord, len(st.recs)+1)
 	for k, r := range st.recs {
