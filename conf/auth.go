@@ -3,7 +3,6 @@ package conf
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -300,10 +299,7 @@ func (v *validator) secret(p string, s *string) {
 			v.fail(p, *s, "file: names no file", "write file:<path of the file holding the secret>")
 			return
 		}
-		if !filepath.IsAbs(path) && v.c.File != "" {
-			path = filepath.Join(filepath.Dir(v.c.File), path)
-		}
-		*s = SecretFilePrefix + filepath.Clean(path)
+		*s = SecretFilePrefix + v.rel(path)
 		return
 	}
 	if _, err := dhchap.ParseSecret(*s); err != nil {

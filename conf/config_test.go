@@ -106,6 +106,42 @@ func mustParse(t *testing.T, text string) *Config {
 	return c
 }
 
+func absPath(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestResolvedPathsStay: the paths a configuration names relative to its file are
+// resolved to absolute ones, so that resolving again — what the target does with its
+// copy, and with every change at run time — leaves them as they are. With the file named
+// by a relative path with a directory (gonvmf serve -c conf/t.yaml) they used to be
+// prefixed once more each time: conf/conf/t.state.json, conf/conf/disk.img.
+func TestResolvedPathsStay(t *testing.T) {
+	text := strings.Replace(minimal, "backend: null", "backend: file\n        path: disk.img", 1)
+	c, err := Parse([]byte(text), filepath.Join("sub", "t.yaml"))
+	if err != nil {
+		t.Fatalf("Parse: %v\n%s", err, numbered(text))
+	}
+	wantState, wantPath := absPath(t, filepath.Join("sub", "t.state.json")), absPath(t, filepath.Join("sub", "disk.img"))
+	if c.StateFile != wantState || c.Subsystems[0].Namespaces[0].Path != wantPath {
+		t.Fatalf("resolved state_file %q, path %q; want %q, %q", c.StateFile, c.Subsystems[0].Namespaces[0].Path, wantState, wantPath)
+	}
+	for i := range 2 {
+		n := c.Clone()
+		if err := n.Resolve(); err != nil {
+			t.Fatal(err)
+		}
+		if n.StateFile != wantState || n.Subsystems[0].Namespaces[0].Path != wantPath {
+			t.Fatalf("resolved again (%d): state_file %q, path %q; want %q, %q", i+1, n.StateFile, n.Subsystems[0].Namespaces[0].Path, wantState, wantPath)
+		}
+		c = n
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	c := mustParse(t, minimal)
 	want := Config{
@@ -136,7 +172,7 @@ func TestDefaults(t *testing.T) {
 			KeepAliveTimeout:   120 * time.Second,
 		},
 		Control:   Control{Socket: DefaultControlSocket},
-		StateFile: "test.state.json", // next to the file (mustParse names it test.yaml)
+		StateFile: absPath(t, "test.state.json"), // next to the file (mustParse names it test.yaml), absolute
 		Limits: Limits{
 			MaxQueues:             1024,
 			MaxQueuesPerAddress:   256,

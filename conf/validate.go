@@ -338,15 +338,7 @@ func sizeText(n int) string {
 func (v *validator) control() {
 	c := &v.c.Control
 	const cp = "control."
-	abs := func(p string) string {
-		if p != "" && !filepath.IsAbs(p) && v.c.File != "" {
-			p = filepath.Join(filepath.Dir(v.c.File), p)
-		}
-		if p != "" {
-			p = filepath.Clean(p)
-		}
-		return p
-	}
+	abs := v.rel
 	if c.Socket == "" && !v.explicit(cp+"socket") {
 		c.Socket = DefaultControlSocket
 	}
@@ -726,10 +718,7 @@ func (v *validator) rbd(ns *Namespace, p string, lbaOK bool, own *idOwners) {
 		if *f.val == "" {
 			continue
 		}
-		if !filepath.IsAbs(*f.val) && v.c.File != "" {
-			*f.val = filepath.Join(filepath.Dir(v.c.File), *f.val)
-		}
-		*f.val = filepath.Clean(*f.val)
+		*f.val = v.rel(*f.val)
 	}
 	if (r.CreateSize != 0 || v.explicit(rp+".create_size")) && !v.skip(rp+".create_size") {
 		switch {
@@ -813,10 +802,7 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 					ns.Backend, map[string]string{BackendFile: "file", BackendBlock: "device"}[ns.Backend], eg))
 			}
 		} else {
-			if !filepath.IsAbs(ns.Path) && v.c.File != "" {
-				ns.Path = filepath.Join(filepath.Dir(v.c.File), ns.Path)
-			}
-			ns.Path = filepath.Clean(ns.Path)
+			ns.Path = v.rel(ns.Path)
 			if prev, dup := own.path[ns.Path]; dup && !(prev.readOnly && ns.ReadOnly) {
 				v.fail(p+".path", ns.Path, fmt.Sprintf("%s is already the backing of %s", ns.Path, v.where(prev.p)),
 					"give each namespace its own file or device (only read-only namespaces may share one)")
@@ -922,6 +908,25 @@ func DefaultStateFile(file string) string {
 	return filepath.Join(filepath.Dir(file), base+".state.json")
 }
 
+// rel resolves a path of the configuration: a relative one against the configuration
+// file's directory, made absolute, so that resolving the result again (a copy of the
+// configuration, a change at run time) leaves it as it is — a relative configuration
+// path with a directory in it (conf/t.yaml) would otherwise be prefixed once more each
+// time. Without a file, a relative path stays relative.
+func (v *validator) rel(p string) string {
+	if p == "" {
+		return ""
+	}
+	if filepath.IsAbs(p) || v.c.File == "" {
+		return filepath.Clean(p)
+	}
+	p = filepath.Join(filepath.Dir(v.c.File), p)
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	return p
+}
+
 // stateFile resolves state_file: the default next to the configuration file, relative
 // paths against its directory.
 func (v *validator) stateFile() {
@@ -930,11 +935,10 @@ func (v *validator) stateFile() {
 	case c.StateFile == StateFileNone:
 		return
 	case c.StateFile == "" && c.File != "":
-		c.StateFile = DefaultStateFile(c.File)
+		c.StateFile = v.rel(filepath.Base(DefaultStateFile(c.File)))
 	case c.StateFile == "":
 		return
-	case !filepath.IsAbs(c.StateFile) && c.File != "":
-		c.StateFile = filepath.Join(filepath.Dir(c.File), c.StateFile)
+	default:
+		c.StateFile = v.rel(c.StateFile)
 	}
-	c.StateFile = filepath.Clean(c.StateFile)
 }
