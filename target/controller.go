@@ -68,9 +68,11 @@ type controller struct {
 	csts       nvmeproto.CSTS
 	queues     []*Queue // by qid; [0] is the admin queue
 	ioQueues   int      // I/O queues granted by Number of Queues
-	resetGen   uint64   // bumped by every reset and shutdown, to discard stale completions
+	resetGen   uint64   // bumped by every reset, to discard a stale reset's completion
+	shutGen    uint64   // bumped by every shutdown notification and its withdrawal (SHN → 0)
+	settling   []*Queue // I/O queues a reset or shutdown disconnected: their commands may still run
 	resetting  bool     // EN went 1→0 and I/O queues are still draining
-	shutdown   bool     // a shutdown was requested and no reset since
+	shutdown   bool     // a shutdown was requested and no enable since
 	dead       bool     // the admin queue is gone
 	failReason error    // why the controller failed (CSTS.CFS), if it did
 
@@ -284,6 +286,7 @@ func (c *controller) setCC(v nvmeproto.CC) {
 		after = append(after, c.beginShutdown())
 	}
 	if v.SHN() == nvmeproto.CCSHNNone && old.SHN() != nvmeproto.CCSHNNone {
+		c.shutGen++ // a shutdown still draining does not report complete
 		c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTNormal)
 	}
 	c.mu.Unlock()
@@ -319,22 +322,48 @@ func (c *controller) enable(v nvmeproto.CC) {
 	c.log.Debug("controller enabled", "cc", v.String())
 }
 
+// takeIOQueues takes the I/O queues out of the queue table for a reset or shutdown:
+// it returns them (to disconnect) and every queue a reset or shutdown took that may still
+// have commands in flight, these included (to wait for). A reset and a shutdown written
+// together, or one while the other drains, thus both wait for all of them. Called with
+// mu held.
+func (c *controller) takeIOQueues() (qs, wait []*Queue) {
+	qs = c.liveQueues(1)
+	for i := 1; i < len(c.queues); i++ {
+		c.queues[i] = nil
+	}
+	c.settling = slices.DeleteFunc(c.settling, func(q *Queue) bool {
+		select {
+		case <-q.drained:
+			return true
+		default:
+			return false
+		}
+	})
+	c.settling = append(c.settling, qs...)
+	return qs, slices.Clone(c.settling)
+}
+
+// waitDrained waits until every queue of qs has no command in flight.
+func waitDrained(qs []*Queue) {
+	for _, q := range qs {
+		<-q.drained
+	}
+}
+
 // reset handles CC.EN 1→0: outstanding asynchronous event requests are aborted, I/O
-// queues are disconnected, and once their commands in flight have completed CSTS.RDY
-// clears. Called with mu held; the returned function runs after unlocking.
+// queues are disconnected, and once their commands in flight have completed (those of a
+// shutdown's queues too) CSTS.RDY clears. Called with mu held; the returned function runs
+// after unlocking.
 func (c *controller) reset() func() {
 	c.enabled.Store(false)
 	c.resetGen++
 	gen := c.resetGen
-	qs := c.liveQueues(1)
-	for i := 1; i < len(c.queues); i++ {
-		c.queues[i] = nil
-	}
+	qs, wait := c.takeIOQueues()
 	aers := c.aers
 	c.defaults()
-	c.shutdown = false
 	c.resetting = true
-	if len(qs) == 0 {
+	if len(wait) == 0 {
 		c.resetDone()
 	}
 	c.log.Info("controller reset", "io_queues", len(qs))
@@ -345,13 +374,11 @@ func (c *controller) reset() func() {
 		for _, q := range qs {
 			q.disconnect(ErrControllerReset)
 		}
-		if len(qs) == 0 {
+		if len(wait) == 0 {
 			return
 		}
 		go func() {
-			for _, q := range qs {
-				<-q.drained
-			}
+			waitDrained(wait)
 			c.mu.Lock()
 			if c.resetGen == gen {
 				c.resetDone()
@@ -361,11 +388,17 @@ func (c *controller) reset() func() {
 	}
 }
 
-// resetDone finishes a reset: CSTS reads 0 and an enable written meanwhile takes effect.
-// Called with mu held.
+// resetDone finishes a reset: CSTS.RDY clears, and an enable written meanwhile takes
+// effect. With a shutdown notification still written (CC.SHN), its status (SHST, and CFS
+// if its flush failed) stays: a host that wrote EN=0 with SHN waits for SHST complete.
+// Otherwise CSTS reads 0. Called with mu held.
 func (c *controller) resetDone() {
 	c.resetting = false
-	c.csts = 0
+	keep := nvmeproto.CSTS(0)
+	if c.cc.SHN() != nvmeproto.CCSHNNone {
+		keep = keep.WithSHST(c.csts.SHST()) | c.csts&nvmeproto.CSTSBitCFS
+	}
+	c.csts = keep
 	if c.cc.EN() {
 		c.enable(c.cc)
 	}
@@ -381,21 +414,16 @@ func (c *controller) resetDone() {
 func (c *controller) beginShutdown() func() {
 	c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTOccurring)
 	c.shutdown = true
-	c.resetGen++
-	gen := c.resetGen
-	qs := c.liveQueues(1)
-	for i := 1; i < len(c.queues); i++ {
-		c.queues[i] = nil
-	}
+	c.shutGen++
+	gen := c.shutGen
+	qs, wait := c.takeIOQueues()
 	c.log.Info("controller shutdown", "io_queues", len(qs))
 	return func() {
 		for _, q := range qs {
 			q.disconnect(ErrControllerShutdown)
 		}
 		go func() {
-			for _, q := range qs {
-				<-q.drained
-			}
+			waitDrained(wait) // also the queues of a reset still draining: their writes count
 			failed := false
 			for _, ns := range c.subsys.namespaces() {
 				if err := ns.flush(); err != nil {
@@ -404,7 +432,7 @@ func (c *controller) beginShutdown() func() {
 				}
 			}
 			c.mu.Lock()
-			if c.resetGen == gen {
+			if c.shutGen == gen {
 				c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTComplete)
 				if failed {
 					c.csts |= nvmeproto.CSTSBitCFS

@@ -161,6 +161,64 @@ func TestShutdown(t *testing.T) {
 	expect(t, "I/O connect after shutdown", h.connect(1, 7, 0, cntlid, subNQN, hostNQN), nvmeproto.StatusCommandSequenceError)
 }
 
+// TestResetWithShutdown: a reset (CC.EN 1→0) and a shutdown notification (CC.SHN) written
+// together, or one while the other drains, both wait for every command in flight: SHST
+// does not read complete, nor RDY clear, while a write is still in the backend, and both
+// get there once it completes. The old code let the second cancel the first's completion
+// (RDY stayed 1 for good, a later enable was ignored) and reported SHST complete, with
+// the backends flushed, while the write was still in flight.
+func TestResetWithShutdown(t *testing.T) {
+	base := nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4)
+	csts := func(admin *hostQueue) nvmeproto.CSTS {
+		v, c := admin.propGet(nvmeproto.PropCSTS, false)
+		expectOK(t, "CSTS", c)
+		return nvmeproto.CSTS(v)
+	}
+	for _, tc := range []struct {
+		name   string
+		writes []nvmeproto.CC // CC values written in order, the write blocked in the backend
+		shst   uint8          // SHST once the write completed
+	}{
+		{"EN=0 and SHN in one write", []nvmeproto.CC{base.WithSHN(nvmeproto.CCSHNNormal)}, nvmeproto.CSTSSHSTComplete},
+		{"EN=0, then SHN", []nvmeproto.CC{base, base.WithSHN(nvmeproto.CCSHNNormal)}, nvmeproto.CSTSSHSTComplete},
+		{"SHN, then EN=0", []nvmeproto.CC{base.WithEN(true).WithSHN(nvmeproto.CCSHNNormal), base.WithSHN(nvmeproto.CCSHNNormal)}, nvmeproto.CSTSSHSTComplete},
+		{"SHN, then withdrawn", []nvmeproto.CC{base.WithEN(true).WithSHN(nvmeproto.CCSHNNormal), base.WithEN(true)}, nvmeproto.CSTSSHSTNormal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate()
+			e := newEnv(t, baseConfig(memNS(1, 1<<20)), gatedBackend(g))
+			t.Cleanup(g.open)
+			admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+			q := e.ioConnect(1, cntlid, 8)
+			w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+			inflight := q.submit(&w, pattern(512, 3))
+			g.waitBlocked(t, 1)
+			for _, cc := range tc.writes {
+				expectOK(t, "CC "+cc.String(), admin.propSet(nvmeproto.PropCC, uint32(cc)))
+			}
+			time.Sleep(100 * time.Millisecond)
+			if st := csts(admin); st.SHST() == nvmeproto.CSTSSHSTComplete || (!tc.writes[len(tc.writes)-1].EN() && !st.RDY()) {
+				t.Fatalf("CSTS %#x (RDY %v, SHST %d) while a write is still in flight", uint32(st), st.RDY(), st.SHST())
+			}
+			g.open()
+			expectOK(t, "in-flight write", wait(t, inflight))
+			last := tc.writes[len(tc.writes)-1]
+			waitFor(t, func() bool {
+				st := csts(admin)
+				return st.SHST() == tc.shst && st.RDY() == last.EN()
+			})
+			time.Sleep(50 * time.Millisecond)
+			if st := csts(admin); st.SHST() != tc.shst || st.RDY() != last.EN() {
+				t.Fatalf("CSTS %#x (RDY %v, SHST %d) after the drain, want RDY %v SHST %d", uint32(st), st.RDY(), st.SHST(), last.EN(), tc.shst)
+			}
+			if !last.EN() { // the controller can be enabled again
+				expectOK(t, "CC.EN=1", admin.propSet(nvmeproto.PropCC, uint32(base.WithEN(true))))
+				waitFor(t, func() bool { return csts(admin).RDY() })
+			}
+		})
+	}
+}
+
 // TestNamespaceChangeAEN: adding and removing a namespace completes an outstanding AER
 // with Namespace Attribute Changed, lists the NSID in the Changed Namespace List, and
 // masks further events until that log is read.
