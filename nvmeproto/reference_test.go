@@ -180,7 +180,7 @@ func testRef3(t *testing.T) {
 		v uint64
 	}{"0x80 incompatible format": {StatusConnectIncompatibleFormat, 0x80}, "0x81 controller busy": {StatusConnectControllerBusy, 0x81},
 		"0x82 invalid parameters": {StatusConnectInvalidParameters, 0x82}, "0x83 restart discovery": {StatusConnectRestartDiscovery, 0x83},
-		"0x84 invalid host": {StatusConnectInvalidHost, 0x84}, "0x90 discovery restart": {StatusDiscoveryRestart, 0x90},
+		"0x84 invalid host": {StatusConnectInvalidHost, 0x84}, "0x85 invalid queue type": {StatusInvalidQueueType, 0x85}, "0x90 discovery restart": {StatusDiscoveryRestart, 0x90},
 		"0x91 authentication required": {StatusAuthRequired, 0x91}} {
 		eq(t, "status SCT 1 "+name, uint64(c.s), 0x100|c.v)
 	}

@@ -189,6 +189,7 @@ var (
 	StatusConnectInvalidParameters  = MakeStatus(SCTCommandSpecific, 0x82)
 	StatusConnectRestartDiscovery   = MakeStatus(SCTCommandSpecific, 0x83)
 	StatusConnectInvalidHost        = MakeStatus(SCTCommandSpecific, 0x84)
+	StatusInvalidQueueType          = MakeStatus(SCTCommandSpecific, 0x85) // e.g. Disconnect on the admin queue
 	StatusDiscoveryRestart          = MakeStatus(SCTCommandSpecific, 0x90)
 	StatusAuthRequired              = MakeStatus(SCTCommandSpecific, 0x91)
 
@@ -329,6 +330,7 @@ var statusNames = map[Status]string{
 	StatusConnectInvalidParameters:  "Connect Invalid Parameters",
 	StatusConnectRestartDiscovery:   "Connect Restart Discovery",
 	StatusConnectInvalidHost:        "Connect Invalid Host",
+	StatusInvalidQueueType:          "Invalid Queue Type",
 	StatusDiscoveryRestart:          "Discovery Restart",
 	StatusAuthRequired:              "Authentication Required",
 

@@ -371,6 +371,12 @@ func TestTeardown(t *testing.T) {
 
 	d := sglCmd(nvmeproto.OpFabrics, uint32(nvmeproto.FabricsDisconnect), 0)
 	d.NSID = uint32(nvmeproto.FabricsDisconnect)
+	// On the admin queue Disconnect is refused (it deletes an I/O queue), and nothing ends.
+	expect(t, "disconnect on the admin queue", admin.do(&d, nil), nvmeproto.StatusInvalidQueueType)
+	_, c := admin.identify(nvmeproto.CNSController, 0, 0)
+	expectOK(t, "identify after the refused disconnect", c)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expectOK(t, "I/O after the refused disconnect", q1.do(&w, pattern(512, 4)))
 	expectOK(t, "disconnect", q1.do(&d, nil))
 	if err := waitDone(t, q1, time.Second); !errors.Is(err, target.ErrDisconnectCommand) {
 		t.Fatalf("after Disconnect: %v", err)

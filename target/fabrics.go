@@ -280,7 +280,11 @@ func (q *Queue) beginAdmin(r *Request, c *controller) nvmeproto.Status {
 	}
 	if cmd.Opcode == nvmeproto.OpFabrics {
 		switch cmd.FabricsType() {
-		case nvmeproto.FabricsPropertyGet, nvmeproto.FabricsPropertySet, nvmeproto.FabricsDisconnect:
+		case nvmeproto.FabricsPropertyGet, nvmeproto.FabricsPropertySet:
+		case nvmeproto.FabricsDisconnect:
+			// Disconnect deletes the I/O queue it arrives on; the association ends with
+			// the admin queue's transport connection, not with a command.
+			return nvmeproto.StatusInvalidQueueType.WithDNR()
 		case nvmeproto.FabricsConnect:
 			return nvmeproto.StatusCommandSequenceError.WithDNR()
 		default:
@@ -326,10 +330,7 @@ func (c *controller) execFabrics(q *Queue, r *Request) {
 		}
 		c.setCC(nvmeproto.CC(uint32(ps.Value)))
 		q.finish(r, nvmeproto.StatusSuccess)
-	case nvmeproto.FabricsDisconnect:
-		q.finish(r, nvmeproto.StatusSuccess)
-		q.disconnect(ErrDisconnectCommand)
-	default: // Begin lets no other fctype through
+	default: // Begin lets no other fctype through (Disconnect: Invalid Queue Type)
 		q.reject(r, nvmeproto.StatusInvalidOpcode.WithDNR(), "invalid fabrics command")
 	}
 }
