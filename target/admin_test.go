@@ -129,7 +129,7 @@ func TestAdminStatuses(t *testing.T) {
 	expect(t, "save", admin.do(&sv, nil), nvmeproto.StatusFeatureNotSaveable)
 	expect(t, "power state 1", feat(0x02, 1), nvmeproto.StatusInvalidField)
 	expect(t, "number of queues 0xFFFF", feat(0x07, 0xFFFF), nvmeproto.StatusInvalidField)
-	expect(t, "set host identifier", admin.setFeature(0x81, 1, make([]byte, 16)), nvmeproto.StatusDataSGLLengthInvalid)
+	expect(t, "set host identifier (16 bytes, EXHID)", admin.setFeature(0x81, 1, make([]byte, 16)), nvmeproto.StatusCommandSequenceError)
 	expect(t, "set host identifier", feat(0x81, 1), nvmeproto.StatusCommandSequenceError)
 	expect(t, "timestamp without data", feat(0x0E, 0), nvmeproto.StatusDataSGLLengthInvalid)
 	_, c = admin.getFeature(0x01, 4, 0, 0)

@@ -100,6 +100,13 @@ func TestLinuxConnectSequence(t *testing.T) {
 	if c.DW0 != 3|3<<16 {
 		t.Fatalf("number of queues dw0 %#x, want 3|3<<16", c.DW0)
 	}
+	// Unequal halves: Get (current) returns what the Set completion allocated.
+	c = admin.setFeature(0x07, 0|2<<16, nil)
+	expectOK(t, "set number of queues 1 SQ, 3 CQs", c)
+	if _, g := admin.getFeature(0x07, 0, 0, 0); g.DW0 != c.DW0 || c.DW0 != 0|2<<16 {
+		t.Fatalf("number of queues: set dw0 %#x, get dw0 %#x, want both %#x", c.DW0, g.DW0, 0|2<<16)
+	}
+	expectOK(t, "set number of queues 8", admin.setFeature(0x07, 7|7<<16, nil))
 
 	// 6: I/O queues 1..4.
 	ioqs := make([]*hostQueue, 4)

@@ -68,6 +68,7 @@ type controller struct {
 	csts       nvmeproto.CSTS
 	queues     []*Queue // by qid; [0] is the admin queue
 	ioQueues   int      // I/O queues granted by Number of Queues
+	numQueues  uint32   // DW0 of the last Set Features Number of Queues (NSQA, NCQA); 0: none since reset
 	resetGen   uint64   // bumped by every reset, to discard a stale reset's completion
 	shutGen    uint64   // bumped by every shutdown notification and its withdrawal (SHN → 0)
 	settling   []*Queue // I/O queues a reset or shutdown disconnected: their commands may still run
@@ -119,6 +120,7 @@ func (c *controller) defaults() {
 	if c.disc {
 		c.ioQueues = 0
 	}
+	c.numQueues = 0
 	c.arbitration = 0
 	c.powerMgmt = 0
 	c.aec = c.supportedAEC()

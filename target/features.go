@@ -52,6 +52,11 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 	if sf.SV {
 		return nvmeproto.StatusFeatureNotSaveable.WithDNR()
 	}
+	if fid == fidHostID {
+		// Over Fabrics the host identifier comes from Connect and cannot change, whatever
+		// data the command carries (16 bytes with EXHID).
+		return nvmeproto.StatusCommandSequenceError.WithDNR()
+	}
 	want := 0
 	if fid == fidTimestamp {
 		want = nvmeproto.TimestampSize
@@ -92,7 +97,8 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 		limit := uint32(max(min(c.t.tr.MaxIOQueues, c.t.hostQueuesLeft(c.hostNQN)), 1))
 		nsqa, ncqa := min(nsqr+1, limit), min(ncqr+1, limit)
 		c.ioQueues = int(min(nsqa, ncqa))
-		r.CQE.DW0 = uint32(nvmeproto.MakeNumQueues(uint16(nsqa-1), uint16(ncqa-1)))
+		c.numQueues = uint32(nvmeproto.MakeNumQueues(uint16(nsqa-1), uint16(ncqa-1)))
+		r.CQE.DW0 = c.numQueues
 	case fidAsyncEvent:
 		c.aec = v & c.supportedAEC()
 	case fidKeepAlive:
@@ -101,9 +107,6 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 		var ts nvmeproto.Timestamp
 		ts.Unmarshal(r.Data[:nvmeproto.TimestampSize]) // cannot fail: the length was checked
 		c.tsBase, c.tsAt, c.tsSet = ts.Millis, time.Now(), true
-	case fidHostID:
-		// Over Fabrics the host identifier comes from Connect and cannot change.
-		return nvmeproto.StatusCommandSequenceError.WithDNR()
 	}
 	return nvmeproto.StatusSuccess
 }
@@ -162,6 +165,10 @@ func (c *controller) getFeatures(r *Request) nvmeproto.Status {
 			r.CQE.DW0 = 1
 		}
 	case fidNumQueues:
+		if !def && c.numQueues != 0 { // what the Set completion said was allocated
+			r.CQE.DW0 = c.numQueues
+			break
+		}
 		n := uint32(c.t.tr.MaxIOQueues)
 		if !def {
 			n = uint32(c.ioQueues)
