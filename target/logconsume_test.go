@@ -108,3 +108,36 @@ func TestChangedNSEventLosesNothing(t *testing.T) {
 		changedNSIDs(t, admin, seen)
 	}
 }
+
+// TestChangedNSListPartRead: a read of part of the Changed Namespace List returns the
+// page as it stands and consumes nothing; the next read of the whole page returns every
+// NSID and clears the list. (A part read used to clear the whole list: a host reading the
+// page in pieces lost the NSIDs of the pieces after the first.)
+func TestChangedNSListPartRead(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	if err := <-addNamespaces(e, 2, 4); err != nil {
+		t.Fatal(err)
+	}
+	lid := uint8(nvmeproto.LIDChangedNSList)
+	part, c := admin.getLog(lid, 0, 0, 4, 0, false)
+	expectOK(t, "first 4 bytes of the changed namespace list", c)
+	if v := binary.LittleEndian.Uint32(part); v != 2 {
+		t.Fatalf("first entry %d, want 2", v)
+	}
+	part, c = admin.getLog(lid, 0, 4, 4, 0, false)
+	expectOK(t, "second entry of the changed namespace list", c)
+	if v := binary.LittleEndian.Uint32(part); v != 3 {
+		t.Fatalf("second entry %d, want 3", v)
+	}
+	seen := map[uint32]bool{}
+	changedNSIDs(t, admin, seen)
+	if m := missingNSIDs(seen, 2, 4); len(m) != 0 {
+		t.Fatalf("after part reads, the whole page lacks %v", m)
+	}
+	seen = map[uint32]bool{}
+	changedNSIDs(t, admin, seen)
+	if len(seen) != 0 {
+		t.Fatalf("a whole read did not clear the list: %v", seen)
+	}
+}

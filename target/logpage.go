@@ -34,6 +34,10 @@ func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	if !c.disc && (g.LID == nvmeproto.LIDChangedNSList || g.LID == nvmeproto.LIDReservationNotify) {
 		return c.readConsumingLog(r, &g, n)
 	}
+	buf, st := c2h(r, int(n)) // before the unmask: a read refused for its length acknowledges nothing
+	if st != nvmeproto.StatusSuccess {
+		return st
+	}
 	if !g.RAE {
 		c.logRead(g.LID)
 	}
@@ -50,10 +54,6 @@ func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	}
 	if g.Offset > size {
 		return nvmeproto.StatusInvalidField.WithDNR()
-	}
-	buf, st := c2h(r, int(n))
-	if st != nvmeproto.StatusSuccess {
-		return st
 	}
 	copyPage(buf, page, g.Offset)
 	return nvmeproto.StatusSuccess
@@ -73,7 +73,9 @@ func copyPage(buf, page []byte, offset uint64) {
 // (with more waiting, a read without RAE raises the event again). Building, consuming and
 // unmasking (without RAE) happen under one hold of c.mu, so that a change that comes
 // meanwhile is either in the page the host gets or still there afterwards with its event
-// raised, never consumed unread.
+// raised, never consumed unread. Only a read of the whole page consumes it (and
+// acknowledges its event): a part read returns the page as it stands, so that a host
+// reading it in pieces loses none of it.
 func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand, n uint64) nvmeproto.Status {
 	size := nvmeproto.ChangedNSListSize
 	if g.LID == nvmeproto.LIDReservationNotify {
@@ -87,19 +89,24 @@ func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand
 	if st != nvmeproto.StatusSuccess {
 		return st
 	}
+	whole := g.Offset == 0 && n >= uint64(size)
 	more := false
 	c.mu.Lock()
 	if g.LID == nvmeproto.LIDChangedNSList {
 		nvmeproto.ChangedNSList(c.changedNS).Marshal(page)
-		c.changedNS = nil
+		if whole {
+			c.changedNS = nil
+		}
 	} else if len(c.resvLog) > 0 {
 		l := c.resvLog[0]
 		l.Available = uint8(min(len(c.resvLog)-1, 255))
 		l.Marshal(page)
-		c.resvLog = slices.Delete(c.resvLog, 0, 1)
-		more = len(c.resvLog) > 0
+		if whole {
+			c.resvLog = slices.Delete(c.resvLog, 0, 1)
+			more = len(c.resvLog) > 0
+		}
 	}
-	if !g.RAE {
+	if whole && !g.RAE {
 		c.unmaskLocked(g.LID)
 	}
 	c.mu.Unlock()
