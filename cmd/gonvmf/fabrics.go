@@ -134,6 +134,9 @@ func fabricsOptions(c *cli.Context, defNQN string) (initiator.Options, *session,
 			return o, nil, failed
 		}
 		if o.SubNQN == "" {
+			if len(cfg.Subsystems) == 0 {
+				return o, nil, usageError("%s serves no subsystem: add one under subsystems: to run it in-process with -t loop", path)
+			}
 			o.SubNQN = cfg.Subsystems[0].NQN
 		}
 		if s.srv, err = server.New(cfg, server.Options{Logger: slog.Default(), Loop: true}); err != nil {

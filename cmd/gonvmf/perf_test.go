@@ -97,12 +97,16 @@ subsystems:
         backend: null
         size: 1GiB
 `)
+	noSubs := writeFile(t, "nosubs.yaml", "listeners:\n  - address: 10.99.0.1\n")
 	for _, c := range []struct {
 		args []string
 		code int
 		want string
 	}{
 		{[]string{"perf", "-t", "loop", "-c", cfg, "--rw", "sideways"}, 2, "--rw"},
+		// A valid configuration that serves nothing: a usage error, not a panic.
+		{[]string{"identify", "-t", "loop", "-c", noSubs}, 2, "serves no subsystem"},
+		{[]string{"perf", "-t", "loop", "-c", noSubs}, 2, "serves no subsystem"},
 		{[]string{"perf", "-t", "loop", "-c", cfg, "-o", "1000", "-T", "100ms"}, 1, "not a multiple"},
 		{[]string{"perf", "-t", "loop", "-c", cfg, "--size", "1m", "-o", "64k", "-q", "16", "--verify"}, 1, "too few"},
 		{[]string{"perf", "-t", "loop", "-c", cfg, "-n", "nqn.2024-01.io.gonvmf:nope"}, 1, "has no subsystem"},
