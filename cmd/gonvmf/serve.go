@@ -51,6 +51,12 @@ modprobe rdma_rxe; rdma link add rxe0 type rxe netdev IF) and an RLIMIT_MEMLOCK 
 covers the buffer pool (root, or ulimit -l unlimited).`,
 		Flags: []cli.Flag{configFlag()},
 		Action: func(c *cli.Context) error {
+			// SIGHUP's default action ends the process: take it from the start, so that a
+			// reload asked for while the target starts (systemctl reload, logrotate) is a
+			// reload once it runs rather than the end of it.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			cfg, err := loadConfig(c, true)
 			if err != nil {
 				return err
@@ -69,7 +75,7 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			if err := serve(ctx, cfg, log, metrics.WithLogDrops(logDrops)); err != nil {
+			if err := serve(ctx, cfg, log, hup, metrics.WithLogDrops(logDrops)); err != nil {
 				return cli.Exit(err.Error(), exitFailure)
 			}
 			return nil
@@ -85,9 +91,10 @@ const (
 	drainTimeout  = 10 * time.Second
 )
 
-// serve runs the target until ctx is done, then shuts it down in order. mopts are added to
-// the metrics server's options when the configuration serves metrics.
-func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, mopts ...metrics.Option) error {
+// serve runs the target until ctx is done, then shuts it down in order; a signal on hup
+// reloads the configuration file. mopts are added to the metrics server's options when
+// the configuration serves metrics.
+func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup <-chan os.Signal, mopts ...metrics.Option) error {
 	s, err := server.New(cfg, server.Options{Logger: log})
 	if err != nil {
 		return err
@@ -124,9 +131,6 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, mopts ...met
 			return err
 		}
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -134,16 +138,17 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, mopts ...met
 			reload(s, cfg.File, log)
 		}
 	}
+	// A second signal, or a shutdown that takes too long, ends the process at once; it
+	// counts from here, closing the control and metrics servers included.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	ctl.Close()
 	if met != nil {
 		met.Close()
 	}
 
 	log.Info("shutting down: no new connections or commands; draining the commands in flight, flushing, then disconnecting hosts")
-	// A second signal, or a shutdown that takes too long, ends the process at once.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	done := make(chan error, 1)
 	st := s.Stats()
 	log.Info("transport statistics", "connections", st.Connections, "completions", st.Completions,
