@@ -223,10 +223,19 @@ func (v *validator) hosts() {
 		case h.NQN == DiscoveryNQN:
 			v.fail(p+".nqn", h.NQN, "the discovery NQN names a subsystem, not a host", "use the host's own NQN (its /etc/nvme/hostnqn)")
 		default:
-			if prob := nqnProblem(h.NQN); prob != "" {
+			// As under subsystems[].hosts: what no host can send is an error, what the
+			// Linux host sends but the NQN form does not allow (blktests' host names) a
+			// warning, so that every host a subsystem may list can also authenticate.
+			if prob := nqnUnusable(h.NQN); prob != "" {
 				v.fail(p+".nqn", h.NQN, fmt.Sprintf("%q is not a valid host NQN: %s", h.NQN, prob),
 					"use the host's NQN as in its /etc/nvme/hostnqn, e.g. nqn.2014-08.org.nvmexpress:uuid:<uuid>")
-			} else if prev, dup := seen[h.NQN]; dup {
+				break
+			}
+			if prob := nqnProblem(h.NQN); prob != "" {
+				v.warn(p+".nqn", h.NQN, fmt.Sprintf("%q is not in the NVMe NQN form (%s): the Linux host accepts it, but it is not portable", h.NQN, prob),
+					"check it is the host's NQN as in its /etc/nvme/hostnqn (usually nqn.2014-08.org.nvmexpress:uuid:<uuid>)")
+			}
+			if prev, dup := seen[h.NQN]; dup {
 				v.fail(p+".nqn", h.NQN, fmt.Sprintf("host %s is already described by %s", h.NQN, v.where(prev)), "describe each host once")
 			} else {
 				seen[h.NQN] = p

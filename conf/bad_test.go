@@ -260,8 +260,8 @@ var badConfigs = []struct {
 	// --- hosts (in-band authentication) ---
 	{"host without secret", sub(nullNS) + "hosts:\n  - nqn: " + authHost + " # <-\n",
 		"hosts[0].dhchap_secret", "missing", "nvme gen-dhchap-key --nqn", 0},
-	{"host NQN malformed", sub(nullNS) + "hosts:\n  - nqn: host1 # <-\n    dhchap_secret: " + goodSecret + "\n",
-		"hosts[0].nqn", `"host1" is not a valid host NQN`, "/etc/nvme/hostnqn", 0},
+	{"host NQN unusable", sub(nullNS) + "hosts:\n  - nqn: \"host\\t1\" # <-\n    dhchap_secret: " + goodSecret + "\n",
+		"hosts[0].nqn", `is not a valid host NQN: it contains a control character`, "/etc/nvme/hostnqn", 0},
 	{"host twice", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: " + goodSecret + "\n  - nqn: " + authHost + " # <-\n    dhchap_secret: " + goodSecret + "\n",
 		"hosts[1].nqn", "is already described by hosts[0] (line", "describe each host once", 0},
 	{"secret with a bad CRC", sub(nullNS) + "hosts:\n  - nqn: " + authHost + "\n    dhchap_secret: \"DHHC-1:01:vpq37fuC3dXlrFdBeL3l55rZX5frlPLAL6XiWUcBs2JLmx7A:\" # <-\n",

@@ -880,3 +880,36 @@ func TestANAInCode(t *testing.T) {
 		}
 	}
 }
+
+// TestHostNQNNotInForm: a host NQN the Linux host sends but the NQN form does not allow
+// (blktests names its host "blktests-host") may be listed under a subsystem and given a
+// secret under hosts: both warn, neither refuses — else such a host could be allowed but
+// never authenticate.
+func TestHostNQNNotInForm(t *testing.T) {
+	text := `listeners:
+  - address: 10.99.0.1
+subsystems:
+  - nqn: nqn.2024-01.com.example:auth
+    auth_required: true
+    hosts: [blktests-host]
+    namespaces:
+      - nsid: 1
+        backend: null
+        size: 1GiB
+hosts:
+  - nqn: blktests-host
+    dhchap_secret: ` + goodSecret + "\n"
+	c, err := Parse([]byte(text), "")
+	if err != nil {
+		t.Fatalf("Parse: %v\n%s", err, numbered(text))
+	}
+	n := 0
+	for _, w := range c.Warnings {
+		if strings.Contains(w.Error(), "not in the NVMe NQN form") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d warnings about the NQN form, want 2 (subsystem hosts, hosts): %v", n, c.Warnings)
+	}
+}
