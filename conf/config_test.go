@@ -913,3 +913,21 @@ hosts:
 		t.Errorf("%d warnings about the NQN form, want 2 (subsystem hosts, hosts): %v", n, c.Warnings)
 	}
 }
+
+// TestKeepAliveDefaultFollowsLimits: a file that narrows the keep-alive limits without
+// writing keep_alive_timeout gets the default moved into them, not an error about a field
+// it never wrote; a keep_alive_timeout it writes outside them is still an error.
+func TestKeepAliveDefaultFollowsLimits(t *testing.T) {
+	c := mustParse(t, minimal+"limits:\n  max_keep_alive_timeout: 60s\n")
+	if c.Transport.KeepAliveTimeout != 60*time.Second {
+		t.Errorf("keep_alive_timeout %v with max_keep_alive_timeout 60s, want 60s", c.Transport.KeepAliveTimeout)
+	}
+	c = mustParse(t, minimal+"limits:\n  min_keep_alive_timeout: 5m\n  max_keep_alive_timeout: 10m\n")
+	if c.Transport.KeepAliveTimeout != 5*time.Minute {
+		t.Errorf("keep_alive_timeout %v with limits 5m..10m, want 5m", c.Transport.KeepAliveTimeout)
+	}
+	if _, err := Parse([]byte(minimal+"transport:\n  keep_alive_timeout: 2m\nlimits:\n  max_keep_alive_timeout: 60s\n"), "t.yaml"); err == nil ||
+		!strings.Contains(err.Error(), "transport.keep_alive_timeout") {
+		t.Errorf("an explicit keep_alive_timeout outside the limits: %v", err)
+	}
+}

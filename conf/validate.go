@@ -93,6 +93,9 @@ type validator struct {
 	src   *source
 	errs  []*FieldError
 	warns []*FieldError
+	// katoDefault: transport.keep_alive_timeout was not given and took its default,
+	// which limits() moves into the keep-alive limits rather than refuse.
+	katoDefault bool
 }
 
 // resolve fills in defaults and derived values and validates c.
@@ -188,6 +191,7 @@ func (v *validator) transport() {
 	// leaves it out DefaultInCapsuleDataSize).
 	defaultZero(v, &t.MaxIOSize, tp+"max_io_size", DefaultMaxIOSize)
 	defaultZero(v, &t.MaxIOQueues, tp+"max_io_queues", DefaultMaxIOQueues)
+	v.katoDefault = t.KeepAliveTimeout == 0 && !v.explicit(tp+"keep_alive_timeout")
 	defaultZero(v, &t.KeepAliveTimeout, tp+"keep_alive_timeout", DefaultKeepAliveTimeout)
 
 	qdOK := t.QueueDepth >= MinQueueDepth && t.QueueDepth <= MaxQueueDepth
@@ -317,6 +321,11 @@ func (v *validator) limits() {
 		return
 	}
 	kp := "transport.keep_alive_timeout"
+	if v.katoDefault && minOK && maxOK {
+		// The default follows the limits a file sets (as max_queues_per_address's follows
+		// max_queues): a file that narrows them need not also write keep_alive_timeout.
+		v.c.Transport.KeepAliveTimeout = min(max(v.c.Transport.KeepAliveTimeout, l.MinKeepAliveTimeout), l.MaxKeepAliveTimeout)
+	}
 	if kato := v.c.Transport.KeepAliveTimeout; minOK && maxOK && !v.skip(kp) && kato >= MinKeepAliveTimeout && kato <= MaxKeepAliveTimeout &&
 		(kato < l.MinKeepAliveTimeout || kato > l.MaxKeepAliveTimeout) {
 		v.fail(kp, kato.String(),
