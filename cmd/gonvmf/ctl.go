@@ -340,9 +340,7 @@ func ctlSubsystemAdd(x *ctlCtx) error {
 		if f != "-" {
 			dir = filepath.Dir(f)
 		}
-		for i := range cs.Namespaces {
-			cs.Namespaces[i].Path = absPath(dir, cs.Namespaces[i].Path)
-		}
+		absSubsystemPaths(&cs, dir)
 	}
 	if len(a) == 1 {
 		cs.NQN = a[0]
@@ -411,6 +409,18 @@ func parseNSSpec(spec string) (conf.Namespace, error) {
 }
 
 // absPath makes a backing path absolute against dir (the client's, not the target's).
+// absSubsystemPaths makes the paths of a subsystem read from a YAML file in dir absolute
+// (relative to dir): the target resolves relative paths against its own configuration's
+// directory, not the file's. Backing files and devices, and rbd's ceph_conf and keyring.
+func absSubsystemPaths(cs *conf.Subsystem, dir string) {
+	for i := range cs.Namespaces {
+		ns := &cs.Namespaces[i]
+		ns.Path = absPath(dir, ns.Path)
+		ns.RBD.CephConf = absPath(dir, ns.RBD.CephConf)
+		ns.RBD.Keyring = absPath(dir, ns.RBD.Keyring)
+	}
+}
+
 func absPath(dir, p string) string {
 	if p == "" || filepath.IsAbs(p) {
 		return p

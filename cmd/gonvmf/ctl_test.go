@@ -533,3 +533,28 @@ func TestCtlNsReopen(t *testing.T) {
 		t.Errorf("ns reopen --json of a healthy namespace: %v\n%s", err, out)
 	}
 }
+
+// TestAbsSubsystemPaths: a subsystem read with ctl subsystem add --yaml has every path
+// relative to the YAML file's directory made absolute — rbd's ceph_conf and keyring too,
+// which the target would otherwise look for next to its own configuration.
+func TestAbsSubsystemPaths(t *testing.T) {
+	dir := t.TempDir()
+	cs := conf.Subsystem{Namespaces: []conf.Namespace{
+		{Path: "disk.img"},
+		{Backend: conf.BackendRBD, RBD: conf.RBD{CephConf: "ceph.conf", Keyring: "sub/keyring"}},
+		{Path: "/abs/disk.img", RBD: conf.RBD{CephConf: "/etc/ceph/ceph.conf"}},
+	}}
+	absSubsystemPaths(&cs, dir)
+	for _, c := range []struct{ got, want string }{
+		{cs.Namespaces[0].Path, filepath.Join(dir, "disk.img")},
+		{cs.Namespaces[1].RBD.CephConf, filepath.Join(dir, "ceph.conf")},
+		{cs.Namespaces[1].RBD.Keyring, filepath.Join(dir, "sub", "keyring")},
+		{cs.Namespaces[1].Path, ""},
+		{cs.Namespaces[2].Path, "/abs/disk.img"},
+		{cs.Namespaces[2].RBD.CephConf, "/etc/ceph/ceph.conf"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%q, want %q", c.got, c.want)
+		}
+	}
+}
