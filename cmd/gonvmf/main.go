@@ -108,9 +108,29 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				return usageError("%v; run 'gonvmf %s --help' for usage", err, cmd.Name)
 			}
 		}
+		refuseUnknownSubcommands(cmd, "gonvmf "+cmd.Name)
 		app.Commands = append(app.Commands, cmd)
 	}
 	return app
+}
+
+// refuseUnknownSubcommands gives every command of cmd's tree that has subcommands and no
+// action of its own one that shows its help, or, given an argument that names none of
+// them, fails as a usage error (exit 2). Without it the library's help action answers
+// "No help topic" with its own exit status, 3.
+func refuseUnknownSubcommands(cmd *cli.Command, path string) {
+	for _, sub := range cmd.Subcommands {
+		refuseUnknownSubcommands(sub, path+" "+sub.Name)
+	}
+	if len(cmd.Subcommands) == 0 || cmd.Action != nil {
+		return
+	}
+	cmd.Action = func(c *cli.Context) error {
+		if c.Args().Present() {
+			return usageError("unknown command %q for '%s'; run '%s --help' for the list", c.Args().First(), path, path)
+		}
+		return cli.ShowSubcommandHelp(c)
+	}
 }
 
 // run runs gonvmf with args (args[0] is the program name) and returns the exit status.
@@ -124,6 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &ec) {
 		if msg := err.Error(); msg != "" {
 			fmt.Fprintln(stderr, "gonvmf:", msg)
+		}
+		if ec.ExitCode() == 3 { // the library's help command: "No help topic for ..."
+			return exitUsage
 		}
 		return ec.ExitCode()
 	}
