@@ -99,7 +99,9 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		}
 		var l nvmeproto.NSIDList
 		for _, ns := range c.subsys.namespaces() {
-			if ns.nsid > cmd.NSID {
+			// A namespace being closed (reopened, or whose reopen failed) is not active:
+			// Identify Namespace reports it as such, and the list agrees.
+			if ns.nsid > cmd.NSID && !ns.closing() {
 				l = append(l, ns.nsid)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -331,4 +332,37 @@ func TestReopenKeepsRunningConfiguration(t *testing.T) {
 	q := e.ioConnect(1, cntlid, 8)
 	w := rw(nvmeproto.OpWrite, 1, 4<<20/512-8, 8, 4096)
 	expectOK(t, "write at the end of the grown namespace", q.do(&w, pattern(4096, 7)))
+}
+
+// TestReopenFailsNamespaceInactive: a reopen whose backend cannot be opened leaves the
+// namespace inactive, and says so consistently: it is not in the active namespace list
+// (Identify Namespace already reported it as not allocated), and the hosts are told it
+// changed. The old code kept it in the active list, and raised no event.
+func TestReopenFailsNamespaceInactive(t *testing.T) {
+	opens := 0
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if s.Kind != backend.KindFile {
+			return backend.Open(s)
+		}
+		opens++
+		if opens > 1 {
+			return nil, fmt.Errorf("injected: the backing file is gone")
+		}
+		return backend.Open(s)
+	}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20), memNS(2, 1<<20)), target.WithBackendOpener(opener))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	if err := e.tgt.ReopenNamespace(subNQN, 1); err == nil {
+		t.Fatal("the reopen succeeded with the opener failing")
+	}
+	buf, c := admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
+	expectOK(t, "active namespace list", c)
+	if first := binary.LittleEndian.Uint32(buf); first != 2 {
+		t.Errorf("active namespace list starts with %d, want 2 (1 is inactive)", first)
+	}
+	buf, c = admin.getLog(uint8(nvmeproto.LIDChangedNSList), 0, 0, 4096, 0, false)
+	expectOK(t, "changed namespace list", c)
+	if binary.LittleEndian.Uint32(buf) != 1 {
+		t.Errorf("changed namespace list starts with %d, want 1", binary.LittleEndian.Uint32(buf))
+	}
 }

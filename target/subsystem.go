@@ -233,6 +233,7 @@ func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 	ns, err := openNamespace(s.t, s.nqn, cn)
 	if err != nil {
 		s.t.log.Error("reopening namespace failed: it stays inactive until a reopen succeeds", "subsystem", s.nqn, "nsid", nsid, "err", err)
+		s.notifyNamespaceChanged(nsid) // it left the active list: hosts rescan and see it gone
 		return fmt.Errorf("target: reopening namespace %d of %q (it stays inactive until a reopen succeeds or it is removed): %w", nsid, s.nqn, err)
 	}
 	// A reopen is not a power loss: registrations and the reservation carry over (old
