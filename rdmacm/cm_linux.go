@@ -259,7 +259,9 @@ func (id *CMID) do(f func() C.int, op, format string, args ...any) error {
 }
 
 // Bind binds the ID to a local address (and so to the device that owns
-// it, unless the address is a wildcard).
+// it, unless the address is a wildcard). An IPv6 address is bound IPv6-only
+// (RDMA_OPTION_ID_AFONLY, as the Linux target binds): [::]:4420 and
+// 0.0.0.0:4420 are two listeners that do not overlap.
 func (id *CMID) Bind(addr netip.AddrPort) error {
 	a := toCAddr(addr)
 	return id.do(func() C.int { return C.gonvmf_bind(id.id, &a) }, "rdma_bind_addr", "%v", addr)

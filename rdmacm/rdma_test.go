@@ -1221,3 +1221,32 @@ func TestRDMASRQ(t *testing.T) {
 	mem.Close()
 	pd.Close()
 }
+
+// TestRDMAListenBothFamilies: an IPv6 wildcard listener and an IPv4 one share a port, in
+// either order: IPv6 IDs are bound IPv6-only, as the Linux target binds them. Without it
+// the IPv6 ID held the port for IPv4 too, and the second bind failed (EADDRINUSE).
+func TestRDMAListenBothFamilies(t *testing.T) {
+	requireRDMA(t)
+	ch, err := rdmacm.NewEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	for _, order := range [][2]netip.Addr{
+		{netip.IPv6Unspecified(), netip.IPv4Unspecified()},
+		{netip.IPv4Unspecified(), netip.IPv6Unspecified()},
+	} {
+		first, err := ch.Listen(netip.AddrPortFrom(order[0], 0), 4)
+		if err != nil {
+			t.Fatalf("listen on %v: %v", order[0], err)
+		}
+		port := first.LocalAddr().Port()
+		second, err := ch.Listen(netip.AddrPortFrom(order[1], port), 4)
+		if err != nil {
+			t.Errorf("listen on %v port %d after %v: %v", order[1], port, order[0], err)
+		} else {
+			second.Close()
+		}
+		first.Close()
+	}
+}

@@ -445,6 +445,15 @@ int gonvmf_bind(struct rdma_cm_id *id, const gonvmf_addr *a)
 
 	if (!to_sockaddr(a, &ss))
 		return EAFNOSUPPORT;
+	if (a->family == AF_INET6) {
+		/* IPv6 only, as nvmet-rdma binds: without it an IPv6 ID holds the
+		 * port for IPv4 too, and an IPv4 listener on it fails to bind. */
+		int one = 1;
+
+		errno = 0;
+		if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof one))
+			return errno_or(EIO);
+	}
 	errno = 0;
 	if (rdma_bind_addr(id, (struct sockaddr *)&ss))
 		return errno_or(EIO);
