@@ -247,6 +247,17 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		!strings.Contains(logs.String(), "reload refused: nothing changed") {
 		t.Errorf("invalid file: log\n%s", logs.String())
 	}
+	if !backend.RBDAvailable {
+		// A backend this build lacks is refused with the fix, as at start.
+		logs.Reset()
+		os.WriteFile(file, []byte(strings.Replace(grown, "{nsid: 2, backend: null, size: 1GiB}",
+			"{nsid: 2, backend: rbd, rbd: {pool: p, image: i}}", 1)), 0o600)
+		reload(s, file, log)
+		if s.Config().String() != before || !strings.Contains(logs.String(), "make build-ceph") ||
+			!strings.Contains(logs.String(), "reload refused: nothing changed") {
+			t.Errorf("rbd in a build without ceph: log\n%s", logs.String())
+		}
+	}
 	logs.Reset()
 	os.WriteFile(file, []byte(strings.Replace(grown, "poll_groups: 1", "poll_groups: 2", 1)), 0o600)
 	reload(s, file, log)

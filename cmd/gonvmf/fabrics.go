@@ -127,6 +127,9 @@ func fabricsOptions(c *cli.Context, defNQN string) (initiator.Options, *session,
 		}
 		cfg, err := conf.Load(path)
 		if err == nil {
+			err = cfg.CheckBackends(missingBackends())
+		}
+		if err == nil {
 			err = cfg.CheckSystem()
 		}
 		if err != nil {

@@ -183,6 +183,9 @@ func reload(s *server.Server, file string, log *slog.Logger) {
 	log.Info("SIGHUP: reloading the configuration", "file", file)
 	cfg, err := conf.Load(file)
 	if err == nil {
+		err = cfg.CheckBackends(missingBackends())
+	}
+	if err == nil {
 		err = cfg.CheckSystem()
 	}
 	if err != nil {
