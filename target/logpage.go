@@ -73,9 +73,10 @@ func copyPage(buf, page []byte, offset uint64) {
 // (with more waiting, a read without RAE raises the event again). Building, consuming and
 // unmasking (without RAE) happen under one hold of c.mu, so that a change that comes
 // meanwhile is either in the page the host gets or still there afterwards with its event
-// raised, never consumed unread. Only a read of the whole page consumes it (and
-// acknowledges its event): a part read returns the page as it stands, so that a host
-// reading it in pieces loses none of it.
+// raised, never consumed unread. Only a read that reaches the end of the page consumes
+// it: an earlier piece returns the page as it stands, so that a host reading it in pieces
+// (libnvme splits by its transfer size, RAE on all but the last) gets all of it. A read
+// without RAE acknowledges the event, whichever piece it is.
 func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand, n uint64) nvmeproto.Status {
 	size := nvmeproto.ChangedNSListSize
 	if g.LID == nvmeproto.LIDReservationNotify {
@@ -89,7 +90,7 @@ func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand
 	if st != nvmeproto.StatusSuccess {
 		return st
 	}
-	whole := g.Offset == 0 && n >= uint64(size)
+	whole := g.Offset+n >= uint64(size) // the read reaches the end: the page is consumed
 	more := false
 	c.mu.Lock()
 	if g.LID == nvmeproto.LIDChangedNSList {
@@ -106,7 +107,7 @@ func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand
 			more = len(c.resvLog) > 0
 		}
 	}
-	if whole && !g.RAE {
+	if !g.RAE {
 		c.unmaskLocked(g.LID)
 	}
 	c.mu.Unlock()
