@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -364,5 +365,12 @@ func TestReopenFailsNamespaceInactive(t *testing.T) {
 	expectOK(t, "changed namespace list", c)
 	if binary.LittleEndian.Uint32(buf) != 1 {
 		t.Errorf("changed namespace list starts with %d, want 1", binary.LittleEndian.Uint32(buf))
+	}
+	// The ANA log lists the active namespaces: not 1.
+	l, _ := anaLog(t, admin, false, false)
+	for _, g := range l.Groups {
+		if slices.Contains(g.NSIDs, 1) {
+			t.Errorf("ANA group %d lists NSID 1, which is not active: %v", g.GroupID, g.NSIDs)
+		}
 	}
 }

@@ -408,7 +408,6 @@ func parseNSSpec(spec string) (conf.Namespace, error) {
 	return ns, nil
 }
 
-// absPath makes a backing path absolute against dir (the client's, not the target's).
 // absSubsystemPaths makes the paths of a subsystem read from a YAML file in dir absolute
 // (relative to dir): the target resolves relative paths against its own configuration's
 // directory, not the file's. Backing files and devices, and rbd's ceph_conf and keyring.
@@ -421,6 +420,7 @@ func absSubsystemPaths(cs *conf.Subsystem, dir string) {
 	}
 }
 
+// absPath makes a backing path absolute against dir (the client's, not the target's).
 func absPath(dir, p string) string {
 	if p == "" || filepath.IsAbs(p) {
 		return p
