@@ -351,13 +351,18 @@ func (v *validator) control() {
 	if c.Socket == "" && !v.explicit(cp+"socket") {
 		c.Socket = DefaultControlSocket
 	}
+	written := c.Socket
 	c.Socket = abs(c.Socket)
+	resolved := ""
+	if written != c.Socket {
+		resolved = fmt.Sprintf(" (%s resolved against the configuration's directory)", written)
+	}
 	switch {
 	case v.skip(cp + "socket"):
 	case c.Socket == "":
 		v.fail(cp+"socket", "", "the control socket path is empty", "remove socket to use "+DefaultControlSocket+", or give a path")
 	case len(c.Socket) > MaxSocketPathLength:
-		v.fail(cp+"socket", c.Socket, fmt.Sprintf("%q is %d bytes long; a Unix socket path has at most %d", c.Socket, len(c.Socket), MaxSocketPathLength),
+		v.fail(cp+"socket", c.Socket, fmt.Sprintf("%q%s is %d bytes long; a Unix socket path has at most %d", c.Socket, resolved, len(c.Socket), MaxSocketPathLength),
 			"choose a shorter path, e.g. "+DefaultControlSocket)
 	}
 	c.TLSCert, c.TLSKey, c.TLSClientCA = abs(c.TLSCert), abs(c.TLSKey), abs(c.TLSClientCA)

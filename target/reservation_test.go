@@ -728,6 +728,20 @@ func TestResvStateFileLocked(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), `"key": "0xa"`) || strings.Contains(string(data), `"key": "0xb"`) {
 		t.Errorf("state file after both targets' writes: %v\n%s", err, data)
 	}
+
+	// A file that appears after start and cannot be read is never overwritten: every
+	// write fails until it can be read (it may hold another target's records).
+	cfg.StateFile = filepath.Join(dir, "appears.json")
+	ec := newEnv(t, cfg, target.WithLogger(testLogger(t)))
+	h := ec.connectHost(3)
+	os.WriteFile(cfg.StateFile, []byte("not json"), 0o600)
+	for i := range 2 {
+		expectStatus(t, fmt.Sprintf("register with PTPL, the file unreadable (%d)", i+1),
+			h.register(nvmeproto.ResvRegister, false, nvmeproto.CPTPLSet, 0, 0xC), nvmeproto.StatusInternalError)
+	}
+	if data, _ := os.ReadFile(cfg.StateFile); string(data) != "not json" {
+		t.Errorf("an unreadable state file was overwritten:\n%s", data)
+	}
 }
 
 // TestResvHostIdentity: registrations belong to the host identifier of Connect, so a

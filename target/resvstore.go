@@ -29,12 +29,13 @@ import (
 // One target at a time uses a state file: the store holds its lock (lockStateFile) from
 // open — or, when there is no file yet, from its first write — to close.
 type resvStore struct {
-	path   string
-	mu     sync.Mutex
-	lock   *os.File               // nil: none taken (see lockStateFile)
-	locked bool                   // lockStateFile was called (and succeeded)
-	recs   map[resvKey]resvRecord // what the file holds
-	closed bool
+	path    string
+	mu      sync.Mutex
+	lock    *os.File               // nil: none taken (see lockStateFile)
+	locked  bool                   // lockStateFile was called (and succeeded)
+	current bool                   // recs were read with the lock held: the file holds nothing else
+	recs    map[resvKey]resvRecord // what the file holds
+	closed  bool
 }
 
 type resvKey struct {
@@ -81,7 +82,7 @@ func openResvStore(path string) (*resvStore, error) {
 		st.close()
 		return nil, err
 	}
-	st.recs = recs
+	st.recs, st.current = recs, st.locked
 	return st, nil
 }
 
@@ -172,9 +173,10 @@ func (st *resvStore) put(nqn string, ns *namespace, s *resvState) error {
 	if st.closed {
 		return fmt.Errorf("state file %s: %w", st.path, errResvStoreClosed)
 	}
-	if !st.locked {
+	if !st.current {
 		// The file did not exist at start, and this store has written nothing: take the
-		// lock, and start from what another target may have written since.
+		// lock, and start from what another target may have written since (until that
+		// read succeeds, nothing is written: the records read at start were none).
 		if err := st.lockOnce(); err != nil {
 			return err
 		}
@@ -182,7 +184,7 @@ func (st *resvStore) put(nqn string, ns *namespace, s *resvState) error {
 		if err != nil {
 			return err
 		}
-		st.recs = recs
+		st.recs, st.current = recs, true
 	}
 	next := make(map[resvKey]resvRecord, len(st.recs)+1)
 	for k, r := range st.recs {

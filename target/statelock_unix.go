@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -26,8 +27,15 @@ import (
 func lockStateFile(path string) (*os.File, error) {
 	lp := path + ".lock"
 	f, err := os.OpenFile(lp, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) {
-		return nil, nil
+	if errors.Is(err, fs.ErrPermission) {
+		// A lock file another user left (root's, mode 0600): flock(2) works on a
+		// descriptor opened for reading too.
+		if ro, rerr := os.OpenFile(lp, os.O_RDONLY|unix.O_CLOEXEC, 0); rerr == nil {
+			f, err = ro, nil
+		}
+	}
+	if err != nil && (errors.Is(err, unix.EROFS) || errors.Is(err, fs.ErrPermission) && unix.Access(filepath.Dir(path), unix.W_OK) != nil) {
+		return nil, nil // nothing can be written there: no lock needed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("state file %s: creating its lock file: %w", path, err)
