@@ -1,6 +1,7 @@
 package target_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -504,5 +505,44 @@ func TestBackendReportsResize(t *testing.T) {
 	}
 	if got := nsze(t, admin, 1); got != 4096 {
 		t.Errorf("NSZE %d after the backend grew to 4096 blocks", got)
+	}
+}
+
+// TestAddSubsystemPublishedWhole: a subsystem added at run time is not found by hosts
+// until every namespace of it is open: a Connect while one still opens is refused, and
+// one after finds all of them. (It used to be published first: a host connecting in
+// between saw part of its namespaces, with no event for the rest.)
+func TestAddSubsystemPublishedWhole(t *testing.T) {
+	const slow = 3 << 20
+	gate := make(chan struct{})
+	opening := make(chan struct{}, 1)
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if s.Size == slow {
+			opening <- struct{}{}
+			<-gate
+		}
+		return backend.Open(s)
+	}
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithBackendOpener(opener))
+	two := conf.Subsystem{NQN: "nqn.2024-01.io.gonvmf:two", AllowAnyHost: true,
+		Namespaces: []conf.Namespace{memNS(1, 1<<20), memNS(2, slow)}}
+	added := make(chan error, 1)
+	go func() { added <- e.tgt.AddSubsystem(two) }()
+	<-opening
+	h := e.dial(32)
+	c := h.connect(0, 31, 0, nvmeproto.CNTLIDDynamic, two.NQN, hostNQN)
+	h.conn.Close()
+	if c.Status.Success() {
+		t.Error("a host connected to a subsystem whose namespaces were still opening")
+	}
+	close(gate)
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := e.adminConnect(two.NQN, hostNQN, 0)
+	buf, c := admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
+	expectOK(t, "active namespace list", c)
+	if a, b := binary.LittleEndian.Uint32(buf), binary.LittleEndian.Uint32(buf[4:]); a != 1 || b != 2 {
+		t.Errorf("active namespaces %d, %d; want 1, 2", a, b)
 	}
 }

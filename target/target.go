@@ -281,16 +281,29 @@ func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 	for _, h := range cs.Hosts {
 		s.hosts[h] = true
 	}
-	t.subsystems[cs.NQN] = s
-	t.order = append(t.order, s)
 	t.mu.Unlock()
+	// Every namespace is open before the subsystem is published: a host that connects
+	// (an HA peer's, one retrying) finds all of them, never a part without the events
+	// that would tell it of the rest, nor a subsystem that then vanishes if one fails.
 	for _, ns := range cs.Namespaces {
 		if err := s.addNamespace(ns, false); err != nil {
-			t.unlink(s)
 			s.close()
 			return fmt.Errorf("target: subsystem %q: %w", cs.NQN, err)
 		}
 	}
+	t.mu.Lock()
+	if _, dup := t.subsystems[cs.NQN]; dup || t.closed {
+		closed := t.closed
+		t.mu.Unlock()
+		s.close()
+		if closed {
+			return ErrClosed
+		}
+		return fmt.Errorf("%w: %q", ErrSubsystemExists, cs.NQN)
+	}
+	t.subsystems[cs.NQN] = s
+	t.order = append(t.order, s)
+	t.mu.Unlock()
 	t.log.Info("subsystem added", "nqn", cs.NQN, "namespaces", len(cs.Namespaces), "allow_any_host", cs.AllowAnyHost, "hosts", len(cs.Hosts))
 	return nil
 }
