@@ -446,7 +446,7 @@ func (s *Service) GetStats(context.Context, *pb.GetStatsRequest) (*pb.Stats, err
 }
 
 func (s *Service) SaveConfig(context.Context, *pb.SaveConfigRequest) (*pb.SaveConfigResponse, error) {
-	cfg := s.srv.Config()
+	cfg := s.srv.SettledConfig()
 	from := cfg.File
 	cfg.File = ""
 	head := fmt.Sprintf("# gonvmf running configuration, saved %s", time.Now().UTC().Format(time.RFC3339))

@@ -5,8 +5,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
 )
 
@@ -192,5 +195,47 @@ func TestOverlapsListener(t *testing.T) {
 		if got := server.OverlapsListener(c.a, c.b); got != c.want {
 			t.Errorf("%s:%d and %s:%d: overlap %v, want %v", c.a.Address, c.a.Port, c.b.Address, c.b.Port, got, c.want)
 		}
+	}
+}
+
+// TestSettledConfigWaitsForReload: SettledConfig (what ctl save writes) does not return
+// the middle of a reload — a namespace removed, its replacement still opening — but the
+// configuration once the reload is done.
+func TestSettledConfigWaitsForReload(t *testing.T) {
+	const slow = 3 << 20
+	gate := make(chan struct{})
+	opening := make(chan struct{}, 1)
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if s.Size == slow {
+			opening <- struct{}{}
+			<-gate
+		}
+		return backend.Open(s)
+	}
+	base := config("10.99.0.1", 0)
+	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: 1 << 30})
+	s, err := server.New(base, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	next := base.Clone()
+	next.Subsystems[0].Namespaces[1] = conf.Namespace{NSID: 9, Backend: conf.BackendMemory, Size: slow}
+	reloaded := make(chan error, 1)
+	go func() { _, err := s.Reload(next); reloaded <- err }()
+	<-opening
+	settled := make(chan *conf.Config, 1)
+	go func() { settled <- s.SettledConfig() }()
+	select {
+	case c := <-settled:
+		t.Fatalf("SettledConfig returned while the reload ran:\n%s", c)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(gate)
+	if err := <-reloaded; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := (<-settled).String(), resolved(t, next).String(); got != want {
+		t.Errorf("settled configuration:\n%s\nwant:\n%s", got, want)
 	}
 }

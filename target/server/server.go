@@ -284,6 +284,15 @@ func (s *Server) Config() *conf.Config {
 	return s.configLocked()
 }
 
+// SettledConfig is Config between changes: it waits for a change in progress (a reload
+// opening backends, say) to end, so that what it returns was committed — never the
+// middle of a reload, which may yet be undone. What gonvmf ctl save writes.
+func (s *Server) SettledConfig() *conf.Config {
+	s.chg.Lock()
+	defer s.chg.Unlock()
+	return s.Config()
+}
+
 func (s *Server) configLocked() *conf.Config {
 	c := s.t.Config()
 	if s.tr != nil {
