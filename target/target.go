@@ -45,7 +45,11 @@ var (
 	// ErrVolatileNamespace: a memory namespace's data lives only in its open backend;
 	// ReopenNamespace refuses it rather than empty it under the hosts.
 	ErrVolatileNamespace = errors.New("target: a memory namespace cannot be reopened: its data would be lost")
-	errControllerFailed  = errors.New("target: controller fatal error")
+	// ErrRemovedUnclean: the removal took effect (the configuration no longer has the
+	// object) but releasing what it held failed; the error says what. A caller that
+	// undoes its changes on error must count this one as made.
+	ErrRemovedUnclean   = errors.New("removed, but releasing it failed")
+	errControllerFailed = errors.New("target: controller fatal error")
 )
 
 // Version strings reported to hosts.
@@ -415,7 +419,7 @@ func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 		return err
 	}
 	if closeErr != nil {
-		return fmt.Errorf("target: subsystem %q: namespace %d removed, but: %w", subNQN, nsid, closeErr)
+		return fmt.Errorf("target: subsystem %q: namespace %d: %w: %w", subNQN, nsid, ErrRemovedUnclean, closeErr)
 	}
 	return nil
 }

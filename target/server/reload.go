@@ -61,7 +61,13 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	}
 	var done []string
 	for i, st := range steps {
-		if err := st.do(); err != nil {
+		err := st.do()
+		if errors.Is(err, target.ErrRemovedUnclean) {
+			// The removal took effect: it is applied, and nothing is undone for it.
+			s.log.Warn("reload: applied, but releasing what it held failed", "change", st.what, "err", err)
+			err = nil
+		}
+		if err != nil {
 			var undo []error
 			for j := i - 1; j >= 0; j-- {
 				if steps[j].undo == nil {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"errors"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -237,5 +238,45 @@ func TestSettledConfigWaitsForReload(t *testing.T) {
 	}
 	if got, want := (<-settled).String(), resolved(t, next).String(); got != want {
 		t.Errorf("settled configuration:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// closeFails is a backend whose Close fails.
+type closeFails struct{ backend.Backend }
+
+func (b closeFails) Close() error {
+	b.Backend.Close()
+	return errors.New("injected: close failed")
+}
+
+// TestReloadRemovalReleaseFails: a namespace removal that takes effect but whose backend
+// fails to close is applied (with a warning), not taken for a failed step: the reload
+// goes on and the running configuration is the new one. (It used to undo the steps
+// before it but not the removal, leaving a state that was neither configuration.)
+func TestReloadRemovalReleaseFails(t *testing.T) {
+	const doomed = 5 << 20
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err == nil && s.Size == doomed {
+			b = closeFails{b}
+		}
+		return b, err
+	}
+	base := config("10.99.0.1", 0)
+	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: doomed})
+	s, err := server.New(base, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	next := base.Clone()
+	sub := &next.Subsystems[0]
+	sub.AllowAnyHost, sub.Hosts = false, []string{"nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"}
+	sub.Namespaces = sub.Namespaces[:1]
+	if _, err := s.Reload(next); err != nil {
+		t.Fatalf("reload whose removal could not close its backend: %v", err)
+	}
+	if got, want := s.Config().String(), resolved(t, next).String(); got != want {
+		t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, want)
 	}
 }

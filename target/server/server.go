@@ -198,7 +198,7 @@ func (s *Server) removeListener(l conf.Listener) error {
 	s.listeners = slices.Delete(s.listeners, i, i+1)
 	s.mu.Unlock()
 	if err := s.tr.CloseListener(lis.lis); err != nil {
-		return fmt.Errorf("server: removing listener %s port %d: %w", l.Address, l.Port, err)
+		return fmt.Errorf("server: listener %s port %d: %w: %w", l.Address, l.Port, target.ErrRemovedUnclean, err)
 	}
 	return nil
 }
