@@ -124,7 +124,30 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 
-	var rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis []step
+	var rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmVolatile, rmKeys, rmLis []step
+	// A memory namespace's data lives in its open backend: removing it early and then
+	// undoing the removal (a later step failed) would bring it back empty under the same
+	// identifiers. Removals that free nothing the other steps need — a memory namespace
+	// that is gone, a subsystem whose namespaces' paths nothing new takes — go after
+	// every step that can fail for another reason, where nothing is undone after them.
+	nextPaths := map[string]bool{}
+	for _, sub := range next.Subsystems {
+		for _, n := range sub.Namespaces {
+			if n.Path != "" {
+				nextPaths[n.Path] = true
+			}
+		}
+	}
+	volatile := func(nss ...conf.Namespace) bool {
+		mem := false
+		for _, n := range nss {
+			if n.Path != "" && nextPaths[n.Path] {
+				return false
+			}
+			mem = mem || n.Backend == conf.BackendMemory
+		}
+		return mem
+	}
 	// Listeners.
 	if s.tr != nil {
 		ana = s.anaSteps(cur, next)
@@ -182,9 +205,14 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		if slices.ContainsFunc(next.Subsystems, func(x conf.Subsystem) bool { return x.NQN == cs.NQN }) {
 			continue
 		}
-		rmSub = append(rmSub, step{what: fmt.Sprintf("remove subsystem %s", cs.NQN),
+		st := step{what: fmt.Sprintf("remove subsystem %s", cs.NQN),
 			do:   func() error { return t.RemoveSubsystem(cs.NQN) },
-			undo: func() error { return t.AddSubsystem(cs) }})
+			undo: func() error { return t.AddSubsystem(cs) }}
+		if volatile(cs.Namespaces...) {
+			rmVolatile = append(rmVolatile, st)
+		} else {
+			rmSub = append(rmSub, st)
+		}
 	}
 	for _, ns := range next.Subsystems {
 		i := slices.IndexFunc(cur.Subsystems, func(x conf.Subsystem) bool { return x.NQN == ns.NQN })
@@ -236,9 +264,14 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 					continue
 				}
 			}
-			rmNS = append(rmNS, step{what: fmt.Sprintf("subsystem %s: remove namespace %d (%s)", nqn, cn.NSID, why),
+			st := step{what: fmt.Sprintf("subsystem %s: remove namespace %d (%s)", nqn, cn.NSID, why),
 				do:   func() error { return t.RemoveNamespace(nqn, cn.NSID) },
-				undo: func() error { return t.AddNamespace(nqn, cn) }})
+				undo: func() error { return t.AddNamespace(nqn, cn) }}
+			if j < 0 && volatile(cn) { // gone, its NSID not taken again
+				rmVolatile = append(rmVolatile, st)
+			} else {
+				rmNS = append(rmNS, st)
+			}
 		}
 		for _, nn := range ns.Namespaces {
 			j := slices.IndexFunc(cs.Namespaces, func(x conf.Namespace) bool { return x.NSID == nn.NSID })
@@ -268,7 +301,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	var steps []step
-	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmKeys, rmLis} {
+	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmVolatile, rmKeys, rmLis} {
 		steps = append(steps, group...)
 	}
 	return steps, nil

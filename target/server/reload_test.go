@@ -280,3 +280,37 @@ func TestReloadRemovalReleaseFails(t *testing.T) {
 		t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestReloadKeepsMemoryNamespaceOnFailure: a reload that removes a memory namespace and
+// fails at another step leaves the memory namespace as it was — its removal comes after
+// every other step, so it is never made and undone (an undo re-creates it empty under
+// the same identifiers).
+func TestReloadKeepsMemoryNamespaceOnFailure(t *testing.T) {
+	memOpens := 0
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if s.Kind == backend.KindMemory {
+			memOpens++
+		}
+		return backend.Open(s)
+	}
+	base := config("10.99.0.1", 0)
+	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendMemory, Size: 1 << 20})
+	s, err := server.New(base, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	before, opens := s.Config().String(), memOpens
+	next := base.Clone()
+	next.Subsystems[0].Namespaces[1] = conf.Namespace{NSID: 3, Backend: conf.BackendFile,
+		Path: filepath.Join(t.TempDir(), "missing", "three.img"), Size: 1 << 20} // its directory does not exist
+	if _, err := s.Reload(next); err == nil {
+		t.Fatal("a reload adding a file in a missing directory succeeded")
+	}
+	if s.Config().String() != before {
+		t.Errorf("configuration after the failed reload differs:\n%s", s.Config())
+	}
+	if memOpens != opens {
+		t.Errorf("the memory namespace was opened %d more times: removed and re-created empty", memOpens-opens)
+	}
+}
