@@ -134,10 +134,16 @@ func (p *Port) ANAStates() [conf.MaxANAGroup + 1]conf.ANAState {
 // finish. When the state changes, the ANA change count goes up and every I/O controller
 // connected through this port gets an ANA Change event (when it enabled them), after which
 // the host rereads the ANA log. Setting the state a group already has changes nothing
-// (but the group is listed in the log from then on, as one that was set).
+// (but the group is listed in the log from then on, as one that was set). The empty
+// state unsets the group: optimized, as a group never set (ANAStates leaves it out, and
+// the log lists it only while a namespace is in it).
 func (p *Port) SetANAState(g uint32, state conf.ANAState) error {
 	if g == 0 || g > conf.MaxANAGroup {
 		return fmt.Errorf("%w: group %d out of range 1..%d", ErrInvalidANA, g, conf.MaxANAGroup)
+	}
+	set := state != ""
+	if !set {
+		state = conf.ANAOptimized
 	}
 	if !state.Valid() {
 		return fmt.Errorf("%w: %q is not an ANA state", ErrInvalidANA, state)
@@ -145,7 +151,7 @@ func (p *Port) SetANAState(g uint32, state conf.ANAState) error {
 	t := p.t
 	w := uint32(anaWire(state))
 	p.anaMu.Lock()
-	p.anaSet[g] = true
+	p.anaSet[g] = set
 	old := p.ana[g].Load()
 	if old == w {
 		p.anaMu.Unlock()

@@ -393,7 +393,7 @@ func TestANASetErrors(t *testing.T) {
 	for _, tc := range []struct {
 		g  uint32
 		st conf.ANAState
-	}{{0, conf.ANAOptimized}, {129, conf.ANAOptimized}, {1, "standby"}, {1, ""}} {
+	}{{0, conf.ANAOptimized}, {129, conf.ANAOptimized}, {1, "standby"}, {0, ""}} { // "" unsets (TestANAStateUnset)
 		if err := p.SetANAState(tc.g, tc.st); !errors.Is(err, target.ErrInvalidANA) {
 			t.Errorf("SetANAState(%d, %q) = %v, want ErrInvalidANA", tc.g, tc.st, err)
 		}
@@ -444,4 +444,31 @@ func TestControllerIDRange(t *testing.T) {
 		id, _ := nvmeproto.ParseConnectSuccessDW0(c.DW0)
 		return c.Status.Success() && id == 0x8000
 	})
+}
+
+// TestANAStateUnset: setting a group's state to "" unsets it: it reports optimized, is no
+// longer in the port's states (the running configuration), and the ANA log lists it only
+// while a namespace is in it.
+func TestANAStateUnset(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	p := e.port.Target()
+	if err := p.SetANAState(5, conf.ANAInaccessible); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.ANAStates(); st[5] != conf.ANAInaccessible {
+		t.Fatalf("group 5 after setting it: %q", st[5])
+	}
+	if err := p.SetANAState(5, ""); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.ANAStates(); st[5] != "" {
+		t.Errorf("group 5 after unsetting it: %q, want not set", st[5])
+	}
+	l, _ := anaLog(t, admin, false, false)
+	for _, g := range l.Groups {
+		if g.GroupID == 5 {
+			t.Errorf("the ANA log lists group 5 (no namespace in it, not set): %+v", g)
+		}
+	}
 }

@@ -384,14 +384,22 @@ func (s *Server) anaSteps(cur, next *conf.Config) []step {
 		}
 		addr := netip.AddrPortFrom(ip, cl.Port)
 		for g := uint32(1); g <= conf.MaxANAGroup; g++ {
-			from, to := cl.State(g), nl.State(g)
-			if from == to {
+			// As written: a group set to optimized and one not set report the same
+			// state, but only the first is in the configuration (and always in the log).
+			rawFrom, rawTo := cl.ANAStates[g], nl.ANAStates[g]
+			if rawFrom == rawTo {
 				continue
 			}
+			from, to := cl.State(g), nl.State(g)
 			rank := slices.Index([]conf.ANAState{conf.ANAOptimized, conf.ANANonOptimized, conf.ANAChange, conf.ANAInaccessible, conf.ANAPersistentLoss}, to)
-			changes = append(changes, change{rank, step{what: fmt.Sprintf("listener %s %s port %d: ANA group %d %s → %s", cl.Transport, cl.Address, cl.Port, g, from, to),
-				do:   func() error { return s.setANAState(addr, g, to) },
-				undo: func() error { return s.setANAState(addr, g, from) }}})
+			what := fmt.Sprintf("listener %s %s port %d: ANA group %d %s → %s", cl.Transport, cl.Address, cl.Port, g, from, to)
+			if from == to {
+				what = fmt.Sprintf("listener %s %s port %d: ANA group %d %s (%s)", cl.Transport, cl.Address, cl.Port, g, to,
+					map[bool]string{true: "now set", false: "no longer set"}[rawTo != ""])
+			}
+			changes = append(changes, change{rank, step{what: what,
+				do:   func() error { return s.setANAState(addr, g, rawTo) },
+				undo: func() error { return s.setANAState(addr, g, rawFrom) }}})
 		}
 	}
 	slices.SortStableFunc(changes, func(a, b change) int { return a.rank - b.rank })

@@ -419,6 +419,10 @@ func TestRDMAServerANA(t *testing.T) {
 	if !reflect.DeepEqual(changes, want) {
 		t.Errorf("Reload changes %q, want %q", changes, want)
 	}
+	// The running configuration is next: A's group 1 back to not set, not "optimized".
+	if got := s.Config().String(); got != next.String() {
+		t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, next)
+	}
 	if err := s.SetANAState(a, 1, conf.ANAInaccessible); err != nil {
 		t.Fatal(err)
 	}
