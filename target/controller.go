@@ -93,6 +93,9 @@ type controller struct {
 	events    []event // raised while no AER was outstanding
 	masked    uint32
 	changedNS []uint32
+	// changedGen counts the changes of changedNS; changedSnap is its value when the
+	// Changed Namespace List was last read from offset 0 (see readConsumingLog).
+	changedGen, changedSnap uint64
 
 	errLog   [errorLogEntries]nvmeproto.ErrorInfoEntry
 	errCount uint64
@@ -456,9 +459,11 @@ func (c *controller) namespaceChanged(nsid uint32) {
 	case len(c.changedNS) == 1 && c.changedNS[0] == 0xFFFFFFFF:
 	case len(c.changedNS) >= maxChangedNSList:
 		c.changedNS = []uint32{0xFFFFFFFF}
+		c.changedGen++
 	default:
 		if i, found := slices.BinarySearch(c.changedNS, nsid); !found {
 			c.changedNS = slices.Insert(c.changedNS, i, nsid)
+			c.changedGen++
 		}
 	}
 	c.mu.Unlock()

@@ -156,3 +156,47 @@ func TestChangedNSListPartRead(t *testing.T) {
 		t.Fatal("no event for a namespace added after the list was read in pieces: the event stayed masked")
 	}
 }
+
+// TestChangedNSListChangeBetweenPieces: a namespace added while the host reads the list in
+// pieces lands (the list is sorted) in a piece already read; the last piece then does not
+// clear the list but raises the event again, and the next read has the new NSID.
+func TestChangedNSListChangeBetweenPieces(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	expectOK(t, "AEC", admin.setFeature(0x0B, 1<<8, nil))
+	first := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	firstCh := admin.submit(&first, nil)
+	if err := <-addNamespaces(e, 100, 300); err != nil {
+		t.Fatal(err)
+	}
+	expectOK(t, "AER for the first changes", wait(t, firstCh))
+	lid := uint8(nvmeproto.LIDChangedNSList)
+	for off := 0; off < nvmeproto.ChangedNSListSize; off += 512 {
+		last := off+512 == nvmeproto.ChangedNSListSize
+		if off == 512 { // after the first piece: NSID 3 sorts into it
+			if err := <-addNamespaces(e, 3, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if last {
+			aer := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+			ch := admin.submit(&aer, nil)
+			_, c := admin.getLog(lid, 0, uint64(off), 512, 0, false)
+			expectOK(t, "the last piece", c)
+			select {
+			case c := <-ch:
+				expectOK(t, "AER after a change between the pieces", c)
+			case <-time.After(2 * time.Second):
+				t.Fatal("no event after the list changed between the pieces: NSID 3 was never reported")
+			}
+			break
+		}
+		_, c := admin.getLog(lid, 0, uint64(off), 512, 0, true)
+		expectOK(t, "a piece", c)
+	}
+	seen := map[uint32]bool{}
+	changedNSIDs(t, admin, seen)
+	if !seen[3] {
+		t.Errorf("NSID 3 is not in the list read after the event")
+	}
+}

@@ -76,7 +76,10 @@ func copyPage(buf, page []byte, offset uint64) {
 // raised, never consumed unread. Only a read that reaches the end of the page consumes
 // it: an earlier piece returns the page as it stands, so that a host reading it in pieces
 // (libnvme splits by its transfer size, RAE on all but the last) gets all of it. A read
-// without RAE acknowledges the event, whichever piece it is.
+// without RAE acknowledges the event, whichever piece it is. The Changed Namespace List
+// is kept sorted, so a change between two pieces may land in a part already read: the
+// last piece then leaves the list (consumed only if nothing changed since the piece at
+// offset 0) and, acknowledging, raises the event again so that the host reads it anew.
 func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand, n uint64) nvmeproto.Status {
 	size := nvmeproto.ChangedNSListSize
 	if g.LID == nvmeproto.LIDReservationNotify {
@@ -90,13 +93,22 @@ func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand
 	if st != nvmeproto.StatusSuccess {
 		return st
 	}
-	whole := g.Offset+n >= uint64(size) // the read reaches the end: the page is consumed
+	// The read reaches the end of the page: it is consumed (a read past the end, which
+	// returns nothing of it, consumes nothing).
+	whole := g.Offset < uint64(size) && g.Offset+n >= uint64(size)
 	more := false
 	c.mu.Lock()
 	if g.LID == nvmeproto.LIDChangedNSList {
 		nvmeproto.ChangedNSList(c.changedNS).Marshal(page)
+		if g.Offset == 0 {
+			c.changedSnap = c.changedGen
+		}
 		if whole {
-			c.changedNS = nil
+			if c.changedSnap == c.changedGen {
+				c.changedNS = nil
+			} else {
+				more = true // changed between the pieces: read it again
+			}
 		}
 	} else if len(c.resvLog) > 0 {
 		l := c.resvLog[0]
@@ -113,7 +125,11 @@ func (c *controller) readConsumingLog(r *Request, g *nvmeproto.GetLogPageCommand
 	c.mu.Unlock()
 	copyPage(buf, page, g.Offset)
 	if more && !g.RAE {
-		c.raiseEvent(eventResvLog)
+		if g.LID == nvmeproto.LIDChangedNSList {
+			c.raiseEvent(eventNSChanged)
+		} else {
+			c.raiseEvent(eventResvLog)
+		}
 	}
 	return nvmeproto.StatusSuccess
 }
