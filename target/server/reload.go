@@ -129,20 +129,36 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	// undoing the removal (a later step failed) would bring it back empty under the same
 	// identifiers. Removals that free nothing the other steps need — a memory namespace
 	// that is gone, a subsystem whose namespaces' paths nothing new takes — go after
-	// every step that can fail for another reason, where nothing is undone after them.
-	nextPaths := map[string]bool{}
+	// every step that can fail for another reason, where nothing is undone after them
+	// (a memory namespace moved to another NSID with its identifiers is not one of them).
+	// What identifies a namespace and must be unique in a configuration (conf checks it
+	// across subsystems): a removal whose namespaces share any of it with next must come
+	// before the additions, or they are refused while it is still there.
+	idents := func(n conf.Namespace) []string {
+		ids := []string{"uuid:" + conf.FormatUUID(n.UUID), fmt.Sprintf("nguid:%x", n.NGUID), fmt.Sprintf("eui64:%x", n.EUI64)}
+		if n.Path != "" {
+			ids = append(ids, "path:"+n.Path)
+		}
+		if n.Backend == conf.BackendRBD {
+			ids = append(ids, "rbd:"+n.RBD.Pool+"/"+n.RBD.RadosNamespace+"/"+n.RBD.Image)
+		}
+		return ids
+	}
+	nextIDs := map[string]bool{}
 	for _, sub := range next.Subsystems {
 		for _, n := range sub.Namespaces {
-			if n.Path != "" {
-				nextPaths[n.Path] = true
+			for _, id := range idents(n) {
+				nextIDs[id] = true
 			}
 		}
 	}
 	volatile := func(nss ...conf.Namespace) bool {
 		mem := false
 		for _, n := range nss {
-			if n.Path != "" && nextPaths[n.Path] {
-				return false
+			for _, id := range idents(n) {
+				if nextIDs[id] {
+					return false
+				}
 			}
 			mem = mem || n.Backend == conf.BackendMemory
 		}

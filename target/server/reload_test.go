@@ -314,3 +314,22 @@ func TestReloadKeepsMemoryNamespaceOnFailure(t *testing.T) {
 		t.Errorf("the memory namespace was opened %d more times: removed and re-created empty", memOpens-opens)
 	}
 }
+
+// TestReloadMovesMemoryNamespace: a memory namespace that moves to another NSID with its
+// identifiers (an explicit UUID) is removed before the addition that takes them, so the
+// reload succeeds (deferring its removal, as for a memory namespace that is only gone,
+// made the addition a duplicate UUID).
+func TestReloadMovesMemoryNamespace(t *testing.T) {
+	base := config("10.99.0.1", 0)
+	uuid := [16]byte{0x6f, 0x1c, 0x2c, 0x3e, 0x8a, 0x5b, 0x4d, 0x2e, 0x9a, 0x43, 0x0b, 0x1f, 0x2e, 0x3d, 0x4c, 0x5b}
+	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendMemory, Size: 1 << 20, UUID: uuid})
+	s := loopServer(t, base)
+	next := base.Clone()
+	next.Subsystems[0].Namespaces[1].NSID = 3
+	if _, err := s.Reload(next); err != nil {
+		t.Fatalf("moving a memory namespace with an explicit UUID: %v", err)
+	}
+	if got, want := s.Config().String(), resolved(t, next).String(); got != want {
+		t.Errorf("running configuration:\n%s\nwant:\n%s", got, want)
+	}
+}

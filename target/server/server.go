@@ -235,7 +235,8 @@ func (s *Server) portLocked(addr netip.AddrPort) *target.Port {
 // listener (its address and port as configured, e.g. 10.99.0.1:4420). Hosts connected
 // through it get an ANA Change event and reread the ANA log; their I/O for the
 // namespaces of that group is served or refused by the new state from the next command
-// on. Config shows the new state. ErrNoSuchListener when no listener is served there.
+// on. Config shows the new state; the empty state unsets the group (optimized, as one
+// never set). ErrNoSuchListener when no listener is served there.
 func (s *Server) SetANAState(listener netip.AddrPort, group uint32, state conf.ANAState) error {
 	s.chg.Lock()
 	defer s.chg.Unlock()
