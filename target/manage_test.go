@@ -546,3 +546,40 @@ func TestAddSubsystemPublishedWhole(t *testing.T) {
 		t.Errorf("active namespaces %d, %d; want 1, 2", a, b)
 	}
 }
+
+// TestAddSubsystemStopsWhenClosed: a target closed while AddSubsystem opens the new
+// subsystem's namespaces opens no more of them (the subsystem is not published yet, so
+// Close cannot close it) and the add fails with ErrClosed.
+func TestAddSubsystemStopsWhenClosed(t *testing.T) {
+	const slow, after = 3 << 20, 5 << 20
+	gate := make(chan struct{})
+	opening := make(chan struct{}, 1)
+	var afterOpens atomic.Int32
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		switch s.Size {
+		case slow:
+			opening <- struct{}{}
+			<-gate
+		case after:
+			afterOpens.Add(1)
+		}
+		return backend.Open(s)
+	}
+	tgt, err := target.New(baseConfig(memNS(1, 1<<20)), target.WithBackendOpener(opener), target.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := conf.Subsystem{NQN: "nqn.2024-01.io.gonvmf:two", AllowAnyHost: true,
+		Namespaces: []conf.Namespace{memNS(1, slow), memNS(2, after)}}
+	added := make(chan error, 1)
+	go func() { added <- tgt.AddSubsystem(two) }()
+	<-opening
+	tgt.Close()
+	close(gate)
+	if err := <-added; !errors.Is(err, target.ErrClosed) {
+		t.Errorf("AddSubsystem on a target closed meanwhile: %v, want ErrClosed", err)
+	}
+	if n := afterOpens.Load(); n != 0 {
+		t.Errorf("%d namespaces opened after the target closed", n)
+	}
+}

@@ -28,14 +28,18 @@ func lockStateFile(path string) (*os.File, error) {
 	lp := path + ".lock"
 	f, err := os.OpenFile(lp, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
 	if errors.Is(err, fs.ErrPermission) {
-		// A lock file another user left (root's, mode 0600): flock(2) works on a
-		// descriptor opened for reading too.
+		// A lock file this user may read but not write (another user's, group-readable):
+		// flock(2) works on a descriptor opened for reading too.
 		if ro, rerr := os.OpenFile(lp, os.O_RDONLY|unix.O_CLOEXEC, 0); rerr == nil {
 			f, err = ro, nil
 		}
 	}
 	if err != nil && (errors.Is(err, unix.EROFS) || errors.Is(err, fs.ErrPermission) && unix.Access(filepath.Dir(path), unix.W_OK) != nil) {
 		return nil, nil // nothing can be written there: no lock needed
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("state file %s: its lock file %s cannot be opened by this user (another user's, e.g. root's?): "+
+			"chown it to the user gonvmf runs as, or remove it with no gonvmf running: %w", path, lp, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("state file %s: creating its lock file: %w", path, err)

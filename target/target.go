@@ -290,6 +290,13 @@ func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 	// (an HA peer's, one retrying) finds all of them, never a part without the events
 	// that would tell it of the rest, nor a subsystem that then vanishes if one fails.
 	for _, ns := range cs.Namespaces {
+		t.mu.Lock()
+		closed := t.closed // Close cannot see s yet: stop opening for a closed target
+		t.mu.Unlock()
+		if closed {
+			s.close()
+			return ErrClosed
+		}
 		if err := s.addNamespace(ns, false); err != nil {
 			s.close()
 			return fmt.Errorf("target: subsystem %q: %w", cs.NQN, err)
