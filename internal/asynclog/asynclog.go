@@ -11,7 +11,9 @@
 // takes the buffer it calls the Writer's onDrop with the count, so that onDrop can log the
 // loss through the same Writer: its line lands after the lines that preceded the drops.
 // Flush waits for what was written before it; Close flushes and stops the goroutine, after
-// which Write writes to the sink directly.
+// which Write writes to the sink directly — once the goroutine has written everything
+// accepted before (until then Writes are still buffered, so a sink that is stuck when a
+// bounded Close gives up stalls no caller, and the order holds).
 package asynclog
 
 import (
@@ -41,7 +43,8 @@ type Writer struct {
 	dropped  uint64        // lines dropped since the last onDrop call
 	dropB    uint64        // their bytes
 	total    uint64        // lines dropped since New
-	closed   bool
+	closed   bool          // Close was called: the goroutine writes what is pending, then stops
+	direct   bool          // the goroutine has stopped with nothing pending: Write goes to the sink
 
 	wake chan struct{} // capacity 1: a batch is pending
 	stop chan struct{}
@@ -70,11 +73,12 @@ func New(sink io.Writer, size int, onDrop func(lines, bytes uint64)) *Writer {
 }
 
 // Write takes a copy of p for the sink, or drops it when the buffer cannot hold it. It
-// never waits for the sink (but after Close, when it writes to the sink itself), and it
-// reports success either way: dropping is the Writer's policy, not the caller's error.
+// never waits for the sink (but after Close, once the goroutine has stopped, when it writes
+// to the sink itself), and it reports success either way: dropping is the Writer's policy,
+// not the caller's error.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
-	if w.closed {
+	if w.direct {
 		w.mu.Unlock()
 		w.sinkMu.Lock()
 		defer w.sinkMu.Unlock()
@@ -109,7 +113,7 @@ func (w *Writer) Dropped() uint64 {
 func (w *Writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	target := w.seq
-	for w.written < target && !w.closed {
+	for w.written < target && !w.direct {
 		ch := w.batchEnd
 		w.mu.Unlock()
 		select {
@@ -147,15 +151,24 @@ func (w *Writer) Close(ctx context.Context) error {
 }
 
 // run writes batches until Close: it swaps the pending buffer for its spare, so that
-// Writes go on into an empty buffer while it writes the batch.
+// Writes go on into an empty buffer while it writes the batch. After Close it writes
+// until nothing is pending, then hands the sink to Write (direct).
 func (w *Writer) run() {
 	defer close(w.done)
 	for {
 		select {
 		case <-w.wake:
 		case <-w.stop:
-			w.writeBatch() // what was accepted before Close's flush gave up
-			return
+			for {
+				w.writeBatch() // what was accepted before, and since, Close
+				w.mu.Lock()
+				if len(w.pending) == 0 && w.dropped == 0 {
+					w.direct = true
+					w.mu.Unlock()
+					return
+				}
+				w.mu.Unlock()
+			}
 		}
 		w.writeBatch()
 	}

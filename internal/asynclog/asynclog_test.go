@@ -199,3 +199,33 @@ func TestConcurrentLoggersKeepLinesWhole(t *testing.T) {
 		next[g]++
 	}
 }
+
+// TestWriteAfterStuckClose: after a Close whose flush gave up on a stuck sink, Writes
+// still do not wait for the sink (they are buffered behind what was accepted before, or
+// dropped), the drop report follows the lines before the drops, and once the sink moves
+// everything arrives in order; only then does Write go to the sink directly. (Writes
+// after such a Close went straight to the sink: they waited for it — every logger of a
+// shutting-down process stalled — and overtook the lines still in the buffer.)
+func TestWriteAfterStuckClose(t *testing.T) {
+	sink := newGatedSink(true)
+	var w *Writer
+	w = New(sink, 16, func(lines, bytes uint64) { fmt.Fprintf(w, "D%d\n", lines) })
+	w.Write([]byte("a\n"))
+	<-sink.entered // the goroutine holds "a" and waits for the sink
+	for i := 1; i <= 5; i++ {
+		w.Write([]byte(fmt.Sprintf("b%d\n", i))) // 15 bytes: the buffer holds them
+	}
+	w.Write([]byte("b6\n")) // dropped
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := w.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close with the sink stuck: %v", err)
+	}
+	within(t, "a Write after a Close that gave up", func() { w.Write([]byte("c\n")) }) // the buffer is full: dropped
+	close(sink.gate)
+	<-w.done
+	w.Write([]byte("e\n"))
+	if got, want := sink.String(), "a\nb1\nb2\nb3\nb4\nb5\nD2\ne\n"; got != want {
+		t.Errorf("sink got %q, want %q", got, want)
+	}
+}
