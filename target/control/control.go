@@ -108,19 +108,26 @@ func (cs *Server) serve(g *grpc.Server, l net.Listener, svc *Service) {
 // TCPAddr is the TCP address being served (nil without control.tcp).
 func (cs *Server) TCPAddr() net.Addr { return cs.tcp }
 
-// Close stops serving: RPCs in progress get up to 5 s to finish; the socket file is
-// removed.
+// Close stops serving: every listener (the socket, and TCP) stops taking calls at once,
+// and the RPCs in progress get up to 5 s in all to finish; the socket file is removed.
 func (cs *Server) Close() error {
 	cs.once.Do(func() {
+		var stops sync.WaitGroup
+		deadline := time.After(5 * time.Second)
 		for _, g := range cs.grpcs {
-			done := make(chan struct{})
-			go func() { g.GracefulStop(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				g.Stop()
-			}
+			stops.Add(1)
+			go func() {
+				defer stops.Done()
+				done := make(chan struct{})
+				go func() { g.GracefulStop(); close(done) }()
+				select {
+				case <-done:
+				case <-deadline:
+					g.Stop()
+				}
+			}()
 		}
+		stops.Wait()
 		cs.wg.Wait()
 	})
 	return nil
@@ -139,9 +146,14 @@ func listenUnix(path string) (net.Listener, error) {
 		if fi.Mode().Type() != fs.ModeSocket {
 			return nil, fmt.Errorf("control: socket %s: a %s is in the way; remove it or set control.socket elsewhere", path, fi.Mode().Type())
 		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
 			c.Close()
-			return nil, fmt.Errorf("control: socket %s: another gonvmf is serving its control API there; stop it, or give this one its own control.socket", path)
+		}
+		// Only a refused connection says nobody listens: one that could not be made for
+		// another reason (a full accept backlog: EAGAIN) may be a live target's.
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("control: socket %s: another gonvmf is serving its control API there (connecting: %v); stop it, or give this one its own control.socket", path, err)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("control: socket %s: removing the stale socket: %w", path, err)

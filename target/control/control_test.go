@@ -9,6 +9,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/target"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -507,4 +509,64 @@ func TestListenerANAConversion(t *testing.T) {
 	if _, err := control.ListenerFromPB(pl); err == nil || !strings.Contains(err.Error(), `ANA group 40: "sideways" is not an ANA state`) {
 		t.Errorf("ListenerFromPB with a bad state: %v", err)
 	}
+}
+
+// TestCloseStopsEveryListenerAtOnce: Close stops the socket's and the TCP listener's calls
+// together: while a call on the socket is still running (its graceful stop waiting for it),
+// the TCP listener already takes no new call. (They were stopped one after the other, the
+// TCP one still taking calls — changes included — for up to 5 s after shutdown began.)
+func TestCloseStopsEveryListenerAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := newCA(t, dir, "ca")
+	srvCert, srvKey := newCert(t, dir, "server", ca, caKey, true)
+	cliCert, cliKey := newCert(t, dir, "client", ca, caKey, false)
+	cfg := testConfig(socketPath(t))
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free.Close()
+	cfg.Control.TCP, cfg.Control.TLSCert, cfg.Control.TLSKey, cfg.Control.TLSClientCA = free.Addr().String(), srvCert, srvKey, filepath.Join(dir, "ca.pem")
+	const slow = 3 << 20
+	gate, opening := make(chan struct{}), make(chan struct{}, 1)
+	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(func(sp backend.Spec) (backend.Backend, error) {
+		if sp.Size == slow {
+			opening <- struct{}{}
+			<-gate
+		}
+		return backend.Open(sp)
+	})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cs, err := control.Start(s, s.Config().Control, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ucl, ucc, err := control.Dial(control.DialOptions{Socket: s.Config().Control.Socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ucc.Close()
+	tcl, tcc, err := control.Dial(control.DialOptions{TCP: cs.TCPAddr().String(), TLSCert: cliCert, TLSKey: cliKey, TLSCA: filepath.Join(dir, "ca.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := tcl.ListSubsystems(ctx, &pb.ListSubsystemsRequest{}); err != nil {
+		t.Fatalf("TCP call before Close: %v", err)
+	}
+	go ucl.AddNamespace(ctx, &pb.AddNamespaceRequest{Subsystem: subNQN, Namespace: &pb.Namespace{Nsid: 2, Backend: "null", Size: slow}})
+	<-opening
+	closed := make(chan struct{})
+	go func() { cs.Close(); close(closed) }()
+	time.Sleep(300 * time.Millisecond) // Close has begun; the socket's call still runs
+	if _, err := tcl.ListSubsystems(ctx, &pb.ListSubsystemsRequest{}); err == nil {
+		t.Error("the TCP listener took a call after Close began")
+	}
+	close(gate)
+	<-closed
 }
