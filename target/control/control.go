@@ -26,6 +26,7 @@
 package control
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -113,7 +114,10 @@ func (cs *Server) TCPAddr() net.Addr { return cs.tcp }
 func (cs *Server) Close() error {
 	cs.once.Do(func() {
 		var stops sync.WaitGroup
-		deadline := time.After(5 * time.Second)
+		// One deadline for all: a context's Done is closed, so every waiter sees it (a
+		// timer channel would tell only one of them).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		for _, g := range cs.grpcs {
 			stops.Add(1)
 			go func() {
@@ -122,7 +126,7 @@ func (cs *Server) Close() error {
 				go func() { g.GracefulStop(); close(done) }()
 				select {
 				case <-done:
-				case <-deadline:
+				case <-ctx.Done():
 					g.Stop()
 				}
 			}()

@@ -561,11 +561,24 @@ func TestCloseStopsEveryListenerAtOnce(t *testing.T) {
 	}
 	go ucl.AddNamespace(ctx, &pb.AddNamespaceRequest{Subsystem: subNQN, Namespace: &pb.Namespace{Nsid: 2, Backend: "null", Size: slow}})
 	<-opening
+	// A call on TCP too, waiting behind the first (changes are serialized): both graceful
+	// stops wait, and the one deadline must end both.
+	go tcl.AddNamespace(ctx, &pb.AddNamespaceRequest{Subsystem: subNQN, Namespace: &pb.Namespace{Nsid: 3, Backend: "null", Size: 1 << 20}})
+	time.Sleep(100 * time.Millisecond)
 	closed := make(chan struct{})
+	start := time.Now()
 	go func() { cs.Close(); close(closed) }()
 	time.Sleep(300 * time.Millisecond) // Close has begun; the socket's call still runs
 	if _, err := tcl.ListSubsystems(ctx, &pb.ListSubsystemsRequest{}); err == nil {
 		t.Error("the TCP listener took a call after Close began")
+	}
+	select {
+	case <-closed:
+		if d := time.Since(start); d > 7*time.Second {
+			t.Errorf("Close took %v with calls stuck on both listeners; the deadline is 5 s", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("Close did not return with calls stuck on both listeners: the 5 s deadline ended only one graceful stop")
 	}
 	close(gate)
 	<-closed
