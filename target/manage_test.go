@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"os"
 	"reflect"
 	"strings"
@@ -514,15 +515,8 @@ func TestBackendReportsResize(t *testing.T) {
 // between saw part of its namespaces, with no event for the rest.)
 func TestAddSubsystemPublishedWhole(t *testing.T) {
 	const slow = 3 << 20
-	gate := make(chan struct{})
-	opening := make(chan struct{}, 1)
-	opener := func(s backend.Spec) (backend.Backend, error) {
-		if s.Size == slow {
-			opening <- struct{}{}
-			<-gate
-		}
-		return backend.Open(s)
-	}
+	opener, opening, release := testutil.HeldOpener(slow)
+	t.Cleanup(release)
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithBackendOpener(opener))
 	two := conf.Subsystem{NQN: "nqn.2024-01.io.gonvmf:two", AllowAnyHost: true,
 		Namespaces: []conf.Namespace{memNS(1, 1<<20), memNS(2, slow)}}
@@ -535,7 +529,7 @@ func TestAddSubsystemPublishedWhole(t *testing.T) {
 	if c.Status.Success() {
 		t.Error("a host connected to a subsystem whose namespaces were still opening")
 	}
-	close(gate)
+	release()
 	if err := <-added; err != nil {
 		t.Fatal(err)
 	}
@@ -552,18 +546,14 @@ func TestAddSubsystemPublishedWhole(t *testing.T) {
 // Close cannot close it) and the add fails with ErrClosed.
 func TestAddSubsystemStopsWhenClosed(t *testing.T) {
 	const slow, after = 3 << 20, 5 << 20
-	gate := make(chan struct{})
-	opening := make(chan struct{}, 1)
+	held, opening, release := testutil.HeldOpener(slow)
+	t.Cleanup(release)
 	var afterOpens atomic.Int32
 	opener := func(s backend.Spec) (backend.Backend, error) {
-		switch s.Size {
-		case slow:
-			opening <- struct{}{}
-			<-gate
-		case after:
+		if s.Size == after {
 			afterOpens.Add(1)
 		}
-		return backend.Open(s)
+		return held(s)
 	}
 	tgt, err := target.New(baseConfig(memNS(1, 1<<20)), target.WithBackendOpener(opener), target.WithLogger(testLogger(t)))
 	if err != nil {
@@ -575,7 +565,7 @@ func TestAddSubsystemStopsWhenClosed(t *testing.T) {
 	go func() { added <- tgt.AddSubsystem(two) }()
 	<-opening
 	tgt.Close()
-	close(gate)
+	release()
 	if err := <-added; !errors.Is(err, target.ErrClosed) {
 		t.Errorf("AddSubsystem on a target closed meanwhile: %v, want ErrClosed", err)
 	}

@@ -1,6 +1,7 @@
 // Package testutil holds what the tests of several packages share: a logger that shows
-// the code's log in the test's output, completion checks, a target with a loop port, and
-// benchmarks' CPU time per operation. Only tests import it.
+// the code's log in the test's output, completion checks, a target with a loop port, a
+// backend opener that holds one open, and benchmarks' CPU time per operation. Only tests
+// import it.
 package testutil
 
 import (
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
@@ -96,6 +98,26 @@ func LoopTarget(t testing.TB, cfg *conf.Config, o loop.Options, opts ...target.O
 		t.Fatalf("loop.New: %v", err)
 	}
 	return tgt, p
+}
+
+// HeldOpener returns a backend opener (target.WithBackendOpener) that opens backends with
+// backend.Open, except that the open of one of size bytes signals on opening and then
+// waits until release is called — a slow backend (rbd, a device) held at a chosen point.
+// release may be called more than once.
+func HeldOpener(size uint64) (open func(backend.Spec) (backend.Backend, error), opening <-chan struct{}, release func()) {
+	gate, signal := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	open = func(s backend.Spec) (backend.Backend, error) {
+		if s.Size == size {
+			select {
+			case signal <- struct{}{}:
+			default:
+			}
+			<-gate
+		}
+		return backend.Open(s)
+	}
+	return open, signal, func() { once.Do(func() { close(gate) }) }
 }
 
 // CPUTime is the process's CPU time (user and system, every thread). Benchmarks report CPU

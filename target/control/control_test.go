@@ -9,7 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/target"
 	"io"
 	"io/fs"
@@ -402,20 +402,9 @@ func TestControlConcurrent(t *testing.T) {
 // TestControlTCP: the TCP listener admits a client with a certificate signed by the
 // client CA, and refuses one without.
 func TestControlTCP(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCA(t, dir, "ca")
-	srvCert, srvKey := newCert(t, dir, "server", ca, caKey, true)
-	cliCert, cliKey := newCert(t, dir, "client", ca, caKey, false)
+	cfg, dir, cliCert, cliKey := tcpConfig(t)
 	otherCA, otherKey := newCA(t, dir, "other-ca")
 	badCert, badKey := newCert(t, dir, "intruder", otherCA, otherKey, false)
-
-	cfg := testConfig(socketPath(t))
-	free, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the control listener
-	if err != nil {
-		t.Fatal(err)
-	}
-	free.Close()
-	cfg.Control.TCP, cfg.Control.TLSCert, cfg.Control.TLSKey, cfg.Control.TLSClientCA = free.Addr().String(), srvCert, srvKey, filepath.Join(dir, "ca.pem")
 	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true})
 	if err != nil {
 		t.Fatal(err)
@@ -447,6 +436,25 @@ func TestControlTCP(t *testing.T) {
 	if _, _, err := control.Dial(control.DialOptions{TCP: addr}); err == nil {
 		t.Errorf("Dial over TCP without certificates succeeded")
 	}
+}
+
+// tcpConfig is testConfig with the control API also on TCP (a free port on the loopback)
+// with TLS: a CA, the server's certificate, and a client certificate of that CA for the
+// caller (dir holds them, ca.pem the CA).
+func tcpConfig(t *testing.T) (cfg *conf.Config, dir, cliCert, cliKey string) {
+	t.Helper()
+	dir = t.TempDir()
+	ca, caKey := newCA(t, dir, "ca")
+	srvCert, srvKey := newCert(t, dir, "server", ca, caKey, true)
+	cliCert, cliKey = newCert(t, dir, "client", ca, caKey, false)
+	cfg = testConfig(socketPath(t))
+	free, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the control listener
+	if err != nil {
+		t.Fatal(err)
+	}
+	free.Close()
+	cfg.Control.TCP, cfg.Control.TLSCert, cfg.Control.TLSKey, cfg.Control.TLSClientCA = free.Addr().String(), srvCert, srvKey, filepath.Join(dir, "ca.pem")
+	return cfg, dir, cliCert, cliKey
 }
 
 func newCA(t *testing.T, dir, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
@@ -516,26 +524,11 @@ func TestListenerANAConversion(t *testing.T) {
 // the TCP listener already takes no new call. (They were stopped one after the other, the
 // TCP one still taking calls — changes included — for up to 5 s after shutdown began.)
 func TestCloseStopsEveryListenerAtOnce(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCA(t, dir, "ca")
-	srvCert, srvKey := newCert(t, dir, "server", ca, caKey, true)
-	cliCert, cliKey := newCert(t, dir, "client", ca, caKey, false)
-	cfg := testConfig(socketPath(t))
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	free.Close()
-	cfg.Control.TCP, cfg.Control.TLSCert, cfg.Control.TLSKey, cfg.Control.TLSClientCA = free.Addr().String(), srvCert, srvKey, filepath.Join(dir, "ca.pem")
+	cfg, dir, cliCert, cliKey := tcpConfig(t)
 	const slow = 3 << 20
-	gate, opening := make(chan struct{}), make(chan struct{}, 1)
-	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(func(sp backend.Spec) (backend.Backend, error) {
-		if sp.Size == slow {
-			opening <- struct{}{}
-			<-gate
-		}
-		return backend.Open(sp)
-	})}})
+	opener, opening, release := testutil.HeldOpener(slow)
+	t.Cleanup(release)
+	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,6 +573,6 @@ func TestCloseStopsEveryListenerAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Error("Close did not return with calls stuck on both listeners: the 5 s deadline ended only one graceful stop")
 	}
-	close(gate)
+	release()
 	<-closed
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -16,9 +17,9 @@ import (
 
 const twoNQN = "nqn.2024-01.io.gonvmf:two"
 
-func loopServer(t *testing.T, cfg *conf.Config) *server.Server {
+func loopServer(t *testing.T, cfg *conf.Config, opts ...target.Option) *server.Server {
 	t.Helper()
-	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true})
+	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true, Target: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,22 +205,11 @@ func TestOverlapsListener(t *testing.T) {
 // configuration once the reload is done.
 func TestSettledConfigWaitsForReload(t *testing.T) {
 	const slow = 3 << 20
-	gate := make(chan struct{})
-	opening := make(chan struct{}, 1)
-	opener := func(s backend.Spec) (backend.Backend, error) {
-		if s.Size == slow {
-			opening <- struct{}{}
-			<-gate
-		}
-		return backend.Open(s)
-	}
+	opener, opening, release := testutil.HeldOpener(slow)
+	t.Cleanup(release)
 	base := config("10.99.0.1", 0)
 	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: 1 << 30})
-	s, err := server.New(base, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := loopServer(t, base, target.WithBackendOpener(opener))
 	next := base.Clone()
 	next.Subsystems[0].Namespaces[1] = conf.Namespace{NSID: 9, Backend: conf.BackendMemory, Size: slow}
 	reloaded := make(chan error, 1)
@@ -232,7 +222,7 @@ func TestSettledConfigWaitsForReload(t *testing.T) {
 		t.Fatalf("SettledConfig returned while the reload ran:\n%s", c)
 	case <-time.After(100 * time.Millisecond):
 	}
-	close(gate)
+	release()
 	if err := <-reloaded; err != nil {
 		t.Fatal(err)
 	}
@@ -264,11 +254,7 @@ func TestReloadRemovalReleaseFails(t *testing.T) {
 	}
 	base := config("10.99.0.1", 0)
 	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: doomed})
-	s, err := server.New(base, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := loopServer(t, base, target.WithBackendOpener(opener))
 	next := base.Clone()
 	sub := &next.Subsystems[0]
 	sub.AllowAnyHost, sub.Hosts = false, []string{"nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"}
@@ -295,11 +281,7 @@ func TestReloadKeepsMemoryNamespaceOnFailure(t *testing.T) {
 	}
 	base := config("10.99.0.1", 0)
 	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendMemory, Size: 1 << 20})
-	s, err := server.New(base, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := loopServer(t, base, target.WithBackendOpener(opener))
 	before, opens := s.Config().String(), memOpens
 	next := base.Clone()
 	next.Subsystems[0].Namespaces[1] = conf.Namespace{NSID: 3, Backend: conf.BackendFile,
