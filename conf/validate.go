@@ -347,12 +347,11 @@ func sizeText(n int) string {
 func (v *validator) control() {
 	c := &v.c.Control
 	const cp = "control."
-	abs := v.rel
 	if c.Socket == "" && !v.explicit(cp+"socket") {
 		c.Socket = DefaultControlSocket
 	}
 	written := c.Socket
-	c.Socket = abs(c.Socket)
+	c.Socket = v.rel(c.Socket)
 	resolved := ""
 	if written != c.Socket {
 		resolved = fmt.Sprintf(" (%s resolved against the configuration's directory)", written)
@@ -365,7 +364,7 @@ func (v *validator) control() {
 		v.fail(cp+"socket", c.Socket, fmt.Sprintf("%q%s is %d bytes long; a Unix socket path has at most %d", c.Socket, resolved, len(c.Socket), MaxSocketPathLength),
 			"choose a shorter path, e.g. "+DefaultControlSocket)
 	}
-	c.TLSCert, c.TLSKey, c.TLSClientCA = abs(c.TLSCert), abs(c.TLSKey), abs(c.TLSClientCA)
+	c.TLSCert, c.TLSKey, c.TLSClientCA = v.rel(c.TLSCert), v.rel(c.TLSKey), v.rel(c.TLSClientCA)
 	if c.TCP == "" {
 		for _, f := range []struct{ key, val string }{{"tls_cert", c.TLSCert}, {"tls_key", c.TLSKey}, {"tls_client_ca", c.TLSClientCA}} {
 			if f.val != "" {

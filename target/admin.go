@@ -98,10 +98,8 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			return nvmeproto.StatusInvalidNamespace.WithDNR()
 		}
 		var l nvmeproto.NSIDList
-		for _, ns := range c.subsys.namespaces() {
-			// A namespace being closed (reopened, or whose reopen failed) is not active:
-			// Identify Namespace reports it as such, and the list agrees.
-			if ns.nsid > cmd.NSID && !ns.closing() {
+		for _, ns := range c.subsys.activeNamespaces() {
+			if ns.nsid > cmd.NSID {
 				l = append(l, ns.nsid)
 			}
 		}

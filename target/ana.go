@@ -206,9 +206,7 @@ func (c *controller) anaLog(rgo bool) []byte {
 	// The count is read first: a change racing with this read bumps it again, so the host
 	// sees the newer state on its next read.
 	log := nvmeproto.ANALog{ChangeCount: t.anaChgcnt.Load()}
-	// Active namespaces only: one being closed (a reopen, or one whose reopen failed) is
-	// not in the active namespace list either.
-	nss := slices.DeleteFunc(slices.Clone(c.subsys.namespaces()), (*namespace).closing)
+	nss := c.subsys.activeNamespaces() // as the active namespace list has them
 	var listed [conf.MaxANAGroup + 1]bool
 	for _, ns := range nss {
 		listed[ns.anaGroup] = true

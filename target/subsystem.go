@@ -74,6 +74,13 @@ func (s *subsystem) allowedLocked(hostNQN string) bool { return s.allowAny || s.
 // namespaces returns the current namespace table (sorted by NSID; do not modify).
 func (s *subsystem) namespaces() []*namespace { return *s.ns.Load() }
 
+// activeNamespaces returns the namespaces hosts see as active, sorted by NSID (a copy):
+// the table without those being closed (reopened, or whose reopen failed), which
+// Identify Namespace reports as not allocated.
+func (s *subsystem) activeNamespaces() []*namespace {
+	return slices.DeleteFunc(slices.Clone(s.namespaces()), (*namespace).closing)
+}
+
 // lookup finds an active namespace without taking a reference.
 func (s *subsystem) lookup(nsid uint32) *namespace {
 	tab := *s.ns.Load()

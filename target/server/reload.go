@@ -135,7 +135,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	// across subsystems): a removal whose namespaces share any of it with next must come
 	// before the additions, or they are refused while it is still there.
 	idents := func(n conf.Namespace) []string {
-		ids := []string{"uuid:" + conf.FormatUUID(n.UUID), fmt.Sprintf("nguid:%x", n.NGUID), fmt.Sprintf("eui64:%x", n.EUI64)}
+		ids := []string{"uuid:" + conf.FormatUUID(n.UUID), "nguid:" + conf.FormatNGUID(n.NGUID), "eui64:" + conf.FormatEUI64(n.EUI64)}
 		if n.Path != "" {
 			ids = append(ids, "path:"+n.Path)
 		}
