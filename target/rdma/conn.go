@@ -221,6 +221,11 @@ type conn struct {
 	unsig      ring
 	unsigBytes int    // pool bytes the unsignaled responses hold
 	respSeq    uint64 // responses posted
+	// probeOut: the watchdog's zero-length RDMA WRITE is posted and not complete; it
+	// completes after every response posted before it, through respSeq probeSeq
+	// (watchdog.go, conn.probe).
+	probeOut bool
+	probeSeq uint64
 
 	state         connState
 	detached      bool // slot given back (guarded by the group's mu)
@@ -957,6 +962,46 @@ func (c *conn) onSend(i int, wc *rdmacm.Completion) {
 	}
 }
 
+// probe stages a signaled zero-length RDMA WRITE behind c's unsignaled responses. The
+// send queue completes in order, so its completion retires them all (their buffers go
+// back to the pool), and while it is outstanding the watchdog sees a signaled request
+// that makes no progress if the host holds the responses back (posts no receive
+// buffers). A zero-length RDMA operation names no memory: the responder checks no
+// address or key (IBTA C9-88), and it takes no receive buffer of the host.
+func (c *conn) probe() {
+	wr := c.stageSend()
+	wr.ID = wrID(kindProbe, 0, c.slot, c.gen)
+	wr.Op = rdmacm.OpWrite
+	wr.Flags = rdmacm.FlagSignaled
+	wr.RemoteAddr, wr.RKey, wr.Imm = 0, 0, 0
+	wr.NumSGE = 0
+	c.sqUsed++
+	c.sigOut++
+	c.probeOut, c.probeSeq = true, c.respSeq
+	c.g.m.probes.Add(1)
+}
+
+// onProbe completes the probe: every response posted before it is complete too.
+func (c *conn) onProbe(wc *rdmacm.Completion) {
+	if !c.probeOut {
+		return
+	}
+	c.probeOut = false
+	c.sqUsed--
+	c.sigOut--
+	c.watch.done++
+	if wc.Status != rdmacm.WCSuccess && wc.Status != rdmacm.WCFlushErr {
+		c.fatal("the watchdog's zero-length RDMA WRITE failed", wc)
+	}
+	c.retireUnsigned(c.probeSeq, true)
+	if c.state == stateLive {
+		c.pumpSends()
+		c.pumpReads()
+	} else {
+		c.checkDrained()
+	}
+}
+
 // recycle frees x's buffer and the context; a receive waiting for a context gets it.
 func (c *conn) recycle(x *rctx) {
 	c.unwire(x)
@@ -1167,6 +1212,7 @@ func (c *conn) forceDrain() {
 	}
 	c.unsig.reset()
 	c.unsigBytes = 0
+	c.probeOut = false
 	c.maybeFinalize()
 }
 

@@ -170,7 +170,11 @@ type fakeEP struct {
 	onResp   func([]byte)
 	holdSend bool // queue SEND completions instead of delivering them
 	held     []rdmacm.Completion
-	noFlush  bool // Disconnect does not flush (a device that never completes flushed requests)
+	// sendsHeld: a SEND, signaled or not, was posted while holdSend; a zero-length
+	// RDMA WRITE's completion then waits in held behind it.
+	sendsHeld  bool
+	zeroWrites atomic.Int32 // zero-length RDMA WRITEs posted
+	noFlush    bool         // Disconnect does not flush (a device that never completes flushed requests)
 	// invalidated lists the keys of the SEND with Invalidate responses, in order.
 	invalidated []uint32
 }
@@ -250,6 +254,21 @@ func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 			}
 			continue
 		}
+		var op rdmacm.WCOpcode
+		if w.Op == rdmacm.OpWrite && w.NumSGE == 0 {
+			// A zero-length RDMA WRITE names no memory (IBTA C9-88); it completes
+			// in order, behind the SENDs held back.
+			e.zeroWrites.Add(1)
+			if w.Flags&rdmacm.FlagSignaled != 0 {
+				wc := rdmacm.Completion{ID: w.ID, Opcode: rdmacm.WCWrite}
+				if e.holdSend && e.sendsHeld {
+					e.held = append(e.held, wc)
+				} else {
+					e.cq.push(wc)
+				}
+			}
+			continue
+		}
 		if w.NumSGE != 1 {
 			e.fail(w, rdmacm.WCLocLenErr)
 			continue
@@ -259,7 +278,6 @@ func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 			e.fail(w, rdmacm.WCLocProtErr)
 			continue
 		}
-		var op rdmacm.WCOpcode
 		switch w.Op {
 		case rdmacm.OpRead:
 			src := e.host(w.RemoteAddr, w.SGL[0].Length, w.RKey)
@@ -285,6 +303,7 @@ func (e *fakeEP) PostSend(wrs []rdmacm.SendWR) error {
 			if e.onResp != nil {
 				e.onResp(loc)
 			}
+			e.sendsHeld = e.holdSend
 			op = rdmacm.WCSend
 		default:
 			e.fail(w, rdmacm.WCLocQPOpErr)
@@ -314,7 +333,7 @@ func (e *fakeEP) deliverHeld(stopHolding bool) {
 	h := e.held
 	e.held = nil
 	if stopHolding {
-		e.holdSend = false
+		e.holdSend, e.sendsHeld = false, false
 	}
 	e.mu.Unlock()
 	for _, wc := range h {

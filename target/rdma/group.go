@@ -47,6 +47,9 @@ const (
 	kindSend  = 4
 	// A shared receive queue's buffer (idx): the connection is the completion's QP.
 	kindSRQRecv = 5
+	// The watchdog's zero-length RDMA WRITE behind a connection's unsignaled responses
+	// (watchdog.go, conn.probe).
+	kindProbe = 6
 )
 
 func wrID(kind, idx, slot int, gen uint32) uint64 {
@@ -557,6 +560,8 @@ func (g *group) dispatch(wc *rdmacm.Completion) {
 		c.onRead(idx, wc)
 	case kindSend:
 		c.onSend(idx, wc)
+	case kindProbe:
+		c.onProbe(wc)
 	case kindWrite:
 		// Unsignaled: only error completions arrive, before the SEND of the same
 		// chain, which accounts for the whole chain.

@@ -274,8 +274,60 @@ func TestRDMAResponseTimeout(t *testing.T) {
 		t.Errorf("the hog never held pool buffers: the test did not exercise the stall")
 	}
 	t.Logf("hog's queue torn down %v after its reads", d)
-	// Everything the hog held is back once the other host's queues (whose last unsignaled
-	// responses keep a few pages until their connection ends) are gone too.
+	// Everything the hog held is back.
+	l.close()
+	e.expectPoolFree()
+}
+
+// TestRDMAQuietHostProbe: the watchdog's zero-length RDMA WRITE behind a quiet queue's
+// unsignaled responses, on a real device. A host that reads a little and goes quiet gets
+// the pages its unsignaled responses held back within a few watch periods and stays
+// connected (the WRITE, with no address or key, completes at its adapter); a host that
+// posts no receive buffers for those responses is torn down after the response timeout,
+// where nothing signaled was outstanding for the watchdog to see before.
+func TestRDMAQuietHostProbe(t *testing.T) {
+	e := newRDMAEnvLimits(t, conf.Transport{}, conf.Limits{ResponseTimeout: 2 * time.Second})
+	_, cntlid := e.adminConnect(0)
+	quiet := e.ioConnect(1, cntlid, 32)
+	for i := range 4 {
+		c, _ := quiet.exec(rw(nvmeproto.OpRead, 2, uint64(i*8), 8), nil, 4096)
+		expectOK(t, "4 KiB read", c)
+	}
+	if s := e.tr.Stats(); s.PoolFreeBytes == s.PoolTotalBytes {
+		t.Fatalf("after four 4 KiB reads every pool page is free: their responses were signaled, the test needs them unsignaled")
+	}
+	start := time.Now()
+	for s := e.tr.Stats(); s.PoolFreeBytes != s.PoolTotalBytes; s = e.tr.Stats() {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("a quiet host's unsignaled responses still hold %d bytes of the pool after %v",
+				s.PoolTotalBytes-s.PoolFreeBytes, time.Since(start).Round(time.Millisecond))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("a quiet host's responses retired %v after its last read", time.Since(start).Round(time.Millisecond))
+	c, _ := quiet.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
+	expectOK(t, "a read after the quiet period", c)
+
+	h := newHostQueue(t, 32, 64<<10)
+	l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 2, depth: 32, icd: 8192, recvs: 1, noRepost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	l.onResp = h.onResponse
+	h.attach(l)
+	expectOK(t, "holder connect", h.connect(2, 0, cntlid, testSubNQN, testHostNQN))
+	for i := range 4 {
+		cmd := h.begin()
+		r := rw(nvmeproto.OpRead, 2, uint64(i*8), 8)
+		r.SGL = cmd.keyedAt(0, 4096)
+		if err := cmd.submit(&r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start = time.Now()
+	e.waitConns(2, 15*time.Second) // admin and the quiet queue
+	t.Logf("the holder's queue torn down %v after its reads (response timeout 2 s)", time.Since(start).Round(time.Millisecond))
 	l.close()
 	e.expectPoolFree()
 }

@@ -22,6 +22,9 @@ type groupMetrics struct {
 	// forcedDrains counts the closing connections whose work requests the device did
 	// not flush within drainTimeout (conn.forceDrain; the log says which). Tests check it.
 	forcedDrains atomic.Uint64
+	// probes counts the watchdog's zero-length RDMA WRITEs behind the unsignaled
+	// responses of a quiet connection (conn.probe). Tests check it.
+	probes atomic.Uint64
 	// shard is the namespace counter shard of the group's queues (target.Queue.
 	// SetCounterShard): the group's goroutine begins and, for memory, null and
 	// asynchronous I/O, completes their commands, so they share one.

@@ -557,3 +557,80 @@ func TestShareStarvedRequestAfterQuotaShrinks(t *testing.T) {
 		t.Errorf("pool.needy %d, starved mark %v with no one waiting", n, r.g.shares.starved != nil)
 	}
 }
+
+// waitPoolFree waits until the pool has pages free.
+func waitPoolFree(t *testing.T, p *pool, pages int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		free, _, _ := p.stats()
+		if free >= pages {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the pool has %d pages free after 5 s, want %d", what, free, pages)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestEngineQuietHostProbe: the responses of small reads are sent unsignaled and keep
+// their buffers until a later completion. A host that reads a little and goes quiet gets
+// them retired by the watchdog's zero-length RDMA WRITE (the pool has every page back
+// within a few watch periods, the connection lives on); a host that holds those
+// responses back (posts no receive buffers) and goes quiet is torn down after the
+// response timeout. Before the probe the first kept its buffers until its next command
+// and the second was never torn down: nothing signaled was outstanding to watch.
+func TestEngineQuietHostProbe(t *testing.T) {
+	const respTO = 500 * time.Millisecond // watch period 125 ms
+	e := newEngine(t, engineOpts{respTO: respTO})
+	_, cntlid := e.adminConnect(0)
+	quiet := e.ioConnect(1, cntlid, 16)
+	held := e.ioConnect(2, cntlid, 16)
+	free, _, _ := e.pool.stats()
+	for i := range 4 {
+		c, _ := quiet.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
+		expectOK(t, "4 KiB read", c)
+	}
+	if f, _, _ := e.pool.stats(); f >= free {
+		t.Fatalf("after four 4 KiB reads the pool has %d pages free, as before them: their responses were signaled, the test needs them unsignaled", f)
+	}
+	waitPoolFree(t, e.pool, free, "a host quiet after four 4 KiB reads")
+	if n := quiet.ep.zeroWrites.Load(); n != 1 {
+		t.Errorf("the quiet host's QP got %d zero-length RDMA WRITEs, want 1", n)
+	}
+	time.Sleep(4 * watchPeriod(respTO)) // nothing unsignaled left: no further probe
+	if n := quiet.ep.zeroWrites.Load(); n != 1 {
+		t.Errorf("the quiet host's QP got %d zero-length RDMA WRITEs, want 1 (none once nothing is unsignaled)", n)
+	}
+	if n := e.g.m.probes.Load(); n < 1 {
+		t.Errorf("the group counted %d probes", n)
+	}
+	c, _ := quiet.h.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
+	expectOK(t, "a read after the quiet period", c)
+
+	holdSends(held)
+	for i := range 4 {
+		c, _ := held.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
+		expectOK(t, "4 KiB read whose response is held back", c)
+	}
+	start := time.Now()
+	select {
+	case <-held.dead:
+		if d := time.Since(start); d < respTO {
+			t.Errorf("torn down %v after going quiet, before the response timeout (%v)", d, respTO)
+		}
+	case <-time.After(respTO + 10*watchPeriod(respTO)):
+		t.Fatalf("a host holding back its unsignaled responses was not torn down %v after going quiet (response timeout %v)",
+			time.Since(start).Round(time.Millisecond), respTO)
+	}
+	if rt := e.g.m.responseTimeouts.Load(); rt != 1 {
+		t.Errorf("counted %d response timeouts, want 1", rt)
+	}
+	select {
+	case <-quiet.dead:
+		t.Error("the quiet host's connection was torn down")
+	default:
+	}
+	e.closeAll(quiet)
+}

@@ -20,6 +20,16 @@ import (
 // another connection waited within its own during the stall (errHoldingBuffers, see
 // share.go).
 //
+// Unsignaled responses (conn.signalResponse) complete nothing: a host that holds them
+// back and then goes quiet leaves nothing signaled outstanding for the checks to watch,
+// and their buffers held. A check that finds a connection with unsignaled responses, no
+// signaled work request outstanding and no response posted since the previous check
+// posts a zero-length RDMA WRITE behind them, signaled (conn.probe): from a live host it
+// completes within milliseconds and frees their buffers; held up behind them it is a
+// stall like any other. A connection busy enough to post responses between checks
+// signals one in every unsigMax, so it never needs one: the probe costs an idle queue
+// one work request, and the I/O path nothing.
+//
 // Progress between two checks means that something completed and that every signaled
 // work request outstanding at the first check completed before the second: the send queue
 // completes in order, so a host that lets one of many stuck SENDs through now and then
@@ -48,6 +58,7 @@ type respWatch struct {
 	done  uint64    // signaled send queue completions handled (RDMA READs and SENDs)
 	seen  uint64    // done at the last check
 	mark  uint64    // done + signaled work requests outstanding at the last check
+	resp  uint64    // conn.respSeq at the last check
 	since time.Time // when a check first found no progress with work outstanding; zero: progressing
 	// needy is pool.needyEvents when the stall was first seen: a later count means a
 	// connection waited within its share during the stall.
@@ -109,6 +120,11 @@ func (g *group) watchdog(now time.Time) {
 // waits now).
 func (c *conn) checkProgress(now time.Time, timeout time.Duration, ev uint64, needyNow bool) {
 	w := &c.watch
+	quiet := c.respSeq == w.resp
+	w.resp = c.respSeq
+	if quiet && c.unsig.len() > 0 && c.sigOut == 0 && !c.probeOut && c.sqUsed < c.cfg.sqSize {
+		c.probe()
+	}
 	outstanding := c.sigOut > 0 || c.sendWait.head != nil
 	progress := !outstanding || w.done != w.seen && w.done >= w.mark
 	w.seen, w.mark = w.done, w.done+uint64(c.sigOut)
