@@ -122,7 +122,8 @@ type Info struct {
 	// (Identify Namespace DLFEAT read behavior 001b).
 	DeallocateReadsZeroes bool
 	// VolatileWriteCache reports that completed writes may be lost on power failure until
-	// Flush (Identify Controller VWC).
+	// Flush. Informational (logs): controllers report a volatile write cache whatever
+	// their namespaces have, so that hosts flush a namespace added later.
 	VolatileWriteCache bool
 	// PhysicalBlockSize is the preferred write granularity in bytes (NPWG/NOWS); at least
 	// the logical block size.

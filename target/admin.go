@@ -1,8 +1,6 @@
 package target
 
 import (
-	"slices"
-
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -207,9 +205,12 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 	id.MNAN = conf.MaxNSID
 	id.ONCS = nvmeproto.ONCSCompare | nvmeproto.ONCSDatasetManagement | nvmeproto.ONCSWriteZeroes |
 		nvmeproto.ONCSSaveSelect | nvmeproto.ONCSTimestamp | nvmeproto.ONCSReservations
-	if s.volatileWriteCache() {
-		id.VWC = nvmeproto.VWCPresent | nvmeproto.VWCFlushAllNotSupported
-	}
+	// A volatile write cache is always reported: the Linux host reads VWC once, when the
+	// controller is set up, and sends no Flush and no FUA to a controller without one —
+	// a namespace with a cache added later (a file, a write-back device) would then lose
+	// acknowledged writes. Flush costs nothing on a namespace without a cache. (nvmet and
+	// SPDK report it always too.)
+	id.VWC = nvmeproto.VWCPresent | nvmeproto.VWCFlushAllNotSupported
 	var total uint64
 	for _, ns := range s.namespaces() {
 		total += ns.blocks.Load() << ns.shift
@@ -226,12 +227,6 @@ func (t *Target) rescap() uint8 {
 		r |= nvmeproto.RESCAPPTPL
 	}
 	return r
-}
-
-// volatileWriteCache reports whether any namespace's backend has a volatile write cache
-// (Identify VWC, and whether the Volatile Write Cache feature exists).
-func (s *subsystem) volatileWriteCache() bool {
-	return slices.ContainsFunc(s.namespaces(), func(ns *namespace) bool { return ns.info.VolatileWriteCache })
 }
 
 // thinUsage reports a thin-provisioned namespace (a sparse file) as such: NSFEAT thin

@@ -25,10 +25,8 @@ func (c *controller) featureSupported(fid nvmeproto.FID) bool {
 	switch fid {
 	case fidKeepAlive, fidAsyncEvent:
 		return true
-	case fidArbitration, fidPowerMgmt, fidNumQueues, fidTimestamp, fidHostID, fidResvMask, fidResvPersist:
+	case fidArbitration, fidPowerMgmt, fidNumQueues, fidTimestamp, fidHostID, fidResvMask, fidResvPersist, fidVWC:
 		return !c.disc
-	case fidVWC:
-		return !c.disc && c.subsys.volatileWriteCache()
 	}
 	return false
 }

@@ -327,3 +327,31 @@ func TestWriteCacheAndFUA(t *testing.T) {
 		t.Fatal("Flush did not reach the backend")
 	}
 }
+
+// TestWriteCacheReportedBeforeNamespaces: a controller whose subsystem has only
+// namespaces without a volatile write cache (memory) reports one all the same, and its
+// feature 06h exists: the Linux host reads VWC once, when it sets the controller up, and
+// sends neither Flush nor FUA to one without — so a file namespace added afterwards (it
+// has a cache) would lose the writes it acknowledged. The old code reported VWC 0 here
+// (and refused feature 06h) and 1 once the file namespace was added.
+func TestWriteCacheReportedBeforeNamespaces(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	vwc := func(when string) {
+		t.Helper()
+		id, c := admin.identify(nvmeproto.CNSController, 0, 0)
+		expectOK(t, "Identify Controller "+when, c)
+		if id[525]&1 == 0 {
+			t.Errorf("Identify Controller %s: VWC %#x, want a volatile write cache present", when, id[525])
+		}
+	}
+	vwc("with only a memory namespace")
+	expectOK(t, "VWC off with only a memory namespace", admin.setFeature(0x06, 0, nil))
+	if _, c := admin.getFeature(0x06, 0, 0, 0); c.Status != 0 || c.DW0 != 0 {
+		t.Errorf("Get Features VWC after disabling: status %v DW0 %#x, want success and 0", c.Status, c.DW0)
+	}
+	if err := e.tgt.AddNamespace(subNQN, fileNS(t, 2, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	vwc("after a file namespace was added")
+}
