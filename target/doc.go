@@ -140,7 +140,8 @@
 // from Begin until Complete returns. The core reads Data for host-to-controller commands
 // and writes Data[:Length] for controller-to-host ones; it keeps nothing after Complete.
 // Data that is not 4 KiB aligned (in-capsule data at an odd offset) is copied through a
-// per-Request bounce buffer, allocated once and kept. An RDMA transport avoids that
+// per-Request bounce buffer, kept for the next command up to 16 KiB (a larger one, as a
+// Compare's read, is dropped when its command completes). An RDMA transport avoids that
 // copy for in-capsule writes by receiving each capsule into two SGEs: the 64-byte SQE,
 // then a 4 KiB aligned buffer of InCapsuleDataSize bytes that becomes ICD.
 //

@@ -262,6 +262,7 @@ func (r *Request) ioDone(br *backend.Request) {
 			copy(r.Data[:r.Length], br.Buf)
 		}
 	}
+	r.dropBounce()
 	if st != nvmeproto.StatusSuccess {
 		if br.Err != nil {
 			q.log.Debug("backend error", "nsid", ns.nsid, "op", br.Op.String(), "slba", br.SLBA, "err", br.Err)

@@ -76,10 +76,25 @@ type Request struct {
 }
 
 // alignedBuf returns an aligned.Alignment-aligned slice of n bytes from r's scratch
-// buffer, growing it (once) when it is too small.
+// buffer, growing it when it is too small.
 func (r *Request) alignedBuf(n int) []byte {
 	if cap(r.bounce) < n {
 		r.bounce = aligned.Bytes(n)
 	}
 	return r.bounce[:n]
+}
+
+// bounceKeep is the largest scratch buffer a Request keeps once its command is done.
+// Larger ones (a Compare's read, an unaligned transfer larger than in-capsule data) are
+// dropped then: what the core holds outside the transport's buffers is bounded by the
+// commands in flight, each backed by a transport buffer of its size, and not by the
+// largest transfer each of a transport's Requests ever made (a host sending Compares of
+// the largest size on every slot of every queue).
+const bounceKeep = 16 << 10
+
+// dropBounce lets go of a scratch buffer larger than bounceKeep.
+func (r *Request) dropBounce() {
+	if cap(r.bounce) > bounceKeep {
+		r.bounce = nil
+	}
 }

@@ -145,6 +145,22 @@ func TestTransportContract(t *testing.T) {
 	if r.Dir != nvmeproto.DirCtrlToHost || r.Length != 4096 || len(r.SGL) != 1 || r.SGL[0].Key != 9 || r.SGL[0].Address != 0x1000 {
 		t.Errorf("request description: dir %v length %d sgl %v", r.Dir, r.Length, r.SGL)
 	}
+	// A 64 KiB Compare reads into the Request's scratch buffer, which is not kept: a
+	// host's largest Compares on every slot would otherwise pin that much per Request.
+	big := bytes.Repeat([]byte{3, 1, 4, 1, 5, 9, 2, 6}, 8<<10)
+	w64 := nvmeproto.Command{Opcode: nvmeproto.OpWrite, Flags: nvmeproto.PSDTSGL << 6, NSID: 1, SGL: keyed(len(big)), CDW12: 127}
+	buf64 := aligned.Bytes(len(big))
+	if c := tio.submit(t, qio, r, w64, big, buf64); !c.Status.Success() {
+		t.Fatalf("64 KiB write: %v", c.Status)
+	}
+	cmp := w64
+	cmp.Opcode = nvmeproto.OpCompare
+	if c := tio.submit(t, qio, r, cmp, big, buf64); !c.Status.Success() {
+		t.Fatalf("64 KiB compare of what was written: %v", c.Status)
+	}
+	if n := cap(r.bounce); n > bounceKeep {
+		t.Errorf("after a 64 KiB Compare the Request keeps a %d-byte scratch buffer (at most %d)", n, bounceKeep)
+	}
 	// Fail: the transport could not fetch the data.
 	r.Cmd = w
 	if !qio.Begin(r) {
@@ -171,8 +187,8 @@ func TestTransportContract(t *testing.T) {
 			}
 		}
 	}
-	if n := len(tio.cqes); n != 5 {
-		t.Errorf("%d completions on the I/O queue, want 5", n)
+	if n := len(tio.cqes); n != 7 {
+		t.Errorf("%d completions on the I/O queue, want 7", n)
 	}
 	// Close the admin queue: the controller ends, the I/O queue is asked to disconnect.
 	q.Close()
