@@ -187,8 +187,8 @@ func (g AuthDHGroupID) String() string {
 // Secure channel concatenation values (SC_C of AUTH_Negotiate).
 const (
 	AuthSCNone          = 0x00 // no secure channel concatenation
-	AuthSCNewTLSPSK     = 0x01 // generate a TLS PSK for a new secure channel
-	AuthSCReplaceTLSPSK = 0x02 // replace the TLS PSK of the current secure channel
+	AuthSCNewTLSPSK     = 0x02 // generate a TLS PSK for a new secure channel
+	AuthSCReplaceTLSPSK = 0x03 // replace the TLS PSK of the current secure channel
 )
 
 // Sizes of the fixed parts of the authentication messages.
@@ -227,7 +227,7 @@ type AuthNegotiate struct {
 
 // Size returns the encoded size of n.
 func (n *AuthNegotiate) Size() int {
-	return AuthNegotiateHeaderSize + AuthProtocolDescSize*len(n.Protocols)
+	return AuthNegotiateHeaderSize + AuthProtocolDescSize*min(len(n.Protocols), 255)
 }
 
 // Marshal encodes n into the first n.Size() bytes of b. Identifier lists longer than 30
@@ -310,7 +310,9 @@ type AuthChallenge struct {
 }
 
 // Size returns the encoded size of c.
-func (c *AuthChallenge) Size() int { return AuthChallengeHeaderSize + len(c.C1) + len(c.DHValue) }
+func (c *AuthChallenge) Size() int {
+	return AuthChallengeHeaderSize + min(len(c.C1), 0xFF) + min(len(c.DHValue), 0xFFFF)
+}
 
 // Marshal encodes c into the first c.Size() bytes of b. HL is len(c.C1) (at most 255) and
 // DHVLEN len(c.DHValue) (at most 65535).
@@ -358,7 +360,7 @@ type AuthReply struct {
 
 // Size returns the encoded size of r.
 func (r *AuthReply) Size() int {
-	return AuthReplyHeaderSize + 2*len(trunc(r.R1, 0xFF)) + len(r.DHValue)
+	return AuthReplyHeaderSize + 2*min(len(r.R1), 0xFF) + min(len(r.DHValue), 0xFFFF)
 }
 
 // Marshal encodes r into the first r.Size() bytes of b. HL is len(r.R1); C2 is written

@@ -306,3 +306,57 @@ func TestAuthIDs(t *testing.T) {
 		t.Error("AUTHREQ bits")
 	}
 }
+
+// TestAuthOversizedFields: fields longer than their length byte can say are truncated,
+// and Size says what Marshal writes — no byte of a reused buffer past the message is left
+// for a reader of Size() bytes, and the decoded message has the same Size.
+func TestAuthOversizedFields(t *testing.T) {
+	protos := make([]AuthProtocolDescriptor, 300)
+	for i := range protos {
+		protos[i] = AuthProtocolDescriptor{AuthID: AuthTypeDHHMACCHAP, HashIDs: []AuthHashID{AuthHashSHA256}}
+	}
+	msgs := []struct {
+		name string
+		m    interface {
+			Size() int
+			Marshal([]byte)
+		}
+		decode func([]byte) (int, error)
+	}{
+		{"negotiate with 300 descriptors", &AuthNegotiate{TID: 1, Protocols: protos}, func(b []byte) (int, error) {
+			var n AuthNegotiate
+			err := n.Unmarshal(b)
+			return n.Size(), err
+		}},
+		{"challenge with a 300-byte C1", &AuthChallenge{TID: 2, C1: make([]byte, 300), DHValue: make([]byte, 70000)}, func(b []byte) (int, error) {
+			var c AuthChallenge
+			err := c.Unmarshal(b)
+			return c.Size(), err
+		}},
+		{"reply with a 300-byte R1", &AuthReply{TID: 3, R1: make([]byte, 300), DHValue: make([]byte, 70000)}, func(b []byte) (int, error) {
+			var r AuthReply
+			err := r.Unmarshal(b)
+			return r.Size(), err
+		}},
+	}
+	for _, tc := range msgs {
+		n := tc.m.Size()
+		b := bytes.Repeat([]byte{0xEE}, n+16)
+		tc.m.Marshal(b)
+		if !bytes.Equal(b[n:], bytes.Repeat([]byte{0xEE}, 16)) {
+			t.Errorf("%s: Marshal wrote past Size() = %d", tc.name, n)
+		}
+		got, err := tc.decode(b[:n])
+		if err != nil {
+			t.Errorf("%s: decoding what Marshal wrote into Size() = %d bytes: %v", tc.name, n, err)
+			continue
+		}
+		if got != n {
+			t.Errorf("%s: Size() %d, the decoded message's %d (Marshal wrote less than Size says)", tc.name, n, got)
+		}
+	}
+	// SC_C as the Linux host sends it (NVME_AUTH_SECP_NEWTLSPSK, _REPLACETLSPSK).
+	if AuthSCNone != 0 || AuthSCNewTLSPSK != 0x02 || AuthSCReplaceTLSPSK != 0x03 {
+		t.Errorf("SC_C values %#x %#x %#x, want 0 2 3", AuthSCNone, AuthSCNewTLSPSK, AuthSCReplaceTLSPSK)
+	}
+}

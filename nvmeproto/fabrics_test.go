@@ -259,14 +259,14 @@ func TestDisconnectAuthGolden(t *testing.T) {
 	raw, cmd := sqe(t, func(b []byte) {
 		b[0] = OpFabrics
 		b[4] = byte(FabricsDisconnect)
-		put(b, 40, 2, 0)
+		put(b, 40, 2, 0x1234) // RECFMT (0 on the wire; another value pins the offset)
 	})
 	var d DisconnectCommand
 	d.FromCommand(cmd)
 	var back Command
 	d.ToCommand(&back)
-	if d.RecFmt != 0 || !bytes.Equal(marshalSQE(&back), raw) {
-		t.Error("Disconnect")
+	if d.RecFmt != 0x1234 || !bytes.Equal(marshalSQE(&back), raw) {
+		t.Errorf("Disconnect: RECFMT %#x, want 0x1234 (bytes 40..41); re-encoded equal %v", d.RecFmt, bytes.Equal(marshalSQE(&back), raw))
 	}
 
 	// Kernel nvmf_auth_send_command: 41 spsp0 · 42 spsp1 · 43 secp · 44 tl.

@@ -230,7 +230,7 @@ func FuzzDiscoveryLog(f *testing.F) {
 		if err := l.Unmarshal(b); err != nil {
 			return
 		}
-		if len(l.Entries) > len(b)/DiscoveryLogEntrySize {
+		if len(l.Entries) > (len(b)-DiscoveryLogHeaderSize)/DiscoveryLogEntrySize {
 			t.Fatalf("%d entries from %d bytes", len(l.Entries), len(b))
 		}
 		out := make([]byte, l.Size())

@@ -105,14 +105,14 @@ func pattern(size int) uint64 {
 func runFieldCases[T any](t *testing.T, total int, marshal func(*T, []byte), unmarshal func(*T, []byte) error, cases []fieldCase[T]) {
 	t.Helper()
 	var zero T
-	base := make([]byte, total)
-	marshal(&zero, base) // what an all-zero T encodes to (space padded strings etc.)
+	base := bytes.Repeat([]byte{0xA5}, total) // encoders overwrite every byte: a reused buffer keeps none of its old ones
+	marshal(&zero, base)                      // what an all-zero T encodes to (space padded strings etc.)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			v := pattern(c.size)
 			var x T
 			c.set(&x, v)
-			b := make([]byte, total)
+			b := bytes.Repeat([]byte{0x5A}, total)
 			marshal(&x, b)
 			if got := get(b, c.off, c.size); got != v {
 				t.Errorf("encode: bytes %d..%d = %#x, want %#x", c.off, c.off+c.size-1, got, v)

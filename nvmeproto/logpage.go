@@ -1,9 +1,6 @@
 package nvmeproto
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // LID is a log page identifier (Get Log Page CDW10 bits 7:0).
 type LID uint8
@@ -92,8 +89,8 @@ func (g *GetLogPageCommand) SetLength(n uint64) {
 	if d == 0 {
 		d = 1
 	}
-	if d > math.MaxUint32 {
-		d = math.MaxUint32
+	if d > 1<<32 { // NUMD 0xFFFFFFFF: 2^34 bytes, the most a command can ask for
+		d = 1 << 32
 	}
 	g.NUMD = uint32(d - 1)
 }

@@ -241,3 +241,18 @@ func TestANALogGolden(t *testing.T) {
 	}
 	_ = ANAChange.String()
 }
+
+// TestGetLogPageSetLength: NUMD is 0's based in dwords, so the largest transfer (NUMD
+// 0xFFFFFFFF) is 2^34 bytes; lengths beyond it are clamped to it, partial dwords round up.
+func TestGetLogPageSetLength(t *testing.T) {
+	for _, c := range []struct {
+		n    uint64
+		numd uint32
+	}{{0, 0}, {1, 0}, {4, 0}, {5, 1}, {4096, 1023}, {1 << 34, 0xFFFFFFFF}, {1<<34 + 4, 0xFFFFFFFF}, {1 << 40, 0xFFFFFFFF}} {
+		var g GetLogPageCommand
+		g.SetLength(c.n)
+		if g.NUMD != c.numd {
+			t.Errorf("SetLength(%d): NUMD %#x, want %#x", c.n, g.NUMD, c.numd)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package nvmeproto
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -33,7 +34,7 @@ func eq(t *testing.T, name string, got, want uint64) {
 // §1 Transport binding: port, CM private data REQ/REP/REJ, reject codes, queue sizing.
 func testRef1(t *testing.T) {
 	eq(t, "default port 4420", DefaultRDMAPort, 4420)
-	req := make([]byte, RDMAConnReqSize)
+	req := bytes.Repeat([]byte{0xA5}, RDMAConnReqSize) // reused buffers: reserved bytes are written
 	(&RDMAConnReq{RecFmt: 0, QID: 0x0102, HRQSize: 32, HSQSize: 31, CNTLID: 0x0304}).Marshal(req)
 	eq(t, "REQ size 32", RDMAConnReqSize, 32)
 	eq(t, "REQ recfmt@0 (must be 0)", get(req, 0, 2), 0)
@@ -50,7 +51,7 @@ func testRef1(t *testing.T) {
 	if err := r.Unmarshal(append(req, make([]byte, 24)...)); err != nil {
 		t.Errorf("REQ with padding beyond 32 bytes: %v", err)
 	}
-	rep := make([]byte, RDMAConnRepSize)
+	rep := bytes.Repeat([]byte{0xA5}, RDMAConnRepSize)
 	(&RDMAConnRep{CRQSize: 0x0506}).Marshal(rep)
 	eq(t, "REP size 32", RDMAConnRepSize, 32)
 	eq(t, "REP recfmt@0", get(rep, 0, 2), 0)

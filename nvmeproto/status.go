@@ -133,9 +133,6 @@ var (
 	StatusTransientTransportError     = MakeStatus(SCTGeneric, 0x22)
 	StatusProhibitedByLockdown        = MakeStatus(SCTGeneric, 0x23)
 	StatusAdminCommandMediaNotReady   = MakeStatus(SCTGeneric, 0x24)
-	StatusIOCommandSetNotSupported    = MakeStatus(SCTGeneric, 0x29)
-	StatusIOCommandSetNotEnabled      = MakeStatus(SCTGeneric, 0x2A)
-	StatusIOCommandSetCombination     = MakeStatus(SCTGeneric, 0x2B)
 	StatusInvalidIOCommandSet         = MakeStatus(SCTGeneric, 0x2C)
 	StatusLBAOutOfRange               = MakeStatus(SCTGeneric, 0x80)
 	StatusCapacityExceeded            = MakeStatus(SCTGeneric, 0x81)
@@ -182,6 +179,10 @@ var (
 	StatusSanitizeProhibitedPMR  = MakeStatus(SCTCommandSpecific, 0x23)
 	StatusANAGroupIDInvalid      = MakeStatus(SCTCommandSpecific, 0x24)
 	StatusANAAttachFailed        = MakeStatus(SCTCommandSpecific, 0x25)
+	// Identify I/O Command Set and Set Features I/O Command Set Profile.
+	StatusIOCommandSetNotSupported = MakeStatus(SCTCommandSpecific, 0x29)
+	StatusIOCommandSetNotEnabled   = MakeStatus(SCTCommandSpecific, 0x2A)
+	StatusIOCommandSetCombination  = MakeStatus(SCTCommandSpecific, 0x2B)
 
 	// Fabrics (Connect and discovery) command specific codes.
 	StatusConnectIncompatibleFormat = MakeStatus(SCTCommandSpecific, 0x80)
