@@ -1,6 +1,7 @@
 #!/bin/bash
-# Install the Debian 12 packages the VM harness needs on the host, and those of the ceph
-# build and its single-node test cluster.
+# Install the Debian 12 packages the VM harness needs on the host, those of the ceph build
+# and its single-node test cluster, and the tools `make test` itself runs (.ci/run calls this
+# on a fresh machine before `make test`).
 #
 # The guest boots Debian's kernel but runs the host's own userland (the host's / is its
 # read-only root over virtio-9p), so every tool a guest script uses is installed here.
@@ -16,6 +17,7 @@ PACKAGES=(
 	strace                                                          # the bench sampler's system-call test
 	librbd-dev librados-dev                                         # the ceph build (rbd backend)
 	ceph-mon ceph-mgr ceph-osd ceph-common python3-rados uuid-runtime # its test cluster (integration/ceph)
+	make git ca-certificates                                        # make test itself; git ls-files (make check); Go's module downloads over HTTPS
 )
 
 SUDO=()
