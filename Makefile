@@ -26,7 +26,9 @@ build-ceph:
 
 # Formatting and static checks, with and without the cgo RDMA binding.
 check vet:
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@files=$$(git ls-files '*.go') && [ -n "$$files" ] || { echo "check: git ls-files lists no Go files"; exit 1; }; \
+	out=$$(gofmt -l $$files) || { echo "gofmt failed (status $$?):"; echo "$$out"; exit 1; }; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags nordma ./...
 	@if [ -f /usr/include/rbd/librbd.h ]; then echo "$(GO) vet -tags $(CEPH_TAGS) ./..."; $(GO) vet -tags $(CEPH_TAGS) ./...; \
