@@ -33,10 +33,18 @@ run_one() { # <pkg> <dir> <name>: 0 pass, 1 fail, 2 flake
 	return 1
 }
 
-for pkg in $(go list ./${FUZZ_PKGS:-...}); do
-	dir=$(go list -f '{{.Dir}}' "$pkg")
+# A package that cannot be listed, or whose tests do not build (go test -list fails), is a
+# failure: its fuzz targets would otherwise be left out without a word.
+pkgs=$(go list ./${FUZZ_PKGS:-...}) || { failed+=("go list ./${FUZZ_PKGS:-...}"); echo "FAIL  go list ./${FUZZ_PKGS:-...}"; }
+for pkg in $pkgs; do
+	dir=$(go list -f '{{.Dir}}' "$pkg") || { failed+=("$pkg (go list)"); echo "FAIL  ${pkg#github.com/gonvmf/gonvmf/}: go list failed"; continue; }
 	grep -q -E "^func Fuzz[A-Za-z0-9_]+\\(" "$dir"/*_test.go 2>/dev/null || continue
-	for name in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz'); do
+	names=$(go test -list '^Fuzz' "$pkg") || {
+		failed+=("$pkg (go test -list)")
+		echo "FAIL  ${pkg#github.com/gonvmf/gonvmf/}: go test -list failed (its fuzz targets did not run)"
+		continue
+	}
+	for name in $(grep '^Fuzz' <<< "$names"); do
 		rc=0
 		run_one "$pkg" "$dir" "$name" || rc=$?
 		[ $rc -eq 2 ] && { rc=0; run_one "$pkg" "$dir" "$name" || rc=$?; }
