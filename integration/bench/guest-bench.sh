@@ -553,11 +553,24 @@ run_jobs() {
 	fpid=$!
 	cpu_windows "$TPID" "$fpid" "${cpus[@]}" &
 	sp=$!
-	{ nap $((${#JOBS[@]} * (RUNTIME + RAMP + 30) + 120)) || kill -TERM "$fpid"; } > /dev/null 2>&1 & # watchdog
+	# watchdog: fio still running past every job's time and some slack gets SIGTERM, then
+	# SIGKILL 30 s later; killed itself as soon as fio is done. nap always returns 0; kill
+	# may find fio gone (its status is ignored: a background job's does not count).
+	local wd_s=$((${#JOBS[@]} * (RUNTIME + RAMP + 30) + 120))
+	{
+		nap "$wd_s"
+		echo "fio still running after $wd_s s: the watchdog sent SIGTERM" > "$OUT/fio/$tag.watchdog"
+		kill -TERM "$fpid"
+		nap 30
+		kill -KILL "$fpid"
+	} > /dev/null 2>&1 &
 	wd=$!
 	wait "$fpid"
 	rc=$?
 	kill "$wd" 2> /dev/null
+	if [ -s "$OUT/fio/$tag.watchdog" ]; then
+		log "  $(cat "$OUT/fio/$tag.watchdog")"
+	fi
 	if [ $rc != 0 ]; then
 		log "  fio exited $rc: $(tail -n 2 "$OUT/fio/$tag.log" | tr '\n' ' ')"
 	else
