@@ -5,8 +5,9 @@
 #
 # Setup: checks the host, builds or refreshes the guest image (integration/vm/vm.sh image),
 # builds $GONVMF_BUILD/bin/gonvmf (if cmd/gonvmf exists), the suites' helpers
-# (integration/cmd/NAME → $GONVMF_BUILD/bin/NAME) and, for the go-tests suite, one test
-# binary per package with a `func TestRDMA...` in a _test.go file.
+# (integration/cmd/NAME → $GONVMF_BUILD/bin/NAME) and, for the go-tests suite and any suite
+# that runs one ($GONVMF_BUILD/tests/ in its script, e.g. 30-initiator), one test binary per
+# package with a `func TestRDMA...` in a _test.go file.
 # Suites: every integration/tests/*.sh, sorted by name, then the built-in go-tests suite
 # (the TestRDMA* tests of those packages, all in one guest, with GONVMF_REQUIRE_RDMA=1).
 # A NAME selects the suites whose name contains it (e.g. "smoke", "00-lab-smoke", "go-tests").
@@ -84,8 +85,15 @@ else
 			{ echo "run-tests.sh: no suite matches '$n'; suites: ${all[*]}" >&2; exit 2; }
 	done
 fi
+# wants_go_tests: the TestRDMA test binaries are built (go-tests runs them all; a suite
+# naming $GONVMF_BUILD/tests/ in its script runs some itself).
 wants_go_tests=0
-for s in "${selected[@]}"; do [ "$s" = go-tests ] && wants_go_tests=1; done
+for s in "${selected[@]}"; do
+	# shellcheck disable=SC2016 # the literal text $GONVMF_BUILD/tests/
+	if [ "$s" = go-tests ] || grep -qF -- '$GONVMF_BUILD/tests/' "$INTEG/tests/$s.sh" 2> /dev/null; then
+		wants_go_tests=1
+	fi
+done
 
 # ---- setup ----
 t_setup=$(date +%s)
