@@ -515,12 +515,14 @@ cmd_run() {
 
 	local drive=() img=
 	if [ -n "$disk" ]; then
-		mkdir -p "$VM_DIR/disks"
-		img=$VM_DIR/disks/$(basename "$out").img
-		rm -f "$img"
+		# a name of its own: guests running at the same time never share a disk
+		mkdir -p "$VM_DIR/disks" && img=$(mktemp --suffix=.img "$VM_DIR/disks/$name.XXXXXX") ||
+			die "cannot create a scratch disk file in $VM_DIR/disks"
 		truncate -s "$disk" "$img" &&
-			mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$img" ||
+			mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$img" || {
+			rm -f "$img"
 			die "cannot create the $disk scratch disk $img"
+		}
 		drive=(-drive "file=${img//,/,,},if=virtio,format=raw")
 	fi
 
