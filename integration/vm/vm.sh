@@ -263,17 +263,24 @@ image_state() {
 	echo ok
 }
 
-# build_initramfs <image dir>: busybox-static, the stage-1 modules and init.
+# build_initramfs <image dir>: busybox-static, the stage-1 modules and init. Every failed
+# step returns 1 before the file gets its final name (callers run it on the left of ||,
+# where set -e is off): an initramfs short of a module or a tool is never cached.
 build_initramfs() {
 	local img=$1 kver name ir m ko b
 	kver=$(manifest_get "$img" KVER)
+	[ -n "$kver" ] || {
+		msg "no KVER in $img/manifest"
+		return 1
+	}
 	name=$(initramfs_name)
 	ir=$img/initramfs.d
-	rm -rf "$ir"
-	mkdir -p "$ir"/{bin,dev,proc,sys,ro,rw,newroot,lib/modules}
-	cp /bin/busybox "$ir/bin/busybox"
-	for m in sh mount insmod mkdir cat cp sleep poweroff switch_root; do ln -s busybox "$ir/bin/$m"; done
-	: > "$ir/modules.list"
+	rm -rf "$ir" &&
+		mkdir -p "$ir"/{bin,dev,proc,sys,ro,rw,newroot,lib/modules} &&
+		cp /bin/busybox "$ir/bin/busybox" || return 1
+	for m in sh mount insmod mkdir cat cp sleep poweroff switch_root; do ln -s busybox "$ir/bin/$m" || return 1; done
+	: > "$ir/modules.list" || return 1
+	# pipefail: a failed modprobe (first stage) or copy (last stage) fails the pipeline
 	for m in $INITRAMFS_MODULES; do
 		modprobe -d "$img/kernel" -S "$kver" --show-depends "$m" || return 1
 	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r ko; do
@@ -283,16 +290,22 @@ build_initramfs() {
 		*.ko.xz) b=${b%.xz}; xz -dc "$ko" > "$ir/lib/modules/$b" ;;
 		*.ko.zst) b=${b%.zst}; zstd -q -dc "$ko" > "$ir/lib/modules/$b" ;;
 		*) cp "$ko" "$ir/lib/modules/" ;;
-		esac && echo "$b" >> "$ir/modules.list"
-	done
+		esac && echo "$b" >> "$ir/modules.list" || return 1
+	done || {
+		msg "collecting the initramfs modules ($INITRAMFS_MODULES) of $kver failed"
+		return 1
+	}
 	[ -s "$ir/modules.list" ] || {
 		msg "no initramfs modules found for $kver"
 		return 1
 	}
-	cp "$HERE/init-stage1.sh" "$ir/init" && chmod 755 "$ir/init"
-	echo "$kver" > "$ir/KVER"
-	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$img/$name.tmp" &&
-		mv "$img/$name.tmp" "$img/$name" && rm -rf "$ir"
+	cp "$HERE/init-stage1.sh" "$ir/init" && chmod 755 "$ir/init" &&
+		echo "$kver" > "$ir/KVER" || return 1
+	(cd "$ir" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$img/$name.tmp" || {
+		rm -f "$img/$name.tmp"
+		return 1
+	}
+	mv "$img/$name.tmp" "$img/$name" && rm -rf "$ir"
 }
 
 # build_image: download the pinned kernel package, unpack it, depmod, extract vmlinux, check
