@@ -25,7 +25,9 @@
 # KERNELS table below (e.g. 6.12), or an exact package name, optionally with "@<suite>"
 # for a suite the host's apt sources lack (e.g. linux-image-...@bookworm-backports). Such a
 # suite is used through a private apt state under $GONVMF_VM_DIR/apt/ for the download
-# only: the host's apt configuration is not changed.
+# only: the host's apt configuration is not changed. A named kernel's exact package is used
+# when apt has it; when its suite no longer does (backports keeps few uploads), the package
+# that suite's linux-image-amd64 depends on, if it is of the same series (linux-image-<K>.*).
 
 # The whole script is one { } block, parsed before it runs: editing this file cannot
 # disturb a vm.sh that is already running.
@@ -43,7 +45,9 @@ INITRAMFS_MODULES="virtio_pci virtio_blk 9pnet_virtio 9p overlay"
 GUEST_MODULES="configfs dummy rdma_rxe ib_uverbs rdma_ucm nvme_rdma nvmet nvmet_rdma null_blk brd ext4"
 
 # Named kernels: <name> <package>[@<apt suite>]. 6.12 has NVMe in-band authentication
-# (CONFIG_NVME_HOST_AUTH, CONFIG_NVME_TARGET_AUTH) and NVMe/TCP TLS, which 6.1 lacks.
+# (CONFIG_NVME_HOST_AUTH, CONFIG_NVME_TARGET_AUTH) and NVMe/TCP TLS, which 6.1 lacks. The
+# package is the one the project has verified; without it in apt, the suite's
+# linux-image-amd64 dependency of the same series stands in (resolve_kernel_fallback).
 KERNELS=(
 	"6.12 linux-image-6.12.95+deb12-amd64@bookworm-backports"
 )
@@ -114,17 +118,18 @@ check_host() {
 # `vm.sh image` or `vm.sh clean` gets both exclusively (no guest running, no build).
 
 # select_kernel <K>: sets KSEL (the name), IMG_ROOT, KSEL_PKG (the package, empty: the
-# default) and KSEL_SUITE (an apt suite outside the host's sources, or empty).
+# default), KSEL_SUITE (an apt suite outside the host's sources, or empty) and KSEL_NAMED
+# (1: K is a name from KERNELS, which may fall back to another package of its series).
 select_kernel() {
 	local k=${1:-} e
-	KSEL=$k KSEL_PKG="" KSEL_SUITE="" IMG_ROOT=$VM_DIR
+	KSEL=$k KSEL_PKG="" KSEL_SUITE="" KSEL_NAMED=0 IMG_ROOT=$VM_DIR
 	case $k in
 	"" | default) KSEL="" ; return 0 ;;
 	*/* | *[[:space:]]* | .*) usage_error "--kernel '$k' is not a kernel name (see: vm.sh kernels)" ;;
 	esac
 	for e in "${KERNELS[@]}"; do
 		if [ "${e%% *}" = "$k" ]; then
-			KSEL_PKG=${e#* }
+			KSEL_PKG=${e#* } KSEL_NAMED=1
 			break
 		fi
 	done
@@ -190,21 +195,29 @@ kapt_update() {
 # Empty if apt cannot tell. apt-cache takes 1-2 s per call here, so the answer is kept in
 # <root>/kernel-pin until the package lists change.
 resolve_kernel() {
-	local key pin=$IMG_ROOT/kernel-pin lists=/var/lib/apt/lists
-	[ -n "$KSEL_SUITE" ] && lists=$VM_DIR/apt/$KSEL_SUITE/lists
+	local key pin=$IMG_ROOT/kernel-pin
 	mkdir -p "$IMG_ROOT"
-	key=$({
-		echo "${GONVMF_VM_KPKG:-} $KSEL_PKG $KSEL_SUITE"
-		stat -c '%n %Y %s' "$lists"/*Packages* 2> /dev/null || true
-	} | sha256sum | cut -c1-32)
+	key=$(kernel_pin_key)
 	if [ -f "$pin" ] && [ "$(sed -n 1p "$pin")" = "$key" ]; then
 		KPKG=$(sed -n 2p "$pin")
 		KPKG_VERSION=$(sed -n 3p "$pin")
 		[ -n "$KPKG_VERSION" ] && return 0
 	fi
 	resolve_kernel_apt
+	# a private suite's lists may have been updated just now: the answer is theirs
+	[ -n "$KSEL_SUITE" ] && key=$(kernel_pin_key)
 	[ -n "$KPKG_VERSION" ] && printf '%s\n%s\n%s\n' "$key" "$KPKG" "$KPKG_VERSION" > "$pin"
 	return 0
+}
+
+# kernel_pin_key: what the kernel-pin answer depends on: the selection and the package lists.
+kernel_pin_key() {
+	local lists=/var/lib/apt/lists
+	[ -n "$KSEL_SUITE" ] && lists=$VM_DIR/apt/$KSEL_SUITE/lists
+	{
+		echo "${GONVMF_VM_KPKG:-} $KSEL_PKG $KSEL_SUITE"
+		stat -c '%n %Y %s' "$lists"/*Packages* 2> /dev/null || true
+	} | sha256sum | cut -c1-32
 }
 
 resolve_kernel_apt() {
@@ -227,7 +240,29 @@ resolve_kernel_apt() {
 			if [ -n "$KPKG_VERSION" ] || [ -z "$KSEL_SUITE" ]; then break; fi
 		done
 	fi
+	[ -n "$KPKG_VERSION" ] || [ "$KSEL_NAMED" != 1 ] || resolve_kernel_fallback
 	return 0
+}
+
+# resolve_kernel_fallback: for a named kernel whose exact package apt does not have (after
+# a fresh update of a private suite's lists): sets KPKG/KPKG_VERSION to the package that
+# linux-image-amd64 of the same apt sources depends on, if its name is linux-image-<KSEL>.*
+# (another upload of the same kernel series), and says so; else leaves them as they are.
+resolve_kernel_fallback() {
+	local pkg ver
+	pkg=$(kapt apt-cache depends linux-image-amd64 2> /dev/null |
+		awk '/Depends: linux-image-[0-9]/ { print $2; exit }') || true
+	case $pkg in
+	linux-image-"$KSEL".*) ;;
+	*)
+		msg "kernel $KSEL: apt${KSEL_SUITE:+ ($KSEL_SUITE)} has neither the pinned $KSEL_PKG nor a linux-image-amd64 of the $KSEL series (it depends on '${pkg:-nothing}')"
+		return 0
+		;;
+	esac
+	ver=$(kapt apt-cache policy "$pkg" 2> /dev/null | awk '/Candidate:/ { print $2; exit }') || true
+	[ -n "$ver" ] && [ "$ver" != "(none)" ] || return 0
+	msg "kernel $KSEL: the pinned $KSEL_PKG is not in apt${KSEL_SUITE:+ ($KSEL_SUITE)}; using $pkg $ver instead (what linux-image-amd64 there depends on)"
+	KPKG=$pkg KPKG_VERSION=$ver
 }
 
 # initramfs_name: the initramfs file name for the current stage 1, busybox and module list.
@@ -429,6 +464,9 @@ cmd_image() {
 	ensure_image
 	gc_images
 	msg "image${KSEL:+ ($KSEL)}: $(manifest_get "$IMG" KPKG) $(manifest_get "$IMG" KPKG_VERSION) (kernel $(manifest_get "$IMG" KVER), built $(manifest_get "$IMG" BUILT)); checked in $(elapsed "$t0") s"
+	if [ -n "$KSEL_PKG" ] && [ "$(manifest_get "$IMG" KPKG)" != "$KSEL_PKG" ]; then
+		msg "image ($KSEL): NOT the pinned $KSEL_PKG, which apt${KSEL_SUITE:+ ($KSEL_SUITE)} does not have: $(manifest_get "$IMG" KPKG) stands in for it"
+	fi
 }
 
 # ---- running a guest ----
