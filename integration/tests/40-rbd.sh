@@ -127,4 +127,6 @@ for rw in randread randwrite; do
 done
 log "numbers (4 KiB, QD 16, 5 s, in this TCG guest):"
 cat "$OUT/numbers.txt"
+nvme_disconnect_all
+check gonvmf-stop-final rbd_stop
 finish

@@ -160,7 +160,7 @@ require connect_host $PORT "$HOSTA" "$IDA"
 A=$DEV
 check gonvmf-ptpl-clear nv ptpl-clear resv-release "$A" -n 1 --crkey=$KA --rrela=1
 nvme_disconnect_all
-gonvmf_stop
+check gonvmf-stop-final gonvmf_stop
 
 # ---- the Linux kernel target, same script ----
 P=nvmet

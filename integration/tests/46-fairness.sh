@@ -292,4 +292,6 @@ else
 fi
 
 host_no_timeouts fairness
+nvme_disconnect_all
+check gonvmf-stop gonvmf_stop
 finish

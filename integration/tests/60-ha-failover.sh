@@ -359,8 +359,8 @@ else
 fi
 
 check nvme-disconnect nvme_disconnect "$NQN"
-ha_stop A
-ha_stop B
+check gonvmf-stop-a ha_stop A
+check gonvmf-stop-b ha_stop B
 
 # =============================== Linux target ===============================
 # knvmet_port <id> <trsvcid> <state of group 1>: an nvmet rdma port with the subsystem.
