@@ -54,6 +54,12 @@ perf_json() {
 	fi
 }
 
+# perf_up <log> <pid>: the background perf printed its header (connected and identified: its
+# I/O starts right after) or has exited.
+perf_up() { grep -q '^perf: .* queue depth ' "$1" || ! kill -0 "$2" 2> /dev/null; }
+# PERF_IO_SECS: how long perf's I/O runs before its target is taken away.
+PERF_IO_SECS=5
+
 perf_line() {
 	python3 - "$1" << 'PY'
 import json, sys
@@ -165,7 +171,8 @@ compare kernel "$KNULL" 4420
 log "kernel target: unlink the subsystem under perf"
 bg_start k-gone "$G" perf -a "$RXE_IP" -n "$KNULL" --rw randread -q 16 -T 600s --progress=false
 gone=$BG_PID
-sleep 8
+wait_for 120 perf_up "$OUT/k-gone.log" "$gone" || log "perf printed no header in 120 s"
+nap $PERF_IO_SECS
 rm -f "$NVMET_CFG/ports/4420/subsystems/$KNULL"
 start=$(date +%s)
 rc=0
@@ -249,7 +256,8 @@ fi
 log "gonvmf: kill the target under perf"
 bg_start g-gone "$G" perf -a "$RXE_IP" -s "$GPORT" -n "$GNULL" --rw randread -q 16 -T 600s --progress=false
 gone=$BG_PID
-sleep 8
+wait_for 120 perf_up "$OUT/g-gone.log" "$gone" || log "perf printed no header in 120 s"
+nap $PERF_IO_SECS
 kill -9 "$serve"
 start=$(date +%s)
 rc=0
