@@ -979,6 +979,8 @@ func (c *conn) probe() {
 	c.sigOut++
 	c.probeOut, c.probeSeq = true, c.respSeq
 	c.g.m.probes.Add(1)
+	c.log.Debug("responses posted unsignaled on a quiet queue: a zero-length RDMA WRITE behind them retires them",
+		"cntlid", c.q.ControllerID(), "responses", c.unsig.len(), "pool_bytes", c.unsigBytes)
 }
 
 // onProbe completes the probe: every response posted before it is complete too.
