@@ -570,6 +570,10 @@ func (c *Controller) Done() <-chan struct{} { return c.done }
 
 // Close shuts the controller down (Shutdown, bounded by the admin timeout) and frees
 // everything. It is idempotent.
+//
+// After Close, GetBuffer fails with ErrClosed. Pool buffers still held stay valid until
+// released: the pool's memory, the transport and the dedicated buffers (AllocBuffer) are
+// freed when the last pool buffer is returned, at once when none is out.
 func (c *Controller) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.opts.AdminTimeout, 30*time.Second))
 	defer cancel()
@@ -578,7 +582,7 @@ func (c *Controller) Close() error {
 
 // Shutdown waits (until ctx ends) for outstanding I/O to complete, disconnects the I/O
 // queues, shuts the controller down (CC.SHN normal, then CSTS.SHST complete), disconnects
-// the admin queue and frees all memory. It is idempotent.
+// the admin queue and frees the memory (see Close). It is idempotent.
 func (c *Controller) Shutdown(ctx context.Context) error {
 	c.closeMu.Lock()
 	if c.closed {
@@ -627,7 +631,7 @@ func (c *Controller) shutdownController(ctx context.Context) error {
 }
 
 // teardown fails every queue, waits for their completion goroutines and frees the
-// transport and memory.
+// transport and memory (the pool's and the transport's once no pool buffer is out).
 func (c *Controller) teardown() {
 	c.closing.Store(true)
 	c.fail(ErrClosed)
@@ -640,10 +644,22 @@ func (c *Controller) teardown() {
 		}
 	}
 	c.bg.Wait()
-	if c.pool != nil {
-		close(c.pool.closed)
-		c.pool.reg.release()
+	if c.pool == nil {
+		c.closeTransport()
+		return
 	}
+	// A caller may still hold a pool buffer (or be copying into one it got before
+	// Close): the pool memory, and the transport it is registered with, are freed when
+	// the last one is returned.
+	c.pool.close(func() {
+		if err := c.pool.reg.release(); err != nil {
+			c.log.Debug("releasing the buffer pool", "err", err)
+		}
+		c.closeTransport()
+	})
+}
+
+func (c *Controller) closeTransport() {
 	if err := c.tr.close(); err != nil {
 		c.log.Debug("closing the transport", "err", err)
 	}
@@ -681,7 +697,8 @@ func (c *Controller) IOQueues() int { return len(c.ioq) }
 func (c *Controller) IOQueue(i int) *IOQueue { return c.ioq[i] }
 
 // GetBuffer returns a buffer of n bytes (at most BufferChunkSize) from the controller's
-// pool of registered memory, waiting for one while all are in use.
+// pool of registered memory, waiting for one while all are in use. After Close it fails
+// with ErrClosed.
 func (c *Controller) GetBuffer(ctx context.Context, n int) (*Buffer, error) {
 	return c.pool.Get(ctx, n)
 }
@@ -691,7 +708,7 @@ func (c *Controller) BufferChunkSize() int { return c.pool.ChunkSize() }
 
 // AllocBuffer allocates n bytes of dedicated registered memory (page aligned; on RDMA
 // pinned and registered with remote access). Release frees it once no command uses it;
-// Close frees it in any case.
+// Close frees it in any case (see Close): do not use it afterwards.
 func (c *Controller) AllocBuffer(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("initiator: buffer of %d bytes", n)

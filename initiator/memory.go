@@ -102,13 +102,23 @@ func (b *Buffer) unref() {
 func (b *Buffer) addr(i int) uint64 { return b.reg.base + uint64(b.off+i) }
 
 // BufferPool hands out fixed-size chunks of one registered region.
+//
+// The region outlives every buffer handed out: state counts the pool's users (a Get in
+// progress, a buffer handed out and not yet returned) and, once close ran, holds
+// poolClosed. Get admits no user after close, so the memory is released exactly once,
+// by whichever of close and the last put leaves state at poolClosed with no user.
 type BufferPool struct {
-	reg    *region
-	chunk  int
-	bufs   []Buffer
-	free   chan int32
-	closed chan struct{}
+	reg     *region
+	chunk   int
+	bufs    []Buffer
+	free    chan int32
+	closed  chan struct{}
+	state   atomic.Int64
+	release func() // set by close; frees reg (and what must outlive it)
 }
+
+// poolClosed is the state bit close sets; the bits below it count users.
+const poolClosed = 1 << 62
 
 func newBufferPool(reg *region, chunk int) *BufferPool {
 	n := len(reg.mem) / chunk
@@ -126,10 +136,14 @@ func newBufferPool(reg *region, chunk int) *BufferPool {
 func (p *BufferPool) ChunkSize() int { return p.chunk }
 
 // Get returns a buffer of n bytes (at most ChunkSize), waiting for one to be released
-// while all are in use, until ctx ends.
+// while all are in use, until ctx ends. Once the controller is closed it returns an
+// error wrapping ErrClosed.
 func (p *BufferPool) Get(ctx context.Context, n int) (*Buffer, error) {
 	if n <= 0 || n > p.chunk {
 		return nil, fmt.Errorf("initiator: buffer of %d bytes: the pool hands out 1..%d", n, p.chunk)
+	}
+	if !p.enter() {
+		return nil, fmt.Errorf("initiator: pool buffer of %d bytes: %w", n, ErrClosed)
 	}
 	var i int32
 	select {
@@ -138,9 +152,11 @@ func (p *BufferPool) Get(ctx context.Context, n int) (*Buffer, error) {
 		select {
 		case i = <-p.free:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("initiator: waiting for a pool buffer: %w", ctx.Err())
+			p.leave()
+			return nil, fmt.Errorf("initiator: waiting for a pool buffer of %d bytes: %w", n, ctx.Err())
 		case <-p.closed:
-			return nil, ErrClosed
+			p.leave()
+			return nil, fmt.Errorf("initiator: waiting for a pool buffer of %d bytes: %w", n, ErrClosed)
 		}
 	}
 	b := &p.bufs[i]
@@ -149,4 +165,39 @@ func (p *BufferPool) Get(ctx context.Context, n int) (*Buffer, error) {
 	return b, nil
 }
 
-func (p *BufferPool) put(b *Buffer) { p.free <- b.idx }
+// put takes back a buffer whose last reference was dropped; its user leaves.
+func (p *BufferPool) put(b *Buffer) {
+	p.free <- b.idx
+	p.leave()
+}
+
+// enter admits a user; false once the pool is closed.
+func (p *BufferPool) enter() bool {
+	for {
+		s := p.state.Load()
+		if s&poolClosed != 0 {
+			return false
+		}
+		if p.state.CompareAndSwap(s, s+1) {
+			return true
+		}
+	}
+}
+
+// leave ends a user; the last one after close frees the memory.
+func (p *BufferPool) leave() {
+	if p.state.Add(-1) == poolClosed {
+		p.release()
+	}
+}
+
+// close refuses new users (Get fails with ErrClosed, waiting ones too) and runs release
+// once no buffer is out: now, or when the last one is returned. Called once (teardown).
+func (p *BufferPool) close(release func()) {
+	p.release = release
+	old := p.state.Or(poolClosed)
+	close(p.closed)
+	if old == 0 {
+		release()
+	}
+}
