@@ -493,12 +493,20 @@ func (c *Controller) onAER(r *Request) {
 	ev := nvmeproto.AsyncEvent(r.DW0)
 	c.bg.Add(1)
 	go func() {
-		defer c.bg.Done()
-		c.handleAER(ev)
+		ae, ok := c.handleAER(ev)
+		// The callback runs outside bg: it may call Close, whose teardown waits for bg.
+		// Close does not wait for it; only a callback due before Close began can run.
+		c.bg.Done()
+		if ok && c.opts.OnAsyncEvent != nil {
+			c.opts.OnAsyncEvent(ae)
+		}
 	}()
 }
 
-func (c *Controller) handleAER(ev nvmeproto.AsyncEvent) {
+// handleAER reads the event's log page (re-arming the event), rescans namespaces after a
+// change notice and resubmits the Asynchronous Event Request. It reports whether the
+// event is for the callback: false once the controller is closing.
+func (c *Controller) handleAER(ev nvmeproto.AsyncEvent) (AsyncEvent, bool) {
 	c.log.Info("asynchronous event", "event", ev.String())
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.AdminTimeout)
 	defer cancel()
@@ -525,9 +533,7 @@ func (c *Controller) handleAER(ev nvmeproto.AsyncEvent) {
 		}
 	}
 	c.submitAER()
-	if c.opts.OnAsyncEvent != nil {
-		c.opts.OnAsyncEvent(ae)
-	}
+	return ae, !c.closing.Load()
 }
 
 // fail marks the controller failed and fails every queue.

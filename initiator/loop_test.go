@@ -605,6 +605,41 @@ func TestLoopAsyncEvent(t *testing.T) {
 	}
 }
 
+// TestLoopAsyncEventClose: the OnAsyncEvent callback may close the controller.
+func TestLoopAsyncEventClose(t *testing.T) {
+	e := newEnv(t, nil)
+	closed := make(chan error, 1)
+	var c *initiator.Controller
+	var ready sync.WaitGroup
+	ready.Add(1)
+	c = e.dial(t, func(o *initiator.Options) {
+		o.OnAsyncEvent = func(initiator.AsyncEvent) {
+			ready.Wait()
+			closed <- c.Close()
+		}
+	})
+	ready.Done()
+	if err := e.tgt.AddNamespace(subNQN, conf.Namespace{NSID: 7, Backend: conf.BackendMemory, Size: 1 << 20, LBASize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close from the callback: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close called from the OnAsyncEvent callback did not return within 20 s")
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Error("controller not done after Close")
+	}
+	if !errors.Is(c.Err(), initiator.ErrClosed) {
+		t.Errorf("Err after Close = %v", c.Err())
+	}
+}
+
 // sglSpy counts the data pointers of the write commands that pass through a loop Conn.
 type sglSpy struct {
 	initiator.LoopConn

@@ -95,7 +95,8 @@ type Options struct {
 	// copying I/O API and for admin data (default 4 MiB).
 	BufferPoolSize int
 	// OnAsyncEvent, if set, is called (on its own goroutine) for every asynchronous event
-	// the controller reports.
+	// the controller reports, until Close begins. It may call Close: Close does not wait
+	// for a callback that is running (or was due before Close began) to return.
 	OnAsyncEvent func(AsyncEvent)
 	// Logger receives connection life-cycle messages (default slog.Default()).
 	Logger *slog.Logger
