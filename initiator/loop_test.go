@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -471,6 +472,52 @@ func TestLoopTimeout(t *testing.T) {
 	}
 }
 
+// TestLoopHugeTimeouts: command timeouts too long to add to the controller clock
+// (math.MaxInt64, "no timeout") never expire: a read held by the target for a second,
+// across several watchdog checks, completes, and so does an admin command.
+func TestLoopHugeTimeouts(t *testing.T) {
+	var sb *stallBackend
+	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		sb = &stallBackend{Backend: b, release: make(chan struct{})}
+		return sb, nil
+	}))
+	c := e.dial(t, func(o *initiator.Options) {
+		o.CommandTimeout = time.Duration(math.MaxInt64)
+		o.AdminTimeout = time.Duration(math.MaxInt64)
+	})
+	ns := c.Namespaces()[0]
+	// The controller clock, which deadlines are computed from, starts at 0 and is
+	// advanced by the watchdog every 100 ms: let it move first.
+	time.Sleep(time.Second)
+	sb.stalled.Store(true)
+	read := make(chan error, 1)
+	go func() {
+		_, err := ns.ReadAt(ctx(t), make([]byte, 4096), 0)
+		read <- err
+	}()
+	time.Sleep(time.Second) // the watchdog checks every 100 ms
+	sb.stalled.Store(false)
+	close(sb.release)
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Fatalf("read with a math.MaxInt64 command timeout: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("read not done 10 s after the target let it complete")
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("controller failed: %v", err)
+	}
+	if _, err := c.GetFeatures(ctx(t), nvmeproto.FIDNumberOfQueues, 0); err != nil {
+		t.Fatalf("admin command with a math.MaxInt64 admin timeout: %v", err)
+	}
+}
+
 // TestLoopContext: a cancelled context ends the call, not the command.
 func TestLoopContext(t *testing.T) {
 	var sb *stallBackend
@@ -538,6 +585,8 @@ func TestLoopOptions(t *testing.T) {
 		{initiator.Options{Transport: "tcp", SubNQN: subNQN}, "unknown transport"},
 		{initiator.Options{Transport: "loop", SubNQN: subNQN}, "needs Options.Loop"},
 		{initiator.Options{Addr: "10.0.0.1", SubNQN: subNQN, QueueSize: 5000}, "queue size"},
+		{initiator.Options{Transport: "loop", Loop: func(int) (initiator.LoopConn, error) { return nil, errors.New("not dialled") },
+			SubNQN: subNQN, KeepAlive: 50 * 24 * time.Hour}, "keep-alive timeout (Options.KeepAlive) 1200h0m0s is longer than the 1193h2m47.295s"},
 	} {
 		_, err := initiator.Dial(context.Background(), tc.o)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

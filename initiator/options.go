@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strconv"
 	"time"
@@ -30,6 +31,9 @@ const (
 	AdminQueueSize        = 32               // admin queue entries (hsqsize 31), as the Linux host
 	MaxQueueSize          = 1024             // largest I/O queue (the Linux host's range is 16..1024)
 )
+
+// maxKeepAlive is the longest KeepAlive: Connect carries KATO in 32 bits of milliseconds.
+const maxKeepAlive = math.MaxUint32 * time.Millisecond
 
 // LoopConn is one queue of an in-process loop transport. target/loop's *Conn satisfies
 // it; the initiator does not import the target, so cmd/gonvmf (or a test) wires the two
@@ -77,13 +81,15 @@ type Options struct {
 	QueueSize int
 	// KeepAlive is the keep-alive timeout (KATO) sent in Connect; Keep Alive commands go
 	// out every KeepAlive/2. Zero means DefaultKeepAlive for I/O controllers and none for
-	// discovery controllers; negative disables keep-alive.
+	// discovery controllers; negative disables keep-alive. At most 2^32-1 ms (about 49.7
+	// days), what Connect's KATO carries.
 	KeepAlive time.Duration
 	// ConnectTimeout bounds each queue's transport connection (address and route
 	// resolution, connection establishment); default 10 s.
 	ConnectTimeout time.Duration
 	// CommandTimeout bounds every I/O command (default 30 s) and AdminTimeout every admin
-	// command (default 60 s). A command that times out fails the controller: every queue
+	// command (default 60 s); a timeout too long to represent from now (math.MaxInt64)
+	// never expires. A command that times out fails the controller: every queue
 	// is disconnected and every outstanding command completes with an error, as the Linux
 	// host's error recovery does (without reconnecting).
 	CommandTimeout time.Duration
@@ -184,6 +190,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CommandTimeout < 0 || o.AdminTimeout < 0 || o.ConnectTimeout < 0 {
 		return o, errors.New("initiator: negative command timeout")
+	}
+	if o.KeepAlive.Round(time.Millisecond) > maxKeepAlive {
+		return o, fmt.Errorf("initiator: keep-alive timeout (Options.KeepAlive) %v is longer than the %v Connect's KATO (32-bit milliseconds) carries",
+			o.KeepAlive, maxKeepAlive)
 	}
 	if o.BufferPoolSize == 0 {
 		o.BufferPoolSize = DefaultBufferPoolSize

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -49,6 +50,16 @@ func ctlSize(depth int) int       { return nvmeproto.ConnectDataSize + depth*nvm
 func alignUp(n, a int) int        { return (n + a - 1) &^ (a - 1) }
 func cidBits(depth int) uint      { return uint(bits.Len(uint(depth - 1))) }
 func monoNow(c *Controller) int64 { return c.clock.Load() }
+
+// deadlineAfter returns the controller clock time timeout (> 0) after now (≥ 0),
+// saturated at math.MaxInt64, which the clock never passes: a timeout too long to
+// represent never expires.
+func deadlineAfter(now int64, timeout time.Duration) int64 {
+	if int64(timeout) > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + int64(timeout)
+}
 
 // slot is one command in flight on a queue.
 type slot struct {
@@ -199,7 +210,7 @@ func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 	if r.noTimeout || q.timeout <= 0 {
 		s.deadline.Store(0)
 	} else {
-		s.deadline.Store(monoNow(q.ctrl) + int64(q.timeout))
+		s.deadline.Store(deadlineAfter(monoNow(q.ctrl), q.timeout))
 	}
 	s.info.Store(uint32(s.cmd.Opcode) | uint32(s.cmd.CID)<<16)
 	s.state.Store(slotBusy)
