@@ -733,9 +733,13 @@ func (c *Controller) AllocBuffer(n int) (*Buffer, error) {
 
 // AdminCommand runs an admin command and returns its completion. buf, if not nil, holds
 // the data (direction from the opcode); CID, flags and SGL are set here. A completion with
-// an error status is returned together with a *StatusError.
+// an error status is returned together with a *StatusError. When the command did not
+// complete (ctx ended first, it could not be submitted) the Completion is zero.
 func (c *Controller) AdminCommand(ctx context.Context, cmd *nvmeproto.Command, buf *Buffer) (nvmeproto.Completion, error) {
 	r := &Request{Op: opCommand, name: nvmeproto.AdminOpName(cmd.Opcode), cmd: *cmd, Buf: buf, dir: cmd.DataDirection()}
-	err := c.admin.exec(ctx, r)
+	completed, err := c.admin.execWait(ctx, r)
+	if !completed {
+		return nvmeproto.Completion{}, err // r may still complete later: do not read it
+	}
 	return nvmeproto.Completion{DW0: r.DW0, DW1: r.dw1, Status: r.Status}, err
 }

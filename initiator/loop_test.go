@@ -518,6 +518,74 @@ func TestLoopHugeTimeouts(t *testing.T) {
 	}
 }
 
+// lateConn completes the next command of opcode op a second late, from a timer
+// goroutine, once armed; fired is signalled after that completion was handed over.
+type lateConn struct {
+	initiator.LoopConn
+	op    uint8
+	armed *atomic.Bool
+	fired chan struct{}
+}
+
+func (l lateConn) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeproto.Completion)) error {
+	if cmd.Opcode != l.op || !l.armed.CompareAndSwap(true, false) {
+		return l.LoopConn.Submit(cmd, data, done)
+	}
+	return l.LoopConn.Submit(cmd, data, func(cqe nvmeproto.Completion) {
+		time.AfterFunc(time.Second, func() {
+			done(cqe)
+			l.fired <- struct{}{}
+		})
+	})
+}
+
+// TestLoopAdminCommandAbandoned: AdminCommand whose context ends before the completion
+// returns a zero Completion and does not read the request the completion goroutine
+// fills in later (run with -race). Nothing the test goroutine does after AdminCommand
+// returns may order it before that completion: the follow-up runs on a goroutine
+// started before.
+func TestLoopAdminCommandAbandoned(t *testing.T) {
+	e := newEnv(t, nil)
+	var armed atomic.Bool
+	fired := make(chan struct{}, 1)
+	c := e.dial(t, func(o *initiator.Options) {
+		dial := o.Loop
+		o.Loop = func(depth int) (initiator.LoopConn, error) {
+			conn, err := dial(depth)
+			return lateConn{conn, nvmeproto.OpGetFeatures, &armed, fired}, err
+		}
+	})
+	// After the late completion was handed over, one more Get Features: completions are
+	// delivered in order, so once it returns the late one was delivered too.
+	after := make(chan error, 1)
+	fctx := ctx(t)
+	go func() {
+		select {
+		case <-fired:
+		case <-time.After(10 * time.Second):
+			after <- errors.New("the late completion was not delivered")
+			return
+		}
+		_, err := c.GetFeatures(fctx, nvmeproto.FIDNumberOfQueues, 0)
+		after <- err
+	}()
+	var cmd nvmeproto.Command
+	(&nvmeproto.GetFeaturesCommand{FID: nvmeproto.FIDNumberOfQueues}).ToCommand(&cmd)
+	armed.Store(true)
+	cx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	cqe, err := c.AdminCommand(cx, &cmd, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("AdminCommand completed a second late within a 20 ms context: %v, %+v", err, cqe)
+	}
+	if cqe != (nvmeproto.Completion{}) {
+		t.Errorf("AdminCommand whose context ended returned completion %+v, want zero", cqe)
+	}
+	if err := <-after; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLoopContext: a cancelled context ends the call, not the command.
 func TestLoopContext(t *testing.T) {
 	var sb *stallBackend

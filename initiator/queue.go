@@ -399,16 +399,23 @@ func (q *queue) expired(now int64) string {
 // exec submits r (waiting for a slot) and waits for its completion or ctx. If ctx ends
 // first the command stays outstanding (its buffers stay referenced) and exec returns.
 func (q *queue) exec(ctx context.Context, r *Request) error {
+	_, err := q.execWait(ctx, r)
+	return err
+}
+
+// execWait is exec, and reports whether r completed. Only then may the caller read r's
+// results: otherwise the completion goroutine may still write them.
+func (q *queue) execWait(ctx context.Context, r *Request) (bool, error) {
 	done := make(chan struct{})
 	r.Done = func(*Request) { close(done) }
 	if err := q.submit(ctx, r, true); err != nil {
-		return err
+		return false, err
 	}
 	select {
 	case <-done:
-		return r.Err
+		return true, r.Err
 	case <-ctx.Done():
-		return fmt.Errorf("initiator: %s on queue %d: %w", r.opName(), q.qid, ctx.Err())
+		return false, fmt.Errorf("initiator: %s on queue %d: %w", r.opName(), q.qid, ctx.Err())
 	}
 }
 
