@@ -586,9 +586,11 @@ func (c *Controller) Close() error {
 	return c.Shutdown(ctx)
 }
 
-// Shutdown waits (until ctx ends) for outstanding I/O to complete, disconnects the I/O
-// queues, shuts the controller down (CC.SHN normal, then CSTS.SHST complete), disconnects
-// the admin queue and frees the memory (see Close). It is idempotent.
+// Shutdown refuses new I/O (IOQueue.Submit and the Namespace methods fail with
+// ErrClosed), waits for outstanding I/O to complete (for at most half the time left
+// before ctx's deadline, so the rest remains for the controller shutdown), disconnects
+// the I/O queues, shuts the controller down (CC.SHN normal, then CSTS.SHST complete),
+// disconnects the admin queue and frees the memory (see Close). It is idempotent.
 func (c *Controller) Shutdown(ctx context.Context) error {
 	c.closeMu.Lock()
 	if c.closed {
@@ -600,9 +602,14 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 	c.closing.Store(true)
 	var err error
 	if c.Err() == nil {
-		// Let outstanding I/O finish.
+		// Let outstanding I/O finish (closing refuses new I/O, so resubmission does not
+		// keep a queue busy), within half the time left: the rest is for CC.SHN.
+		var drainEnd time.Time
+		if dl, ok := ctx.Deadline(); ok {
+			drainEnd = time.Now().Add(time.Until(dl) / 2)
+		}
 		for _, q := range c.io {
-			for len(q.free) < q.usable && !q.dead.Load() && ctx.Err() == nil {
+			for len(q.free) < q.usable && !q.dead.Load() && ctx.Err() == nil && (drainEnd.IsZero() || time.Now().Before(drainEnd)) {
 				time.Sleep(time.Millisecond)
 			}
 		}

@@ -418,6 +418,138 @@ func TestLoopTargetGone(t *testing.T) {
 	waitOrFail(t, 10*time.Second, "Close", func() { c.Close() })
 }
 
+// TestLoopShutdownUnderResubmission: requests that resubmit themselves from Done keep
+// every queue busy; Shutdown still gets to the controller shutdown (CC.SHN, CSTS.SHST)
+// well within its context, and every request ends.
+func TestLoopShutdownUnderResubmission(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, nil)
+	ns := c.Namespaces()[0]
+	var outstanding sync.WaitGroup
+	var completed, refused atomic.Int64
+	for qi := range c.IOQueues() {
+		q := c.IOQueue(qi)
+		buf, err := c.AllocBuffer(q.Depth() * 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer buf.Release()
+		for i := 0; i < q.Depth(); i++ {
+			r := &initiator.Request{Op: initiator.OpRead, NSID: ns.NSID, Blocks: 8, Buf: buf.Slice(i*4096, 4096)}
+			r.Done = func(r *initiator.Request) {
+				if r.Err == nil {
+					completed.Add(1)
+					r.LBA = uint64(rand.IntN(1000)) * 8
+					err := q.Submit(r)
+					if err == nil {
+						return
+					}
+					if errors.Is(err, initiator.ErrClosed) {
+						refused.Add(1)
+					} else {
+						t.Errorf("resubmission: %v", err)
+					}
+				}
+				r.Buf.Release()
+				outstanding.Done()
+			}
+			outstanding.Add(1)
+			if err := q.Submit(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for completed.Load() < 1000 {
+		time.Sleep(time.Millisecond)
+	}
+	const budget = 20 * time.Second
+	sctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	start := time.Now()
+	if err := c.Shutdown(sctx); err != nil {
+		t.Errorf("Shutdown under resubmitting I/O after %v: %v", time.Since(start), err)
+	}
+	if d := time.Since(start); d > budget/2 {
+		t.Errorf("Shutdown took %v of its %v", d, budget)
+	}
+	waitOrFail(t, 10*time.Second, "requests after Shutdown", outstanding.Wait)
+	if refused.Load() == 0 {
+		t.Error("no resubmission was refused with ErrClosed")
+	}
+}
+
+// shnSpy calls onSHN for a Property Set of CC with a shutdown notification.
+type shnSpy struct {
+	initiator.LoopConn
+	onSHN func()
+}
+
+func (s shnSpy) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeproto.Completion)) error {
+	if cmd.IsFabrics() && cmd.FabricsType() == nvmeproto.FabricsPropertySet {
+		var p nvmeproto.PropertySetCommand
+		p.FromCommand(cmd)
+		if p.Offset == nvmeproto.PropCC && nvmeproto.CC(p.Value).SHN() != 0 {
+			s.onSHN()
+		}
+	}
+	return s.LoopConn.Submit(cmd, data, done)
+}
+
+// TestLoopShutdownStalledIO: a read the target does not complete does not keep Shutdown
+// from sending CC.SHN: the wait for outstanding I/O ends halfway through ctx.
+func TestLoopShutdownStalledIO(t *testing.T) {
+	var sb *stallBackend
+	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		sb = &stallBackend{Backend: b, release: make(chan struct{})}
+		return sb, nil
+	}))
+	var shn atomic.Bool
+	var unstall sync.Once
+	release := func() { unstall.Do(func() { close(sb.release) }) }
+	t.Cleanup(release)
+	c := e.dial(t, func(o *initiator.Options) {
+		dial := o.Loop
+		o.Loop = func(depth int) (initiator.LoopConn, error) {
+			conn, err := dial(depth)
+			// Once SHN is out, let the target finish the read (and so the shutdown).
+			return shnSpy{conn, func() { shn.Store(true); release() }}, err
+		}
+	})
+	buf, err := c.AllocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release()
+	sb.stalled.Store(true)
+	done := make(chan error, 1)
+	r := &initiator.Request{Op: initiator.OpRead, NSID: 1, Blocks: 8, Buf: buf, Done: func(r *initiator.Request) { done <- r.Err }}
+	if err := c.IOQueue(0).Submit(r); err != nil {
+		t.Fatal(err)
+	}
+	// Half of 10 s for the stalled read, up to 3 s for the loop queue to give up on it
+	// (loopCloseWait), the rest for the shutdown.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = c.Shutdown(sctx)
+	if !shn.Load() {
+		t.Errorf("Shutdown with a stalled read never sent CC.SHN (Shutdown: %v)", err)
+	} else if err != nil {
+		t.Errorf("Shutdown with a stalled read: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, initiator.ErrClosed) {
+			t.Errorf("stalled read ended with %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stalled read not aborted after Shutdown")
+	}
+}
+
 func waitOrFail(t *testing.T, d time.Duration, what string, f func()) {
 	t.Helper()
 	done := make(chan struct{})

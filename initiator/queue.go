@@ -181,6 +181,9 @@ func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 	if q.dead.Load() {
 		return q.deadErr()
 	}
+	if q.qid != 0 && q.ctrl.closing.Load() {
+		return fmt.Errorf("initiator: %s on queue %d: %w", r.opName(), q.qid, ErrClosed)
+	}
 	var idx uint16
 	select {
 	case idx = <-q.free:
@@ -431,8 +434,9 @@ func (q *IOQueue) ID() uint16 { return q.q.qid }
 func (q *IOQueue) Depth() int { return q.q.usable }
 
 // Submit starts r without blocking. It returns ErrQueueFull when Depth commands are
-// outstanding, or the controller's error once it failed; then r.Done is not called.
-// Otherwise r.Done is called exactly once.
+// outstanding, an error wrapping ErrClosed once Close or Shutdown began, or the
+// controller's error once it failed; then r.Done is not called. Otherwise r.Done is
+// called exactly once.
 func (q *IOQueue) Submit(r *Request) error { return q.q.submit(nil, r, false) }
 
 // SubmitWait is Submit, but waits for a free slot until ctx ends.
