@@ -604,6 +604,26 @@ func TestLoopTimeout(t *testing.T) {
 	}
 }
 
+// TestLoopSubmitWithoutDone: a request without a Done function is refused by Submit
+// and SubmitWait; the controller keeps working.
+func TestLoopSubmitWithoutDone(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, nil)
+	q := c.IOQueue(0)
+	if err := q.Submit(&initiator.Request{Op: initiator.OpFlush, NSID: 1}); err == nil || !strings.Contains(err.Error(), "no Done function") {
+		t.Errorf("Submit without Done: %v", err)
+	}
+	if err := q.SubmitWait(ctx(t), &initiator.Request{Op: initiator.OpFlush, NSID: 1}); err == nil || !strings.Contains(err.Error(), "no Done function") {
+		t.Errorf("SubmitWait without Done: %v", err)
+	}
+	if err := c.Namespaces()[0].Flush(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLoopHugeTimeouts: command timeouts too long to add to the controller clock
 // (math.MaxInt64, "no timeout") never expire: a read held by the target for a second,
 // across several watchdog checks, completes, and so does an admin command.

@@ -176,6 +176,9 @@ func (q *queue) quiesce() {
 // for a free slot; otherwise it returns ErrQueueFull when there is none. On error r.Done
 // is not called.
 func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
+	if r.Done == nil {
+		return fmt.Errorf("initiator: %s on queue %d: the request has no Done function", r.opName(), q.qid)
+	}
 	q.active.Add(1)
 	defer q.active.Add(-1)
 	if q.dead.Load() {
@@ -435,8 +438,8 @@ func (q *IOQueue) Depth() int { return q.q.usable }
 
 // Submit starts r without blocking. It returns ErrQueueFull when Depth commands are
 // outstanding, an error wrapping ErrClosed once Close or Shutdown began, or the
-// controller's error once it failed; then r.Done is not called. Otherwise r.Done is
-// called exactly once.
+// controller's error once it failed, or an error when r.Done is nil; then r.Done is not
+// called. Otherwise r.Done is called exactly once.
 func (q *IOQueue) Submit(r *Request) error { return q.q.submit(nil, r, false) }
 
 // SubmitWait is Submit, but waits for a free slot until ctx ends.
