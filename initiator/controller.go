@@ -54,6 +54,8 @@ type Controller struct {
 	start time.Time
 	clock atomic.Int64 // nanoseconds since start, updated by the watchdog
 
+	allocated atomic.Int64 // bytes of dedicated buffers not freed yet (AllocatedBytes)
+
 	nsMu sync.Mutex // serializes scans
 	ns   atomic.Pointer[[]*Namespace]
 	rr   atomic.Uint32
@@ -733,10 +735,27 @@ func (c *Controller) AllocBuffer(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	size := int64(len(reg.mem))
+	c.allocated.Add(size)
+	free := reg.close
+	reg.close = func() error {
+		c.allocated.Add(-size)
+		if free != nil {
+			return free()
+		}
+		return nil
+	}
 	b := &Buffer{reg: reg, b: reg.mem[:n:n]}
 	b.refs.Store(1)
 	return b, nil
 }
+
+// AllocatedBytes returns the size of the dedicated memory (AllocBuffer, page rounded on
+// RDMA) not freed yet: a buffer counts until its last reference is dropped (Release, its
+// Slices' Release, and the completion of every command that used it). A count that does
+// not return to its earlier value after the work that allocated is done is a leak. Close
+// frees the memory regardless without counting it out.
+func (c *Controller) AllocatedBytes() int64 { return c.allocated.Load() }
 
 // AdminCommand runs an admin command and returns its completion. buf, if not nil, holds
 // the data (direction from the opcode); CID, flags and SGL are set here. A completion with

@@ -604,6 +604,29 @@ func TestLoopTimeout(t *testing.T) {
 	}
 }
 
+// TestLoopAllocatedBytes: a dedicated buffer counts until its last reference, its
+// slices' included, is dropped.
+func TestLoopAllocatedBytes(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.dial(t, nil)
+	b, err := c.AllocBuffer(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := b.Slice(4096, 4096)
+	if got := c.AllocatedBytes(); got != 8192 {
+		t.Errorf("after AllocBuffer(8192): %d bytes", got)
+	}
+	b.Release()
+	if got := c.AllocatedBytes(); got != 8192 {
+		t.Errorf("buffer released, its slice not: %d bytes, want 8192", got)
+	}
+	s.Release()
+	if got := c.AllocatedBytes(); got != 0 {
+		t.Errorf("buffer and slice released: %d bytes, want 0", got)
+	}
+}
+
 // TestLoopSubmitWithoutDone: a request without a Done function is refused by Submit
 // and SubmitWait; the controller keeps working.
 func TestLoopSubmitWithoutDone(t *testing.T) {

@@ -480,6 +480,14 @@ func Run(ctx context.Context, ctrl *initiator.Controller, cfg Config) (*Result, 
 	if pc.hasRead() && pc.hasWrite() {
 		res.RWMixRead = pc.ReadPercent
 	}
+	// Every buffer reference Run takes (each queue's memory and its slices), dropped when
+	// it returns: the memory is freed once the commands still using it complete.
+	var bufs []*initiator.Buffer
+	defer func() {
+		for _, b := range bufs {
+			b.Release()
+		}
+	}()
 	for i := 0; i < nq; i++ {
 		w := &worker{r: r, q: ctrl.IOQueue(i), rng: rand.New(rand.NewPCG(pc.Seed, uint64(i))), lo: uint64(i) * per, n: per}
 		if i == nq-1 && !pc.Verify {
@@ -493,10 +501,12 @@ func Run(ctx context.Context, ctrl *initiator.Controller, cfg Config) (*Result, 
 		if err != nil {
 			return nil, fmt.Errorf("allocating %d bytes of I/O buffers: %w", qd*pc.BlockSize, err)
 		}
-		defer mem.Release()
+		bufs = append(bufs, mem)
 		for j := 0; j < qd; j++ {
 			io := &ioCtx{}
-			io.req = initiator.Request{NSID: ns.NSID, Blocks: uint32(r.perUnit), Buf: mem.Slice(j*pc.BlockSize, pc.BlockSize), Done: w.onDone, User: io}
+			buf := mem.Slice(j*pc.BlockSize, pc.BlockSize)
+			bufs = append(bufs, buf)
+			io.req = initiator.Request{NSID: ns.NSID, Blocks: uint32(r.perUnit), Buf: buf, Done: w.onDone, User: io}
 			w.ios = append(w.ios, io)
 		}
 		r.workers = append(r.workers, w)

@@ -117,6 +117,23 @@ func TestPerfVerifyNotFooledByAnEarlierRun(t *testing.T) {
 	}
 }
 
+// TestPerfFreesItsBuffers: every run frees the I/O memory it allocated, also when
+// several run on one controller.
+func TestPerfFreesItsBuffers(t *testing.T) {
+	e := newPerfEnv(t, nil)
+	before := e.ctrl.AllocatedBytes()
+	for run := range 3 {
+		pc := perf.Config{Workload: "randrw", ReadPercent: 50, Random: true, BlockSize: 4096, QueueDepth: 4, Queues: 2,
+			IOs: 200, Verify: true, Size: 1 << 20, Seed: uint64(run + 1), Quiet: true}
+		if _, err := perf.Run(context.Background(), e.ctrl, pc); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if got := e.ctrl.AllocatedBytes(); got != before {
+			t.Fatalf("after run %d: %d bytes of dedicated buffers not freed (before the runs: %d)", run, got, before)
+		}
+	}
+}
+
 // TestPerfControllerGone closes the target in the middle of a run: perf must stop with
 // an error soon, not hang.
 func TestPerfControllerGone(t *testing.T) {
