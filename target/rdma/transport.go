@@ -844,10 +844,10 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 	remote := id.RemoteAddr()
 	tr.mu.Lock()
 	lis := tr.listeners[ev.Listener]
-	closed := tr.closed
+	closed := tr.closed || tr.draining // shutting down: no new connections
 	rj := tr.admit(remote.Addr())
 	tr.mu.Unlock()
-	if lis == nil || closed || tr.draining {
+	if lis == nil || closed {
 		tr.rejectConn(id, remote, reject(nvmeproto.RDMARejectNoResources, "the listener is closing"), nil)
 		return
 	}
