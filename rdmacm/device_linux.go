@@ -150,6 +150,7 @@ type Device struct {
 	node
 	name string
 	ctx  *C.struct_ibv_context
+	ref  **C.struct_ibv_context // librdmacm's reference to the device, dropped by Close
 
 	asyncOnce sync.Once
 	async     *pollFD // set up by the first AsyncEvent
@@ -166,14 +167,15 @@ func OpenDevice(name string) (*Device, error) {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var e C.int
-	ctx := C.gonvmf_cm_device(cname, &e)
+	var ref **C.struct_ibv_context
+	ctx := C.gonvmf_cm_device(cname, &ref, &e)
 	if ctx == nil {
 		if name == "" {
 			return nil, fmt.Errorf("%w (rdma_get_devices: %v)", ErrNoDevice, errnoOf(e))
 		}
 		return nil, fmt.Errorf("%w (no device named %q: %v)", ErrNoDevice, name, errnoOf(e))
 	}
-	return &Device{name: C.GoString(C.ibv_get_device_name(ctx.device)), ctx: ctx}, nil
+	return &Device{name: C.GoString(C.ibv_get_device_name(ctx.device)), ctx: ctx, ref: ref}, nil
 }
 
 // Name returns the device's name.
@@ -248,8 +250,10 @@ func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
 }
 
 // Close closes everything created on the device (QPs, CQs, memory
-// regions, PDs) and wakes AsyncEvent. The underlying context stays open in
-// librdmacm for CM IDs bound to the device.
+// regions, PDs), wakes AsyncEvent and then drops the Device's reference to
+// librdmacm's context of the device. The reference keeps the context open,
+// also after the device is removed: librdmacm closes a removed device's
+// context once nothing references it (its CM IDs' references included).
 func (d *Device) Close() error {
 	if d == nil {
 		return nil
@@ -264,6 +268,8 @@ func (d *Device) Close() error {
 			d.asyncEv = nil
 		}
 		d.asyncMu.Unlock()
+		C.gonvmf_cm_device_put(d.ref)
+		d.ref = nil
 		return nil
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,10 @@ func removalChild(t *testing.T, ip netip.Addr) {
 			t.Logf("async event %v", ev)
 		}
 	}()
+	node, fds := uverbsFDs(t, "rxe1")
+	if len(fds) == 0 {
+		t.Fatalf("no file descriptor open on %s (rxe1's uverbs node) before the removal", node)
+	}
 	os.Stdout.WriteString("REMOVAL-CHILD-READY\n")
 	removed := map[*rdmacm.CMID]bool{}
 	for _, c := range []struct {
@@ -171,8 +176,54 @@ func removalChild(t *testing.T, ip netip.Addr) {
 	time.Sleep(time.Second) // let async events, if any, show in the log
 	acancel()
 	<-asyncDone
+	// With its CM IDs gone, only the Devices reference rxe1 in librdmacm, which closes
+	// a removed device's context once nothing does, at its next look at the device
+	// list (OpenDevice's rdma_get_devices here): the PDs, CQs and memory regions still
+	// open on it must keep it.
+	for _, c := range []interface{ Close() error }{p.cli.qp, p.srv.qp, p.cli.id, p.srv.id, p.listener} {
+		if err := c.Close(); err != nil {
+			t.Logf("closing on a removed device: %v", err)
+		}
+	}
+	if d, err := rdmacm.OpenDevice(""); err == nil {
+		d.Close()
+	}
+	for fd := range fds {
+		// the node itself is gone: the link reads "<node> (deleted)"
+		if l, err := os.Readlink("/proc/self/fd/" + fd); err != nil || !strings.HasPrefix(l, node) {
+			t.Errorf("fd %s, open on %s before the removal, is %q (%v) with rxe1's PDs, CQs and memory still open: "+
+				"librdmacm closed the device context under them", fd, node, l, err)
+		}
+	}
 	// Close everything on the dead device (errors are expected and fine).
 	if err := p.close(); err != nil {
 		t.Logf("closing on a removed device: %v", err)
 	}
+}
+
+// uverbsFDs returns dev's uverbs device node and the process's file descriptors open on
+// it (by number).
+func uverbsFDs(t *testing.T, dev string) (string, map[string]bool) {
+	t.Helper()
+	ibdevs, _ := filepath.Glob("/sys/class/infiniband_verbs/uverbs*/ibdev")
+	node := ""
+	for _, f := range ibdevs {
+		if b, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(b)) == dev {
+			node = "/dev/infiniband/" + filepath.Base(filepath.Dir(f))
+		}
+	}
+	if node == "" {
+		t.Fatalf("no uverbs node of %s in /sys/class/infiniband_verbs", dev)
+	}
+	fds := map[string]bool{}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == node {
+			fds[e.Name()] = true
+		}
+	}
+	return node, fds
 }

@@ -362,10 +362,19 @@ int gonvmf_get_async_event(struct ibv_context *ctx, gonvmf_async_event *out)
 	return 1;
 }
 
-struct ibv_context *gonvmf_cm_device(const char *name, int *err)
+/* gonvmf_cm_device returns librdmacm's context of the device called name
+ * (the first device if name is empty) and, in *ref, a list holding
+ * librdmacm's reference to that device alone, for gonvmf_cm_device_put.
+ * librdmacm closes the context of a removed device once nothing references
+ * it (at its next look at the device list: rdma_get_devices, a connection
+ * request): the reference keeps the context, which the caller's PDs, CQs
+ * and MRs live on, open until the caller has closed them. rdma_free_devices
+ * drops the reference of each device its NULL-terminated, malloc'd list
+ * names, then frees the list. */
+struct ibv_context *gonvmf_cm_device(const char *name, struct ibv_context ***ref, int *err)
 {
-	struct ibv_context **list, *found = NULL;
-	int n = 0, i;
+	struct ibv_context **list, **keep, *found = NULL;
+	int n = 0, i, at = -1;
 
 	errno = 0;
 	list = rdma_get_devices(&n);
@@ -376,16 +385,33 @@ struct ibv_context *gonvmf_cm_device(const char *name, int *err)
 	for (i = 0; i < n; i++) {
 		if (!name[0] || strcmp(ibv_get_device_name(list[i]->device), name) == 0) {
 			found = list[i];
+			at = i;
 			break;
 		}
 	}
-	/* librdmacm keeps its device contexts open for the life of the
-	 * process (until the device is removed): the reference need not be
-	 * held, and holding it would keep librdmacm's internal PD alive. */
-	rdma_free_devices(list);
-	if (!found)
+	if (!found) {
+		rdma_free_devices(list);
 		*err = ENODEV;
+		return NULL;
+	}
+	keep = malloc(2 * sizeof *keep);
+	if (!keep) {
+		rdma_free_devices(list);
+		*err = ENOMEM;
+		return NULL;
+	}
+	keep[0] = found;
+	keep[1] = NULL;
+	for (i = at; i < n; i++) /* the others' references go now */
+		list[i] = list[i + 1];
+	rdma_free_devices(list);
+	*ref = keep;
 	return found;
+}
+
+void gonvmf_cm_device_put(struct ibv_context **ref)
+{
+	rdma_free_devices(ref);
 }
 
 static socklen_t to_sockaddr(const gonvmf_addr *a, struct sockaddr_storage *ss)
