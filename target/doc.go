@@ -43,8 +43,9 @@
 // A transport registers one Port per listener it serves. Advertised ports are what the
 // discovery log lists (one entry per subsystem the connecting host may access × port).
 // Port.Limits gives the numbers to size queues and buffers by before any command
-// arrives: MaxQueueDepth (CAP.MQES+1, for rejecting a CM request whose hsqsize+1 is
-// larger), AdminQueueDepth (32), MaxTransferSize (MDTS in bytes), InCapsuleDataSize.
+// arrives: MaxQueueDepth (CAP.MQES+1: an I/O queue asking for more is sized to it),
+// AdminQueueDepth (32: an admin queue asking for more is refused), MaxTransferSize (MDTS
+// in bytes), InCapsuleDataSize.
 //
 // # Queues and requests: the transport contract
 //

@@ -64,8 +64,8 @@ type PortConfig struct {
 // Limits are the numbers a transport needs to size queues and buffers before any
 // command arrives.
 type Limits struct {
-	// MaxQueueDepth is the largest I/O queue (CAP.MQES+1); a transport rejects
-	// connections asking for more (RDMA: hsqsize+1 > MaxQueueDepth).
+	// MaxQueueDepth is the largest I/O queue (CAP.MQES+1); a transport sizes a queue
+	// asking for more to it (RDMA: the accept's crqsize says how large it is).
 	MaxQueueDepth int
 	// AdminQueueDepth is the largest admin queue.
 	AdminQueueDepth int
