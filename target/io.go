@@ -262,6 +262,7 @@ func (r *Request) ioDone(br *backend.Request) {
 			copy(r.Data[:r.Length], br.Buf)
 		}
 	}
+	br.Buf = nil // the backend is done with it; a scratch buffer is not kept through it
 	r.dropBounce()
 	if st != nvmeproto.StatusSuccess {
 		if br.Err != nil {
