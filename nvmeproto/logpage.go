@@ -85,13 +85,8 @@ func (g *GetLogPageCommand) Length() uint64 { return (uint64(g.NUMD) + 1) * 4 }
 
 // SetLength sets NUMD for a transfer of n bytes (rounded up to whole dwords; n ≥ 1).
 func (g *GetLogPageCommand) SetLength(n uint64) {
-	d := (n + 3) / 4
-	if d == 0 {
-		d = 1
-	}
-	if d > 1<<32 { // NUMD 0xFFFFFFFF: 2^34 bytes, the most a command can ask for
-		d = 1 << 32
-	}
+	n = min(n, 1<<34) // NUMD 0xFFFFFFFF: 2^34 bytes, the most a command can ask for
+	d := max((n+3)/4, 1)
 	g.NUMD = uint32(d - 1)
 }
 

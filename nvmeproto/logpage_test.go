@@ -248,7 +248,7 @@ func TestGetLogPageSetLength(t *testing.T) {
 	for _, c := range []struct {
 		n    uint64
 		numd uint32
-	}{{0, 0}, {1, 0}, {4, 0}, {5, 1}, {4096, 1023}, {1 << 34, 0xFFFFFFFF}, {1<<34 + 4, 0xFFFFFFFF}, {1 << 40, 0xFFFFFFFF}} {
+	}{{0, 0}, {1, 0}, {4, 0}, {5, 1}, {4096, 1023}, {1 << 34, 0xFFFFFFFF}, {1<<34 + 4, 0xFFFFFFFF}, {1 << 40, 0xFFFFFFFF}, {^uint64(0), 0xFFFFFFFF}} {
 		var g GetLogPageCommand
 		g.SetLength(c.n)
 		if g.NUMD != c.numd {
