@@ -520,8 +520,9 @@ func (c *conn) start(x *rctx, i, n int) {
 // chainFits reports whether the response of controller-to-host command r (its RDMA
 // WRITEs and the SEND, posted as one chain) is sure to find room in the send queue.
 // Unsignaled responses hold at most half of it (signalResponse) and may stay until the
-// next signaled completion, which need not come: a chain longer than the other half
-// could wait for send queue slots forever, and every response queued behind it too.
+// next signaled completion, or on a quiet queue the watchdog's probe a watch period or
+// two later: a chain longer than the other half could wait that long for send queue
+// slots, and every response queued behind it too.
 // Such a command (more descriptors or messages than sqDepth allows for, on a device with
 // small messages or a send queue capped by the device) fails at once instead.
 func (c *conn) chainFits(r *target.Request) bool {
@@ -886,10 +887,11 @@ func (c *conn) signalResponse(held int) bool {
 		if 4*free < total {
 			return true
 		}
-		// Nothing may come to retire an unsignaled response (the host can go idle):
-		// what the pool keeps outside its reserve must still hold a largest buffer, or
-		// a command waiting for one would wait forever (a small pool: 4 KiB held this
-		// way starves a transfer of the pool's size).
+		// An unsignaled response of a queue that goes quiet is retired only by the
+		// watchdog's probe, a watch period or two later: what the pool keeps outside
+		// its reserve must still hold a largest buffer, or a command waiting for one
+		// would wait that long (a small pool: 4 KiB held this way holds up a transfer of
+		// the pool's size).
 		if free-c.pool.reserve < 1<<c.pool.maxOrder {
 			return true
 		}

@@ -170,8 +170,8 @@ type fakeEP struct {
 	onResp   func([]byte)
 	holdSend bool // queue SEND completions instead of delivering them
 	held     []rdmacm.Completion
-	// sendsHeld: a SEND, signaled or not, was posted while holdSend; a zero-length
-	// RDMA WRITE's completion then waits in held behind it.
+	// sendsHeld: a SEND, signaled or not, was posted while holdSend and not delivered
+	// since; a zero-length RDMA WRITE's completion then waits in held behind it.
 	sendsHeld  bool
 	zeroWrites atomic.Int32 // zero-length RDMA WRITEs posted
 	noFlush    bool         // Disconnect does not flush (a device that never completes flushed requests)
@@ -332,8 +332,9 @@ func (e *fakeEP) deliverHeld(stopHolding bool) {
 	e.mu.Lock()
 	h := e.held
 	e.held = nil
+	e.sendsHeld = false // what was posted so far went through
 	if stopHolding {
-		e.holdSend, e.sendsHeld = false, false
+		e.holdSend = false
 	}
 	e.mu.Unlock()
 	for _, wc := range h {
@@ -350,6 +351,9 @@ func (e *fakeEP) deliverOne() {
 	}
 	wc := e.held[0]
 	e.held = e.held[1:]
+	if len(e.held) == 0 {
+		e.sendsHeld = false
+	}
 	e.mu.Unlock()
 	e.cq.push(wc)
 }

@@ -308,6 +308,16 @@ func TestRDMAQuietHostProbe(t *testing.T) {
 	c, _ := quiet.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
 	expectOK(t, "a read after the quiet period", c)
 
+	probes := func() (n uint64) {
+		for _, g := range e.tr.GroupStats() {
+			n += g.Probes
+		}
+		return n
+	}
+	before := probes()
+	if before == 0 {
+		t.Error("the quiet host's pages came back without a probe")
+	}
 	h := newHostQueue(t, 32, 64<<10)
 	l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 2, depth: 32, icd: 8192, recvs: 1, noRepost: true})
 	if err != nil {
@@ -328,6 +338,9 @@ func TestRDMAQuietHostProbe(t *testing.T) {
 	start = time.Now()
 	e.waitConns(2, 15*time.Second) // admin and the quiet queue
 	t.Logf("the holder's queue torn down %v after its reads (response timeout 2 s)", time.Since(start).Round(time.Millisecond))
+	if probes() == before {
+		t.Error("the holder's queue was torn down without a probe: its responses were signaled, the test needs them unsignaled")
+	}
 	l.close()
 	e.expectPoolFree()
 }

@@ -592,33 +592,30 @@ func TestEngineQuietHostProbe(t *testing.T) {
 		c, _ := quiet.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
 		expectOK(t, "4 KiB read", c)
 	}
-	if f, _, _ := e.pool.stats(); f >= free {
-		t.Fatalf("after four 4 KiB reads the pool has %d pages free, as before them: their responses were signaled, the test needs them unsignaled", f)
-	}
+	// Their responses went unsignaled (a probe may already have retired some if the
+	// reads were a watch period apart on a loaded machine).
 	waitPoolFree(t, e.pool, free, "a host quiet after four 4 KiB reads")
-	if n := quiet.ep.zeroWrites.Load(); n != 1 {
-		t.Errorf("the quiet host's QP got %d zero-length RDMA WRITEs, want 1", n)
+	probes := quiet.ep.zeroWrites.Load()
+	if probes < 1 {
+		t.Errorf("the quiet host's pages came back without a zero-length RDMA WRITE: its responses were signaled, the test needs them unsignaled")
 	}
 	time.Sleep(4 * watchPeriod(respTO)) // nothing unsignaled left: no further probe
-	if n := quiet.ep.zeroWrites.Load(); n != 1 {
-		t.Errorf("the quiet host's QP got %d zero-length RDMA WRITEs, want 1 (none once nothing is unsignaled)", n)
-	}
-	if n := e.g.m.probes.Load(); n < 1 {
-		t.Errorf("the group counted %d probes", n)
+	if n := quiet.ep.zeroWrites.Load(); n != probes {
+		t.Errorf("the quiet host's QP got %d zero-length RDMA WRITEs, %d before a quiet second with nothing unsignaled", n, probes)
 	}
 	c, _ := quiet.h.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
 	expectOK(t, "a read after the quiet period", c)
 
 	holdSends(held)
+	start := time.Now()
 	for i := range 4 {
 		c, _ := held.h.exec(rw(nvmeproto.OpRead, 2, uint64(i), 8), nil, 4096)
 		expectOK(t, "4 KiB read whose response is held back", c)
 	}
-	start := time.Now()
 	select {
 	case <-held.dead:
 		if d := time.Since(start); d < respTO {
-			t.Errorf("torn down %v after going quiet, before the response timeout (%v)", d, respTO)
+			t.Errorf("torn down %v after its first read, before the response timeout (%v)", d, respTO)
 		}
 	case <-time.After(respTO + 10*watchPeriod(respTO)):
 		t.Fatalf("a host holding back its unsignaled responses was not torn down %v after going quiet (response timeout %v)",

@@ -492,6 +492,9 @@ type GroupStats struct {
 	// limits.response_timeout, or a stall while over the queue's share of the pool when
 	// others waited (share reclaim).
 	ResponseTimeouts, ShareReclaims uint64
+	// Probes counts the zero-length RDMA WRITEs the watchdog posted behind a quiet
+	// queue's unsignaled responses (watchdog.go).
+	Probes uint64
 }
 
 // PoolStats describe one device's registered buffer pool.
@@ -512,7 +515,7 @@ func (tr *Transport) GroupStats() []GroupStats {
 				Polls: g.stats.polls.Load(), IdlePolls: g.m.idlePolls.Load(), Completions: g.stats.completions.Load(),
 				Sleeps: g.stats.sleeps.Load(), Wakeups: g.stats.wakeups.Load(),
 				BufferWaits: g.stats.bufWaits.Load(), ReadWaits: g.stats.readWaits.Load(), SendWaits: g.stats.sendWaits.Load(),
-				ResponseTimeouts: g.m.responseTimeouts.Load(), ShareReclaims: g.m.shareReclaims.Load(),
+				ResponseTimeouts: g.m.responseTimeouts.Load(), ShareReclaims: g.m.shareReclaims.Load(), Probes: g.m.probes.Load(),
 			})
 		}
 	}

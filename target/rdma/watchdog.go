@@ -55,7 +55,7 @@ func watchPeriod(d time.Duration) time.Duration { return min(d/4, time.Second) }
 
 // respWatch is a connection's progress record (owned by its poll group).
 type respWatch struct {
-	done  uint64    // signaled send queue completions handled (RDMA READs and SENDs)
+	done  uint64    // signaled send queue completions handled (RDMA READs, SENDs, probes)
 	seen  uint64    // done at the last check
 	mark  uint64    // done + signaled work requests outstanding at the last check
 	resp  uint64    // conn.respSeq at the last check
