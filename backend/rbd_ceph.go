@@ -634,7 +634,8 @@ type rbdImage struct {
 	// list (fwaitHead..fwaitTail, linked by nextFlush) and then share the next flush,
 	// which the completion of the one in flight starts. syncErr is the first flush
 	// failure (ErrSync), recorded before any other flush can complete: every later flush
-	// returns it without asking librbd. Only a new open clears it.
+	// returns it without asking librbd. Only a new open clears it. A flush librbd refuses
+	// for want of the exclusive lock (rbdLockRefused) is not a sync failure.
 	fmu                  sync.Mutex
 	fbusy                bool
 	fwaitHead, fwaitTail *rbdSlot
@@ -1175,9 +1176,20 @@ func (m *rbdImage) injected(sync bool) int64 {
 	return -int64(en)
 }
 
+// rbdLockRefused reports whether librbd's error e says it did not run the operation
+// because it could not get the image's exclusive lock: EROFS, its answer while a peer
+// holds the lock and refuses to give it up (the peer took it with rbd_lock_acquire). The
+// operation stopped there, above librbd's cache: it wrote nothing and reports the fate of
+// no earlier write, so a flush or FUA write failing with it is not a sync failure. The
+// writes of ours the cache held were flushed when we gave the lock up.
+func rbdLockRefused(e error) bool { return errors.Is(e, syscall.EROFS) }
+
 func (m *rbdImage) ioError(s *rbdSlot, e error) error {
 	r := s.r
 	if s.flushing {
+		if rbdLockRefused(e) {
+			return fmt.Errorf("backend: rbd image %s: flush refused without the exclusive lock: %w", m.name, e)
+		}
 		return fmt.Errorf("backend: rbd image %s: flush: %w: %w", m.name, ErrSync, e)
 	}
 	switch r.Op {
@@ -1185,8 +1197,9 @@ func (m *rbdImage) ioError(s *rbdSlot, e error) error {
 		err := fmt.Errorf("backend: rbd image %s: %s at byte %d, %d bytes: %w", m.name, r.Op, r.SLBA<<m.lbaShift, len(r.Buf), e)
 		// A FUA write waits for the OSDs to commit it and may report the loss of writes
 		// completed earlier, as a write through an O_DSYNC descriptor does: every error is
-		// a sync failure except the refusal of a full cluster or pool, which writes nothing.
-		if r.Op == OpWrite && r.FUA && !errors.Is(e, syscall.ENOSPC) && !errors.Is(e, syscall.EDQUOT) {
+		// a sync failure except the refusal of a full cluster or pool (ENOSPC, EDQUOT) and
+		// librbd's own for want of the exclusive lock (rbdLockRefused), which write nothing.
+		if r.Op == OpWrite && r.FUA && !errors.Is(e, syscall.ENOSPC) && !errors.Is(e, syscall.EDQUOT) && !rbdLockRefused(e) {
 			return m.syncFailed(fmt.Errorf("backend: rbd image %s: FUA write at byte %d, %d bytes: %w: %w",
 				m.name, r.SLBA<<m.lbaShift, len(r.Buf), ErrSync, e))
 		}
@@ -1209,17 +1222,24 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 		ret, s.fault = s.fault, 0
 	}
 	if s.flushing {
+		// A failed flush is a sync failure, recorded before flushDone lets another flush
+		// complete, unless librbd refused it for want of the exclusive lock
+		// (rbdLockRefused): then it and its riders fail with the refusal, and the image is
+		// not failed.
+		var err error
+		if ret < 0 {
+			err = m.ioError(s, syscall.Errno(-ret))
+		}
 		if !s.rider {
-			if ret < 0 {
-				m.syncFailed(m.ioError(s, syscall.Errno(-ret)))
+			if errors.Is(err, ErrSync) {
+				m.syncFailed(err)
 			}
 			m.flushDone(s, ret)
 		}
 		if p := m.syncErr.Load(); p != nil { // this flush's failure, or an earlier one
-			c.finish(s, *p)
-		} else {
-			c.finish(s, nil)
+			err = *p
 		}
+		c.finish(s, err)
 		return true
 	}
 	if ret < 0 {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ceph/go-ceph/rbd"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -281,6 +282,70 @@ func TestRBDWriteCacheOffSyncs(t *testing.T) {
 				if err2 := b.Flush(); err2 != err {
 					t.Errorf("flush after it: %v, want %v", err2, err)
 				}
+			}
+		})
+	}
+}
+
+// TestRBDPeerLockIsWriteProtected: while a peer holds the image's exclusive lock and
+// refuses to give it up (it took it with rbd_lock_acquire: another gateway, or an
+// administrator's tool), librbd refuses our writes and flushes with EROFS. Nothing was
+// written and nothing is lost: a FUA write and flushes — alone and sharing one librbd
+// flush — fail with Namespace Write Protected (DNR), not a sync failure, and once the
+// peer lets go, writes and flushes succeed without reopening the image. Other flush
+// failures still fail the image: ENOSPC may report an earlier write the cache completed.
+func TestRBDPeerLockIsWriteProtected(t *testing.T) {
+	c, rs := testImage(t, "8M")
+	for _, policy := range []string{"writearound", "writeback"} {
+		t.Run(policy, func(t *testing.T) {
+			s := rs
+			s.Conf = cacheConf(t, c.Conf, policy)
+			f := &Faults{}
+			b := openRBDTest(t, Spec{RBD: s, Faults: f})
+			defer b.Close()
+			e := NewExecutor(b, 0)
+			defer e.Close()
+			peer, closePeer := peerImage(t, c, rs)
+			if err := peer.LockAcquire(rbd.LockModeExclusive); err != nil {
+				t.Fatalf("peer: taking the exclusive lock: %v", err)
+			}
+			wp := nvmeproto.StatusNSWriteProtected.WithDNR()
+			err := b.WriteBlocks(alignedBuf(4096), 0, true)
+			if !errors.Is(err, syscall.EROFS) || errors.Is(err, ErrSync) || Status(OpWrite, err) != wp {
+				t.Errorf("FUA write with the lock held by a peer: %v (%v), want EROFS, %v, not ErrSync", err, Status(OpWrite, err), wp)
+			}
+			const n = 8
+			flushes := make([]Request, n)
+			var wg sync.WaitGroup
+			wg.Add(n)
+			for i := range flushes {
+				flushes[i] = Request{Op: OpFlush, Done: func(*Request) { wg.Done() }}
+				e.Submit(&flushes[i])
+			}
+			wg.Wait()
+			for i := range flushes {
+				if err := flushes[i].Err; !errors.Is(err, syscall.EROFS) || errors.Is(err, ErrSync) || Status(OpFlush, err) != wp {
+					t.Errorf("flush %d with the lock held by a peer: %v, want EROFS, %v, not ErrSync", i, err, wp)
+				}
+			}
+			if err := peer.LockRelease(); err != nil {
+				t.Fatalf("peer: releasing the exclusive lock: %v", err)
+			}
+			closePeer()
+			if err := b.Flush(); err != nil {
+				t.Errorf("flush after the peer let go: %v", err)
+			}
+			w := alignedBuf(4096)
+			fill(w, 3)
+			if err := b.WriteBlocks(w, 0, true); err != nil {
+				t.Errorf("FUA write after the peer let go: %v", err)
+			}
+			if err := b.Flush(); err != nil {
+				t.Errorf("flush after the FUA write: %v", err)
+			}
+			f.FailSyncs(syscall.ENOSPC)
+			if err := b.Flush(); !errors.Is(err, ErrSync) || !errors.Is(err, syscall.ENOSPC) {
+				t.Errorf("flush failing with ENOSPC: %v, want ErrSync wrapping ENOSPC", err)
 			}
 		})
 	}

@@ -13,7 +13,8 @@ import (
 //	nil                          Successful Completion
 //	ErrSync                      Write Fault, DNR (completed writes may be lost: see ErrSync)
 //	ErrLBAOutOfRange             LBA Out of Range, DNR
-//	ErrReadOnly, EROFS           Namespace is Write Protected, DNR
+//	ErrReadOnly, EROFS           Namespace is Write Protected, DNR (EROFS: also librbd's
+//	                             refusal while a peer keeps an rbd image's exclusive lock)
 //	ENOSPC, EDQUOT               Capacity Exceeded, DNR (a sparse file on a full filesystem;
 //	                             the Linux host turns it into ENOSPC for the application)
 //	EIO on read                  Unrecovered Read Error
