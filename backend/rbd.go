@@ -12,7 +12,9 @@ import (
 // `pacific` against Ceph 16.2 — `make build-ceph`), which links librados and librbd; the
 // default build returns ErrNeedsCephBuild from Open. Every image opened with the same
 // Conf, User and Keyring shares one RADOS connection (one set of monitor and OSD sessions
-// and librados threads) for the life of the process's open images.
+// and librados threads) for the life of the process's open images — unless the cluster
+// blocklists its client: images opened after an operation or open saw that (ESHUTDOWN)
+// get a new connection, and an open that finds it blocklisted is retried once on one.
 type RBDSpec struct {
 	// Pool is the RADOS pool holding the image (required).
 	Pool string

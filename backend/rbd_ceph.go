@@ -219,7 +219,9 @@ type rbdConnKey struct{ conf, user, keyring string }
 
 // rbdConns are the process's RADOS connections.
 var rbdConns struct {
-	mu    sync.Mutex
+	mu sync.Mutex
+	// byKey holds the connection new opens with a key share; a retired connection (see
+	// rbdConn.retire) is not in it any more, and lives on while its images hold it.
 	byKey map[rbdConnKey]*rbdConn
 	byID  sync.Map // uint32 -> *rbdConn, read by completion handlers
 	next  uint32
@@ -234,6 +236,8 @@ type rbdConn struct {
 	refs int // under rbdConns.mu
 	conn *rados.Conn
 	log  *slog.Logger
+	// retired: the cluster has blocklisted the client; new opens do not share c.
+	retired atomic.Bool
 
 	cq      *C.gonvmf_rbd_cq
 	efd     int
@@ -292,7 +296,7 @@ const (
 func rbdConnect(key rbdConnKey, timeout time.Duration, log *slog.Logger) (*rbdConn, error) {
 	rbdConns.mu.Lock()
 	defer rbdConns.mu.Unlock()
-	if c := rbdConns.byKey[key]; c != nil {
+	if c := rbdConns.byKey[key]; c != nil && !c.retired.Load() {
 		c.refs++
 		return c, nil
 	}
@@ -440,7 +444,9 @@ func (c *rbdConn) release() {
 		rbdConns.mu.Unlock()
 		return
 	}
-	delete(rbdConns.byKey, c.key)
+	if rbdConns.byKey[c.key] == c {
+		delete(rbdConns.byKey, c.key)
+	}
 	rbdConns.mu.Unlock()
 	c.stop.Store(true)
 	one := uint64(1)
@@ -456,6 +462,34 @@ func (c *rbdConn) release() {
 	}
 	C.free(unsafe.Pointer(c.cq))
 	unix.Close(c.efd)
+}
+
+// rbdBlocklisted reports whether err says the cluster has blocklisted the RADOS client:
+// EBLOCKLISTED, which is ESHUTDOWN (librbd breaking a dead owner's exclusive lock
+// blocklists it, rbd_blocklist_on_break_lock; so does `ceph osd blocklist add`).
+func rbdBlocklisted(err error) bool {
+	return errors.Is(err, syscall.ESHUTDOWN) || -cephErrno(err) == syscall.ESHUTDOWN
+}
+
+// retire takes c out of rbdConns.byKey when err says its client is blocklisted
+// (rbdBlocklisted): the cluster refuses every operation of that client for the
+// blocklist entry's life (an hour by default), so images opened from then on with c's key
+// get a new connection, whose client has a new address. The images already on c keep it
+// and their references, and fail until they are closed (a namespace reopen moves one
+// to the new connection). The caller holds a reference to c.
+func (c *rbdConn) retire(err error) {
+	if !rbdBlocklisted(err) || c.retired.Swap(true) {
+		return
+	}
+	rbdConns.mu.Lock()
+	if rbdConns.byKey[c.key] == c {
+		delete(rbdConns.byKey, c.key)
+	}
+	rbdConns.mu.Unlock()
+	addrs, _ := c.conn.GetAddrs()
+	c.log.Warn("rbd: the cluster has blocklisted this RADOS client: images opened from now on use a new one; "+
+		"reopen the namespaces still on it (gonvmf ctl ns reopen)",
+		"client", "client."+orDefault(c.key.user, "admin"), "addrs", addrs, "err", err)
 }
 
 // waitPosters waits until no librbd thread is still inside gonvmf_rbd_post on q (it may
@@ -660,19 +694,29 @@ func openRBD(s Spec) (Backend, error) {
 	if timeout <= 0 {
 		timeout = DefaultRBDConnectTimeout
 	}
-	c, err := rbdConnect(rbdConnKey{rs.Conf, rs.User, rs.Keyring}, timeout, s.Logger)
-	if err != nil {
-		return nil, err
-	}
-	m := &rbdImage{lbaSize: lba, lbaShift: shift, readOnly: s.ReadOnly, c: c, spec: rs, name: rs.Name(),
-		log: s.Logger, onResize: s.OnResize, faults: s.Faults}
-	if err := m.open(timeout); err != nil {
-		if !errors.Is(err, errOpenAbandoned) { // else the open's goroutine releases c
-			c.release()
+	// An open that finds the shared client blocklisted retires that connection and is
+	// tried once more, on a new one.
+	for retry := true; ; retry = false {
+		c, err := rbdConnect(rbdConnKey{rs.Conf, rs.User, rs.Keyring}, timeout, s.Logger)
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
+		m := &rbdImage{lbaSize: lba, lbaShift: shift, readOnly: s.ReadOnly, c: c, spec: rs, name: rs.Name(),
+			log: s.Logger, onResize: s.OnResize, faults: s.Faults}
+		err = m.open(timeout)
+		if err == nil {
+			return m, nil
+		}
+		if errors.Is(err, errOpenAbandoned) { // the open's goroutine releases c
+			return nil, err
+		}
+		c.retire(err)
+		c.release()
+		if !retry || !rbdBlocklisted(err) {
+			return nil, err
+		}
+		s.Logger.Info("rbd: retrying the open on a new RADOS client", "image", rs.Name(), "err", err)
 	}
-	return m, nil
 }
 
 // open opens the pool's I/O context and the image (creating it when asked), reads its
@@ -801,6 +845,7 @@ func (m *rbdImage) openImage(timeout time.Duration) (C.rbd_image_t, error) {
 			C.rbd_close(res.img)
 		}
 		m.ioctx.Destroy()
+		m.c.retire(syscall.Errno(-min(res.r, 0)))
 		m.c.release()
 		m.log.Info("rbd: an abandoned image open has ended", "image", m.name, "err", syscall.Errno(-min(res.r, 0)))
 	}()
@@ -908,6 +953,7 @@ func (m *rbdImage) Close() error {
 		err = fmt.Errorf("backend: rbd image %s: closing it: %w", m.name, syscall.Errno(-r))
 	}
 	m.ioctx.Destroy()
+	m.c.retire(err)
 	m.c.release()
 	m.log.Info("rbd image closed", "image", m.name)
 	return err
@@ -1069,6 +1115,7 @@ func (m *rbdImage) issue(s *rbdSlot) error {
 	}
 	s.seq.Add(1)
 	if rc := C.gonvmf_rbd_start(m.img, s.op, s.cq, kind, C.uint64_t(off), C.uint64_t(n), buf, flags); rc < 0 {
+		m.c.retire(syscall.Errno(-rc))
 		return m.ioError(s, syscall.Errno(-rc))
 	}
 	return nil
@@ -1220,6 +1267,9 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 	m, r := s.img, s.r
 	if s.fault < 0 {
 		ret, s.fault = s.fault, 0
+	}
+	if ret < 0 {
+		c.retire(syscall.Errno(-ret))
 	}
 	if s.flushing {
 		// A failed flush is a sync failure, recorded before flushDone lets another flush

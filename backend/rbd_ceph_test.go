@@ -14,9 +14,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ceph/go-ceph/rbd"
 	"github.com/gonvmf/gonvmf/internal/cephtest"
 	"golang.org/x/sys/unix"
 )
@@ -378,6 +380,96 @@ func TestRBDSharedConnection(t *testing.T) {
 	bb.Close()
 	if n, _ := conns(); n != n0 {
 		t.Errorf("no image left: %d connections, want %d", n, n0)
+	}
+}
+
+// TestRBDBlocklistedConnection: when the cluster blocklists the RADOS client images share
+// (a peer broke one image's exclusive lock: librbd blocklists the owner), an image closed
+// and opened again gets a new client, while another image still holds the old one — as
+// the namespace reopen that recovers it does. The connection is retired when an operation
+// fails with EBLOCKLISTED (ESHUTDOWN), or when an open does, which then tries once more.
+func TestRBDBlocklistedConnection(t *testing.T) {
+	for _, failFirst := range []bool{true, false} {
+		name := "on-open"
+		if failFirst {
+			name = "after-failed-write"
+		}
+		t.Run(name, func(t *testing.T) {
+			c, a := testImage(t, "4M")
+			_, b := testImage(t, "4M")
+			key := rbdConnKey{a.Conf, a.User, a.Keyring}
+			shared := func() *rbdConn {
+				rbdConns.mu.Lock()
+				defer rbdConns.mu.Unlock()
+				return rbdConns.byKey[key]
+			}
+			ba := openRBDTest(t, Spec{RBD: a})
+			bb := openRBDTest(t, Spec{RBD: b})
+			defer func() { bb.Close() }()
+			old := ba.(*rbdImage).c
+			if bb.(*rbdImage).c != old {
+				t.Fatal("two images with one key do not share a connection")
+			}
+			w := alignedBuf(4096)
+			fill(w, 9)
+			if err := ba.WriteBlocks(w, 0, true); err != nil { // takes a's exclusive lock
+				t.Fatal(err)
+			}
+			peer, closePeer := peerImage(t, c, a)
+			owners, err := peer.LockGetOwners()
+			if err != nil || len(owners) != 1 {
+				t.Fatalf("peer: lock owners of %s: %v, %v; want one", a.Name(), owners, err)
+			}
+			if err := peer.LockBreak(rbd.LockModeExclusive, owners[0].Owner); err != nil {
+				t.Fatalf("peer: breaking the lock of %s (owner %s): %v", a.Name(), owners[0].Owner, err)
+			}
+			closePeer()
+			if failFirst {
+				err := bb.WriteBlocks(w, 0, true)
+				if !errors.Is(err, syscall.ESHUTDOWN) {
+					t.Fatalf("FUA write on the blocklisted client: %v, want ESHUTDOWN", err)
+				}
+				if got := shared(); got == old {
+					t.Errorf("the blocklisted connection is still shared with new opens")
+				}
+			}
+			if err := ba.Close(); err != nil {
+				t.Logf("closing %s on the blocklisted client: %v", a.Name(), err)
+			}
+			log, rec := testLogger(t)
+			ba, err = Open(Spec{Kind: KindRBD, RBD: a, Logger: log})
+			if err != nil {
+				t.Fatalf("reopening %s after its client was blocklisted: %v", a.Name(), err)
+			}
+			if retried := rec.has(slog.LevelInfo, "retrying the open on a new RADOS client"); retried == failFirst {
+				t.Errorf("the reopen was retried: %v; want %v (the failed write retired the connection: %v)", retried, !failFirst, failFirst)
+			}
+			defer func() { ba.Close() }()
+			if ba.(*rbdImage).c == old {
+				t.Fatal("the reopened image is on the blocklisted connection")
+			}
+			if err := ba.WriteBlocks(w, 8, true); err != nil {
+				t.Fatalf("FUA write after reopening: %v", err)
+			}
+			r := alignedBuf(4096)
+			if err := ba.ReadBlocks(r, 0); err != nil || !bytes.Equal(r, w) {
+				t.Fatalf("reading back the write made before the blocklist: err %v, equal %v", err, bytes.Equal(r, w))
+			}
+			// b still holds the old connection, which goes with it; reopened, b shares a's.
+			if err := bb.Close(); err != nil {
+				t.Logf("closing %s on the blocklisted client: %v", b.Name(), err)
+			}
+			if _, ok := rbdConns.byID.Load(old.id); ok {
+				t.Error("the blocklisted connection outlived its last image")
+			}
+			bb = openRBDTest(t, Spec{RBD: b})
+			if bb.(*rbdImage).c != ba.(*rbdImage).c {
+				t.Error("b reopened is not on a's new connection")
+			}
+			if err := bb.WriteBlocks(w, 0, true); err != nil {
+				t.Fatalf("FUA write on b reopened: %v", err)
+			}
+		})
 	}
 }
 
