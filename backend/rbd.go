@@ -34,7 +34,9 @@ type RBDSpec struct {
 	// exist (an existing image is used as it is). 0: the image must exist.
 	CreateSize uint64
 	// ConnectTimeout bounds connecting to the monitors and opening the image; 0 means
-	// DefaultRBDConnectTimeout.
+	// DefaultRBDConnectTimeout. An open that needs a connection while one with the same
+	// Conf, User and Keyring is being made waits for that attempt and shares its result;
+	// opens of other connections do not wait for it.
 	ConnectTimeout time.Duration
 }
 

@@ -223,8 +223,18 @@ var rbdConns struct {
 	// byKey holds the connection new opens with a key share; a retired connection (see
 	// rbdConn.retire) is not in it any more, and lives on while its images hold it.
 	byKey map[rbdConnKey]*rbdConn
-	byID  sync.Map // uint32 -> *rbdConn, read by completion handlers
-	next  uint32
+	// dialing holds the dial in progress for a key, made without mu held: opens of that
+	// key wait for it instead of dialing too, and opens of other keys do not wait at all.
+	dialing map[rbdConnKey]*rbdDialing
+	byID    sync.Map // uint32 -> *rbdConn, read by completion handlers
+	next    uint32
+}
+
+// rbdDialing is a dial in progress; done is closed when it has ended, err (written
+// before) its failure.
+type rbdDialing struct {
+	done chan struct{}
+	err  error
 }
 
 // rbdConn is one RADOS connection, shared by every image opened with its key, with the
@@ -293,13 +303,60 @@ const (
 	rbdCacheWriteBack                       // writes complete from the cache; FUA is write + flush
 )
 
+// rbdConnect returns a reference to the connection opens with key share, dialing it if
+// there is none. Only one dial per key runs at a time, without rbdConns.mu held; the
+// opens that arrive meanwhile wait for it and share its connection, or its error.
 func rbdConnect(key rbdConnKey, timeout time.Duration, log *slog.Logger) (*rbdConn, error) {
 	rbdConns.mu.Lock()
-	defer rbdConns.mu.Unlock()
-	if c := rbdConns.byKey[key]; c != nil && !c.retired.Load() {
-		c.refs++
-		return c, nil
+	for {
+		if c := rbdConns.byKey[key]; c != nil && !c.retired.Load() {
+			c.refs++
+			rbdConns.mu.Unlock()
+			return c, nil
+		}
+		d := rbdConns.dialing[key]
+		if d == nil {
+			break
+		}
+		rbdConns.mu.Unlock()
+		<-d.done
+		if d.err != nil {
+			return nil, d.err
+		}
+		// The connection may be gone again (its images closed, or retired): look again.
+		rbdConns.mu.Lock()
 	}
+	d := &rbdDialing{done: make(chan struct{})}
+	if rbdConns.dialing == nil {
+		rbdConns.dialing = map[rbdConnKey]*rbdDialing{}
+	}
+	rbdConns.dialing[key] = d
+	rbdConns.mu.Unlock()
+
+	c, err := newRBDConn(key, timeout, log)
+	rbdConns.mu.Lock()
+	delete(rbdConns.dialing, key)
+	d.err = err
+	close(d.done)
+	if err != nil {
+		rbdConns.mu.Unlock()
+		return nil, err
+	}
+	rbdConns.next++
+	c.id = rbdConns.next
+	if rbdConns.byKey == nil {
+		rbdConns.byKey = map[rbdConnKey]*rbdConn{}
+	}
+	rbdConns.byKey[key] = c
+	rbdConns.byID.Store(c.id, c)
+	rbdConns.mu.Unlock()
+	go c.reaper()
+	return c, nil
+}
+
+// newRBDConn dials key's cluster and makes the connection's completion queue; the caller
+// gives it its id and publishes it.
+func newRBDConn(key rbdConnKey, timeout time.Duration, log *slog.Logger) (*rbdConn, error) {
 	conn, err := rbdDial(key, timeout)
 	if err != nil {
 		return nil, err
@@ -315,14 +372,6 @@ func rbdConnect(key rbdConnKey, timeout time.Duration, log *slog.Logger) (*rbdCo
 	c.cq = newRBDQueue(efd)
 	chunks := []*rbdSlots{}
 	c.chunks.Store(&chunks)
-	rbdConns.next++
-	c.id = rbdConns.next
-	if rbdConns.byKey == nil {
-		rbdConns.byKey = map[rbdConnKey]*rbdConn{}
-	}
-	rbdConns.byKey[key] = c
-	rbdConns.byID.Store(c.id, c)
-	go c.reaper()
 	return c, nil
 }
 

@@ -532,6 +532,59 @@ func TestRBDErrors(t *testing.T) {
 	}
 }
 
+// TestRBDDialDoesNotBlockOthers: while one cluster does not answer (its dial waits for
+// ConnectTimeout), images of another cluster open and close at once; an open of the
+// unanswering cluster's key that arrives meanwhile waits for that dial and gets its
+// result instead of dialing again (and waiting as long once more).
+func TestRBDDialDoesNotBlockOthers(t *testing.T) {
+	_, rs := testImage(t, "4M")
+	// A cluster nobody runs: a ceph.conf whose monitor port has no listener.
+	noCluster := filepath.Join(t.TempDir(), "nocluster.conf")
+	if err := os.WriteFile(noCluster, []byte("[global]\nmon host = v2:127.0.0.1:9\nauth client required = none\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 12 * time.Second
+	bad := Spec{Kind: KindRBD, Logger: slog.New(slog.DiscardHandler),
+		RBD: RBDSpec{Pool: rs.Pool, Image: rs.Image, Conf: noCluster, ConnectTimeout: timeout}}
+	start := time.Now()
+	first, second := make(chan error, 1), make(chan error, 1)
+	open := func(ch chan<- error) {
+		b, err := Open(bad)
+		if err == nil {
+			b.Close()
+		}
+		ch <- err
+	}
+	go open(first)
+	// The first open is dialing by now (if it is not, the test shows less, and passes).
+	time.Sleep(time.Second)
+	go open(second)
+	b := openRBDTest(t, Spec{RBD: rs})
+	if err := b.WriteBlocks(alignedBuf(4096), 0, true); err != nil {
+		t.Errorf("FUA write: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	took := time.Since(start)
+	select {
+	case err := <-first:
+		t.Fatalf("opening and closing an image of a running cluster waited for the dial of one that does not answer "+
+			"(%s; that open ended with %v)", took, err)
+	default:
+	}
+	err1, err2 := <-first, <-second
+	if err1 == nil || !strings.Contains(err1.Error(), "connecting to the Ceph cluster") {
+		t.Fatalf("open of a cluster that does not answer: %v", err1)
+	}
+	if err2 != err1 {
+		t.Errorf("the open that arrived during its key's dial failed with %v, want that dial's error %v", err2, err1)
+	}
+	if all := time.Since(start); all > timeout+timeout/2 {
+		t.Errorf("both opens of the unanswering cluster took %s with a %s timeout", all, timeout)
+	}
+}
+
 // TestRBDOpenTimeout: an image open the OSDs do not answer (the OSD is stopped) fails after
 // ConnectTimeout with the fix named, and the abandoned open cleans up after itself once
 // they answer.
