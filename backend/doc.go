@@ -25,12 +25,14 @@
 // threads, are queued in C and taken in batches by one goroutine per RADOS connection — or,
 // for requests submitted with SubmitRing, by the Ring's owner, woken through the Ring's
 // eventfd like for its own completions. Images opened with the same cluster and client
-// share one RADOS connection. An image watch reports `rbd resize` to Spec.OnResize.
+// share one RADOS connection, until the cluster blocklists its client (ESHUTDOWN): images
+// opened after that get a new one. An image watch reports `rbd resize` to Spec.OnResize.
 //
 // Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned, ErrSync or an errno from the kernel;
 // Status turns any of them into the NVMe completion status the target reports. A failed
 // sync (ErrSync: fdatasync, or a write through the O_DSYNC descriptor; for rbd a flush,
-// or a FUA write) is sticky: the file, block and rbd backends remember it and fail every
+// or a FUA write, except librbd's EROFS refusal for want of the exclusive lock and a FUA
+// write's ENOSPC or EDQUOT, which write nothing) is sticky: the file, block and rbd backends remember it and fail every
 // later Flush until they are opened again, since the kernel reports a writeback error
 // only once, and so does librbd the failure of a write its cache had completed early.
 // With Request.FUA every backend makes write zeroes and deallocate durable too (a flush

@@ -296,28 +296,33 @@ func TestRDMAQuietHostProbe(t *testing.T) {
 	if s := e.tr.Stats(); s.PoolFreeBytes == s.PoolTotalBytes {
 		t.Fatalf("after four 4 KiB reads every pool page is free: their responses were signaled, the test needs them unsignaled")
 	}
-	start := time.Now()
-	for s := e.tr.Stats(); s.PoolFreeBytes != s.PoolTotalBytes; s = e.tr.Stats() {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("a quiet host's unsignaled responses still hold %d bytes of the pool after %v",
-				s.PoolTotalBytes-s.PoolFreeBytes, time.Since(start).Round(time.Millisecond))
+	// waitRetired waits until the pool is whole again: every unsignaled response retired.
+	waitRetired := func(what string) {
+		t.Helper()
+		start := time.Now()
+		for s := e.tr.Stats(); s.PoolFreeBytes != s.PoolTotalBytes; s = e.tr.Stats() {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("%s: unsignaled responses still hold %d bytes of the pool after %v",
+					what, s.PoolTotalBytes-s.PoolFreeBytes, time.Since(start).Round(time.Millisecond))
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
+		t.Logf("%s: responses retired %v after the last read", what, time.Since(start).Round(time.Millisecond))
 	}
-	t.Logf("a quiet host's responses retired %v after its last read", time.Since(start).Round(time.Millisecond))
-	c, _ := quiet.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
-	expectOK(t, "a read after the quiet period", c)
-
 	probes := func() (n uint64) {
 		for _, g := range e.tr.GroupStats() {
 			n += g.Probes
 		}
 		return n
 	}
-	before := probes()
-	if before == 0 {
+	waitRetired("a quiet host")
+	if probes() == 0 {
 		t.Error("the quiet host's pages came back without a probe")
 	}
+	c, _ := quiet.exec(rw(nvmeproto.OpRead, 2, 0, 8), nil, 4096)
+	expectOK(t, "a read after the quiet period", c)
+	waitRetired("the quiet host's read after its quiet period")
+	before := probes() // the quiet queue has nothing unsignaled left: later probes are the holder's
 	h := newHostQueue(t, 32, 64<<10)
 	l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 2, depth: 32, icd: 8192, recvs: 1, noRepost: true})
 	if err != nil {
@@ -335,7 +340,7 @@ func TestRDMAQuietHostProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start = time.Now()
+	start := time.Now()
 	e.waitConns(2, 15*time.Second) // admin and the quiet queue
 	t.Logf("the holder's queue torn down %v after its reads (response timeout 2 s)", time.Since(start).Round(time.Millisecond))
 	if probes() == before {
