@@ -499,14 +499,7 @@ func (s shnSpy) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeproto.
 // from sending CC.SHN: the wait for outstanding I/O ends halfway through ctx.
 func TestLoopShutdownStalledIO(t *testing.T) {
 	var sb *stallBackend
-	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		sb = &stallBackend{Backend: b, release: make(chan struct{})}
-		return sb, nil
-	}))
+	e := newEnv(t, nil, stallBackends(&sb))
 	var shn atomic.Bool
 	var unstall sync.Once
 	release := func() { unstall.Do(func() { close(sb.release) }) }
@@ -568,6 +561,18 @@ type stallBackend struct {
 	release chan struct{}
 }
 
+// stallBackends opens the target's backends as stallBackends; *sb is the last opened.
+func stallBackends(sb **stallBackend) target.Option {
+	return target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		*sb = &stallBackend{Backend: b, release: make(chan struct{})}
+		return *sb, nil
+	})
+}
+
 func (b *stallBackend) ReadBlocks(buf []byte, slba uint64) error {
 	if b.stalled.Load() {
 		<-b.release
@@ -579,14 +584,7 @@ func (b *stallBackend) ReadBlocks(buf []byte, slba uint64) error {
 // ErrTimeout after CommandTimeout.
 func TestLoopTimeout(t *testing.T) {
 	var sb *stallBackend
-	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		sb = &stallBackend{Backend: b, release: make(chan struct{})}
-		return sb, nil
-	}))
+	e := newEnv(t, nil, stallBackends(&sb))
 	t.Cleanup(func() { close(sb.release) })
 	c := e.dial(t, func(o *initiator.Options) { o.CommandTimeout = 300 * time.Millisecond })
 	ns := c.Namespaces()[0]
@@ -652,14 +650,7 @@ func TestLoopSubmitWithoutDone(t *testing.T) {
 // across several watchdog checks, completes, and so does an admin command.
 func TestLoopHugeTimeouts(t *testing.T) {
 	var sb *stallBackend
-	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		sb = &stallBackend{Backend: b, release: make(chan struct{})}
-		return sb, nil
-	}))
+	e := newEnv(t, nil, stallBackends(&sb))
 	c := e.dial(t, func(o *initiator.Options) {
 		o.CommandTimeout = time.Duration(math.MaxInt64)
 		o.AdminTimeout = time.Duration(math.MaxInt64)
@@ -764,14 +755,7 @@ func TestLoopAdminCommandAbandoned(t *testing.T) {
 // TestLoopContext: a cancelled context ends the call, not the command.
 func TestLoopContext(t *testing.T) {
 	var sb *stallBackend
-	e := newEnv(t, nil, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		sb = &stallBackend{Backend: b, release: make(chan struct{})}
-		return sb, nil
-	}))
+	e := newEnv(t, nil, stallBackends(&sb))
 	c := e.dial(t, nil)
 	ns := c.Namespaces()[0]
 	sb.stalled.Store(true)
