@@ -233,25 +233,9 @@ func TestRDMAResponseTimeout(t *testing.T) {
 	e := newRDMAEnvLimits(t, conf.Transport{BufferPoolSize: 8 << 20}, conf.Limits{ResponseTimeout: 2 * time.Second})
 	_, cntlid := e.adminConnect(0)
 	other := e.ioConnect(1, cntlid, 32)
-	// The hog: one receive buffer, for its Connect's response, then none.
-	h := newHostQueue(t, 32, 128<<10)
-	l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 2, depth: 32, icd: 8192, recvs: 1, noRepost: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.close()
-	l.onResp = h.onResponse
-	h.attach(l)
-	expectOK(t, "hog connect", h.connect(2, 0, cntlid, testSubNQN, testHostNQN))
+	l := e.dialHolder(2, cntlid, 128<<10, "hog")
 	start := time.Now()
-	for i := range 31 {
-		cmd := h.begin()
-		r := rw(nvmeproto.OpRead, 2, uint64(i*256), 256)
-		r.SGL = cmd.keyedAt(0, 128<<10)
-		if err := cmd.submit(&r, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	submitReads(t, l.h, 31, 256)
 	held := false
 	for time.Since(start) < 30*time.Second {
 		s := e.tr.Stats()
@@ -323,23 +307,8 @@ func TestRDMAQuietHostProbe(t *testing.T) {
 	expectOK(t, "a read after the quiet period", c)
 	waitRetired("the quiet host's read after its quiet period")
 	before := probes() // the quiet queue has nothing unsignaled left: later probes are the holder's
-	h := newHostQueue(t, 32, 64<<10)
-	l, _, err := dialRDMA(t, e.addr, dialOpts{qid: 2, depth: 32, icd: 8192, recvs: 1, noRepost: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.close()
-	l.onResp = h.onResponse
-	h.attach(l)
-	expectOK(t, "holder connect", h.connect(2, 0, cntlid, testSubNQN, testHostNQN))
-	for i := range 4 {
-		cmd := h.begin()
-		r := rw(nvmeproto.OpRead, 2, uint64(i*8), 8)
-		r.SGL = cmd.keyedAt(0, 4096)
-		if err := cmd.submit(&r, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	l := e.dialHolder(2, cntlid, 64<<10, "holder")
+	submitReads(t, l.h, 4, 8)
 	start := time.Now()
 	e.waitConns(2, 15*time.Second) // admin and the quiet queue
 	t.Logf("the holder's queue torn down %v after its reads (response timeout 2 s)", time.Since(start).Round(time.Millisecond))
@@ -348,4 +317,41 @@ func TestRDMAQuietHostProbe(t *testing.T) {
 	}
 	l.close()
 	e.expectPoolFree()
+}
+
+// holder is a host queue that posts one receive buffer, for its Connect's response, and
+// then none: the target's later response SENDs stay under RNR retry.
+type holder struct {
+	*rdmaLink
+	h *hostQueue
+}
+
+// dialHolder connects I/O queue qid of controller cntlid as a holder with slot bytes of
+// data per command; its link is closed at the end of the test (or before, by close).
+func (e *rdmaEnv) dialHolder(qid, cntlid uint16, slot int, what string) holder {
+	e.t.Helper()
+	h := newHostQueue(e.t, 32, slot)
+	l, _, err := dialRDMA(e.t, e.addr, dialOpts{qid: qid, depth: 32, icd: 8192, recvs: 1, noRepost: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(l.close)
+	l.onResp = h.onResponse
+	h.attach(l)
+	expectOK(e.t, what+" connect", h.connect(qid, 0, cntlid, testSubNQN, testHostNQN))
+	return holder{l, h}
+}
+
+// submitReads submits n reads of nlb blocks of the null namespace (NSID 2), the i-th at
+// block i*nlb, without waiting for them.
+func submitReads(t testing.TB, h *hostQueue, n, nlb int) {
+	t.Helper()
+	for i := range n {
+		cmd := h.begin()
+		r := rw(nvmeproto.OpRead, 2, uint64(i*nlb), nlb)
+		r.SGL = cmd.keyedAt(0, nlb*512)
+		if err := cmd.submit(&r, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
