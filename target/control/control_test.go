@@ -65,23 +65,30 @@ func testConfig(socket string) *conf.Config {
 // start serves cfg in-process (loop) with its control API, and dials the API.
 func start(t *testing.T, cfg *conf.Config) (*server.Server, pb.ControlClient) {
 	t.Helper()
-	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	rc := s.Config()
-	c, err := control.Start(s, rc.Control, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	cl, cc, err := control.Dial(control.DialOptions{Socket: rc.Control.Socket})
+	s, _ := serve(t, cfg)
+	cl, cc, err := control.Dial(control.DialOptions{Socket: s.Config().Control.Socket})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
 	return s, cl
+}
+
+// serve starts a server on the loop transport with the target options, and its control
+// API; both are closed at the end of the test.
+func serve(t *testing.T, cfg *conf.Config, opts ...target.Option) (*server.Server, *control.Server) {
+	t.Helper()
+	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true, Target: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	cs, err := control.Start(s, s.Config().Control, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return s, cs
 }
 
 func ctx(t *testing.T) context.Context {
@@ -405,16 +412,7 @@ func TestControlTCP(t *testing.T) {
 	cfg, dir, cliCert, cliKey := tcpConfig(t)
 	otherCA, otherKey := newCA(t, dir, "other-ca")
 	badCert, badKey := newCert(t, dir, "intruder", otherCA, otherKey, false)
-	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cs, err := control.Start(s, s.Config().Control, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	_, cs := serve(t, cfg)
 	addr := cs.TCPAddr().String()
 	call := func(cert, key string) error {
 		cl, cc, err := control.Dial(control.DialOptions{TCP: addr, TLSCert: cert, TLSKey: key, TLSCA: filepath.Join(dir, "ca.pem")})
@@ -528,15 +526,7 @@ func TestCloseStopsEveryListenerAtOnce(t *testing.T) {
 	const slow = 3 << 20
 	opener, opening, release := testutil.HeldOpener(slow)
 	t.Cleanup(release)
-	s, err := server.New(cfg, server.Options{Logger: quiet, Loop: true, Target: []target.Option{target.WithBackendOpener(opener)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	cs, err := control.Start(s, s.Config().Control, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cs := serve(t, cfg, target.WithBackendOpener(opener))
 	ucl, ucc, err := control.Dial(control.DialOptions{Socket: s.Config().Control.Socket})
 	if err != nil {
 		t.Fatal(err)
