@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gonvmf/gonvmf/internal/aligned"
+	"github.com/gonvmf/gonvmf/internal/usegate"
 )
 
 // region is memory the controller can read and write: on RDMA an rdmacm.Arena registered
@@ -103,22 +104,19 @@ func (b *Buffer) addr(i int) uint64 { return b.reg.base + uint64(b.off+i) }
 
 // BufferPool hands out fixed-size chunks of one registered region.
 //
-// The region outlives every buffer handed out: state counts the pool's users (a Get in
-// progress, a buffer handed out and not yet returned) and, once close ran, holds
-// poolClosed. Get admits no user after close, so the memory is released exactly once,
-// by whichever of close and the last put leaves state at poolClosed with no user.
+// The region outlives every buffer handed out: users counts the pool's users (a Get in
+// progress, a buffer handed out and not yet returned) and close closes it. Get admits no
+// user after close, so the memory is released exactly once, by close or by the last put
+// after it, whichever finds the gate drained.
 type BufferPool struct {
 	reg     *region
 	chunk   int
 	bufs    []Buffer
 	free    chan int32
 	closed  chan struct{}
-	state   atomic.Int64
+	users   usegate.Gate
 	release func() // set by close; frees reg (and what must outlive it)
 }
-
-// poolClosed is the state bit close sets; the bits below it count users.
-const poolClosed = 1 << 62
 
 func newBufferPool(reg *region, chunk int) *BufferPool {
 	n := len(reg.mem) / chunk
@@ -142,7 +140,7 @@ func (p *BufferPool) Get(ctx context.Context, n int) (*Buffer, error) {
 	if n <= 0 || n > p.chunk {
 		return nil, fmt.Errorf("initiator: buffer of %d bytes: the pool hands out 1..%d", n, p.chunk)
 	}
-	if !p.enter() {
+	if !p.users.Enter() {
 		return nil, fmt.Errorf("initiator: pool buffer of %d bytes: %w", n, ErrClosed)
 	}
 	var i int32
@@ -171,22 +169,9 @@ func (p *BufferPool) put(b *Buffer) {
 	p.leave()
 }
 
-// enter admits a user; false once the pool is closed.
-func (p *BufferPool) enter() bool {
-	for {
-		s := p.state.Load()
-		if s&poolClosed != 0 {
-			return false
-		}
-		if p.state.CompareAndSwap(s, s+1) {
-			return true
-		}
-	}
-}
-
 // leave ends a user; the last one after close frees the memory.
 func (p *BufferPool) leave() {
-	if p.state.Add(-1) == poolClosed {
+	if p.users.Leave() {
 		p.release()
 	}
 }
@@ -195,9 +180,9 @@ func (p *BufferPool) leave() {
 // once no buffer is out: now, or when the last one is returned. Called once (teardown).
 func (p *BufferPool) close(release func()) {
 	p.release = release
-	old := p.state.Or(poolClosed)
+	_, drained := p.users.Close()
 	close(p.closed)
-	if old == 0 {
+	if drained {
 		release()
 	}
 }

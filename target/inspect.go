@@ -94,7 +94,7 @@ func (c *controller) info() ControllerInfo {
 }
 
 // inFlight returns the number of commands between Begin and Complete.
-func (q *Queue) inFlight() int { return int(q.state.Load() &^ closingBit) }
+func (q *Queue) inFlight() int { return q.users.Users() }
 
 // NamespaceInfo describes a running namespace and counts its I/O since it was added.
 type NamespaceInfo struct {

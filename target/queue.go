@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/internal/usegate"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -56,7 +57,7 @@ type Queue struct {
 
 	bind    atomic.Pointer[binding]
 	head    atomic.Uint32
-	state   atomic.Int64 // commands between Begin and Complete | closingBit
+	users   usegate.Gate // commands between Begin and Complete; closed by markClosing
 	drained chan struct{}
 
 	connectMu sync.Mutex
@@ -310,7 +311,7 @@ func (q *Queue) waitDrained() bool {
 		return true
 	case <-t.C:
 	}
-	n := q.state.Load() &^ closingBit
+	n := q.users.Users()
 	q.connectMu.Lock()
 	peer := q.peer
 	q.connectMu.Unlock()
@@ -329,33 +330,23 @@ func (q *Queue) disconnect(reason error) {
 	})
 }
 
-func (q *Queue) acquire() bool {
-	for {
-		s := q.state.Load()
-		if s&closingBit != 0 {
-			return false
-		}
-		if q.state.CompareAndSwap(s, s+1) {
-			return true
-		}
-	}
-}
+func (q *Queue) acquire() bool { return q.users.Enter() }
 
 func (q *Queue) release() {
-	if q.state.Add(-1) == closingBit {
+	if q.users.Leave() {
 		close(q.drained)
 	}
 }
 
 // markClosing makes acquire fail from now on; drained closes when nothing is in flight.
 func (q *Queue) markClosing() {
-	if old := q.state.Or(closingBit); old == 0 {
+	if _, drained := q.users.Close(); drained {
 		close(q.drained)
 	}
 }
 
 // closing reports whether the queue no longer accepts commands.
-func (q *Queue) closing() bool { return q.state.Load()&closingBit != 0 }
+func (q *Queue) closing() bool { return q.users.Closed() }
 
 func (q *Queue) advanceHead() {
 	n := q.depth

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/usegate"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -317,10 +318,10 @@ type namespace struct {
 	// healthy; set once and never cleared: ReopenNamespace replaces the namespace.
 	failure atomic.Pointer[error]
 
-	// state counts the references admin commands hold (Identify, the shutdown flush) |
-	// closingBit. I/O commands take none: they reach the backend only through exec,
+	// users counts the references admin commands hold (Identify, the shutdown flush);
+	// close closes it. I/O commands take none: they reach the backend only through exec,
 	// whose Close waits for them and fails later submissions with backend.ErrClosed.
-	state   atomic.Int64
+	users   usegate.Gate
 	drained chan struct{}
 	// closed is closed once executor and backend are (closeErr: the backend's Close).
 	closed    chan struct{}
@@ -333,7 +334,7 @@ type namespace struct {
 }
 
 // closing reports whether the namespace is being removed.
-func (ns *namespace) closing() bool { return ns.state.Load()&closingBit != 0 }
+func (ns *namespace) closing() bool { return ns.users.Closed() }
 
 // failed reports whether a sync failure made the namespace refuse writes and flushes.
 func (ns *namespace) failed() bool { return ns.failure.Load() != nil }
@@ -448,23 +449,11 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 
 func (ns *namespace) lbaSize() uint32 { return 1 << ns.shift }
 
-const closingBit = 1 << 62
-
 // acquire takes a reference unless the namespace is closing.
-func (ns *namespace) acquire() bool {
-	for {
-		s := ns.state.Load()
-		if s&closingBit != 0 {
-			return false
-		}
-		if ns.state.CompareAndSwap(s, s+1) {
-			return true
-		}
-	}
-}
+func (ns *namespace) acquire() bool { return ns.users.Enter() }
 
 func (ns *namespace) release() {
-	if ns.state.Add(-1) == closingBit {
+	if ns.users.Leave() {
 		close(ns.drained)
 	}
 }
@@ -478,14 +467,14 @@ func (ns *namespace) release() {
 // shutting down is then never stuck behind such a request. Safe to call more than once;
 // later calls wait in the same way and report only a timeout.
 func (ns *namespace) close() error {
-	old := ns.state.Or(closingBit)
-	if old&closingBit != 0 {
+	first, drained := ns.users.Close()
+	if !first {
 		if err := ns.waitClosed(); errors.Is(err, ErrNamespaceBusy) {
 			return err
 		}
 		return nil
 	}
-	if old == 0 {
+	if drained {
 		close(ns.drained)
 	}
 	go func() {
