@@ -177,7 +177,7 @@ func (q *queue) quiesce() {
 // is not called.
 func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 	if r.Done == nil {
-		return fmt.Errorf("initiator: %s on queue %d: the request has no Done function", r.opName(), q.qid)
+		return fmt.Errorf("initiator: %s on queue %d: the request has no Done function (set Request.Done: Submit calls it when the command completes)", r.opName(), q.qid)
 	}
 	q.active.Add(1)
 	defer q.active.Add(-1)
