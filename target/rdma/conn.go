@@ -221,10 +221,9 @@ type conn struct {
 	unsig      ring
 	unsigBytes int    // pool bytes the unsignaled responses hold
 	respSeq    uint64 // responses posted
-	// probeOut: the watchdog's zero-length RDMA WRITE is posted and not complete; it
-	// completes after every response posted before it, through respSeq probeSeq
-	// (watchdog.go, conn.probe).
-	probeOut bool
+	// probeSeq is respSeq when the watchdog's zero-length RDMA WRITE was posted: it
+	// completes after every response through it (watchdog.go, conn.probe). At most one
+	// is outstanding: it is posted only with nothing signaled outstanding (sigOut 0).
 	probeSeq uint64
 
 	state         connState
@@ -979,7 +978,7 @@ func (c *conn) probe() {
 	wr.NumSGE = 0
 	c.sqUsed++
 	c.sigOut++
-	c.probeOut, c.probeSeq = true, c.respSeq
+	c.probeSeq = c.respSeq
 	c.g.m.probes.Add(1)
 	c.log.Debug("responses posted unsignaled on a quiet queue: a zero-length RDMA WRITE behind them retires them",
 		"cntlid", c.q.ControllerID(), "responses", c.unsig.len(), "pool_bytes", c.unsigBytes)
@@ -987,10 +986,6 @@ func (c *conn) probe() {
 
 // onProbe completes the probe: every response posted before it is complete too.
 func (c *conn) onProbe(wc *rdmacm.Completion) {
-	if !c.probeOut {
-		return
-	}
-	c.probeOut = false
 	c.sqUsed--
 	c.sigOut--
 	c.watch.done++
@@ -1216,7 +1211,6 @@ func (c *conn) forceDrain() {
 	}
 	c.unsig.reset()
 	c.unsigBytes = 0
-	c.probeOut = false
 	c.maybeFinalize()
 }
 

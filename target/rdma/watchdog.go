@@ -122,7 +122,7 @@ func (c *conn) checkProgress(now time.Time, timeout time.Duration, ev uint64, ne
 	w := &c.watch
 	quiet := c.respSeq == w.resp
 	w.resp = c.respSeq
-	if quiet && c.unsig.len() > 0 && c.sigOut == 0 && !c.probeOut && c.sqUsed < c.cfg.sqSize {
+	if quiet && c.unsig.len() > 0 && c.sigOut == 0 && c.sqUsed < c.cfg.sqSize {
 		c.probe()
 	}
 	outstanding := c.sigOut > 0 || c.sendWait.head != nil
