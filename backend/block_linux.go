@@ -137,14 +137,9 @@ func writeCache(fd int) bool {
 	if unix.Fstat(fd, &st) != nil {
 		return true
 	}
-	p := fmt.Sprintf("/sys/dev/block/%d:%d/queue/write_cache", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	data, err := os.ReadFile(p)
+	data, err := readQueueAttr("/sys", st.Rdev, "write_cache")
 	if err != nil {
-		// A partition's queue is its disk's.
-		p = fmt.Sprintf("/sys/dev/block/%d:%d/../queue/write_cache", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-		if data, err = os.ReadFile(p); err != nil {
-			return true
-		}
+		return true
 	}
 	return !bytes.HasPrefix(bytes.TrimSpace(data), []byte("write through"))
 }

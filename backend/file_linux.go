@@ -104,7 +104,7 @@ func openFile(s Spec) (Backend, error) {
 
 // openMaybeDirect opens path with O_DIRECT and falls back to buffered I/O, with a
 // warning, when the filesystem refuses O_DIRECT (EINVAL from open, as tmpfs before Linux
-// 6.6 does) or reports direct I/O alignment the namespace cannot meet.
+// 6.6 does) or needs a direct I/O alignment the namespace cannot meet (dioUnfit).
 func openMaybeDirect(sys sysOps, log *slog.Logger, path string, flag int, lba uint32) (*os.File, bool, error) {
 	f, err := sys.open(path, flag, 0o600, true)
 	if err == nil {
@@ -127,19 +127,35 @@ func openMaybeDirect(sys sysOps, log *slog.Logger, path string, flag int, lba ui
 }
 
 // dioUnfit returns why direct I/O on f cannot serve lba-sized blocks from
-// Alignment-aligned buffers, or "" when it can or the kernel does not say (statx
-// STATX_DIOALIGN, Linux 6.1).
+// Alignment-aligned buffers, or "" when it can. The alignment direct I/O needs comes from
+// statx STATX_DIOALIGN (Linux 6.1; not every filesystem reports it). Without it, it is
+// the logical block size of the disk holding the file, for both offsets and buffers, as
+// the kernel's direct I/O paths before 6.1 required. A filesystem without a disk of its
+// own (tmpfs, overlayfs, NFS, btrfs, whose st_dev is anonymous) on such a kernel tells
+// neither: direct I/O is then assumed to take 512-byte blocks, and if it does not, every
+// request it refuses fails with EINVAL.
 func dioUnfit(sys sysOps, f *os.File, lba uint32) string {
-	mem, off, ok := sys.dioAlign(int(f.Fd()))
+	fd := int(f.Fd())
+	mem, off, ok := sys.dioAlign(fd)
+	src := "statx"
+	if !ok {
+		lbs, ok := sys.devSectorSize(fd)
+		if !ok {
+			return ""
+		}
+		mem, off, src = lbs, lbs, "the logical block size of the file's disk"
+	}
 	switch {
-	case !ok:
-		return ""
 	case off == 0:
 		return "statx reports no direct I/O support"
 	case off > lba:
-		return fmt.Sprintf("direct I/O needs offsets aligned to %d bytes, more than the lba size %d", off, lba)
+		why := fmt.Sprintf("direct I/O needs offsets aligned to %d bytes (%s), more than the lba size %d", off, src, lba)
+		if off <= 4096 && mem <= Alignment {
+			why += "; an lba size of 4096 keeps direct I/O"
+		}
+		return why
 	case mem > Alignment:
-		return fmt.Sprintf("direct I/O needs buffers aligned to %d bytes, more than %d", mem, Alignment)
+		return fmt.Sprintf("direct I/O needs buffers aligned to %d bytes (%s), more than %d", mem, src, Alignment)
 	}
 	return ""
 }

@@ -827,6 +827,104 @@ func TestFileDIOAlignment(t *testing.T) {
 	}
 }
 
+// TestFileDIOAlignmentWithoutStatx: when statx does not report the direct I/O alignment
+// (Linux before 6.1, or a filesystem that does not), the logical block size of the disk
+// holding the file stands in for it, so a 512-byte namespace on a 4096-byte-sector disk
+// gets buffered I/O instead of direct I/O the kernel refuses (EINVAL) for every block
+// that is not 4096-aligned. Without a disk (size 0) direct I/O is kept.
+func TestFileDIOAlignmentWithoutStatx(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		sector     uint32
+		lba        uint32
+		wantDirect bool
+		why        string
+	}{
+		{4096, 512, false, "offsets aligned to 4096 bytes (the logical block size of the file's disk), more than the lba size 512; an lba size of 4096 keeps direct I/O"},
+		{4096, 4096, true, ""},
+		{512, 512, true, ""},
+		{0, 512, true, ""},
+	}
+	for i, c := range cases {
+		sector := c.sector
+		sys := &faultSys{noDIO: true, sector: &sector}
+		log, rec := testLogger(t)
+		b := openTestFile(t, Spec{Path: filepath.Join(dir, "nostatx"+string(rune('a'+i))), Size: 1 << 20, LBASize: c.lba, Logger: log, sys: sys})
+		if b.Info().Direct != c.wantDirect {
+			t.Errorf("disk sector %d, lba %d: Direct = %v, want %v", c.sector, c.lba, b.Info().Direct, c.wantDirect)
+		}
+		if fl := fdFlags(t, b.fd); (fl&unix.O_DIRECT != 0) != c.wantDirect {
+			t.Errorf("disk sector %d, lba %d: descriptor flags %#x", c.sector, c.lba, fl)
+		}
+		if warned := rec.has(slog.LevelWarn, "cannot do O_DIRECT"); warned != (c.why != "") {
+			t.Errorf("disk sector %d, lba %d: warned %v, want %v; log:\n%s", c.sector, c.lba, warned, c.why != "", rec)
+		}
+		if c.why != "" && !strings.Contains(rec.String(), c.why) {
+			t.Errorf("warning does not say %q; log:\n%s", c.why, rec)
+		}
+		// The second block: 512-byte aligned but not 4096-byte aligned when lba is 512.
+		w := alignedBuf(int(c.lba))
+		fill(w, byte(i+1))
+		if err := b.WriteBlocks(w, 1, true); err != nil {
+			t.Error(err)
+		}
+		r := alignedBuf(int(c.lba))
+		if err := b.ReadBlocks(r, 1); err != nil || !bytes.Equal(r, w) {
+			t.Errorf("disk sector %d, lba %d: read back: %v, data equal %v", c.sector, c.lba, err, bytes.Equal(r, w))
+		}
+	}
+}
+
+// TestSysfsSectorSize reads the logical block size from a sysfs laid out as the kernel
+// does: a disk's queue directory, a partition without one (its disk's counts), a device
+// sysfs does not know (a filesystem's anonymous device) and a value that is no block size.
+func TestSysfsSectorSize(t *testing.T) {
+	root := t.TempDir()
+	write := func(rel, data string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(target, name string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, "dev/block"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(root, "dev/block", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("devices/pci0/block/sda/queue/logical_block_size", "4096\n")
+	write("devices/pci0/block/sda/sda1/partition", "1\n")
+	write("devices/virtual/block/dm-0/queue/logical_block_size", "512\n")
+	write("devices/virtual/block/odd/queue/logical_block_size", "1000\n")
+	link("../../devices/pci0/block/sda", "8:0")
+	link("../../devices/pci0/block/sda/sda1", "8:1")
+	link("../../devices/virtual/block/dm-0", "253:0")
+	link("../../devices/virtual/block/odd", "7:0")
+	for _, c := range []struct {
+		maj, min uint32
+		want     uint32
+		ok       bool
+	}{
+		{8, 0, 4096, true},
+		{8, 1, 4096, true},
+		{253, 0, 512, true},
+		{0, 35, 0, false},
+		{7, 0, 0, false},
+	} {
+		got, ok := sysfsSectorSize(root, unix.Mkdev(c.maj, c.min))
+		if got != c.want || ok != c.ok {
+			t.Errorf("device %d:%d: %d, %v; want %d, %v", c.maj, c.min, got, ok, c.want, c.ok)
+		}
+	}
+}
+
 // TestFileSyncFailureIsErrSync: a failed fdatasync (injected with the exported Faults, as
 // the target's tests do) is ErrSync, Write Fault with DNR, and names the file. The kernel
 // would let the next fdatasync succeed (it reports a writeback error once): the backend

@@ -2,7 +2,10 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -31,6 +34,41 @@ func (realSys) dioAlign(fd int) (mem, off uint32, ok bool) {
 		return 0, 0, false
 	}
 	return stx.Dio_mem_align, stx.Dio_offset_align, true
+}
+
+func (realSys) devSectorSize(fd int) (uint32, bool) {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return 0, false
+	}
+	return sysfsSectorSize("/sys", st.Dev)
+}
+
+// sysfsSectorSize returns the logical block size of block device dev from the sysfs
+// mounted at sysfs; ok is false when dev is not a block device there (a filesystem's
+// anonymous device, major 0) or the size is not a power of two of at least 512.
+func sysfsSectorSize(sysfs string, dev uint64) (uint32, bool) {
+	data, err := readQueueAttr(sysfs, dev, "logical_block_size")
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 32)
+	if err != nil || n < 512 || n&(n-1) != 0 {
+		return 0, false
+	}
+	return uint32(n), true
+}
+
+// readQueueAttr reads the request queue attribute name (queue/name) of block device dev
+// from the sysfs mounted at sysfs. A partition has no queue of its own: its disk's, one
+// directory up from the partition's, is read instead.
+func readQueueAttr(sysfs string, dev uint64, name string) ([]byte, error) {
+	d := fmt.Sprintf("%s/dev/block/%d:%d", sysfs, unix.Major(dev), unix.Minor(dev))
+	data, err := os.ReadFile(d + "/queue/" + name)
+	if err != nil {
+		data, err = os.ReadFile(d + "/../queue/" + name)
+	}
+	return data, err
 }
 
 func (realSys) fallocate(fd int, mode uint32, off, n int64) error {

@@ -37,6 +37,8 @@ type faultSys struct {
 	n            int              // calls seen, for chop
 	quiet        bool             // record nothing (benchmarks)
 	dio          *[2]uint32       // dioAlign reports these memory and offset alignments
+	noDIO        bool             // dioAlign reports nothing, as before Linux 6.1
+	sector       *uint32          // devSectorSize reports this; 0: no block device
 }
 
 func (s *faultSys) record(c sysCall) {
@@ -131,10 +133,20 @@ func (s *faultSys) fallocate(fd int, mode uint32, off, n int64) error {
 }
 
 func (s *faultSys) dioAlign(fd int) (mem, off uint32, ok bool) {
-	if s.dio != nil {
+	switch {
+	case s.noDIO:
+		return 0, 0, false
+	case s.dio != nil:
 		return s.dio[0], s.dio[1], true
 	}
 	return s.realSys.dioAlign(fd)
+}
+
+func (s *faultSys) devSectorSize(fd int) (uint32, bool) {
+	if s.sector != nil {
+		return *s.sector, *s.sector != 0
+	}
+	return s.realSys.devSectorSize(fd)
 }
 
 func (s *faultSys) fdatasync(fd int) error {

@@ -16,6 +16,11 @@ type sysOps interface {
 	// dioAlign returns the direct I/O memory and offset alignment the filesystem requires
 	// for fd (statx STATX_DIOALIGN); ok is false when the kernel does not say.
 	dioAlign(fd int) (mem, off uint32, ok bool)
+	// devSectorSize returns the logical block size of the block device holding fd's file
+	// (sysfs queue/logical_block_size of st_dev, or of its disk for a partition); ok is
+	// false when the filesystem has no block device of its own (tmpfs, overlayfs, NFS,
+	// btrfs) or sysfs does not say.
+	devSectorSize(fd int) (size uint32, ok bool)
 	// ioctlRange issues a block device ioctl that takes a {start, length} pair of byte
 	// counts (BLKDISCARD, BLKZEROOUT).
 	ioctlRange(fd int, req uint, off, n uint64) error
