@@ -19,8 +19,8 @@
 //	        TrAddr: "10.99.0.1", TrSvcID: "4420", Advertise: true, Keyed: true,
 //	        InCapsuleDataSize: t.TransportConfig().InCapsuleDataSize, MaxSGLDescriptors: 1})
 //	...
-//	t.AddNamespace(nqn, ns) / t.RemoveNamespace(nqn, nsid) / t.ResizeNamespace / t.SetNamespaceReadOnly
-//	t.AddSubsystem / t.RemoveSubsystem / t.SetAllowedHosts / t.AllowHost / t.DenyHost
+//	t.AddNamespace(nqn, ns) / t.InsertNamespace / t.RemoveNamespace(nqn, nsid) / t.ResizeNamespace / t.SetNamespaceReadOnly
+//	t.AddSubsystem / t.InsertSubsystem / t.RemoveSubsystem / t.SetAllowedHosts / t.AllowHost / t.DenyHost
 //	t.SetHostKeys / t.RemoveHostKeys / t.SetAuthRequired   // in-band authentication (auth.go)
 //	t.Controllers() / t.Namespaces()      // inspection snapshots (hosts, queues; capacity, I/O counters)
 //	t.Subsystems() / t.ConnectRejects()   // connections per subsystem, refused queues by reason

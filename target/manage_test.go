@@ -573,3 +573,60 @@ func TestAddSubsystemStopsWhenClosed(t *testing.T) {
 		t.Errorf("%d namespaces opened after the target closed", n)
 	}
 }
+
+// TestInsertAtIndex: InsertSubsystem and InsertNamespace put what they add at the index
+// given — in the running configuration, and for a subsystem in Subsystems (the discovery
+// log's order) too; an index out of range is an error that changes nothing.
+func TestInsertAtIndex(t *testing.T) {
+	tgt, err := target.New(baseConfig(memNS(1, 1<<20), memNS(2, 1<<20)), target.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close()
+	sub := func(nqn string) conf.Subsystem {
+		return conf.Subsystem{NQN: nqn, AllowAnyHost: true, Namespaces: []conf.Namespace{memNS(1, 1<<20)}}
+	}
+	const two, three = "nqn.2024-01.io.gonvmf:two", "nqn.2024-01.io.gonvmf:three"
+	for _, c := range []struct {
+		i   int
+		nqn string
+		ok  bool
+	}{{0, two, true}, {1, three, true}, {4, "nqn.2024-01.io.gonvmf:four", false}, {-1, "nqn.2024-01.io.gonvmf:five", false}} {
+		if err := tgt.InsertSubsystem(c.i, sub(c.nqn)); (err == nil) != c.ok {
+			t.Errorf("InsertSubsystem(%d, %s): %v, want success %v", c.i, c.nqn, err, c.ok)
+		}
+	}
+	want := []string{two, three, subNQN}
+	var inConfig, listed []string
+	for _, s := range tgt.Config().Subsystems {
+		inConfig = append(inConfig, s.NQN)
+	}
+	for _, s := range tgt.Subsystems() {
+		if !s.Discovery {
+			listed = append(listed, s.NQN)
+		}
+	}
+	if !reflect.DeepEqual(inConfig, want) || !reflect.DeepEqual(listed, want) {
+		t.Errorf("subsystems: configuration %v, listed %v; want %v", inConfig, listed, want)
+	}
+
+	for _, c := range []struct {
+		i    int
+		nsid uint32
+		ok   bool
+	}{{0, 7, true}, {3, 5, true}, {5, 6, false}, {-1, 8, false}} {
+		if err := tgt.InsertNamespace(subNQN, c.i, memNS(c.nsid, 1<<20)); (err == nil) != c.ok {
+			t.Errorf("InsertNamespace(%d, nsid %d): %v, want success %v", c.i, c.nsid, err, c.ok)
+		}
+	}
+	var nsids []uint32
+	for _, ns := range tgt.Config().Subsystems[2].Namespaces {
+		nsids = append(nsids, ns.NSID)
+	}
+	if !reflect.DeepEqual(nsids, []uint32{7, 1, 2, 5}) {
+		t.Errorf("namespaces in the configuration: %v, want [7 1 2 5]", nsids)
+	}
+	if n := len(tgt.Namespaces()); n != 6 {
+		t.Errorf("%d namespaces served, want 6", n)
+	}
+}

@@ -107,7 +107,7 @@ type Target struct {
 
 	mu         sync.Mutex
 	subsystems map[string]*subsystem // by NQN, excluding discovery
-	order      []*subsystem          // configuration order, for the discovery log
+	order      []*subsystem          // cfg.Subsystems' subsystems in its order, for the discovery log
 	disc       *subsystem
 	ports      []*Port
 	nextPortID uint16
@@ -175,7 +175,7 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 	t.disc.serial = conf.DeriveSerial(nvmeproto.DiscoveryNQN)
 	t.disc.model = conf.DefaultModel
 	for i := range rc.Subsystems {
-		if err := t.addSubsystem(&rc.Subsystems[i]); err != nil {
+		if err := t.addSubsystem(&rc.Subsystems[i], i); err != nil {
 			t.Close()
 			return nil, err
 		}
@@ -247,16 +247,37 @@ func subsystemIndex(c *conf.Config, nqn string) int {
 // AddSubsystem adds a subsystem at run time (its namespaces included), validated as if it
 // had been in the configuration file. Hosts learn about it through the discovery log (its
 // generation counter changes and discovery controllers that asked for it get a Discovery
-// Log Page Change event). If one of its namespaces cannot be opened nothing is added.
-func (t *Target) AddSubsystem(s conf.Subsystem) error {
+// Log Page Change event). If one of its namespaces cannot be opened nothing is added. It
+// goes last in the subsystems' order (InsertSubsystem puts it elsewhere).
+func (t *Target) AddSubsystem(s conf.Subsystem) error { return t.insertSubsystem(-1, s) }
+
+// InsertSubsystem is AddSubsystem that puts the subsystem at index i (0 first, the number
+// of subsystems last) of the subsystems' order: that of the running configuration's
+// Subsystems, the discovery log's entries and Subsystems. Undoing a removal puts a
+// subsystem back where it was with it.
+func (t *Target) InsertSubsystem(i int, s conf.Subsystem) error {
+	if i < 0 {
+		return fmt.Errorf("target: subsystem %q: index %d: an index is 0 or more", s.NQN, i)
+	}
+	return t.insertSubsystem(i, s)
+}
+
+// insertSubsystem adds s at index at of the subsystems' order, last when at is -1.
+func (t *Target) insertSubsystem(at int, s conf.Subsystem) error {
 	err := t.change(fmt.Sprintf("subsystem %q", s.NQN), true, func(c *conf.Config) error {
 		if s.NQN == nvmeproto.DiscoveryNQN || subsystemIndex(c, s.NQN) >= 0 {
 			return fmt.Errorf("%w: %q", ErrSubsystemExists, s.NQN)
 		}
-		c.Subsystems = append(c.Subsystems, s)
+		if at == -1 {
+			at = len(c.Subsystems)
+		}
+		if at > len(c.Subsystems) {
+			return fmt.Errorf("target: subsystem %q: index %d is past the end of the %d subsystems: give 0..%d", s.NQN, at, len(c.Subsystems), len(c.Subsystems))
+		}
+		c.Subsystems = slices.Insert(c.Subsystems, at, s)
 		return nil
 	}, func(c *conf.Config) error {
-		return t.addSubsystem(&c.Subsystems[len(c.Subsystems)-1])
+		return t.addSubsystem(&c.Subsystems[at], at)
 	})
 	if err != nil {
 		return err
@@ -265,9 +286,10 @@ func (t *Target) AddSubsystem(s conf.Subsystem) error {
 	return nil
 }
 
-// addSubsystem builds a subsystem of the resolved cs and opens its namespaces; on error
-// nothing of it is left.
-func (t *Target) addSubsystem(cs *conf.Subsystem) error {
+// addSubsystem builds a subsystem of the resolved cs and opens its namespaces, then puts
+// it at index at of t.order (which lists the running configuration's subsystems in its
+// order; at is cs's index there); on error nothing of it is left.
+func (t *Target) addSubsystem(cs *conf.Subsystem, at int) error {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -313,7 +335,7 @@ func (t *Target) addSubsystem(cs *conf.Subsystem) error {
 		return fmt.Errorf("%w: %q", ErrSubsystemExists, cs.NQN)
 	}
 	t.subsystems[cs.NQN] = s
-	t.order = append(t.order, s)
+	t.order = slices.Insert(t.order, at, s)
 	t.mu.Unlock()
 	t.log.Info("subsystem added", "nqn", cs.NQN, "namespaces", len(cs.Namespaces), "allow_any_host", cs.AllowAnyHost, "hosts", len(cs.Hosts))
 	return nil
@@ -368,11 +390,31 @@ func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) erro
 // derived, see conf.DeriveUUID). Its backend is opened as New would. Every controller of
 // the subsystem gets a Namespace Attribute Changed event (when enabled) and the NSID in
 // its Changed Namespace List. In the running configuration it takes its place in NSID
-// order (at the end of a list that is not in NSID order).
+// order (at the end of a list that is not in NSID order; InsertNamespace puts it
+// elsewhere).
 func (t *Target) AddNamespace(subNQN string, ns conf.Namespace) error {
+	return t.insertNamespace(subNQN, -1, ns)
+}
+
+// InsertNamespace is AddNamespace that puts the namespace at index i (0 first, the number
+// of namespaces last) of the subsystem's namespaces in the running configuration (hosts
+// see namespaces by NSID whatever the order). Undoing a removal puts a namespace back
+// where it was with it.
+func (t *Target) InsertNamespace(subNQN string, i int, ns conf.Namespace) error {
+	if i < 0 {
+		return fmt.Errorf("target: subsystem %q: namespace %d: index %d: an index is 0 or more", subNQN, ns.NSID, i)
+	}
+	return t.insertNamespace(subNQN, i, ns)
+}
+
+// insertNamespace adds ns at index at of the subsystem's namespaces; at -1: in NSID order
+// when the list is (so a namespace removed and added again returns to its place), last
+// otherwise.
+func (t *Target) insertNamespace(subNQN string, at int, ns conf.Namespace) error {
 	var s *subsystem
-	var si, ni int
-	return t.change(fmt.Sprintf("subsystem %q: namespace %d", subNQN, ns.NSID), true, func(c *conf.Config) error {
+	var si int
+	what := fmt.Sprintf("subsystem %q: namespace %d", subNQN, ns.NSID)
+	return t.change(what, true, func(c *conf.Config) error {
 		si = subsystemIndex(c, subNQN)
 		if s = t.subsystem(subNQN); s == nil || s.disc || si < 0 {
 			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, subNQN)
@@ -381,19 +423,22 @@ func (t *Target) AddNamespace(subNQN string, ns conf.Namespace) error {
 		if slices.ContainsFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID == ns.NSID }) {
 			return fmt.Errorf("%w: nsid %d in %q", ErrNamespaceExists, ns.NSID, subNQN)
 		}
-		// In NSID order when the list is (so a namespace removed and added again returns
-		// to its place); at the end otherwise.
-		ni = len(cs.Namespaces)
-		if slices.IsSortedFunc(cs.Namespaces, func(a, b conf.Namespace) int { return cmp.Compare(a.NSID, b.NSID) }) {
-			ni = slices.IndexFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID > ns.NSID })
-			if ni < 0 {
-				ni = len(cs.Namespaces)
+		switch {
+		case at > len(cs.Namespaces):
+			return fmt.Errorf("target: %s: index %d is past the end of the subsystem's %d namespaces: give 0..%d", what, at, len(cs.Namespaces), len(cs.Namespaces))
+		case at >= 0:
+		case slices.IsSortedFunc(cs.Namespaces, func(a, b conf.Namespace) int { return cmp.Compare(a.NSID, b.NSID) }):
+			at = slices.IndexFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID > ns.NSID })
+			if at < 0 {
+				at = len(cs.Namespaces)
 			}
+		default:
+			at = len(cs.Namespaces)
 		}
-		cs.Namespaces = slices.Insert(cs.Namespaces, ni, ns)
+		cs.Namespaces = slices.Insert(cs.Namespaces, at, ns)
 		return nil
 	}, func(c *conf.Config) error {
-		return s.addNamespace(c.Subsystems[si].Namespaces[ni], true)
+		return s.addNamespace(c.Subsystems[si].Namespaces[at], true)
 	})
 }
 

@@ -39,8 +39,9 @@ import (
 // serial or model, a smaller namespace size. next is validated as a file is (an invalid
 // next changes nothing and the error says why). When a step fails, the steps already
 // applied are undone in reverse order (a namespace that grew stays grown; hosts
-// disconnected by a removal reconnect) and the error names the step and the reason. Reload returns a description of each
-// change applied, in order (none when next is what runs).
+// disconnected by a removal reconnect; a subsystem or namespace removed returns to its
+// place in the order) and the error names the step and the reason. Reload returns a
+// description of each change applied, in order (none when next is what runs).
 func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	s.chg.Lock()
 	defer s.chg.Unlock()
@@ -222,8 +223,11 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 			continue
 		}
 		st := step{what: fmt.Sprintf("remove subsystem %s", cs.NQN),
-			do:   func() error { return t.RemoveSubsystem(cs.NQN) },
-			undo: func() error { return t.AddSubsystem(cs) }}
+			do: func() error { return t.RemoveSubsystem(cs.NQN) },
+			undo: func() error {
+				now := t.Config().Subsystems
+				return t.InsertSubsystem(restoreIndex(cur.Subsystems, now, cs.NQN, subsystemNQN), cs)
+			}}
 		if volatile(cs.Namespaces...) {
 			rmVolatile = append(rmVolatile, st)
 		} else {
@@ -281,8 +285,15 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 				}
 			}
 			st := step{what: fmt.Sprintf("subsystem %s: remove namespace %d (%s)", nqn, cn.NSID, why),
-				do:   func() error { return t.RemoveNamespace(nqn, cn.NSID) },
-				undo: func() error { return t.AddNamespace(nqn, cn) }}
+				do: func() error { return t.RemoveNamespace(nqn, cn.NSID) },
+				undo: func() error {
+					var now []conf.Namespace
+					subs := t.Config().Subsystems
+					if k := slices.IndexFunc(subs, func(x conf.Subsystem) bool { return x.NQN == nqn }); k >= 0 {
+						now = subs[k].Namespaces
+					}
+					return t.InsertNamespace(nqn, restoreIndex(cs.Namespaces, now, cn.NSID, namespaceID), cn)
+				}}
 			if j < 0 && volatile(cn) { // gone, its NSID not taken again
 				rmVolatile = append(rmVolatile, st)
 			} else {
@@ -322,6 +333,26 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	}
 	return steps, nil
 }
+
+// restoreIndex is where the item with key k, which the list cur had, goes back into the
+// list as it runs now when a removal is undone: before the first item of now that
+// followed it in cur, or last. Undone in reverse order, the removals and additions after
+// this one have been undone: the items of cur in now are in cur's order, and items that
+// cur had not are taken out after it, so each item returns to its index in cur.
+func restoreIndex[T any, K comparable](cur, now []T, k K, key func(T) K) int {
+	i := slices.IndexFunc(cur, func(x T) bool { return key(x) == k })
+	after := map[K]bool{}
+	for _, x := range cur[i+1:] {
+		after[key(x)] = true
+	}
+	if j := slices.IndexFunc(now, func(x T) bool { return after[key(x)] }); j >= 0 {
+		return j
+	}
+	return len(now)
+}
+
+func subsystemNQN(s conf.Subsystem) string { return s.NQN }
+func namespaceID(n conf.Namespace) uint32  { return n.NSID }
 
 // overlapsListener reports whether a and b, different listeners, cannot listen at once:
 // the same transport and port, and one on the wildcard address of the other's family (as

@@ -1,16 +1,20 @@
 package server_test
 
 import (
+	"context"
 	"errors"
-	"github.com/gonvmf/gonvmf/internal/testutil"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/initiator"
+	"github.com/gonvmf/gonvmf/internal/testutil"
+	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
 )
@@ -313,5 +317,69 @@ func TestReloadMovesMemoryNamespace(t *testing.T) {
 	}
 	if got, want := s.Config().String(), resolved(t, next).String(); got != want {
 		t.Errorf("running configuration:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestReloadUndoRestoresOrder: a reload that removes a subsystem from the middle of the
+// order and a namespace from a list not in NSID order, then fails, leaves both where they
+// were — the running configuration (what ctl save writes), the control API's listings
+// and the discovery log's entries are those before the reload. (The undo used to add them
+// back last: the discovery log listed the subsystem at the end, and the saved
+// configuration had both moved.)
+func TestReloadUndoRestoresOrder(t *testing.T) {
+	const threeNQN, fourNQN = "nqn.2024-01.io.gonvmf:three", "nqn.2024-01.io.gonvmf:four"
+	null := func(nsid uint32) conf.Namespace {
+		return conf.Namespace{NSID: nsid, Backend: conf.BackendNull, Size: 1 << 20}
+	}
+	base := config("10.99.0.1", 0)
+	base.Subsystems[0].Namespaces = []conf.Namespace{null(3), null(1), null(2)}
+	base.Subsystems = append(base.Subsystems,
+		conf.Subsystem{NQN: twoNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{null(1)}},
+		conf.Subsystem{NQN: threeNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{null(1)}})
+	s := loopServer(t, base)
+	before := s.Config().String()
+	wantOrder := []string{subNQN, twoNQN, threeNQN}
+
+	next := base.Clone()
+	next.Subsystems = slices.Delete(next.Subsystems, 1, 2) // two goes
+	sub := &next.Subsystems[0]
+	sub.Namespaces = slices.Delete(sub.Namespaces, 0, 1) // namespace 3 goes: [1 2], in NSID order
+	next.Subsystems = append(next.Subsystems, conf.Subsystem{NQN: fourNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{null(1)}})
+	sub.Namespaces = append(sub.Namespaces, conf.Namespace{NSID: 9, Backend: conf.BackendFile,
+		Path: filepath.Join(t.TempDir(), "missing", "nine.img"), Size: 1 << 20}) // its directory does not exist
+	if changes, err := s.Reload(next); err == nil || !strings.Contains(err.Error(), "add namespace 9") {
+		t.Fatalf("reload adding a file in a missing directory: %v (changes %v)", err, changes)
+	}
+
+	if got := s.Config().String(); got != before {
+		t.Errorf("running configuration after the failed reload:\n%s\nwant the one before it:\n%s", got, before)
+	}
+	var listed []string
+	for _, si := range s.Target().Subsystems() {
+		if !si.Discovery {
+			listed = append(listed, si.NQN)
+		}
+	}
+	if !slices.Equal(listed, wantOrder) {
+		t.Errorf("subsystems listed after the failed reload: %v, want %v", listed, wantOrder)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: nvmeproto.DiscoveryNQN, Logger: quiet,
+		Loop: func(depth int) (initiator.LoopConn, error) { return s.Loop().Dial(depth) }})
+	if err != nil {
+		t.Fatalf("connecting to the discovery subsystem: %v", err)
+	}
+	defer c.Close()
+	l, err := c.DiscoveryLog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var discovered []string
+	for _, e := range l.Entries {
+		discovered = append(discovered, e.SubNQN)
+	}
+	if !slices.Equal(discovered, wantOrder) {
+		t.Errorf("discovery log after the failed reload: %v, want %v", discovered, wantOrder)
 	}
 }
