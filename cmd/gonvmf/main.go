@@ -196,8 +196,8 @@ func asyncLogger(c *cli.Context) (log *slog.Logger, dropped func() uint64, close
 	if !ok { // Before did not run (no logging set up): nothing to make asynchronous
 		return slog.Default(), func() uint64 { return 0 }, func() {}
 	}
-	aw := asynclog.New(c.App.ErrWriter, 0, func(lines, bytes uint64) {
-		log.Warn("log lines dropped: standard error took them more slowly than gonvmf wrote them",
+	aw := asynclog.New(c.App.ErrWriter, 0, func(w io.Writer, lines, bytes uint64) {
+		slog.New(newHandler(w)).Warn("log lines dropped: standard error took them more slowly than gonvmf wrote them",
 			"lines", lines, "bytes", bytes)
 	})
 	log = slog.New(newHandler(aw))

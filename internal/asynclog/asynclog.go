@@ -8,8 +8,10 @@
 // The contract: Write copies p and returns at once; p reaches the sink whole (one Write
 // call of the sink's may carry several lines, never part of one) and in the order of the
 // Writes. When the buffer is full Write drops p and counts it; when the goroutine next
-// takes the buffer it calls the Writer's onDrop with the count, so that onDrop can log the
-// loss through the same Writer: its line lands after the lines that preceded the drops.
+// takes the buffer it calls the Writer's report with the count and a writer for the report,
+// whose lines go to the sink after that batch, outside the bounded buffer: a report is
+// never dropped, so every dropped line is counted in one (once the sink moves), and the
+// report lands after the lines that preceded the drops.
 // Flush waits for what was written before it; Close flushes and stops the goroutine, after
 // which Write writes to the sink directly — once the goroutine has written everything
 // accepted before (until then Writes are still buffered, so a sink that is stuck when a
@@ -17,6 +19,7 @@
 package asynclog
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"sync"
@@ -30,7 +33,8 @@ const DefaultSize = 512 << 10
 // Create it with New. It is safe for concurrent use.
 type Writer struct {
 	sink   io.Writer
-	onDrop func(lines, bytes uint64)
+	report func(w io.Writer, lines, bytes uint64)
+	rep    bytes.Buffer // the goroutine's: report's lines for the batch being written
 
 	sinkMu sync.Mutex // serialises the sink's writes: the goroutine's and those after Close
 
@@ -40,7 +44,7 @@ type Writer struct {
 	seq      uint64        // Writes accepted; each left a token in wake or is in a batch
 	written  uint64        // of them, the ones the sink has returned from
 	batchEnd chan struct{} // closed when the batch being written has been
-	dropped  uint64        // lines dropped since the last onDrop call
+	dropped  uint64        // lines dropped since the last report
 	dropB    uint64        // their bytes
 	total    uint64        // lines dropped since New
 	closed   bool          // Close was called: the goroutine writes what is pending, then stops
@@ -52,15 +56,17 @@ type Writer struct {
 }
 
 // New starts a Writer that writes to sink through a buffer of size bytes (DefaultSize if
-// size <= 0). onDrop, if not nil, is called from the Writer's goroutine with the lines and
-// bytes dropped since its last call, with the buffer just emptied.
-func New(sink io.Writer, size int, onDrop func(lines, bytes uint64)) *Writer {
+// size <= 0). report, if not nil, is called from the Writer's goroutine with the lines and
+// bytes dropped since its last call; what it writes to w (a log line about the loss, in
+// the log's format) goes to the sink right after the batch taken with the count. It must
+// write its report to w, not to the Writer, whose buffer may be full again.
+func New(sink io.Writer, size int, report func(w io.Writer, lines, bytes uint64)) *Writer {
 	if size <= 0 {
 		size = DefaultSize
 	}
 	w := &Writer{
 		sink:     sink,
-		onDrop:   onDrop,
+		report:   report,
 		pending:  make([]byte, 0, size),
 		spare:    make([]byte, 0, size),
 		batchEnd: make(chan struct{}),
@@ -89,6 +95,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.total++
 		w.dropB += uint64(len(p))
 		w.mu.Unlock()
+		// A line larger than the whole buffer is dropped with nothing pending: the
+		// goroutine still has a report to write.
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 		return len(p), nil
 	}
 	w.pending = append(w.pending, p...)
@@ -174,27 +186,30 @@ func (w *Writer) run() {
 	}
 }
 
-// writeBatch writes what is pending and reports the lines dropped since the last batch.
+// writeBatch writes what is pending, then the report of the lines dropped since the last
+// batch: the drops were counted while the lines of this batch were pending, and the lines
+// accepted after the count go to the next batch, after the report.
 func (w *Writer) writeBatch() {
 	w.mu.Lock()
 	batch := w.pending
 	w.pending = w.spare[:0]
 	end := w.seq
-	lines, bytes := w.dropped, w.dropB
-	if w.onDrop == nil {
-		lines = 0
-	}
+	lines, dropB := w.dropped, w.dropB
 	w.dropped, w.dropB = 0, 0
 	w.mu.Unlock()
-	if lines > 0 {
-		// Drops happen only while pending is full, after every line of this batch; the
-		// report goes first into the emptied buffer, so it has room and follows them.
-		w.onDrop(lines, bytes)
+	w.rep.Reset()
+	if lines > 0 && w.report != nil {
+		w.report(&w.rep, lines, dropB)
 	}
 
-	if len(batch) > 0 {
+	if len(batch) > 0 || w.rep.Len() > 0 {
 		w.sinkMu.Lock()
-		w.sink.Write(batch) //nolint:errcheck // as slog: a log sink's error has nowhere to go
+		if len(batch) > 0 {
+			w.sink.Write(batch) //nolint:errcheck // as slog: a log sink's error has nowhere to go
+		}
+		if w.rep.Len() > 0 {
+			w.sink.Write(w.rep.Bytes()) //nolint:errcheck // as above
+		}
 		w.sinkMu.Unlock()
 	}
 

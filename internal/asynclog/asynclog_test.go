@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -62,12 +63,12 @@ func within(t *testing.T, what string, f func()) {
 
 // TestWriteDoesNotWaitForSink: with the sink stuck in a write, Writes return at once, fill
 // the buffer and are then dropped and counted; once the sink moves, the accepted lines
-// arrive whole and in order, and onDrop reports the dropped ones.
+// arrive whole and in order, and the report counts the dropped ones.
 func TestWriteDoesNotWaitForSink(t *testing.T) {
 	sink := newGatedSink(true)
 	var mu sync.Mutex
 	var dropLines, dropBytes uint64
-	w := New(sink, 64, func(lines, bytes uint64) {
+	w := New(sink, 64, func(_ io.Writer, lines, bytes uint64) {
 		mu.Lock()
 		dropLines += lines
 		dropBytes += bytes
@@ -97,7 +98,7 @@ func TestWriteDoesNotWaitForSink(t *testing.T) {
 	}
 	mu.Lock()
 	if dropLines != 12 || dropBytes != 12*8 {
-		t.Errorf("onDrop reported %d lines, %d bytes; want 12, 96", dropLines, dropBytes)
+		t.Errorf("the report counted %d lines, %d bytes; want 12, 96", dropLines, dropBytes)
 	}
 	mu.Unlock()
 	// The buffer is free again.
@@ -209,7 +210,7 @@ func TestConcurrentLoggersKeepLinesWhole(t *testing.T) {
 func TestWriteAfterStuckClose(t *testing.T) {
 	sink := newGatedSink(true)
 	var w *Writer
-	w = New(sink, 16, func(lines, bytes uint64) { fmt.Fprintf(w, "D%d\n", lines) })
+	w = New(sink, 16, func(rw io.Writer, lines, bytes uint64) { fmt.Fprintf(rw, "D%d\n", lines) })
 	w.Write([]byte("a\n"))
 	<-sink.entered // the goroutine holds "a" and waits for the sink
 	for i := 1; i <= 5; i++ {
@@ -227,5 +228,50 @@ func TestWriteAfterStuckClose(t *testing.T) {
 	w.Write([]byte("e\n"))
 	if got, want := sink.String(), "a\nb1\nb2\nb3\nb4\nb5\nD2\ne\n"; got != want {
 		t.Errorf("sink got %q, want %q", got, want)
+	}
+}
+
+// TestDropReportNeverDropped: the report of dropped lines reaches the sink even when the
+// buffer is full again by the time it is made (another goroutine logged first) and when
+// it is longer than the whole buffer, so the reports add up to Dropped once the sink
+// moves. (The report went through the same bounded buffer and was dropped in turn,
+// counted as one line: the lines it reported were never reported.)
+func TestDropReportNeverDropped(t *testing.T) {
+	sink := newGatedSink(true)
+	var w *Writer
+	calls := 0
+	w = New(sink, 16, func(rw io.Writer, lines, bytes uint64) {
+		calls++
+		if calls == 1 { // loggers racing the report fill the buffer just emptied
+			for i := range 6 {
+				fmt.Fprintf(w, "r%d\n", i)
+			}
+		}
+		fmt.Fprintf(rw, "[%d lines, %d bytes dropped]\n", lines, bytes) // > 16 bytes
+	})
+	w.Write([]byte("a\n"))
+	<-sink.entered // the goroutine holds "a" and waits for the sink
+	for i := 1; i <= 10; i++ {
+		fmt.Fprintf(w, "b%d\n", i) // 3 bytes (b10: 4): b1–b5 fit, b6–b10 are dropped
+	}
+	close(sink.gate)
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte(strings.Repeat("x", 20) + "\n")) // larger than the buffer: dropped, with nothing pending
+	within(t, "the report of a line larger than the buffer", func() {
+		for !strings.Contains(sink.String(), "[1 lines, 21 bytes dropped]") {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := "a\nb1\nb2\nb3\nb4\nb5\n[5 lines, 16 bytes dropped]\nr0\nr1\nr2\nr3\nr4\n[1 lines, 3 bytes dropped]\n[1 lines, 21 bytes dropped]\n"
+	if got := sink.String(); got != want {
+		t.Errorf("sink got %q, want %q", got, want)
+	}
+	if d := w.Dropped(); d != 7 {
+		t.Errorf("Dropped() = %d, want 7 (5 b lines, r5, the long line)", d)
 	}
 }
