@@ -9,6 +9,7 @@ import (
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/loop"
 )
 
 // TestLinuxConnectSequence drives the exact sequence the Linux host performs on
@@ -423,4 +424,41 @@ func TestConnectRefusalsLookAlike(t *testing.T) {
 		t.Errorf("host without a secret where authentication is required: %v dw0 %#x; unknown subsystem: %v dw0 %#x",
 			noSecret.Status, noSecret.DW0, unknown.Status, unknown.DW0)
 	}
+}
+
+// TestIOConnectOtherPort: an I/O queue must connect through the port (listener) of its
+// controller's admin queue — the controller reports that port's ANA states and
+// capabilities. One arriving through another port is refused with Connect Invalid
+// Parameters pointing at QID (as SPDK refuses it); the refusal neither takes the qid
+// nor disturbs the controller, whose admin queue and same-port I/O queues keep working.
+func TestIOConnectOtherPort(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	other := e.secondPort(loop.Options{})
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	expectOK(t, "number of queues", admin.setFeature(0x07, 1|1<<16, nil))
+
+	foreign := other.dial(8)
+	c := foreign.connect(1, 7, 0, cntlid, subNQN, hostNQN)
+	expect(t, "I/O connect through another port", c, nvmeproto.StatusConnectInvalidParameters)
+	if !c.Status.DNR() {
+		t.Errorf("I/O connect through another port: %v without DNR", c.Status)
+	}
+	if off, iattr := nvmeproto.ParseConnectInvalidParamDW0(c.DW0); off != nvmeproto.ConnectSQEOffQID || iattr != nvmeproto.ConnectIAttrSQE {
+		t.Errorf("I/O connect through another port: IPO %d IATTR %d, want %d (QID) %d (SQE)",
+			off, iattr, nvmeproto.ConnectSQEOffQID, nvmeproto.ConnectIAttrSQE)
+	}
+	if n := e.tgt.ConnectRejects()[target.RejectInvalidParameters]; n != 1 {
+		t.Errorf("invalid parameters rejects %d, want 1", n)
+	}
+
+	// The qid the refused queue named is still free on the controller's own port.
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expectOK(t, "write through the admin queue's port", e.ioConnect(1, cntlid, 8).do(&w, make([]byte, 512)))
+	_, c = admin.identify(nvmeproto.CNSController, 0, 0)
+	expectOK(t, "identify after the refusal", c)
+	// The other port serves controllers of its own.
+	otherAdmin, otherID := other.adminConnect(subNQN, hostNQN, 0)
+	expectOK(t, "number of queues on the other port", otherAdmin.setFeature(0x07, 1|1<<16, nil))
+	r := rw(nvmeproto.OpRead, 1, 0, 1, 512)
+	expectOK(t, "read through the other port's controller", other.ioConnect(1, otherID, 8).do(&r, make([]byte, 512)))
 }

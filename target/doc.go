@@ -42,6 +42,9 @@
 //
 // A transport registers one Port per listener it serves. Advertised ports are what the
 // discovery log lists (one entry per subsystem the connecting host may access × port).
+// A controller belongs to the port its admin queue connected through: its I/O queues
+// must connect through that port too (another is refused, Connect Invalid Parameters at
+// QID), so the ANA states and capabilities it reports are those its queues see.
 // Port.Limits gives the numbers to size queues and buffers by before any command
 // arrives: MaxQueueDepth (CAP.MQES+1: an I/O queue asking for more is sized to it),
 // AdminQueueDepth (32: an admin queue asking for more is refused), MaxTransferSize (MDTS

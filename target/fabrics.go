@@ -235,6 +235,15 @@ func (q *Queue) connectIO(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvmepro
 		return invalidData(nvmeproto.ConnectDataOffHostNQN, "host NQN differs from the admin queue's")
 	case c.hostID != d.HostID:
 		return invalidData(nvmeproto.ConnectDataOffHostID, "host ID differs from the admin queue's")
+	case c.port != q.port:
+		// A controller lives on the port its admin queue connected through: Identify
+		// (IOCCSZ, SGLS), the discovery log's port-local entries and the ANA states it
+		// reports are that port's, and I/O commands are checked against the ANA state
+		// of the port they arrive on. An I/O queue on another port would see states
+		// the host was not told of. The status is SPDK's for the same refusal (Connect
+		// Invalid Parameters, IATTR 0, IPO at QID).
+		return invalidSQE(nvmeproto.ConnectSQEOffQID, fmt.Sprintf(
+			"I/O queue connected through port %d, but controller %d's admin queue is on port %d", q.port.id, c.cntlid, c.port.id))
 	case c.disc:
 		return invalidSQE(nvmeproto.ConnectSQEOffQID, "discovery controllers have no I/O queues")
 	case int(cc.SQSize)+1 > q.t.tr.QueueDepth:
