@@ -67,13 +67,16 @@
 // short, the request waits and continues when a completion frees what it needs; a
 // transient shortage never fails a command. Admin commands have their own FIFO,
 // served first, and part of the pool is reserved for them, so Keep Alive, Identify and
-// Get Log Page never wait behind I/O. I/O commands waiting for buffers queue per
-// connection and are served round robin under fair shares of the pool (share.go): one
-// host cannot hold up another's commands, nor take the whole pool. The admin Connect's 1024 bytes are
-// fetched with an RDMA READ like any write data; in-capsule data (Data Block/Offset) is
-// used where it arrived; keyed descriptors with the Address and Invalidate subtypes are
-// served. When a command's one keyed descriptor has the Invalidate subtype — the Linux host
-// registers a memory region per command and asks so — its response is a SEND with
+// Get Log Page never wait behind I/O; an admin queue holds at most two largest buffers
+// (at least 32 pages) of the pool, its commands beyond that waiting for its own, so a
+// host flooding its admin queue cannot take what the I/O queues need. I/O commands
+// waiting for buffers queue per connection and are served round robin under fair
+// shares of the pool (share.go): one host cannot hold up another's commands, nor take
+// the whole pool. The admin Connect's 1024 bytes are fetched with an RDMA READ like any
+// write data; in-capsule data (Data Block/Offset) is used where it arrived; keyed
+// descriptors with the Address and Invalidate subtypes are served. When a command's one
+// keyed descriptor has the Invalidate subtype — the Linux host registers a memory region
+// per command and asks so — its response is a SEND with
 // Invalidate of that key (on devices with the memory management extensions, Soft-RoCE
 // among them), so that the host's device invalidates the key on arrival and the host
 // completes the command without posting a local invalidation and waiting for it. A

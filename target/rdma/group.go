@@ -117,10 +117,10 @@ type group struct {
 	wantFlag atomic.Bool // some request waits for pool buffers (read by pool.release)
 	wantBuf  bool        // the group's own copy of wantFlag
 
-	adminBufWait fifo        // admin commands waiting for a buffer (served first)
-	shares       groupShares // I/O commands waiting for a buffer, by connection (share.go)
-	dirty        []*conn
-	draining     []*conn
+	admin    adminWaits  // admin commands waiting for a buffer (served first, share.go)
+	shares   groupShares // I/O commands waiting for a buffer, by connection (share.go)
+	dirty    []*conn
+	draining []*conn
 
 	watchTimer *time.Timer     // sets watchDue every watchPeriod (watchdog.go)
 	watchDue   atomic.Bool     // the connections' progress is due for a check
@@ -746,6 +746,19 @@ func (q *fifo) pop() *rctx {
 		x.next = nil
 	}
 	return x
+}
+
+// unlink takes x out of the queue; prev is the context before it (nil: x is the head).
+func (q *fifo) unlink(prev, x *rctx) {
+	if prev == nil {
+		q.head = x.next
+	} else {
+		prev.next = x.next
+	}
+	if q.tail == x {
+		q.tail = prev
+	}
+	x.next = nil
 }
 
 // removeConn takes every context of c out of the queue and returns them as a list

@@ -36,7 +36,8 @@ func (r *region) sge(off, n int) rdmacm.SGE {
 //
 // A buffer is at most maxOrder pages (the largest transfer, MDTS). Part of the pool
 // (reserve pages) is kept for priority allocations — admin queues, so that Identify,
-// Get Log Page and the admin Connect never wait behind I/O.
+// Get Log Page and the admin Connect never wait behind I/O; each admin queue holds at
+// most adminQuota pages, the I/O queues fair shares of the rest (share.go).
 //
 // alloc and free take a mutex for a few dozen instructions; neither allocates. When an
 // allocation fails the caller queues its request and sets its poll group's want flag;
@@ -46,6 +47,8 @@ type pool struct {
 	npages   int
 	maxOrder int // largest buffer: 1<<maxOrder pages
 	reserve  int // pages only priority allocations may use
+	// adminQuota is the most pages one admin connection may hold (share.go).
+	adminQuota int
 
 	mu      sync.Mutex
 	heads   []int32 // per order: first free block (page index), -1 if none
@@ -95,6 +98,7 @@ func newPool(reg region, maxBytes int) (*pool, error) {
 	// buffer reserves nothing (I/O could not run at all otherwise).
 	p.reserve = min(1<<maxOrder, npages-(1<<maxOrder))
 	p.headroom = (npages - p.reserve) / headroomFraction
+	p.adminQuota = adminQuotaPages(maxOrder)
 	p.addIOConn(0)
 	for i := range p.heads {
 		p.heads[i] = -1

@@ -1,5 +1,7 @@
 package rdma
 
+import "github.com/gonvmf/gonvmf/target"
+
 // Fair shares of the buffer pool.
 //
 // One pool serves every connection of a device. Without limits a single host can take
@@ -36,7 +38,10 @@ package rdma
 //     connection after limits.response_timeout, which returns its buffers.
 //
 // Admin queues are outside all this: they have their own FIFO, served first, and the
-// pool's reserve.
+// pool's reserve, and each holds at most adminQuota pages (the most an admin queue's
+// host needs at once: two largest buffers, or a page for each of its 32 entries). A
+// request beyond it waits for its own connection's buffers to come back; requests of
+// other admin queues behind it go on.
 
 // connShare is a connection's part in the pool's division (owned by its poll group).
 type connShare struct {
@@ -44,6 +49,27 @@ type connShare struct {
 	wait   fifo  // its requests waiting for a buffer, in arrival order
 	queued bool  // in its group's round robin of connections with waiters
 	next   *conn // the round robin's link
+
+	// An admin connection's requests wait in its group's admin queue instead: adminWait
+	// counts them; adminPass is the group's pass (adminWaits.pass) that found it at its
+	// quota, so that its later requests do not overtake the one held back.
+	adminWait int
+	adminPass uint32
+}
+
+// adminWaits are a poll group's admin requests waiting for a buffer.
+type adminWaits struct {
+	q     fifo   // in arrival order
+	pass  uint32 // serveAdmin passes
+	short bool   // the last pass stopped at a request the pool had no pages for
+}
+
+// adminQuotaPages is the most pool pages an admin connection may hold, for a pool whose
+// largest buffer is 1<<maxOrder pages: a host's admin commands with data are few and
+// small (Identify, Get Log Page, Set Features, authentication), two largest ones at a
+// time or a 4 KiB one in each of its AdminQueueDepth entries is all it needs.
+func adminQuotaPages(maxOrder int) int {
+	return max(smallGrantBuffers<<maxOrder, target.AdminQueueDepth)
 }
 
 // groupShares is a poll group's part: the connections whose requests wait for buffers.
@@ -102,10 +128,13 @@ func (c *conn) within(k int) bool {
 }
 
 // allocBuf takes a buffer of 1<<k pages for one of c's requests under the share rules
-// (admin queues: from anywhere, the reserve included).
+// (admin queues: within their quota, from anywhere, the reserve included).
 func (c *conn) allocBuf(k int) (int, bool) {
 	p := c.pool
 	if c.admin {
+		if !c.withinAdmin(k) {
+			return 0, false
+		}
 		off, ok := p.alloc(k, true)
 		if ok {
 			c.share.held += 1 << k
@@ -138,6 +167,12 @@ func (c *conn) freeBuf(x *rctx) {
 	c.pool.release(x.bufOff, x.bufOrder)
 }
 
+// withinAdmin reports whether admin connection c may take a buffer of 1<<k pages inside
+// its quota. A single buffer always fits (the quota is at least two largest ones).
+func (c *conn) withinAdmin(k int) bool {
+	return c.share.held+1<<k <= c.pool.adminQuota
+}
+
 // small reports whether a buffer of 1<<k pages keeps c a small holder (share.go), which
 // may take pages from the headroom.
 func (c *conn) small(k int) bool {
@@ -151,7 +186,7 @@ func (c *conn) small(k int) bool {
 // would take.
 func (c *conn) mayAllocNow(k int) bool {
 	if c.admin {
-		return c.g.adminBufWait.head == nil
+		return c.share.adminWait == 0 && !c.g.admin.short
 	}
 	s := &c.g.shares
 	return c.share.wait.head == nil && !s.needy && (s.starved == nil || s.starvedBig && c.small(k))
@@ -163,7 +198,8 @@ func (g *group) waitBuf(x *rctx) {
 	c := x.c
 	x.bypassed = 0
 	if c.admin {
-		g.adminBufWait.push(x)
+		g.admin.q.push(x)
+		c.share.adminWait++
 	} else {
 		c.share.wait.push(x)
 		g.shares.waiting++
@@ -198,33 +234,62 @@ func (s *groupShares) dequeue() *conn {
 	return c
 }
 
-// serveBufWait gives freed buffers to waiting requests: admin ones first, in arrival
-// order, then I/O connections round robin under the share rules. It reports whether any
-// request got one, or the group stopped counting as needy with requests still waiting
-// (see serveShares): either way another pass may serve more.
+// serveBufWait gives freed buffers to waiting requests: admin ones first, then I/O
+// connections round robin under the share rules. It reports whether any request got
+// one, or the group stopped counting as needy with requests still waiting (see
+// serveShares): either way another pass may serve more.
 func (g *group) serveBufWait() bool {
+	progress := g.serveAdmin()
+	if !g.admin.short && g.serveShares() {
+		progress = true
+	}
+	g.pool.setWant(g, g.admin.q.head != nil || g.shares.waiting > 0)
+	return progress
+}
+
+// serveAdmin gives freed buffers to waiting admin requests in arrival order, and
+// reports whether any left the queue. A connection at its quota keeps its requests
+// waiting (its own buffers coming back serve them) without holding up other
+// connections' requests behind them; a request the pool has no pages for ends the pass
+// and holds up I/O requests too (admin.short).
+func (g *group) serveAdmin() bool {
+	a := &g.admin
+	a.pass++
+	a.short = false
 	progress := false
-	q := &g.adminBufWait
-	for q.head != nil {
-		x := q.head
-		if x.c.state != stateLive {
-			q.pop()
-			x.c.failNoBuffer(x)
-			continue
+	var prev *rctx // the last request passed over, still queued
+	for x := a.q.head; x != nil; {
+		c := x.c
+		switch {
+		case c.state != stateLive:
+			a.q.unlink(prev, x)
+			c.share.adminWait--
+			c.failNoBuffer(x)
+			progress = true
+		case c.share.adminPass == a.pass || !c.withinAdmin(x.bufOrder):
+			c.share.adminPass = a.pass // its later requests wait behind this one
+			prev = x
+		default:
+			off, ok := c.allocBuf(x.bufOrder)
+			if !ok {
+				a.short = true
+				return progress
+			}
+			a.q.unlink(prev, x)
+			c.share.adminWait--
+			x.bufOff, x.hasBuf = off, true
+			c.haveBuf(x)
+			progress = true
 		}
-		off, ok := x.c.allocBuf(x.bufOrder)
-		if !ok {
-			break
+		// Go on after prev: x is prev or out of the queue, and prev belongs to a
+		// connection passed over, not to the one whose request was just taken out, so
+		// nothing done for that one (its teardown: dropWaiters) unlinked prev.
+		if prev == nil {
+			x = a.q.head
+		} else {
+			x = prev.next
 		}
-		q.pop()
-		x.bufOff, x.hasBuf = off, true
-		x.c.haveBuf(x)
-		progress = true
 	}
-	if q.head == nil && g.serveShares() {
-		progress = true
-	}
-	g.pool.setWant(g, g.adminBufWait.head != nil || g.shares.waiting > 0)
 	return progress
 }
 
@@ -340,11 +405,15 @@ func (g *group) serveHead(c *conn) bool {
 
 // dropWaiters fails every request of c waiting for a buffer (c is closing).
 func (g *group) dropWaiters(c *conn) {
-	for x := g.adminBufWait.removeConn(c); x != nil; {
+	for x := g.admin.q.removeConn(c); x != nil; {
 		n := x.next
 		x.next = nil
+		c.share.adminWait--
 		c.failNoBuffer(x)
 		x = n
+	}
+	if g.admin.q.head == nil {
+		g.admin.short = false
 	}
 	for x := c.share.wait.pop(); x != nil; x = c.share.wait.pop() {
 		g.shares.waiting--
@@ -354,7 +423,7 @@ func (g *group) dropWaiters(c *conn) {
 		c.failNoBuffer(x)
 	}
 	// c stays in the round robin until its turn comes (with nothing to serve).
-	g.pool.setWant(g, g.adminBufWait.head != nil || g.shares.waiting > 0)
+	g.pool.setWant(g, g.admin.q.head != nil || g.shares.waiting > 0)
 	if g.shares.waiting == 0 {
 		g.pool.setNeedy(g, false)
 	}

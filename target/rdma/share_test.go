@@ -631,3 +631,128 @@ func TestEngineQuietHostProbe(t *testing.T) {
 	}
 	e.closeAll(quiet)
 }
+
+// floodLogs sends n Get Log Page commands for size bytes of the SMART log (zero-filled
+// past its 512 bytes) on admin queue fc without waiting for them, from goroutines; done
+// counts the successful completions.
+func floodLogs(t *testing.T, fc *fconn, n, size int, done *atomic.Int32) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := fc.h.begin()
+			g := nvmeproto.GetLogPageCommand{LID: nvmeproto.LIDSMART, NSID: nvmeproto.NSIDAll, RAE: true}
+			g.SetLength(uint64(size))
+			var c nvmeproto.Command
+			g.ToCommand(&c)
+			c.SGL = cmd.keyedAt(0, size)
+			if err := cmd.submit(&c, nil); err != nil {
+				cmd.release()
+				return
+			}
+			if cqe, ok := cmd.wait(60 * time.Second); ok && cqe.Status.Code() == nvmeproto.StatusSuccess.Code() {
+				done.Add(1)
+			}
+			cmd.release()
+		}()
+	}
+	return &wg
+}
+
+// TestEngineAdminQueueShare: a host whose admin queue sends Get Log Page after Get Log
+// Page of the largest transfer and never lets their responses complete holds no more
+// than an admin queue's quota of the pool; another host's reads keep completing, and
+// the admin commands beyond the quota wait (none fails) until the host lets the
+// responses complete.
+func TestEngineAdminQueueShare(t *testing.T) {
+	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10}) // 1024 pages; no watchdog
+	_, cntlid := e.adminConnect(0)
+	honest := e.ioConnect(1, cntlid, 16)
+	hostile, _ := e.adminConnect(0)
+	holdSends(hostile)
+	var hdone atomic.Int32
+	waits := e.g.stats.bufWaits.Load()
+	wg := floodLogs(t, hostile, 64, 128<<10, &hdone) // 64 × 32 pages: twice the pool
+	for deadline := time.Now().Add(10 * time.Second); e.g.stats.bufWaits.Load() == waits; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the admin queue's Get Log Pages never waited for buffers")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the flood's later commands wait too
+	// What the admin connection holds is its poll group's to read: look when the honest
+	// host's first response is posted.
+	var held atomic.Int64
+	held.Store(-1)
+	deliver := honest.ep.onResp
+	honest.ep.onResp = func(b []byte) {
+		held.CompareAndSwap(-1, int64(hostile.c.share.held))
+		deliver(b)
+	}
+	start := time.Now()
+	for i := range 100 {
+		cmd := honest.h.begin()
+		r := rw(nvmeproto.OpRead, 2, uint64(i), 8)
+		r.SGL = cmd.keyedAt(0, 4096)
+		if err := cmd.submit(&r, nil); err != nil {
+			t.Fatal(err)
+		}
+		c, ok := cmd.wait(5 * time.Second)
+		if !ok {
+			free, _, _ := e.pool.stats()
+			t.Fatalf("read %d of the honest host got no buffer in 5 s next to the admin queue (%d pool pages free)", i, free)
+		}
+		expectOK(t, "honest read", c)
+		cmd.release()
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("100 reads of the honest host took %v next to the admin queue", d)
+	}
+	if got, limit := held.Load(), e.pool.adminQuota; got < 0 || got > int64(limit) {
+		t.Errorf("the admin connection holds %d pages, want 0..%d (its quota)", got, limit)
+	}
+	hostile.ep.releaseHeld()
+	wg.Wait()
+	if n := hdone.Load(); n != 64 {
+		t.Errorf("%d of the admin queue's 64 Get Log Pages succeeded once the host let them", n)
+	}
+	e.closeAll(hostile, honest)
+}
+
+// TestShareAdminQuota: an admin connection holds at most its quota of the pool; its
+// request beyond it waits for the connection's own buffers, and its later requests wait
+// behind it even where they would fit, while another admin connection's requests and an
+// I/O connection's are served at once.
+func TestShareAdminQuota(t *testing.T) {
+	r := newShareRig(t, 2<<20) // 512 pages, largest buffer 32
+	p := r.p
+	if p.adminQuota != 64 {
+		t.Fatalf("admin quota %d pages, want 64 (two largest buffers)", p.adminQuota)
+	}
+	admin := func() *conn { return &conn{g: r.g, pool: p, state: stateLive, admin: true} }
+	a, b, io := admin(), admin(), r.conn()
+	big := p.maxOrder
+	a1, a2 := r.submit(a, big), r.submit(a, big)
+	a3 := r.submit(a, big) // beyond the quota
+	a4 := r.submit(a, 0)   // would fit in the quota's pages, but arrived after a3
+	if !a1.hasBuf || !a2.hasBuf || a3.hasBuf || a4.hasBuf || a.share.held != 64 {
+		t.Fatalf("admin connection: buffers %v %v %v %v, holding %d pages; want the first two only, 64 pages",
+			a1.hasBuf, a2.hasBuf, a3.hasBuf, a4.hasBuf, a.share.held)
+	}
+	if b1, i1 := r.submit(b, 0), r.submit(io, big); !b1.hasBuf || !i1.hasBuf {
+		t.Fatalf("held up behind an admin connection at its quota: other admin connection %v, I/O connection %v",
+			b1.hasBuf, i1.hasBuf)
+	}
+	r.done(a1)
+	if !a3.hasBuf || a4.hasBuf {
+		t.Fatalf("after one buffer came back: the request beyond the quota %v (want served), the one behind it %v (want waiting)",
+			a3.hasBuf, a4.hasBuf)
+	}
+	r.done(a2)
+	if !a4.hasBuf || a.share.held != 33 {
+		t.Fatalf("after another: the last request %v, holding %d pages; want served, 33", a4.hasBuf, a.share.held)
+	}
+	if r.g.admin.q.head != nil || a.share.adminWait != 0 {
+		t.Errorf("admin requests still queued: %d of the connection", a.share.adminWait)
+	}
+}
