@@ -315,6 +315,10 @@ func (t *Timestamp) Unmarshal(b []byte) error {
 // HostBehaviorSize is the size of the Host Behavior Support feature data.
 const HostBehaviorSize = 512
 
+// HostBehaviorEnable is the value of an enabled one-byte field of HostBehavior (ACRE,
+// LBAFEE; the kernel's NVME_ENABLE_ACRE): 0 disables, 1 enables, 2..255 are reserved.
+const HostBehaviorEnable = 1
+
 // HostBehavior is the Host Behavior Support feature (FID 16h) data: byte 0 ACRE (advanced
 // command retry enable), 1 ETDAS (extended telemetry data area 4 supported), 2 LBAFEE
 // (extended LBA formats enabled), 3 HDISNS, 4..5 CDFE.

@@ -129,6 +129,9 @@ func TestHostBehaviorGolden(t *testing.T) {
 		{"hdisns@3", 3, 1, func(v *x) uint64 { return uint64(v.HDISNS) }, func(v *x, n uint64) { v.HDISNS = uint8(n) }},
 		{"cdfe@4", 4, 2, func(v *x) uint64 { return uint64(v.CDFE) }, func(v *x, n uint64) { v.CDFE = uint16(n) }},
 	})
+	if HostBehaviorEnable != 1 { // include/linux/nvme.h NVME_ENABLE_ACRE
+		t.Errorf("HostBehaviorEnable = %d, want 1", HostBehaviorEnable)
+	}
 }
 
 // AER completion DW0: bits 2:0 type, 15:8 info, 23:16 log page (kernel nvme_handle_aen_notice).

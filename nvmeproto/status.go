@@ -58,6 +58,12 @@ func (s Status) DNR() bool { return s&(1<<14) != 0 }
 // WithDNR returns s with the Do Not Retry bit set.
 func (s Status) WithDNR() Status { return s | 1<<14 }
 
+// WithCRD returns s with the Command Retry Delay field set to crd (0..3; higher bits are
+// dropped): 0 asks for no delay, 1..3 for the delay Identify Controller CRDT1..CRDT3
+// gives. A controller sets it only on a status without DNR, and only while the host has
+// enabled ACRE (Host Behavior Support feature); otherwise it is 0.
+func (s Status) WithCRD(crd uint8) Status { return s&^(3<<11) | Status(crd&3)<<11 }
+
 // Code returns s without CRD, More and DNR: the (SCT, SC) pair that names the status.
 func (s Status) Code() Status { return s & 0x7FF }
 
@@ -89,6 +95,9 @@ func (s Status) String() string {
 		n = "unknown status"
 	}
 	str := fmt.Sprintf("%s (sct %#x sc %#02x)", n, uint8(s.SCT()), s.SC())
+	if crd := s.CRD(); crd != 0 {
+		str += fmt.Sprintf(" crd %d", crd)
+	}
 	if s.DNR() {
 		str += " dnr"
 	}

@@ -21,6 +21,33 @@ func TestStatusBits(t *testing.T) {
 	}
 }
 
+// WithCRD sets the Command Retry Delay field (the kernel's NVME_SC_CRD, 0x1800, in the
+// status it keeps shifted right by one) and nothing else; it lands in CQE status bits
+// 13:12, and String shows it.
+func TestStatusWithCRD(t *testing.T) {
+	s := StatusNSNotReady.WithCRD(1)
+	if uint16(s) != 0x082|0x0800 || s.CRD() != 1 || s.DNR() || s.Code() != StatusNSNotReady {
+		t.Errorf("Namespace Not Ready with CRD 1 = %#x (crd %d dnr %v)", uint16(s), s.CRD(), s.DNR())
+	}
+	b := make([]byte, CQESize)
+	(&Completion{Status: s}).Marshal(b)
+	if w := get(b, 14, 2); w>>12&3 != 1 || w>>1&0xFF != 0x82 || w>>15 != 0 {
+		t.Errorf("CQE status word %#x: want CRD 1 in bits 13:12, SC 0x82, no DNR", w)
+	}
+	if got := StatusWriteFault.WithDNR().WithCRD(3).WithCRD(2); got.CRD() != 2 || !got.DNR() || got.Code() != StatusWriteFault {
+		t.Errorf("WithCRD(2) over CRD 3 = %#x", uint16(got))
+	}
+	if got := StatusNSNotReady.WithCRD(1).WithCRD(0); got != StatusNSNotReady {
+		t.Errorf("WithCRD(0) = %#x, want %#x", uint16(got), uint16(StatusNSNotReady))
+	}
+	if got := StatusNSNotReady.WithCRD(7); got.CRD() != 3 || got.More() {
+		t.Errorf("WithCRD(7) = %#x: the field is 2 bits, nothing else may change", uint16(got))
+	}
+	if str := s.String(); !strings.Contains(str, "Namespace Not Ready") || !strings.Contains(str, "crd 1") || strings.Contains(str, "dnr") {
+		t.Errorf("String() = %q", str)
+	}
+}
+
 // Every named status has the (SCT, SC) pair the kernel's NVME_SC_* gives it.
 func TestStatusValues(t *testing.T) {
 	kernel := map[Status]uint16{
