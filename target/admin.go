@@ -194,6 +194,7 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 		return id
 	}
 	id.CNTRLTYPE = nvmeproto.ControllerTypeIO
+	id.CRDT1 = crdtReopen
 	id.OAES = nvmeproto.OAESNamespaceAttr | nvmeproto.OAESANAChange
 	id.NN = conf.MaxNSID
 	// ANA (see ana.go). The Linux host needs MNAN (1..NN) to enable it and sizes its ANA

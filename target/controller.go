@@ -20,6 +20,21 @@ const (
 	maxChangedNSList = 1024
 )
 
+// Command Retry Delay. A namespace being reopened answers Namespace Not Ready without DNR
+// (see controller.unavailable); a host that enabled ACRE (Host Behavior Support, which
+// the Linux host does when Identify Controller reports a non-zero CRDT1) gets CRD 1 with
+// it and waits CRDT1 before each retry. The Linux host retries such a command up to
+// nvme_max_retries (5) times, so it gives a reopen 5 × CRDT1 to finish before the error
+// reaches the file system: 1 s each, 5 s in all, is many times what closing a file, block
+// or rbd backend after its commands in flight and opening it again takes on healthy
+// storage (milliseconds; an rbd image whose cluster does not answer can take up to its
+// connect timeout, and its commands then fail as before), while a command caught by a
+// reopen waits at most one delay longer than the reopen.
+const (
+	crdtReopen = 10 // Identify Controller CRDT1, in 100 ms units
+	crdReopen  = 1  // the CRD of Namespace Not Ready: CRDT1
+)
+
 // Asynchronous Event Configuration (feature 0Bh) bits this target implements.
 const (
 	aecNSAttr    = uint32(nvmeproto.AECNamespaceAttr)
@@ -62,6 +77,7 @@ type controller struct {
 	kaSeen  atomic.Bool // a command arrived since the last keep-alive tick
 	enabled atomic.Bool // CC.EN = 1 and CSTS.RDY = 1: admin commands are accepted
 	wce     atomic.Bool // volatile write cache enabled (feature 06h)
+	acre    atomic.Bool // advanced command retry enabled (feature 16h): statuses carry CRD
 
 	mu         sync.Mutex
 	cc         nvmeproto.CC
@@ -129,6 +145,7 @@ func (c *controller) defaults() {
 	c.aec = c.supportedAEC()
 	c.tsSet = false
 	c.wce.Store(true)
+	c.acre.Store(false)
 	c.aers = nil
 	c.events = nil
 	c.masked = 0

@@ -37,7 +37,12 @@
 // or not at all) and tell hosts what changed: namespace changes raise Namespace Attribute
 // Changed with the Changed Namespace List, subsystem and host changes the Discovery Log
 // Page Change event with a new generation counter; a host taken off a subsystem's list is
-// disconnected from it. A backend that learns of a new size of its own store (an image
+// disconnected from it. Commands for a removed namespace get Invalid Namespace with DNR;
+// those that meet a namespace ReopenNamespace is reopening get Namespace Not Ready
+// without DNR, which hosts retry: I/O controllers report CRDT1 (1 s) in Identify
+// Controller and implement Host Behavior Support (feature 16h), and once a host has
+// enabled ACRE there the status carries CRD 1, so the Linux host waits CRDT1 before each
+// of its 5 retries. A backend that learns of a new size of its own store (an image
 // resized elsewhere) reports it with ResizeNamespace(nqn, nsid, 0).
 //
 // A transport registers one Port per listener it serves. Advertised ports are what the

@@ -337,8 +337,10 @@ func TestReopenKeepsRunningConfiguration(t *testing.T) {
 
 // TestReopenFailsNamespaceInactive: a reopen whose backend cannot be opened leaves the
 // namespace inactive, and says so consistently: it is not in the active namespace list
-// (Identify Namespace already reported it as not allocated), and the hosts are told it
-// changed. The old code kept it in the active list, and raised no event.
+// (Identify Namespace already reported it as not allocated), the hosts are told it
+// changed, and its commands get Invalid Namespace with DNR — not the Namespace Not Ready
+// of a reopen under way, since nothing will bring it back by itself. The old code kept it
+// in the active list, and raised no event.
 func TestReopenFailsNamespaceInactive(t *testing.T) {
 	opens := 0
 	opener := func(s backend.Spec) (backend.Backend, error) {
@@ -352,9 +354,16 @@ func TestReopenFailsNamespaceInactive(t *testing.T) {
 		return backend.Open(s)
 	}
 	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20), memNS(2, 1<<20)), target.WithBackendOpener(opener))
-	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	expectOK(t, "enable ACRE", admin.setFeature(uint8(nvmeproto.FIDHostBehaviorSupport), 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})))
 	if err := e.tgt.ReopenNamespace(subNQN, 1); err == nil {
 		t.Fatal("the reopen succeeded with the opener failing")
+	}
+	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	c := q.do(&r, make([]byte, 4096))
+	if expectDNR(t, "read of the inactive namespace", c, nvmeproto.StatusInvalidNamespace); c.Status.CRD() != 0 {
+		t.Errorf("read of the inactive namespace: CRD %d with DNR", c.Status.CRD())
 	}
 	buf, c := admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
 	expectOK(t, "active namespace list", c)

@@ -18,6 +18,7 @@ const (
 	fidHostID      = nvmeproto.FIDHostIdentifier
 	fidResvMask    = nvmeproto.FIDReservationMask
 	fidResvPersist = nvmeproto.FIDReservationPersist
+	fidHostBehav   = nvmeproto.FIDHostBehaviorSupport
 )
 
 // featureSupported reports whether the controller implements a feature.
@@ -25,7 +26,8 @@ func (c *controller) featureSupported(fid nvmeproto.FID) bool {
 	switch fid {
 	case fidKeepAlive, fidAsyncEvent:
 		return true
-	case fidArbitration, fidPowerMgmt, fidNumQueues, fidTimestamp, fidHostID, fidResvMask, fidResvPersist, fidVWC:
+	case fidArbitration, fidPowerMgmt, fidNumQueues, fidTimestamp, fidHostID, fidResvMask, fidResvPersist, fidVWC,
+		fidHostBehav:
 		return !c.disc
 	}
 	return false
@@ -56,8 +58,11 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 		return nvmeproto.StatusCommandSequenceError.WithDNR()
 	}
 	want := 0
-	if fid == fidTimestamp {
+	switch fid {
+	case fidTimestamp:
 		want = nvmeproto.TimestampSize
+	case fidHostBehav:
+		want = nvmeproto.HostBehaviorSize
 	}
 	if st := dataLen(r, want); st != nvmeproto.StatusSuccess {
 		return st
@@ -67,6 +72,8 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 		return c.setResvMask(sf.NSID, v)
 	case fidResvPersist:
 		return c.setResvPersistFeature(sf.NSID, v)
+	case fidHostBehav:
+		return c.setHostBehavior(r.Data[:nvmeproto.HostBehaviorSize])
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -123,6 +130,8 @@ func (c *controller) getFeatures(r *Request) nvmeproto.Status {
 		switch fid {
 		case fidTimestamp:
 			want = nvmeproto.TimestampSize
+		case fidHostBehav:
+			want = nvmeproto.HostBehaviorSize
 		case fidHostID:
 			if gf.CDW11&nvmeproto.HostIDEXHID == 0 { // only the 128-bit host identifier exists over Fabrics
 				return nvmeproto.StatusInvalidField.WithDNR()
@@ -191,7 +200,31 @@ func (c *controller) getFeatures(r *Request) nvmeproto.Status {
 		ts.Marshal(r.Data[:nvmeproto.TimestampSize])
 	case fidHostID:
 		copy(r.Data[:nvmeproto.HostIDExtendedLen], c.hostID[:])
+	case fidHostBehav:
+		var hb nvmeproto.HostBehavior
+		if !def && c.acre.Load() {
+			hb.ACRE = nvmeproto.HostBehaviorEnable
+		}
+		hb.Marshal(r.Data[:nvmeproto.HostBehaviorSize])
 	}
+	return nvmeproto.StatusSuccess
+}
+
+// setHostBehavior implements Set Features Host Behavior Support (16h) with its 512-byte
+// data. ACRE is 0 or 1: with 1 a status the host may retry carries the Command Retry
+// Delay (see controller.unavailable). The other fields concern what this controller does
+// not advertise (ETDAS: telemetry data area 4, LPA bit 6; LBAFEE: extended LBA formats,
+// CTRATT ELBAS; HDISNS: dispersed namespaces; CDFE: Copy descriptor formats), so they
+// must be 0. A reserved or unsupported value is Invalid Field in Command and changes
+// nothing. Bytes 6..511 are reserved and not checked: a field a later revision defines
+// there is one a host enables only where the controller advertises it.
+func (c *controller) setHostBehavior(data []byte) nvmeproto.Status {
+	var hb nvmeproto.HostBehavior
+	hb.Unmarshal(data) // cannot fail: the length was checked
+	if hb.ACRE > nvmeproto.HostBehaviorEnable || hb.ETDAS != 0 || hb.LBAFEE != 0 || hb.HDISNS != 0 || hb.CDFE != 0 {
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
+	c.acre.Store(hb.ACRE == nvmeproto.HostBehaviorEnable)
 	return nvmeproto.StatusSuccess
 }
 
@@ -258,7 +291,7 @@ func (c *controller) resvFeatureNS(nsid uint32, all bool) (*namespace, nvmeproto
 	}
 	ns := c.subsys.lookup(nsid)
 	if ns == nil || ns.closing() {
-		return nil, nvmeproto.StatusInvalidNamespace.WithDNR()
+		return nil, c.unavailable(ns)
 	}
 	return ns, nvmeproto.StatusSuccess
 }

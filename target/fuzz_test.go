@@ -51,7 +51,18 @@ func FuzzLoopCapsules(f *testing.F) {
 	acq.SGL = reg.SGL
 	rep := sglCmd(nvmeproto.OpReservationReport, 1, 4096)
 	rep.CDW10, rep.CDW11 = 1023, 1
+	// Host Behavior Support (16h): Set from host memory and from in-capsule data (ACRE 1),
+	// then Get.
+	shb := sglCmd(nvmeproto.OpSetFeatures, 0, nvmeproto.HostBehaviorSize)
+	shb.CDW10 = uint32(nvmeproto.FIDHostBehaviorSupport)
+	shbIC := shb
+	shbIC.SGL = nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeDataBlock, Subtype: nvmeproto.SGLSubtypeOffset, Length: nvmeproto.HostBehaviorSize}
+	hb := make([]byte, nvmeproto.HostBehaviorSize)
+	(&nvmeproto.HostBehavior{ACRE: 1}).Marshal(hb)
+	ghb := sglCmd(nvmeproto.OpGetFeatures, 0, nvmeproto.HostBehaviorSize)
+	ghb.CDW10 = uint32(nvmeproto.FIDHostBehaviorSupport)
 	seeds := [][]byte{
+		append(append(fuzzCapsule(true, shb, nil), fuzzCapsule(true, shbIC, hb)...), fuzzCapsule(true, ghb, nil)...),
 		append(append(fuzzCapsule(false, reg, keys(0, 7, 16)), fuzzCapsule(false, acq, keys(7, 0, 16))...), fuzzCapsule(false, rep, nil)...),
 		fuzzCapsule(false, w, nil),
 		append(fuzzCapsule(false, w, nil), fuzzCapsule(false, r, nil)...),

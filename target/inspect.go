@@ -108,8 +108,9 @@ type NamespaceInfo struct {
 	// Failure is why the namespace refuses writes and flushes (a sync of its backend
 	// failed: see ReopenNamespace), nil while it is healthy.
 	Failure error
-	// Inactive: the namespace's backend is closed and commands get Invalid Namespace
-	// (it is being removed, or ReopenNamespace could not open its backend again).
+	// Inactive: the namespace's backend is closed: commands get Namespace Not Ready while
+	// ReopenNamespace opens it again, Invalid Namespace once it is being removed or
+	// ReopenNamespace could not open its backend again.
 	Inactive bool
 	// Successful commands and the bytes they moved (the SMART log's counters).
 	ReadCommands, WriteCommands uint64

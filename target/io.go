@@ -31,6 +31,21 @@ const (
 	dataUnitBytes = 512     // SMART data units count thousands of these
 )
 
+// unavailable is the status of a command that meets ns closed or closing: Namespace Not
+// Ready without DNR while a reopen will put a fresh namespace in its place (a transient
+// state: the host retries, with CRD selecting CRDT1 if it enabled ACRE), Invalid
+// Namespace with DNR when the namespace is gone for good (removed, or inactive after a
+// reopen failed). nil, a namespace that does not exist, is Invalid Namespace too.
+func (c *controller) unavailable(ns *namespace) nvmeproto.Status {
+	if ns == nil || !ns.reopening.Load() {
+		return nvmeproto.StatusInvalidNamespace.WithDNR()
+	}
+	if c.acre.Load() {
+		return nvmeproto.StatusNSNotReady.WithCRD(crdReopen)
+	}
+	return nvmeproto.StatusNSNotReady
+}
+
 // beginIO validates a command on an I/O queue.
 func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	cmd := &r.Cmd
@@ -65,7 +80,7 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	}
 	ns := c.subsys.lookup(cmd.NSID)
 	if ns == nil || ns.closing() {
-		return nvmeproto.StatusInvalidNamespace.WithDNR()
+		return c.unavailable(ns)
 	}
 	r.ns = ns // no reference: see namespace.state; complete counts the command in it
 	if q.t.timing.Load() {
@@ -246,8 +261,8 @@ func (r *Request) ioDone(br *backend.Request) {
 	st := backend.Status(br.Op, br.Err)
 	if br.Err != nil {
 		switch {
-		case errors.Is(br.Err, backend.ErrClosed):
-			st = nvmeproto.StatusInvalidNamespace.WithDNR() // removed while the command was on its way
+		case errors.Is(br.Err, backend.ErrClosed): // closed while the command was on its way
+			st = q.bind.Load().ctrl.unavailable(ns)
 		case errors.Is(br.Err, backend.ErrSync):
 			ns.fail(br.Err)
 		}

@@ -235,7 +235,7 @@ func (q *Queue) resvAccess(r *Request, c *controller, ns *namespace, write bool)
 func (q *Queue) execResv(r *Request, c *controller) {
 	ns := r.ns
 	if !ns.acquire() {
-		q.reject(r, nvmeproto.StatusInvalidNamespace.WithDNR(), "reservation command failed")
+		q.reject(r, c.unavailable(ns), "reservation command failed")
 		return
 	}
 	var st nvmeproto.Status

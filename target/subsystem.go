@@ -228,18 +228,21 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 // reopenNamespace closes the namespace old's backend and opens it again from cn, its
 // running configuration: a fresh start of its backend that clears a failure (see
 // namespace.fail); its reservations are kept.
-// Commands that arrive meanwhile fail with Invalid Namespace; controllers are told the
-// namespace changed. If the backend cannot be opened the namespace stays inactive
-// (listed in the configuration, refusing commands) until a reopen succeeds or it is
-// removed.
+// Commands that arrive meanwhile get Namespace Not Ready without DNR, so that hosts retry
+// them (after CRDT1 where they enabled ACRE); controllers are told the namespace changed.
+// If the backend cannot be opened the namespace stays inactive (listed in the
+// configuration, refusing commands with Invalid Namespace and DNR) until a reopen
+// succeeds or it is removed.
 func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 	nsid := old.nsid
 	reason := old.failureReason()
+	old.reopening.Store(true) // before close: whoever sees it closing sees why
 	if err := old.close(); err != nil {
 		s.t.log.Warn("closing namespace to reopen it", "subsystem", s.nqn, "nsid", nsid, "err", err)
 	}
 	ns, err := openNamespace(s.t, s.nqn, cn)
 	if err != nil {
+		old.reopening.Store(false)
 		s.t.log.Error("reopening namespace failed: it stays inactive until a reopen succeeds", "subsystem", s.nqn, "nsid", nsid, "err", err)
 		s.notifyNamespaceChanged(nsid) // it left the active list: hosts rescan and see it gone
 		return fmt.Errorf("target: reopening namespace %d of %q (it stays inactive until a reopen succeeds or it is removed): %w", nsid, s.nqn, err)
@@ -255,6 +258,7 @@ func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 	i := slices.Index(tab, old)
 	if s.closed || i < 0 {
 		s.mu.Unlock()
+		old.reopening.Store(false)
 		ns.close()
 		return fmt.Errorf("%w: nsid %d in %q was removed while it was reopened", ErrNoSuchNamespace, nsid, s.nqn)
 	}
@@ -318,6 +322,13 @@ type namespace struct {
 	// healthy; set once and never cleared: ReopenNamespace replaces the namespace.
 	failure atomic.Pointer[error]
 
+	// reopening is set before ReopenNamespace closes the namespace to put a fresh one in
+	// its place, and cleared if that cannot happen (the backend does not open again, or
+	// the namespace was removed meanwhile): while it is set a command that meets the
+	// closed namespace answers Namespace Not Ready, which the host retries, instead of
+	// Invalid Namespace with DNR (see controller.unavailable).
+	reopening atomic.Bool
+
 	// users counts the references admin commands hold (Identify, the shutdown flush);
 	// close closes it. I/O commands take none: they reach the backend only through exec,
 	// whose Close waits for them and fails later submissions with backend.ErrClosed.
@@ -333,7 +344,8 @@ type namespace struct {
 	errs  errorCounts
 }
 
-// closing reports whether the namespace is being removed.
+// closing reports whether the namespace is closed or closing: removed, being reopened
+// (see reopening), or left inactive by a reopen that failed.
 func (ns *namespace) closing() bool { return ns.users.Closed() }
 
 // failed reports whether a sync failure made the namespace refuse writes and flushes.

@@ -488,9 +488,11 @@ func (t *Target) Quiesce() { t.quiesced.Store(true) }
 // sync of its backend failed, so it refuses writes and flushes with Write Fault (DNR)
 // because writes it reported complete may be lost — is put back into service once the
 // operator has dealt with the storage and the possible loss; a restart does the same.
-// Commands that arrive during the reopen fail with Invalid Namespace, and the
-// subsystem's controllers get a Namespace Attribute Changed event. If the backend cannot
-// be opened the namespace stays inactive until a later reopen succeeds or it is removed.
+// Commands that arrive during the reopen get Namespace Not Ready without DNR (with CRD 1
+// where the host enabled ACRE), which hosts retry, and the subsystem's controllers get a
+// Namespace Attribute Changed event. If the backend cannot be opened the namespace stays
+// inactive, its commands getting Invalid Namespace with DNR, until a later reopen
+// succeeds or it is removed.
 func (t *Target) ReopenNamespace(subNQN string, nsid uint32) error {
 	t.cfgMu.Lock() // serialized with configuration changes (RemoveNamespace, ...)
 	defer t.cfgMu.Unlock()

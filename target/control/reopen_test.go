@@ -162,12 +162,19 @@ func TestReopenFailedNamespace(t *testing.T) {
 
 // TestReopenCannotOpen: a reopen whose backend cannot be opened again fails with
 // FailedPrecondition naming the cause, the namespace shows inactive and refuses commands
-// (Invalid Namespace), and a later reopen puts it back.
+// (Invalid Namespace with DNR: nothing brings it back by itself), and a later reopen puts
+// it back; while that reopen is opening the backend, commands get Namespace Not Ready
+// without DNR, which a host retries (the Go initiator leaves ACRE off: CRD 0).
 func TestReopenCannotOpen(t *testing.T) {
 	cfg := testConfig(socketPath(t))
 	cfg.Subsystems[0].Namespaces[0] = conf.Namespace{NSID: 1, Backend: conf.BackendFile, Path: filepath.Join(t.TempDir(), "ns1.img"), Size: 1 << 20}
-	var failOpen atomic.Bool
+	var failOpen, holdOpen atomic.Bool
+	opening, release := make(chan struct{}), make(chan struct{})
 	s, cl := startOpener(t, cfg, func(spec backend.Spec) (backend.Backend, error) {
+		if holdOpen.Load() {
+			close(opening)
+			<-release
+		}
 		if failOpen.Load() {
 			return nil, fmt.Errorf("backend: open %s: %w", spec.Path, syscall.EIO)
 		}
@@ -184,12 +191,32 @@ func TestReopenCannotOpen(t *testing.T) {
 		t.Fatalf("namespaces %v %v, want namespace 1 inactive", r.GetNamespaces(), err)
 	}
 	var se *initiator.StatusError
-	if _, err := ns.WriteAt(c, make([]byte, 4096), 0, 0); !errors.As(err, &se) || se.Status.Code() != nvmeproto.StatusInvalidNamespace.Code() {
-		t.Errorf("write to the inactive namespace: %v, want Invalid Namespace", err)
+	if _, err := ns.WriteAt(c, make([]byte, 4096), 0, 0); !errors.As(err, &se) || se.Status.Code() != nvmeproto.StatusInvalidNamespace.Code() || !se.Status.DNR() {
+		t.Errorf("write to the inactive namespace: %v, want Invalid Namespace with DNR", err)
 	}
 	failOpen.Store(false)
-	if r, err := cl.ReopenNamespace(c, &pb.ReopenNamespaceRequest{Subsystem: subNQN, Nsid: 1}); err != nil || r.Namespace.GetState() != control.StateOK {
-		t.Fatalf("second reopen: %v %v", r, err)
+	holdOpen.Store(true)
+	reopened := make(chan error, 1)
+	go func() {
+		r, err := cl.ReopenNamespace(c, &pb.ReopenNamespaceRequest{Subsystem: subNQN, Nsid: 1})
+		if err == nil && r.Namespace.GetState() != control.StateOK {
+			err = fmt.Errorf("namespace %v after the reopen, want ok", r.Namespace)
+		}
+		reopened <- err
+	}()
+	select {
+	case <-opening:
+	case err := <-reopened:
+		t.Fatalf("second reopen returned %v without opening the backend", err)
+	}
+	holdOpen.Store(false)
+	_, err = ns.WriteAt(c, make([]byte, 4096), 0, 0)
+	close(release)
+	if !errors.As(err, &se) || se.Status.Code() != nvmeproto.StatusNSNotReady || se.Status.DNR() || se.Status.CRD() != 0 {
+		t.Errorf("write during the reopen: %v, want Namespace Not Ready without DNR, CRD 0", err)
+	}
+	if err := <-reopened; err != nil {
+		t.Fatalf("second reopen: %v", err)
 	}
 	if _, err := ns.WriteAt(c, make([]byte, 4096), 0, 0); err != nil {
 		t.Errorf("write after the second reopen: %v", err)

@@ -174,8 +174,9 @@ type Namespace struct {
 	Counters  *NamespaceCounters     `protobuf:"bytes,12,opt,name=counters,proto3" json:"counters,omitempty"`                  // output only
 	// Output only: "ok"; "failed": a sync of its backend failed (writes reported complete
 	// may be lost), so writes, write zeroes, deallocate and flushes get Write Fault (DNR)
-	// until ReopenNamespace, reads still work; "inactive": its backend is closed and
-	// commands get Invalid Namespace (being removed, or a reopen could not open it).
+	// until ReopenNamespace, reads still work; "inactive": its backend is closed: commands
+	// get Namespace Not Ready (no DNR: hosts retry) while a reopen opens it again, and
+	// Invalid Namespace once it is being removed or a reopen could not open it.
 	State         string `protobuf:"bytes,14,opt,name=state,proto3" json:"state,omitempty"`
 	Failure       string `protobuf:"bytes,15,opt,name=failure,proto3" json:"failure,omitempty"` // output only: why it failed ("" unless failed)
 	unknownFields protoimpl.UnknownFields

@@ -1,0 +1,200 @@
+package target_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+const fidHostBehavior = uint8(nvmeproto.FIDHostBehaviorSupport)
+
+// hostBehavior encodes Host Behavior Support data.
+func hostBehavior(hb nvmeproto.HostBehavior) []byte {
+	b := make([]byte, nvmeproto.HostBehaviorSize)
+	hb.Marshal(b)
+	return b
+}
+
+// getACRE reads the Host Behavior Support feature with SEL sel and returns its ACRE.
+func getACRE(t *testing.T, admin *hostQueue, sel uint8) uint8 {
+	t.Helper()
+	b, c := admin.getFeature(fidHostBehavior, sel, 0, nvmeproto.HostBehaviorSize)
+	expectOK(t, "get host behavior support", c)
+	var hb nvmeproto.HostBehavior
+	if err := hb.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	if hb != (nvmeproto.HostBehavior{ACRE: hb.ACRE}) {
+		t.Errorf("host behavior support %+v: only ACRE is supported", hb)
+	}
+	return hb.ACRE
+}
+
+// expectRetryable is expect that also wants DNR clear and the CRD field crd.
+func expectRetryable(t *testing.T, what string, c nvmeproto.Completion, want nvmeproto.Status, crd uint8) {
+	t.Helper()
+	expect(t, what, c, want)
+	if c.Status.DNR() || c.Status.CRD() != crd {
+		t.Errorf("%s: %v, want no DNR and CRD %d", what, c.Status, crd)
+	}
+}
+
+// TestHostBehaviorSupport: an I/O controller reports CRDT1 (so that the Linux host enables
+// ACRE), and Set/Get Features Host Behavior Support (16h) keep ACRE per controller with
+// the 512-byte data the feature moves: reserved values, fields for what the controller
+// does not advertise and the wrong data length are refused and change nothing; reserved
+// bytes are ignored; a controller reset disables ACRE again; a discovery controller has
+// neither. The old code reported CRDT1 0 and answered the feature with Invalid Field.
+func TestHostBehaviorSupport(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	b, c := admin.identify(nvmeproto.CNSController, 0, 0)
+	expectOK(t, "identify controller", c)
+	var id nvmeproto.IdentifyController
+	if err := id.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	if id.CRDT1 != 10 || id.CRDT2 != 0 || id.CRDT3 != 0 {
+		t.Errorf("CRDT1..3 = %d, %d, %d; want 10 (1 s), 0, 0", id.CRDT1, id.CRDT2, id.CRDT3)
+	}
+
+	if v := getACRE(t, admin, nvmeproto.SelCurrent); v != 0 {
+		t.Errorf("ACRE %d after connect, want 0", v)
+	}
+	expectOK(t, "enable ACRE", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})))
+	if v := getACRE(t, admin, nvmeproto.SelCurrent); v != 1 {
+		t.Errorf("ACRE %d after enabling it, want 1", v)
+	}
+	for _, sel := range []uint8{nvmeproto.SelDefault, nvmeproto.SelSaved} {
+		if v := getACRE(t, admin, sel); v != 0 {
+			t.Errorf("SEL %d: ACRE %d, want 0", sel, v)
+		}
+	}
+	_, c = admin.getFeature(fidHostBehavior, nvmeproto.SelSupportedCap, 0, 0)
+	if expectOK(t, "supported capabilities", c); c.DW0 != nvmeproto.FeatureCapChangeable {
+		t.Errorf("capabilities %#x, want changeable only", c.DW0)
+	}
+
+	for _, bad := range []struct {
+		what string
+		hb   nvmeproto.HostBehavior
+	}{
+		{"ACRE 2 (reserved)", nvmeproto.HostBehavior{ACRE: 2}},
+		{"ACRE FFh (reserved)", nvmeproto.HostBehavior{ACRE: 0xFF}},
+		{"ETDAS 1 (no telemetry data area 4)", nvmeproto.HostBehavior{ETDAS: 1}},
+		{"LBAFEE 1 (no extended LBA formats)", nvmeproto.HostBehavior{LBAFEE: 1}},
+		{"HDISNS 1 (no dispersed namespaces)", nvmeproto.HostBehavior{HDISNS: 1}},
+		{"CDFE 1 (no Copy)", nvmeproto.HostBehavior{CDFE: 1}},
+	} {
+		expectDNR(t, bad.what, admin.setFeature(fidHostBehavior, 0, hostBehavior(bad.hb)), nvmeproto.StatusInvalidField)
+	}
+	expectDNR(t, "511 bytes of data", admin.setFeature(fidHostBehavior, 0, make([]byte, 511)), nvmeproto.StatusDataSGLLengthInvalid)
+	expectDNR(t, "no data", admin.setFeature(fidHostBehavior, 0, nil), nvmeproto.StatusDataSGLLengthInvalid)
+	_, c = admin.getFeature(fidHostBehavior, nvmeproto.SelCurrent, 0, 4096)
+	expectDNR(t, "get into 4096 bytes", c, nvmeproto.StatusDataSGLLengthInvalid)
+	sv := sglCmd(nvmeproto.OpSetFeatures, 0, nvmeproto.HostBehaviorSize)
+	sv.CDW10 = uint32(fidHostBehavior) | 1<<31
+	expectDNR(t, "save", admin.do(&sv, hostBehavior(nvmeproto.HostBehavior{})), nvmeproto.StatusFeatureNotSaveable)
+	if v := getACRE(t, admin, nvmeproto.SelCurrent); v != 1 {
+		t.Errorf("ACRE %d after the refused commands, want 1 still", v)
+	}
+
+	d := hostBehavior(nvmeproto.HostBehavior{})
+	d[100] = 0xA5
+	expectOK(t, "disable ACRE, reserved byte 100 set", admin.setFeature(fidHostBehavior, 0, d))
+	if v := getACRE(t, admin, nvmeproto.SelCurrent); v != 0 {
+		t.Errorf("ACRE %d after disabling it, want 0", v)
+	}
+
+	expectOK(t, "enable ACRE again", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})))
+	expectOK(t, "CC.EN=0", admin.propSet(nvmeproto.PropCC, uint32(nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4))))
+	waitFor(t, func() bool {
+		v, _ := admin.propGet(nvmeproto.PropCSTS, false)
+		return !nvmeproto.CSTS(v).RDY()
+	})
+	admin.enable()
+	if v := getACRE(t, admin, nvmeproto.SelCurrent); v != 0 {
+		t.Errorf("ACRE %d after a controller reset, want 0 (the reset value)", v)
+	}
+
+	disc, _ := e.adminConnect(nvmeproto.DiscoveryNQN, hostNQN, 0)
+	b, c = disc.identify(nvmeproto.CNSController, 0, 0)
+	expectOK(t, "identify discovery controller", c)
+	if err := id.Unmarshal(b); err != nil || id.CRDT1 != 0 {
+		t.Errorf("discovery controller CRDT1 %d (%v), want 0", id.CRDT1, err)
+	}
+	expectDNR(t, "host behavior support on a discovery controller",
+		disc.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})), nvmeproto.StatusInvalidField)
+}
+
+// TestReopenAnswersNamespaceNotReady: while ReopenNamespace has closed a namespace and
+// is opening its backend again, its commands get Namespace Not Ready without DNR — CRD 0,
+// or CRD 1 (CRDT1) once the host has enabled ACRE — so that the host retries them rather
+// than failing them to the file system; a namespace that does not exist still gets
+// Invalid Namespace with DNR; once the reopen is done the commands succeed. The old code
+// answered Invalid Namespace with DNR during the reopen.
+func TestReopenAnswersNamespaceNotReady(t *testing.T) {
+	opening, release := make(chan struct{}), make(chan struct{})
+	opens := 0
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if opens++; opens == 2 { // the reopen
+			close(opening)
+			<-release
+		}
+		return backend.Open(s)
+	}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(opener))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	data := pattern(4096, 5)
+	w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	expectOK(t, "write", q.do(&w, data))
+
+	reopened := make(chan error, 1)
+	go func() { reopened <- e.tgt.ReopenNamespace(subNQN, 1) }()
+	select {
+	case <-opening:
+	case err := <-reopened:
+		t.Fatalf("the reopen returned %v without opening the backend", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reopen did not open the backend")
+	}
+	defer func() { // the reopen must not outlive the test's target
+		select {
+		case <-release:
+		default:
+			close(release)
+			<-reopened
+		}
+	}()
+
+	got := make([]byte, 4096)
+	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	expectRetryable(t, "read during the reopen", q.do(&r, got), nvmeproto.StatusNSNotReady, 0)
+	expectRetryable(t, "write during the reopen", q.do(&w, data), nvmeproto.StatusNSNotReady, 0)
+	fl := sglCmd(nvmeproto.OpFlush, 1, 0)
+	expectRetryable(t, "flush during the reopen", q.do(&fl, nil), nvmeproto.StatusNSNotReady, 0)
+	r7 := rw(nvmeproto.OpRead, 7, 0, 8, 4096)
+	expectDNR(t, "read of NSID 7 during the reopen", q.do(&r7, got), nvmeproto.StatusInvalidNamespace)
+
+	expectOK(t, "enable ACRE", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})))
+	expectRetryable(t, "read during the reopen, ACRE enabled", q.do(&r, got), nvmeproto.StatusNSNotReady, 1)
+	expectRetryable(t, "write during the reopen, ACRE enabled", q.do(&w, data), nvmeproto.StatusNSNotReady, 1)
+	c := q.do(&r7, got)
+	expectDNR(t, "read of NSID 7, ACRE enabled", c, nvmeproto.StatusInvalidNamespace)
+	if c.Status.CRD() != 0 {
+		t.Errorf("Invalid Namespace with CRD %d: a status with DNR carries none", c.Status.CRD())
+	}
+
+	close(release)
+	if err := <-reopened; err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	expectOK(t, "read after the reopen", q.do(&r, got))
+	if string(got) != string(data) {
+		t.Error("the data written before the reopen is not there after it")
+	}
+}
