@@ -366,6 +366,11 @@ func (c *Controller) Receive(al int) ([]byte, error) {
 		c.step = ctrlDone
 		return b, nil
 	}
+	// Nothing to send: the answer is Failure1, which al must hold before the transaction
+	// ends (a Receive too short for it changes nothing, whatever the step).
+	if al < nvmeproto.AuthFailureSize {
+		return nil, fmt.Errorf("dhchap: Authentication Receive allocation length %d while %v, Failure1 needs %d", al, c.step, nvmeproto.AuthFailureSize)
+	}
 	c.fail(nvmeproto.AuthFailIncorrectProtocol, fmt.Errorf("dhchap: Authentication Receive while %v", c.step))
 	return c.Receive(al)
 }

@@ -361,6 +361,26 @@ func TestControllerProtocolErrors(t *testing.T) {
 			t.Fatalf("retry: %v", err)
 		}
 	})
+	t.Run("short allocation length with nothing to send", func(t *testing.T) {
+		// Idle and after a success alike: a Receive too short for Failure1 fails and
+		// leaves everything as it was (the queue stays authenticated, nothing pends).
+		c, _ := NewController(keys, pHost, pSub, nil, nil)
+		for _, authenticated := range []bool{false, true} {
+			if authenticated {
+				h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 3)
+				if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
+					t.Fatal(herr, cerr)
+				}
+			}
+			if _, err := c.Receive(nvmeproto.AuthFailureSize - 1); err == nil {
+				t.Fatalf("authenticated %v: a Failure1 fit in %d bytes", authenticated, nvmeproto.AuthFailureSize-1)
+			}
+			if c.FailurePending() || c.InProgress() || c.Authenticated() != authenticated {
+				t.Fatalf("authenticated %v: after the short Receive: failure pending %v, in progress %v, authenticated %v",
+					authenticated, c.FailurePending(), c.InProgress(), c.Authenticated())
+			}
+		}
+	})
 }
 
 func TestReauthentication(t *testing.T) {
