@@ -239,9 +239,12 @@ func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16, reauth bo
 }
 
 // authFailed marks the queue unauthenticated, logs the failure (if log) and schedules the
-// queue's disconnection AuthFailureGrace from the first failure: the Failure1 the host
-// receives, or the Failure2 it sent, ends the association (as with the Linux target).
-// Called with a.mu held.
+// queue's disconnection AuthFailureGrace after the first failure (the Failure1 the host
+// receives, or the Failure2 it sent). Only this queue is disconnected: the admin queue's
+// going ends its controller and so every I/O queue of it, while a failed I/O queue leaves
+// the controller and its other queues, each authenticated on its own, working. (The
+// Linux target ends the controller in both cases, nvmet_ctrl_fatal_error.) Called with
+// a.mu held.
 func (q *Queue) authFailed(a *queueAuth, c *controller, qid uint16, msg string, cause error, log bool) {
 	a.ok.Store(false)
 	if log { // once per failure
