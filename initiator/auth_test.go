@@ -459,6 +459,34 @@ func TestAuthTargetProtocol(t *testing.T) {
 			t.Fatal("queue still connected 5 s after its first failure")
 		}
 	})
+	t.Run("transactions before authentication are bounded", func(t *testing.T) {
+		// Each AUTH_Negotiate costs the target a DH key pair: a queue not authenticated
+		// yet gets three, then Failure1 and the disconnection.
+		target.AuthFailureGrace = 50 * time.Millisecond
+		defer func() { target.AuthFailureGrace = 2 * time.Second }()
+		e, _ := authEnv(t, keys)
+		q := dialRaw(t, e)
+		q.connect(0, nvmeproto.CNTLIDDynamic)
+		for i := range 3 {
+			h, _ := dhchap.NewHost(hostCfg, uint16(20+i))
+			q.challenged(h) // a Challenge, with the target's DH value
+		}
+		h, _ := dhchap.NewHost(hostCfg, 23)
+		if st := q.send(h.Negotiate()); st.Code() != 0 {
+			t.Fatalf("fourth Negotiate: %v", st)
+		}
+		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailFailed) {
+			t.Fatalf("fourth transaction: expected Failure1 (authentication failed), got %x", f[:8])
+		}
+		select {
+		case <-q.conn.Done():
+			if !errors.Is(q.conn.Err(), target.ErrAuthFailed) {
+				t.Errorf("disconnected with %v", q.conn.Err())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("queue still connected after its transactions ran out")
+		}
+	})
 	t.Run("replayed reply on another queue", func(t *testing.T) {
 		e, _ := authEnv(t, keys)
 		a := dialRaw(t, e)

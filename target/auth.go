@@ -25,7 +25,11 @@ import (
 // (or one not completed within AuthTimeout of the Connect) is logged with the host NQN and
 // the reason, and the queue is disconnected AuthFailureGrace later, once the host has had
 // the Failure1 message. A new AUTH_Negotiate on an authenticated queue re-authenticates it;
-// the queue stays authenticated while that runs and loses it if it fails.
+// the queue stays authenticated while that runs and loses it if it fails. A queue not
+// authenticated yet may start at most authMaxTransactions transactions: each costs the
+// target a DH key pair and a shared secret (tens of milliseconds for ffdhe8192, on the
+// goroutine that also serves other queues), and the host NQN that gets a queue this far
+// is no secret. The next AUTH_Negotiate is answered with Failure1, which fails the queue.
 //
 // Keys come from AuthKeys: by default the running configuration's hosts section and the
 // subsystems' auth_required, which change at run time (SetHostKeys, RemoveHostKeys,
@@ -69,6 +73,11 @@ var ErrAuthFailed = errors.New("target: in-band authentication failed")
 // other message at most 1168.
 const authMaxMessage = 16 << 10
 
+// authMaxTransactions bounds the transactions (AUTH_Negotiates) a queue may start before it
+// is authenticated. A host retries a failed transaction on a new connection, so one is
+// all it needs; the margin is for a host that restarts a transaction it lost track of.
+const authMaxTransactions = 3
+
 // ctrlAuth is a controller's authentication state: its host's keys and the sequence
 // numbers of its transactions.
 type ctrlAuth struct {
@@ -95,6 +104,8 @@ type queueAuth struct {
 	// successful one) moves that or authenticates the queue. Otherwise a host could
 	// keep an unauthenticated queue by failing every grace period, guessing for ever.
 	failed bool
+	// started counts the transactions started while the queue was not authenticated.
+	started int
 }
 
 // newQueueAuth starts the authentication state of queue q of controller c (with keys).
@@ -171,7 +182,12 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 		data := r.Data[:r.Length]
 		if len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate {
 			var refuse error
-			if b.qid == 0 && wasOK {
+			if !wasOK {
+				if a.started++; a.started > authMaxTransactions {
+					refuse = fmt.Errorf("AUTH_Negotiate %d on a queue not authenticated yet refused: a queue may start at most %d transactions before it authenticates",
+						a.started, authMaxTransactions)
+				}
+			} else if b.qid == 0 {
 				// Re-authentication of the admin queue: take the host's keys again.
 				if keys, _ := q.t.lookupAuthKeys(c.subsys.nqn, c.hostNQN); keys != nil && keys.Host != nil {
 					c.auth.mu.Lock()
