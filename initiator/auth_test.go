@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -593,4 +594,86 @@ func TestAuthKeyFileRotation(t *testing.T) {
 	if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = next.Encode() }); !errors.Is(err, initiator.ErrHostNotAllowed) {
 		t.Errorf("secret file open to others: %v", err)
 	}
+}
+
+// lockedBuffer is a log destination safe for the target's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), "msg=\""+msg+"\"")
+}
+
+// TestAuthLogRateLimited: authentication failures, timeouts and an unreadable secret are
+// logged once per host and interval, however often the host repeats them, as refused
+// Connects are.
+func TestAuthLogRateLimited(t *testing.T) {
+	const n = 5
+	hk := genSecret(t, 0)
+	keys := &dhchap.HostKeys{Host: hk, DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupNull}}
+	logged := func(t *testing.T, mut func(*conf.Config), opts ...target.Option) (*env, *lockedBuffer) {
+		var buf lockedBuffer
+		opts = append(opts, target.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		return newEnv(t, mut, opts...), &buf
+	}
+	t.Run("failures", func(t *testing.T) {
+		e, buf := logged(t, nil, target.WithAuthKeys(&authKeys{keys: map[string]*dhchap.HostKeys{hostNQN: keys}}))
+		h, _ := dhchap.NewHost(dhchap.HostConfig{Secret: hk, HostNQN: hostNQN, SubNQN: subNQN}, 1)
+		for range n {
+			q := dialRaw(t, e)
+			q.connect(0, nvmeproto.CNTLIDDynamic)
+			q.send(h.Negotiate()[:9]) // truncated: Failure1 (incorrect payload)
+			if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailIncorrectPayload) {
+				t.Fatalf("expected Failure1, got %x", f[:8])
+			}
+		}
+		if got := buf.count("authentication failed"); got != 1 {
+			t.Errorf("%d failures logged %d lines, want 1", n, got)
+		}
+	})
+	t.Run("timeouts", func(t *testing.T) {
+		target.AuthTimeout = 50 * time.Millisecond
+		defer func() { target.AuthTimeout = 60 * time.Second }()
+		e, buf := logged(t, nil, target.WithAuthKeys(&authKeys{keys: map[string]*dhchap.HostKeys{hostNQN: keys}}))
+		for range n {
+			q := dialRaw(t, e)
+			q.connect(0, nvmeproto.CNTLIDDynamic)
+			select {
+			case <-q.conn.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("unauthenticated queue still connected")
+			}
+		}
+		if got := buf.count("authentication timed out: queue disconnected"); got != 1 {
+			t.Errorf("%d timeouts logged %d lines, want 1", n, got)
+		}
+	})
+	t.Run("unreadable secret", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "host.key")
+		if err := os.WriteFile(path, []byte(hk.Encode()), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e, buf := logged(t, func(c *conf.Config) { c.Hosts = []conf.Host{{NQN: hostNQN, DHCHAPSecret: "file:" + path}} })
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() }); !errors.Is(err, initiator.ErrHostNotAllowed) {
+				t.Fatalf("host with an unreadable secret: %v", err)
+			}
+		}
+		if got := buf.count("cannot read a host's DH-HMAC-CHAP secret: refusing the host"); got != 1 {
+			t.Errorf("%d Connects with an unreadable secret logged %d lines, want 1", n, got)
+		}
+	})
 }

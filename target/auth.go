@@ -1,8 +1,10 @@
 package target
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -23,7 +25,7 @@ import (
 // queue's Authentication Send/Receive commands, which succeed as NVMe commands whatever
 // the protocol outcome: failures travel as AUTH_Failure1/2 messages. A failed transaction
 // (or one not completed within AuthTimeout of the Connect) is logged with the host NQN and
-// the reason, and the queue is disconnected AuthFailureGrace later, once the host has had
+// the reason (once per host and interval, as refused Connects are), and the queue is disconnected AuthFailureGrace later, once the host has had
 // the Failure1 message. A new AUTH_Negotiate on an authenticated queue re-authenticates it;
 // the queue stays authenticated while that runs and loses it if it fails. A queue not
 // authenticated yet may start at most authMaxTransactions transactions: each costs the
@@ -115,9 +117,11 @@ func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
 		return nil, err
 	}
 	a := &queueAuth{ctl: ctl}
-	a.timer = time.AfterFunc(AuthTimeout, func() {
+	timeout := AuthTimeout
+	a.timer = time.AfterFunc(timeout, func() {
 		if !a.ok.Load() {
-			c.log.Warn("authentication timed out: queue disconnected", "qid", qid, "timeout", AuthTimeout)
+			q.t.authLog(c.log, slog.LevelWarn, "auth-timeout", c.hostNQN, "authentication timed out: queue disconnected",
+				"qid", qid, "timeout", timeout)
 			q.t.rejects.add(RejectAuthFailed)
 			q.disconnect(ErrAuthFailed)
 		}
@@ -244,7 +248,8 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 // queue was authenticated before it). Called with a.mu held.
 func (q *Queue) authSucceeded(a *queueAuth, c *controller, qid uint16, reauth bool) {
 	if a.failed {
-		c.log.Warn("authentication after a failed one on the queue: not accepted, the queue is disconnected", "qid", qid)
+		q.t.authLog(c.log, slog.LevelWarn, "auth-after-failure", c.hostNQN,
+			"authentication after a failed one on the queue: not accepted, the queue is disconnected", "qid", qid)
 		return
 	}
 	a.ok.Store(true)
@@ -266,7 +271,7 @@ func (q *Queue) authFailed(a *queueAuth, c *controller, qid uint16, msg string, 
 	if log { // once per failure
 		q.t.rejects.add(RejectAuthFailed)
 		expl, _ := a.ctl.Failure()
-		c.log.Warn("authentication failed", "qid", qid, "message", msg,
+		q.t.authLog(c.log, slog.LevelWarn, "auth-failed", c.hostNQN, "authentication failed", "qid", qid, "message", msg,
 			"reason_code", uint8(nvmeproto.AuthFailReasonFailed), "explanation_code", uint8(expl),
 			"explanation", expl.String(), "cause", cause)
 	}
@@ -276,6 +281,16 @@ func (q *Queue) authFailed(a *queueAuth, c *controller, qid uint16, msg string, 
 	a.failed = true
 	a.timer.Stop()
 	a.timer = time.AfterFunc(AuthFailureGrace, func() { q.disconnect(ErrAuthFailed) })
+}
+
+// authLog logs a line about host's authentication at most once per kind (what), host and
+// interval, through the target's refusal limiter (as refused Connects are), with the
+// number of lines left out since the last one: a host that fails, times out or has an
+// unreadable secret in a loop cannot flood the log, while each host's first line is seen.
+func (t *Target) authLog(l *slog.Logger, level slog.Level, what, host, msg string, args ...any) {
+	if ok, n := t.refusals.Allow(what + " " + host); ok {
+		l.Log(context.Background(), level, msg, append(args, "suppressed", n)...)
+	}
 }
 
 // lookupAuthKeys asks the target's AuthKeys, if any.
@@ -336,7 +351,8 @@ func (k *configAuthKeys) HostKeys(subNQN, hostNQN string) (*dhchap.HostKeys, boo
 	}
 	keys, err := h.Keys()
 	if err != nil {
-		k.t.log.Error("cannot read a host's DH-HMAC-CHAP secret: refusing the host", "subsystem", subNQN, "host", hostNQN, "err", err)
+		k.t.authLog(k.t.log, slog.LevelError, "auth-secret", hostNQN, "cannot read a host's DH-HMAC-CHAP secret: refusing the host",
+			"subsystem", subNQN, "host", hostNQN, "err", err)
 		return nil, true
 	}
 	return keys, required
