@@ -488,6 +488,30 @@ func TestAuthTargetProtocol(t *testing.T) {
 			t.Fatal("queue still connected after its transactions ran out")
 		}
 	})
+	t.Run("abandoned re-authentication", func(t *testing.T) {
+		// A re-authentication the host never finishes is abandoned after AuthTimeout: the
+		// queue stays authenticated, and the transaction's late Reply is out of protocol.
+		target.AuthFailureGrace = 50 * time.Millisecond
+		defer func() { target.AuthTimeout, target.AuthFailureGrace = 60*time.Second, 2*time.Second }()
+		e, _ := authEnv(t, keys)
+		q := dialRaw(t, e)
+		q.connect(0, nvmeproto.CNTLIDDynamic)
+		h, _ := dhchap.NewHost(hostCfg, 30)
+		q.authenticate(h)
+		target.AuthTimeout = 100 * time.Millisecond // for the re-authentication only
+		h, _ = dhchap.NewHost(hostCfg, 31)
+		reply := q.challenged(h)
+		time.Sleep(400 * time.Millisecond)
+		var pg nvmeproto.Command
+		(&nvmeproto.PropertyGetCommand{Attrib: 1, Offset: nvmeproto.PropCAP}).ToCommand(&pg)
+		if st := q.exec(&pg, 0).Status; st.Code() != 0 {
+			t.Fatalf("Property Get after the re-authentication was abandoned: %v", st)
+		}
+		q.send(reply)
+		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailIncorrectProtocol) {
+			t.Fatalf("Reply of the abandoned transaction: expected Failure1 (incorrect protocol message), got %x", f[:8])
+		}
+	})
 	t.Run("replayed reply on another queue", func(t *testing.T) {
 		e, _ := authEnv(t, keys)
 		a := dialRaw(t, e)

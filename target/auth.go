@@ -27,7 +27,9 @@ import (
 // (or one not completed within AuthTimeout of the Connect) is logged with the host NQN and
 // the reason (once per host and interval, as refused Connects are), and the queue is disconnected AuthFailureGrace later, once the host has had
 // the Failure1 message. A new AUTH_Negotiate on an authenticated queue re-authenticates it;
-// the queue stays authenticated while that runs and loses it if it fails. A queue not
+// the queue stays authenticated while that runs and loses it if it fails; one not ended
+// within AuthTimeout of its AUTH_Negotiate is abandoned, and the queue stays
+// authenticated. A queue not
 // authenticated yet may start at most authMaxTransactions transactions: each costs the
 // target a DH key pair and a shared secret (tens of milliseconds for ffdhe8192, on the
 // goroutine that also serves other queues), and the host NQN that gets a queue this far
@@ -60,7 +62,10 @@ func WithAuthKeys(k AuthKeys) Option { return func(t *Target) { t.authKeys = k }
 
 // Timeouts of in-band authentication.
 var (
-	// AuthTimeout bounds the time from a queue's Connect to its authentication.
+	// AuthTimeout bounds the time from a queue's Connect to its authentication (the queue
+	// is then disconnected), and from a re-authentication's AUTH_Negotiate to its end (the
+	// transaction is then abandoned: its state is dropped and the queue stays
+	// authenticated, as the Linux target's auth_expired_work does).
 	AuthTimeout = 60 * time.Second
 	// AuthFailureGrace is how long a queue whose authentication failed stays connected,
 	// so that the host receives the Failure1 message before the connection goes.
@@ -108,6 +113,9 @@ type queueAuth struct {
 	failed bool
 	// started counts the transactions started while the queue was not authenticated.
 	started int
+	// reauths counts the re-authentications started: a re-authentication's timer acts
+	// only while it is the latest.
+	reauths uint64
 }
 
 // newQueueAuth starts the authentication state of queue q of controller c (with keys).
@@ -184,7 +192,8 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 	wasOK, wasInTx := a.ok.Load(), a.ctl.InProgress()
 	if r.Cmd.FabricsType() == nvmeproto.FabricsAuthSend {
 		data := r.Data[:r.Length]
-		if len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate {
+		negotiate := len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate
+		if negotiate {
 			var refuse error
 			if !wasOK {
 				if a.started++; a.started > authMaxTransactions {
@@ -219,6 +228,8 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 			q.authFailed(a, c, b.qid, msg, err, true)
 		} else if wasInTx && !a.ctl.InProgress() && a.ctl.Authenticated() {
 			q.authSucceeded(a, c, b.qid, wasOK)
+		} else if negotiate && wasOK && a.ctl.InProgress() {
+			q.reauthStarted(a, c, b.qid)
 		}
 		a.mu.Unlock()
 		q.finish(r, nvmeproto.StatusSuccess)
@@ -242,6 +253,31 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 	}
 	a.mu.Unlock()
 	q.finish(r, nvmeproto.StatusSuccess)
+}
+
+// reauthStarted arms AuthTimeout for the re-authentication an AUTH_Negotiate just started
+// on the authenticated queue: if the transaction has not ended by then, it is abandoned
+// (its keys wiped, the next message expected an AUTH_Negotiate) and the queue stays
+// authenticated. Its end (authSucceeded, authFailed) or the next re-authentication stops
+// or supersedes the timer. Called with a.mu held.
+func (q *Queue) reauthStarted(a *queueAuth, c *controller, qid uint16) {
+	if a.closed || a.failed {
+		return
+	}
+	a.timer.Stop()
+	a.reauths++
+	gen, timeout := a.reauths, AuthTimeout
+	a.timer = time.AfterFunc(timeout, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.closed || a.failed || a.reauths != gen || !a.ctl.InProgress() {
+			return
+		}
+		a.ctl.Abandon()
+		q.t.authLog(c.log, slog.LevelWarn, "reauth-timeout", c.hostNQN,
+			"re-authentication not completed in time: transaction abandoned, the queue stays authenticated",
+			"qid", qid, "timeout", timeout)
+	})
 }
 
 // authSucceeded marks the queue authenticated after a successful transaction (reauth: the

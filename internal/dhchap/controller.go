@@ -149,6 +149,20 @@ func (c *Controller) clearSecrets() {
 	c.skey, c.kp, c.c1 = nil, nil, nil
 }
 
+// Abandon ends the transaction in progress without a verdict (the host stopped answering):
+// its secrets are wiped, the next message expected is an AUTH_Negotiate (a later message
+// of the abandoned transaction fails as out of protocol), and whether the queue is
+// authenticated does not change. A transaction that has already failed (Failure1
+// pending) stays as it is, as does an idle controller.
+func (c *Controller) Abandon() {
+	if !c.InProgress() || c.step == ctrlSendFailure1 {
+		return
+	}
+	c.clearSecrets()
+	c.c2, c.s2 = nil, 0
+	c.step = ctrlIdle
+}
+
 // Send consumes the data of an Authentication Send command. It returns an error for a
 // message that ends the transaction (the error says why; Receive then returns Failure1),
 // or when the host reported a failure with AUTH_Failure2 (the transaction is over and the

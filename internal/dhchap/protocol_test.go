@@ -415,6 +415,55 @@ func TestReauthentication(t *testing.T) {
 	}
 }
 
+// TestAbandon: an abandoned re-authentication leaves the queue authenticated and its
+// transaction's secrets gone; the abandoned transaction's Reply is out of protocol, and a
+// new transaction works.
+func TestAbandon(t *testing.T) {
+	keys := HostKeys{Host: mustSecret(t, 1, 0, 32), DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupFFDHE2048}}
+	c, _ := NewController(keys, pHost, pSub, nil, nil)
+	h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 1)
+	if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
+		t.Fatal(herr, cerr)
+	}
+	c.Abandon() // idle: nothing to abandon
+	if !c.Authenticated() || c.InProgress() || c.FailurePending() {
+		t.Fatalf("Abandon while idle: authenticated %v, in progress %v", c.Authenticated(), c.InProgress())
+	}
+	h, _ = NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 2)
+	_ = c.Send(h.Negotiate())
+	ch, _ := c.Receive(4096)
+	reply, err := h.Challenge(ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp := c.kp
+	c.Abandon()
+	if !c.Authenticated() || c.InProgress() || c.FailurePending() || c.kp != nil || c.c1 != nil {
+		t.Fatalf("after Abandon: authenticated %v, in progress %v, failure pending %v, key pair kept %v",
+			c.Authenticated(), c.InProgress(), c.FailurePending(), c.kp != nil)
+	}
+	if !bytes.Equal(kp.x, make([]byte, len(kp.x))) {
+		t.Error("the abandoned transaction's private key was not wiped")
+	}
+	if err := c.Send(reply); err == nil {
+		t.Fatal("the abandoned transaction's Reply was accepted")
+	}
+	if f := failure1(t, c); f.Explanation != nvmeproto.AuthFailIncorrectProtocol {
+		t.Errorf("%+v", f)
+	}
+	h, _ = NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 3)
+	if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
+		t.Fatal(herr, cerr)
+	}
+	// A failed transaction is not abandoned: its Failure1 stays pending.
+	h, _ = NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 4)
+	_ = c.Send(h.Negotiate()[:9])
+	c.Abandon()
+	if !c.FailurePending() {
+		t.Fatal("Abandon dropped a pending Failure1")
+	}
+}
+
 // TestRefuse: a refused re-authentication answers the Negotiate's transaction with
 // Failure1 (authentication failed) and leaves the queue unauthenticated.
 func TestRefuse(t *testing.T) {
