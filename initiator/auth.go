@@ -16,7 +16,9 @@ import (
 // the Reply, then Success1 and, when Options.DHCHAPCtrlSecret asks to authenticate the
 // controller too, the check of the controller's response and Success2. A failure on the
 // host's side is reported to the controller with AUTH_Failure2; either side's failure
-// fails Dial with a *ConnectError wrapping ErrAuthFailed.
+// fails Dial with a *ConnectError wrapping ErrAuthFailed, as does a queue whose Connect
+// does not ask for authentication while Options.DHCHAPCtrlSecret is set (the controller
+// would go unauthenticated).
 
 // ErrAuthFailed: in-band authentication failed (wrong or missing secret on either side).
 var ErrAuthFailed = errors.New("initiator: authentication failed")

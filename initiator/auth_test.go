@@ -179,6 +179,17 @@ func TestAuthFailures(t *testing.T) {
 		c := e.dial(t, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() })
 		roundTrip(t, c)
 	})
+	t.Run("controller secret given, target does not ask", func(t *testing.T) {
+		// Bidirectional authentication asked for, and a controller that never proves
+		// itself: refused, not silently accepted.
+		e, _ := authEnv(t, nil)
+		err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret, o.DHCHAPCtrlSecret = hk.Encode(), ck.Encode() })
+		var ce *initiator.ConnectError
+		if !errors.Is(err, initiator.ErrAuthFailed) || !errors.As(err, &ce) || ce.QID != 0 ||
+			!strings.Contains(err.Error(), "did not require authentication") || !strings.Contains(err.Error(), "remove the controller secret") {
+			t.Fatalf("%v", err)
+		}
+	})
 	t.Run("bad secrets", func(t *testing.T) {
 		e, _ := authEnv(t, keys)
 		for _, mut := range []func(*initiator.Options){

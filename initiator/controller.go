@@ -211,6 +211,13 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16
 		if err := c.authenticate(ctx, q); err != nil {
 			return 0, err
 		}
+	} else if o.ctrlSecret != nil {
+		// Bidirectional authentication was asked for: a controller that does not
+		// authenticate the queue never proves it holds the controller secret.
+		return 0, &ConnectError{Target: o.target(), QID: q.qid, SubNQN: o.SubNQN, HostNQN: o.HostNQN,
+			Reason: fmt.Sprintf("a controller secret (--dhchap-ctrl-secret) is configured, but the controller did not require authentication (Connect AUTHREQ %#x), so it cannot prove it holds that secret; remove the controller secret to accept a controller that does not authenticate",
+				authreq),
+			Err: ErrAuthFailed}
 	}
 	if q.qid == 0 {
 		return id, nil

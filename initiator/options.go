@@ -110,7 +110,10 @@ type Options struct {
 	// DHCHAPSecret is the host's DH-HMAC-CHAP secret (nvme-cli --dhchap-secret), in the
 	// "DHHC-1:<hh>:<base64>:" form nvme gen-dhchap-key prints; used when the controller
 	// requires in-band authentication. DHCHAPCtrlSecret (--dhchap-ctrl-secret), the
-	// controller's secret, makes the host authenticate the controller too.
+	// controller's secret, makes the host authenticate the controller too: with it, every
+	// queue must be authenticated, and Dial fails (ErrAuthFailed) when the controller does
+	// not require authentication, since it then never proves it holds the secret (the
+	// Linux host connects anyway).
 	DHCHAPSecret     string
 	DHCHAPCtrlSecret string
 
