@@ -124,7 +124,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			clear(buf) // NVM command set specific namespace data: no extended formats or PI
 		case nvmeproto.CNSCSIndependentNamespace:
 			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared, NSTAT: nvmeproto.NSTATReady,
-				RESCAP: c.t.rescap(), ANAGRPID: ns.anaGroup}
+				RESCAP: c.t.rescap(), ANAGRPID: ns.anaGroup.Load()}
 			if ns.readOnly.Load() {
 				id.NSATTR = nvmeproto.NSATTRWriteProtected
 			}
@@ -259,7 +259,7 @@ func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
 		NCAP:     nblocks,
 		NUSE:     nblocks,
 		NMIC:     nvmeproto.NMICShared,
-		ANAGRPID: ns.anaGroup,
+		ANAGRPID: ns.anaGroup.Load(),
 		NGUID:    ns.cfg.NGUID,
 		EUI64:    ns.cfg.EUI64,
 		NVMCAP:   nvmeproto.U128(nblocks << ns.shift),

@@ -16,10 +16,12 @@ import (
 // namespace whose group is inaccessible, in persistent loss or in change on that port with
 // the matching Asymmetric Access status (SCT 3h, without DNR, so that a multipath host
 // retries them on another path). A state change raises an ANA Change event on every
-// controller of that port. The ANA change count (log header CHGCNT) is one counter of
-// the Target, bumped by every state change on any port and by every namespace added or
-// removed at run time (which changes a group's NSID list); a group descriptor's CHGCNT is
-// the count of the last change of that group as this port reports it.
+// controller of that port; a namespace moved to another group (SetNamespaceANAGroup)
+// raises one on every controller of its subsystem. The ANA change count (log header
+// CHGCNT) is one counter of the Target, bumped by every state change on any port and by
+// every namespace added, removed or moved to another group at run time (which changes a
+// group's NSID list); a group descriptor's CHGCNT is the count of the last change of that
+// group as this port reports it.
 
 // Identify Controller ANA fields.
 const (
@@ -28,8 +30,12 @@ const (
 	// as long. It is the Linux target's value; gonvmf never enters change by itself, only
 	// when told to, so it is what an operator (or HA manager) must keep to.
 	anaTransitionTime = 10
-	anaCapabilities   = nvmeproto.ANACAPOptimized | nvmeproto.ANACAPNonOptimized | nvmeproto.ANACAPInaccessible |
-		nvmeproto.ANACAPPersistentLoss | nvmeproto.ANACAPChange | nvmeproto.ANACAPGRPIDStatic
+	// Every state; not ANACAPGRPIDStatic, as a namespace's ANAGRPID changes while it is
+	// attached (SetNamespaceANAGroup). So does the Linux target's (its configfs ana_grpid
+	// changes on an enabled namespace), and the Linux host takes each namespace's group
+	// from the descriptor that lists it in every ANA log it reads.
+	anaCapabilities = nvmeproto.ANACAPOptimized | nvmeproto.ANACAPNonOptimized | nvmeproto.ANACAPInaccessible |
+		nvmeproto.ANACAPPersistentLoss | nvmeproto.ANACAPChange
 )
 
 // ErrInvalidANA: an ANA group or state out of range.
@@ -169,6 +175,52 @@ func (p *Port) SetANAState(g uint32, state conf.ANAState) error {
 	return nil
 }
 
+// SetNamespaceANAGroup moves a namespace to ANA group g (1..conf.MaxANAGroup) while hosts
+// use it: from then on each port reports the namespace in g, with g's state (Identify
+// Namespace ANAGRPID, the ANA log, the Asymmetric Access status of I/O commands that begin
+// afterwards; commands already executing finish). The namespace is otherwise untouched —
+// its backend, registrations and reservation, its controllers and their queues. When the
+// group changes, the ANA change count goes up (the count of both groups' descriptors) and
+// every controller of the subsystem gets an ANA Change event (when it enabled them), after
+// which the host rereads the ANA log and finds the namespace under g. Moving a namespace
+// to the group it is in changes nothing.
+func (t *Target) SetNamespaceANAGroup(subNQN string, nsid, g uint32) error {
+	what := fmt.Sprintf("subsystem %q: namespace %d: ana_group %d", subNQN, nsid, g)
+	if g == 0 || g > conf.MaxANAGroup {
+		return fmt.Errorf("target: %s: %w: group %d out of range 1..%d", what, ErrInvalidANA, g, conf.MaxANAGroup)
+	}
+	var s *subsystem
+	var ns *namespace
+	var from uint32
+	var cnt uint64
+	err := t.change(what, true, func(c *conf.Config) (err error) {
+		var si, ni int
+		if s, ns, si, ni, err = t.findNamespace(c, subNQN, nsid); err != nil {
+			return err
+		}
+		c.Subsystems[si].Namespaces[ni].ANAGroup = g
+		return nil
+	}, func(*conf.Config) error {
+		// One store moves it: a reader sees it in one group or the other. The count goes
+		// up after, and the events follow: a host that read the log in between reads it
+		// again.
+		if from = ns.anaGroup.Swap(g); from != g {
+			cnt = t.anaChanged()
+			t.anaGrpChg[from].Store(cnt)
+			t.anaGrpChg[g].Store(cnt)
+		}
+		return nil
+	})
+	if err != nil || from == g {
+		return err
+	}
+	t.log.Info("namespace moved to another ANA group", "subsystem", subNQN, "nsid", nsid, "from", from, "to", g, "change_count", cnt)
+	for _, c := range s.controllers() {
+		c.raiseEvent(eventANAChange)
+	}
+	return nil
+}
+
 // anaChanged bumps the ANA change count and returns the new value.
 func (t *Target) anaChanged() uint64 { return t.anaChgcnt.Add(1) }
 
@@ -207,9 +259,12 @@ func (c *controller) anaLog(rgo bool) []byte {
 	// sees the newer state on its next read.
 	log := nvmeproto.ANALog{ChangeCount: t.anaChgcnt.Load()}
 	nss := c.subsys.activeNamespaces() // as the active namespace list has them
+	// Each namespace's group is read once: one moving meanwhile is in exactly one group.
+	groups := make([]uint32, len(nss))
 	var listed [conf.MaxANAGroup + 1]bool
-	for _, ns := range nss {
-		listed[ns.anaGroup] = true
+	for i, ns := range nss {
+		groups[i] = ns.anaGroup.Load()
+		listed[groups[i]] = true
 	}
 	p.anaMu.Lock()
 	for g := 1; g <= conf.MaxANAGroup; g++ {
@@ -221,8 +276,8 @@ func (c *controller) anaLog(rgo bool) []byte {
 			ChangeCount: max(p.anaChg[g], t.anaGrpChg[g].Load()),
 			State:       nvmeproto.ANAState(p.ana[g].Load()),
 		}
-		for _, ns := range nss { // sorted by NSID
-			if ns.anaGroup == uint32(g) {
+		for i, ns := range nss { // sorted by NSID
+			if groups[i] == uint32(g) {
 				d.NSIDs = append(d.NSIDs, ns.nsid)
 			}
 		}

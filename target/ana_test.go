@@ -90,7 +90,8 @@ func TestANAIdentify(t *testing.T) {
 	if id.CMIC != nvmeproto.CMICMultiPort|nvmeproto.CMICMultiCtrl|nvmeproto.CMICANA {
 		t.Errorf("CMIC %#x", id.CMIC)
 	}
-	if id.ANACAP != 0x5F || id.ANATT != 10 || id.ANAGRPMAX != 128 || id.NANAGRPID != 128 {
+	// Every state, and not "ANAGRPID static": SetNamespaceANAGroup changes it.
+	if id.ANACAP != 0x1F || id.ANATT != 10 || id.ANAGRPMAX != 128 || id.NANAGRPID != 128 {
 		t.Errorf("ANACAP %#x ANATT %d ANAGRPMAX %d NANAGRPID %d", id.ANACAP, id.ANATT, id.ANAGRPMAX, id.NANAGRPID)
 	}
 	if id.MNAN == 0 || id.MNAN > id.NN || id.MNAN != 1024 {
@@ -385,6 +386,96 @@ func TestANANamespaceChanges(t *testing.T) {
 	if err := e.tgt.AddNamespace(subNQN, bad); err == nil {
 		t.Error("a namespace in ANA group 200 was added")
 	}
+}
+
+// TestANANamespaceMove: SetNamespaceANAGroup moves a namespace to another group at once —
+// I/O through a port gets the new group's state there, Identify Namespace, the log and
+// the configuration show the new group, the change count goes up (the header and both
+// groups' descriptors) — and raises an ANA Change event on the subsystem's controllers of
+// every port, keeping them and their queues; moving it to its own group changes nothing;
+// a bad group or an unknown namespace is refused with nothing changed.
+func TestANANamespaceMove(t *testing.T) {
+	var states [conf.MaxANAGroup + 1]conf.ANAState
+	states[7] = conf.ANAInaccessible
+	e := newEnv(t, anaConfig()) // every group optimized
+	ep := e.secondPort(loop.Options{ANAStates: states})
+	admin, cntlid := ep.adminConnect(subNQN, hostNQN, 0)
+	otherAdmin, _ := e.adminConnect(subNQN, otherNQN, 0)
+	io := ep.ioConnect(1, cntlid, 8)
+	before, _ := anaLog(t, admin, false, false)
+	aer, oaer := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0), sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	ev, oev := admin.submit(&aer, nil), otherAdmin.submit(&oaer, nil)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expectOK(t, "write in group 1", io.do(&w, make([]byte, 512)))
+
+	if err := e.tgt.SetNamespaceANAGroup(subNQN, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]<-chan nvmeproto.Completion{"this port": ev, "the other port": oev} {
+		if c := wait(t, ch); nvmeproto.AsyncEvent(c.DW0) != nvmeproto.EventANAChange {
+			t.Errorf("the controller of %s got event %v, want ANA change", name, nvmeproto.AsyncEvent(c.DW0))
+		}
+	}
+	w = rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expect(t, "write in group 7 (inaccessible on this port)", io.do(&w, make([]byte, 512)), nvmeproto.StatusANAInaccessible)
+	l, _ := anaLog(t, admin, false, false)
+	if l.ChangeCount <= before.ChangeCount {
+		t.Errorf("change count %d, %d before the move", l.ChangeCount, before.ChangeCount)
+	}
+	// Group 1, now empty and not set on this port, is no longer listed.
+	checkGroups(t, l, wantGroup{2, nvmeproto.ANAOptimized, []uint32{2, 3}}, wantGroup{7, nvmeproto.ANAInaccessible, []uint32{1, 4}})
+	if l.Groups[1].ChangeCount != l.ChangeCount {
+		t.Errorf("group 7's change count %d, want the header's %d", l.Groups[1].ChangeCount, l.ChangeCount)
+	}
+	if ol, _ := anaLog(t, otherAdmin, false, false); len(ol.Groups) != 2 || ol.Groups[0].GroupID != 2 || ol.Groups[1].GroupID != 7 ||
+		ol.Groups[1].ChangeCount != l.ChangeCount || ol.Groups[1].State != nvmeproto.ANAOptimized {
+		t.Errorf("the other port's log: %+v", ol.Groups)
+	}
+	b, c := admin.identify(nvmeproto.CNSNamespace, 1, 0)
+	expectOK(t, "identify namespace 1", c)
+	var id nvmeproto.IdentifyNamespace
+	if err := id.Unmarshal(b); err != nil || id.ANAGRPID != 7 {
+		t.Errorf("Identify Namespace ANAGRPID %d (%v), want 7", id.ANAGRPID, err)
+	}
+	if g := e.tgt.Config().Subsystems[0].Namespaces[0].ANAGroup; g != 7 {
+		t.Errorf("the configuration's ana_group %d, want 7", g)
+	}
+
+	// Its own group: no event, no count.
+	aer = sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	ev = admin.submit(&aer, nil)
+	if err := e.tgt.SetNamespaceANAGroup(subNQN, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-ev:
+		t.Fatalf("moving a namespace to its own group raised %v", nvmeproto.AsyncEvent(c.DW0))
+	case <-time.After(50 * time.Millisecond):
+	}
+	if again, _ := anaLog(t, admin, false, true); again.ChangeCount != l.ChangeCount {
+		t.Errorf("change count %d after moving a namespace to its own group, want %d", again.ChangeCount, l.ChangeCount)
+	}
+
+	running := e.tgt.Config().String()
+	for _, tc := range []struct {
+		sub     string
+		nsid, g uint32
+		want    error
+	}{
+		{subNQN, 1, 0, target.ErrInvalidANA},
+		{subNQN, 1, conf.MaxANAGroup + 1, target.ErrInvalidANA},
+		{subNQN, 9, 2, target.ErrNoSuchNamespace},
+		{"nqn.2024-01.io.gonvmf:none", 1, 2, target.ErrNoSuchSubsystem},
+	} {
+		if err := e.tgt.SetNamespaceANAGroup(tc.sub, tc.nsid, tc.g); !errors.Is(err, tc.want) {
+			t.Errorf("SetNamespaceANAGroup(%q, %d, %d) = %v, want %v", tc.sub, tc.nsid, tc.g, err, tc.want)
+		}
+	}
+	if got := e.tgt.Config().String(); got != running {
+		t.Errorf("a refused move changed the configuration:\n%s", got)
+	}
+	w = rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expect(t, "write after the refused moves", io.do(&w, make([]byte, 512)), nvmeproto.StatusANAInaccessible)
 }
 
 func TestANASetErrors(t *testing.T) {

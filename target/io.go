@@ -87,7 +87,7 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		r.start = nanotime()
 	}
 	// An Asymmetric Access status (never with DNR: a multipath host retries elsewhere).
-	if st := q.port.anaStatus(ns.anaGroup); st != nvmeproto.StatusSuccess {
+	if st := q.port.anaStatus(ns.anaGroup.Load()); st != nvmeproto.StatusSuccess {
 		return st
 	}
 	nblocks := ns.blocks.Load()

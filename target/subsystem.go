@@ -192,7 +192,7 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	s.t.log.Info("namespace added", "subsystem", s.nqn, "nsid", cn.NSID, "backend", cn.Backend,
 		"path", cn.Path, "blocks", ns.blocks.Load(), "lba_size", ns.lbaSize(), "read_only", ns.readOnly.Load())
 	if notify {
-		s.t.anaGroupChanged(cn.ANAGroup)
+		s.t.anaGroupChanged(ns.anaGroup.Load())
 		s.notifyNamespaceChanged(cn.NSID)
 	}
 	return nil
@@ -219,7 +219,7 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 		// removal would make a reload undo it and open the backend a second time.
 		err = nil
 	}
-	s.t.anaGroupChanged(ns.anaGroup)
+	s.t.anaGroupChanged(ns.anaGroup.Load())
 	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
 	s.notifyNamespaceChanged(nsid)
 	return err
@@ -313,7 +313,9 @@ type namespace struct {
 	// SetNamespaceReadOnly changes; beReadOnly is the backend's, fixed when it opened.
 	readOnly   atomic.Bool
 	beReadOnly bool
-	anaGroup   uint32 // 1..conf.MaxANAGroup
+	// anaGroup is the ANA group, 1..conf.MaxANAGroup, which SetNamespaceANAGroup changes:
+	// every reader loads it once per use (a command, a log page, an Identify).
+	anaGroup atomic.Uint32
 
 	resv nsResv // registrations and reservation
 
@@ -447,10 +449,10 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 		info:       backend.Describe(be),
 		shift:      uint8(bits.TrailingZeros32(lba)),
 		beReadOnly: be.ReadOnly(),
-		anaGroup:   cn.ANAGroup,
 		drained:    make(chan struct{}),
 		closed:     make(chan struct{}),
 	}
+	ns.anaGroup.Store(cn.ANAGroup)
 	ns.blocks.Store(be.NumBlocks())
 	ns.readOnly.Store(be.ReadOnly() || cn.ReadOnly)
 	// Submit never blocks, however many commands wait for the workers: a transport's

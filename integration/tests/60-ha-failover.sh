@@ -273,7 +273,7 @@ fi
 nvme id-ctrl "/dev/$CA" > "$OUT/id-ctrl-a.txt" 2>&1
 nvme id-ctrl "/dev/$CB" > "$OUT/id-ctrl-b.txt" 2>&1
 want_id='^(sn|mn|cmic|oaes|anatt|anacap|anagrpmax|nanagrpid|mnan) '
-if grep -qE '^cmic +: 0xb$' "$OUT/id-ctrl-a.txt" && grep -qE '^anacap +: 95$' "$OUT/id-ctrl-a.txt" &&
+if grep -qE '^cmic +: 0xb$' "$OUT/id-ctrl-a.txt" && grep -qE '^anacap +: 31$' "$OUT/id-ctrl-a.txt" &&
 	grep -qE '^mnan +: 1024$' "$OUT/id-ctrl-a.txt" &&
 	[ "$(grep -E "$want_id" "$OUT/id-ctrl-a.txt")" = "$(grep -E "$want_id" "$OUT/id-ctrl-b.txt")" ]; then
 	pass id-ctrl-ana "$(grep -E "$want_id" "$OUT/id-ctrl-a.txt" | tr -s ' ' | tr '\n' ';')"
