@@ -180,7 +180,8 @@ type Namespace struct {
 	NGUID [16]byte `yaml:"nguid"`
 	EUI64 [8]byte  `yaml:"eui64"`
 	// ANAGroup is the namespace's ANA group (Identify Namespace ANAGRPID), 1..MaxANAGroup;
-	// each listener reports a state per group (Listener.ANAStates). Default 1.
+	// each listener reports a state per group (Listener.ANAStates). Default 1. A reload
+	// moves a running namespace to another group in place.
 	ANAGroup uint32 `yaml:"ana_group"`
 	// Shared lets another process open the same file or block device at the same time:
 	// a second gonvmf serving the same subsystem from another listener (high

@@ -132,6 +132,26 @@ func (t *Target) SetNamespaceReadOnly(subNQN string, nsid uint32, readOnly bool)
 	return nil
 }
 
+// SetRBDCreateSize changes an rbd namespace's rbd.create_size (validated as the
+// configuration's would be; 0: none): the size its image is created with should the
+// namespace open (a reopen, a restart) and find no image. Nothing else changes: the image
+// it has open is not touched, and hosts see nothing.
+func (t *Target) SetRBDCreateSize(subNQN string, nsid uint32, size conf.Size) error {
+	what := fmt.Sprintf("subsystem %q: namespace %d: rbd.create_size %s", subNQN, nsid, size)
+	return t.change(what, true, func(c *conf.Config) error {
+		_, _, si, ni, err := t.findNamespace(c, subNQN, nsid)
+		if err != nil {
+			return err
+		}
+		cn := &c.Subsystems[si].Namespaces[ni]
+		if cn.Backend != conf.BackendRBD {
+			return fmt.Errorf("target: %s: the namespace's backend is %s; only an rbd namespace creates its image", what, cn.Backend)
+		}
+		cn.RBD.CreateSize = size
+		return nil
+	}, func(*conf.Config) error { return nil })
+}
+
 // AllowHost adds hostNQN to the hosts allowed to connect to a subsystem (validated as in
 // the configuration file). Allowing a host that is already listed changes nothing. A
 // subsystem that allows any host has no list (ErrAllowsAnyHost): give it one with

@@ -19,18 +19,28 @@ import (
 //
 //  1. listeners that are new start listening; hosts new to the hosts section, or whose
 //     entry changed (secrets, hash functions, DH groups), get their new entry;
-//  2. namespaces that are gone, or whose identity changed (backend, path, lba_size,
-//     uuid, nguid, eui64: hosts would see another namespace), are removed, then
-//     subsystems that are gone (their hosts are disconnected);
-//  3. new subsystems are added, then new (and re-identified) namespaces;
+//  2. namespaces that are gone, whose identity changed (backend, path, lba_size, uuid,
+//     nguid, eui64, the rbd image or its cluster: hosts would see another namespace) or
+//     whose backend is to open otherwise (shared, rbd.user, rbd.keyring), are removed,
+//     then subsystems that are gone (their hosts are disconnected);
+//  3. new subsystems are added, then new (and re-created) namespaces;
 //  4. subsystems stop requiring authentication, allowed hosts change (hosts taken off
 //     a list are disconnected), subsystems start requiring authentication, namespaces'
-//     write protection changes, namespaces grow to a larger size;
-//  5. listeners' ANA group states change (a group set before and no longer listed goes
-//     back to optimized), states that serve I/O first (optimized, then non-optimized),
-//     so that a switchover within one target never leaves a group without a path;
+//     rbd.create_size and write protection change (a create_size that goes, before
+//     write protection comes; one that comes, after it goes), namespaces grow to a
+//     larger size;
+//  5. listeners' ANA group states change to states that serve I/O (optimized, then
+//     non-optimized; a group set before and no longer listed goes back to optimized),
+//     namespaces move to another ANA group (ana_group), then listeners' states change to
+//     those that do not serve I/O: a switchover within one target never leaves a group,
+//     or a namespace moving between groups, without a path;
 //  6. entries gone from the hosts section are removed, listeners that are gone stop
 //     (their queues are disconnected).
+//
+// A namespace that changes only in what steps 4 and 5 apply keeps running as it is: its
+// backend and data, its registrations and reservation, the hosts' connections and their
+// commands in flight. One that is removed and added again starts without registrations
+// unless they persist (Persist Through Power Loss, in the state_file).
 //
 // Host key and auth_required changes apply as SetHostKeys and SetAuthRequired do: to
 // new connections and re-authentications; established connections keep working until
@@ -125,7 +135,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 
-	var rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmVolatile, rmKeys, rmLis []step
+	var rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis []step
 	// A memory namespace's data lives in its open backend: removing it early and then
 	// undoing the removal (a later step failed) would bring it back empty under the same
 	// identifiers. Removals that free nothing the other steps need — a memory namespace
@@ -167,7 +177,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	}
 	// Listeners.
 	if s.tr != nil {
-		ana = s.anaSteps(cur, next)
+		anaUp, anaDown = s.anaSteps(cur, next)
 		for _, l := range next.Listeners {
 			if !slices.ContainsFunc(cur.Listeners, func(x conf.Listener) bool { return sameListener(x, l) }) {
 				add = append(add, step{what: fmt.Sprintf("add listener %s %s port %d", l.Transport, l.Address, l.Port),
@@ -309,6 +319,23 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 				continue
 			}
 			cn := cs.Namespaces[j]
+			if x, y := cn.RBD.CreateSize, nn.RBD.CreateSize; x != y {
+				st := step{what: fmt.Sprintf("subsystem %s: namespace %d rbd.create_size %s → %s", nqn, nn.NSID, createText(x), createText(y)),
+					do:   func() error { return t.SetRBDCreateSize(nqn, nn.NSID, y) },
+					undo: func() error { return t.SetRBDCreateSize(nqn, nn.NSID, x) }}
+				// A read-only namespace has none: it goes before write protection comes, and
+				// comes after it goes.
+				if y == 0 {
+					createOff = append(createOff, st)
+				} else {
+					createOn = append(createOn, st)
+				}
+			}
+			if cn.ANAGroup != nn.ANAGroup {
+				move = append(move, step{what: fmt.Sprintf("subsystem %s: namespace %d ana_group %d → %d", nqn, nn.NSID, cn.ANAGroup, nn.ANAGroup),
+					do:   func() error { return t.SetNamespaceANAGroup(nqn, nn.NSID, nn.ANAGroup) },
+					undo: func() error { return t.SetNamespaceANAGroup(nqn, nn.NSID, cn.ANAGroup) }})
+			}
 			if cn.ReadOnly != nn.ReadOnly {
 				ro = append(ro, step{what: fmt.Sprintf("subsystem %s: namespace %d read_only %t → %t", nqn, nn.NSID, cn.ReadOnly, nn.ReadOnly),
 					do:   func() error { return t.SetNamespaceReadOnly(nqn, nn.NSID, nn.ReadOnly) },
@@ -328,7 +355,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	var steps []step
-	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, ro, grow, ana, rmVolatile, rmKeys, rmLis} {
+	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis} {
 		steps = append(steps, group...)
 	}
 	return steps, nil
@@ -411,9 +438,9 @@ func hostDiff(a, b conf.Host) string {
 	return strings.Join(d, ", ")
 }
 
-// anaSteps are the ANA state changes of the listeners served in both cur and next,
-// those to states that serve I/O first.
-func (s *Server) anaSteps(cur, next *conf.Config) []step {
+// anaSteps are the ANA state changes of the listeners served in both cur and next: up,
+// those to states that serve I/O (optimized first), and down, those to states that do not.
+func (s *Server) anaSteps(cur, next *conf.Config) (up, down []step) {
 	type change struct {
 		rank int // of the new state: optimized 0, non-optimized 1, change 2, ...
 		st   step
@@ -450,15 +477,20 @@ func (s *Server) anaSteps(cur, next *conf.Config) []step {
 		}
 	}
 	slices.SortStableFunc(changes, func(a, b change) int { return a.rank - b.rank })
-	steps := make([]step, len(changes))
-	for i, c := range changes {
-		steps[i] = c.st
+	for _, c := range changes {
+		if c.rank <= 1 {
+			up = append(up, c.st)
+		} else {
+			down = append(down, c.st)
+		}
 	}
-	return steps
+	return up, down
 }
 
-// identityChange says which field makes b another namespace than a ("" when it is the
-// same namespace, perhaps resized or write-protected).
+// identityChange says why the running namespace a cannot become b in place: a field
+// that makes b another namespace, or one its backend opens with. "" when they differ
+// only in what Reload applies to a running namespace: a larger size, write protection,
+// the ANA group, rbd.create_size (which only a missing image at the next open uses).
 func identityChange(a, b conf.Namespace) string {
 	switch {
 	case a.Backend != b.Backend:
@@ -474,10 +506,17 @@ func identityChange(a, b conf.Namespace) string {
 	case a.EUI64 != b.EUI64:
 		return "eui64 changed"
 	}
-	// Fields added to conf.Namespace later are compared as a whole: a change of one of
-	// them re-creates the namespace until Reload knows better.
+	// The rest are compared as a whole: rbd's pool, rados_namespace, image and ceph_conf
+	// (which cluster) name another image; shared, rbd.user and rbd.keyring are how its
+	// backend opens, which only opening it again applies; a field added to conf.Namespace
+	// later re-creates the namespace until Reload knows better.
 	x, y := a, b
-	x.Size, y.Size, x.ReadOnly, y.ReadOnly = 0, 0, false, false
+	for _, n := range []*conf.Namespace{&x, &y} {
+		n.Size, n.ReadOnly, n.ANAGroup, n.RBD.CreateSize = 0, false, 0, 0
+	}
+	if d := fieldDiffs("rbd", x.RBD, y.RBD); len(d) > 0 {
+		return strings.Join(d, ", ")
+	}
 	if !reflect.DeepEqual(x, y) {
 		if d := fieldDiffs("", x, y); len(d) > 0 {
 			return strings.Join(d, ", ")
@@ -503,6 +542,13 @@ func nsText(n conf.Namespace) string {
 		t += " " + n.Size.String()
 	}
 	return t
+}
+
+func createText(s conf.Size) string {
+	if s == 0 {
+		return "none"
+	}
+	return s.String()
 }
 
 func sizeText(s conf.Size) string {

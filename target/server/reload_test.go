@@ -383,3 +383,161 @@ func TestReloadUndoRestoresOrder(t *testing.T) {
 		t.Errorf("discovery log after the failed reload: %v, want %v", discovered, wantOrder)
 	}
 }
+
+// TestReloadMovesNamespaceToANAGroup: a reload that changes only a namespace's ana_group
+// moves the running namespace to the new group — one change, the namespace untouched: its
+// data, the registrations and reservation on it (a host it fences stays fenced), the
+// hosts' controllers and queues — and the hosts learn of it as the Linux host needs: an
+// ANA Change event, and an ANA log with a higher change count that lists the namespace
+// under its new group. (It used to remove the namespace and add it again: the
+// reservation was gone, the fenced host could write, a memory namespace came back
+// empty, and hosts got a Namespace Attribute Changed event instead.)
+func TestReloadMovesNamespaceToANAGroup(t *testing.T) {
+	base := config("10.99.0.1", 0) // namespace 1: memory, ana_group 1
+	s := loopServer(t, base)
+	a, b := connectRaw(t, s, 1), connectRaw(t, s, 2)
+	data := make([]byte, 512)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	a.io.ok("write", a.rw(nvmeproto.OpWrite, 8, data))
+	a.io.ok("register", a.resv(nvmeproto.OpReservationRegister, nvmeproto.ResvRegister, 0, 0, 0xA))
+	a.io.ok("acquire", a.resv(nvmeproto.OpReservationAcquire, nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA, 0))
+	if c := b.rw(nvmeproto.OpWrite, 9, make([]byte, 512)); c.Status.Code() != nvmeproto.StatusReservationConflict.Code() {
+		t.Fatalf("host 2 writes under host 1's Write Exclusive reservation: status %v, want Reservation Conflict", c.Status)
+	}
+	before := a.anaLog() // also arms the ANA Change event
+	if len(before.Groups) != 1 || before.Groups[0].GroupID != 1 {
+		t.Fatalf("ANA log before the reload: %+v", before.Groups)
+	}
+	aer := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
+	event := a.admin.submit(&aer, nil)
+
+	next := base.Clone()
+	next.Subsystems[0].Namespaces[0].ANAGroup = 2
+	changes, err := s.Reload(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"subsystem " + subNQN + ": namespace 1 ana_group 1 → 2"}; !slices.Equal(changes, want) {
+		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(changes, "\n"), strings.Join(want, "\n"))
+	}
+	select {
+	case c := <-event:
+		if ev := nvmeproto.AsyncEvent(c.DW0); ev != nvmeproto.EventANAChange {
+			t.Errorf("asynchronous event %v, want ANA change", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no asynchronous event after the reload")
+	}
+	after := a.anaLog()
+	if after.ChangeCount <= before.ChangeCount {
+		t.Errorf("ANA change count %d after the reload, %d before: not bumped", after.ChangeCount, before.ChangeCount)
+	}
+	if len(after.Groups) != 1 || after.Groups[0].GroupID != 2 || !slices.Equal(after.Groups[0].NSIDs, []uint32{1}) ||
+		after.Groups[0].State != nvmeproto.ANAOptimized || after.Groups[0].ChangeCount != after.ChangeCount {
+		t.Errorf("ANA log after the reload: %+v, want group 2 (optimized, change count %d) with namespace 1", after.Groups, after.ChangeCount)
+	}
+	if g := a.identifyNS(1).ANAGRPID; g != 2 {
+		t.Errorf("Identify Namespace ANAGRPID %d after the reload, want 2", g)
+	}
+
+	// The namespace is the one that ran: data, registrations, reservation.
+	got := make([]byte, 512)
+	a.io.ok("read", a.rw(nvmeproto.OpRead, 8, got))
+	if !slices.Equal(got, data) {
+		t.Errorf("the data written before the reload is gone")
+	}
+	if st := a.report(); st.RegCtl != 1 || st.RType != nvmeproto.ResvWriteExclusive || len(st.Controllers) != 1 || st.Controllers[0].RKey != 0xA {
+		t.Errorf("reservation after the reload: %+v, want host 1 registered (key 0xA) holding Write Exclusive", st)
+	}
+	if c := b.rw(nvmeproto.OpWrite, 9, make([]byte, 512)); c.Status.Code() != nvmeproto.StatusReservationConflict.Code() {
+		t.Errorf("host 2 writes after the reload: status %v, want Reservation Conflict (the reservation fences it)", c.Status)
+	}
+	// The hosts' controllers and queues are the ones they had.
+	for _, q := range []*rawQueue{a.admin, a.io, b.admin, b.io} {
+		select {
+		case <-q.conn.Done():
+			t.Errorf("a queue was disconnected: %v", q.conn.Err())
+		default:
+		}
+	}
+	var cntlids []uint16
+	for _, c := range s.Target().Controllers() {
+		if c.Subsystem == subNQN {
+			cntlids = append(cntlids, c.ID)
+		}
+	}
+	slices.Sort(cntlids)
+	if want := []uint16{a.cntlid, b.cntlid}; !slices.Equal(cntlids, want) {
+		t.Errorf("controllers after the reload %v, want %v", cntlids, want)
+	}
+	if got, want := s.Config().String(), resolved(t, next).String(); got != want {
+		t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, want)
+	}
+
+	// And back: one change again.
+	if changes, err := s.Reload(base); err != nil || len(changes) != 1 || !strings.Contains(changes[0], "ana_group 2 → 1") {
+		t.Errorf("reloading the first configuration: %v %v", changes, err)
+	}
+	if l := a.anaLog(); len(l.Groups) != 1 || l.Groups[0].GroupID != 1 || l.ChangeCount <= after.ChangeCount {
+		t.Errorf("ANA log after moving back: %+v", l)
+	}
+}
+
+// TestReloadRBDCreateSize: rbd.create_size changes in the running configuration only (it
+// matters when a missing image is opened), ordered around write protection, which a
+// namespace with a create_size cannot have; how the image is reached (rbd.user) re-creates
+// the namespace, whose backend opens with it. (A create_size change used to re-create the
+// namespace, dropping its registrations.)
+func TestReloadRBDCreateSize(t *testing.T) {
+	opens := 0
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if s.Kind == backend.KindRBD { // an image stands in: the build may have no librbd
+			opens++
+			s.Kind, s.Size, s.RBD = backend.KindMemory, 1<<20, backend.RBDSpec{}
+		}
+		return backend.Open(s)
+	}
+	base := config("10.99.0.1", 0)
+	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces,
+		conf.Namespace{NSID: 2, Backend: conf.BackendRBD, RBD: conf.RBD{Pool: "rbd", Image: "vol2"}})
+	s := loopServer(t, base, target.WithBackendOpener(opener))
+	if err := s.Target().SetRBDCreateSize(subNQN, 1, 1<<20); err == nil || !strings.Contains(err.Error(), "only an rbd namespace") {
+		t.Errorf("SetRBDCreateSize of a memory namespace: %v", err)
+	}
+	const what = "subsystem " + subNQN + ": namespace 2 "
+	reload := func(name string, edit func(n *conf.Namespace), want ...string) {
+		t.Helper()
+		next := s.Config()
+		edit(&next.Subsystems[0].Namespaces[1])
+		changes, err := s.Reload(next)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(changes) != len(want) {
+			t.Fatalf("%s: changes:\n%s\nwant:\n%s", name, strings.Join(changes, "\n"), strings.Join(want, "\n"))
+		}
+		for i, w := range want {
+			if !strings.HasPrefix(changes[i], w) {
+				t.Errorf("%s: change %d %q, want %q", name, i, changes[i], w)
+			}
+		}
+		if got, want := s.Config().String(), resolved(t, next).String(); got != want {
+			t.Errorf("%s: running configuration:\n%s\nwant:\n%s", name, got, want)
+		}
+	}
+	reload("create_size set", func(n *conf.Namespace) { n.RBD.CreateSize = 8 << 20 }, what+"rbd.create_size none → 8MiB")
+	reload("read-only without create_size", func(n *conf.Namespace) { n.RBD.CreateSize, n.ReadOnly = 0, true },
+		what+"rbd.create_size 8MiB → none", what+"read_only false → true")
+	reload("writable with create_size", func(n *conf.Namespace) { n.RBD.CreateSize, n.ReadOnly = 4<<20, false },
+		what+"read_only true → false", what+"rbd.create_size none → 4MiB")
+	if opens != 1 {
+		t.Errorf("the image was opened %d times, want once: the namespace was re-created", opens)
+	}
+	reload("another user", func(n *conf.Namespace) { n.RBD.User = "gonvmf" },
+		"subsystem "+subNQN+": remove namespace 2 (rbd.user:  → gonvmf)", "subsystem "+subNQN+": add namespace 2 (rbd)")
+	if opens != 2 {
+		t.Errorf("the image was opened %d times after changing rbd.user, want twice", opens)
+	}
+}
