@@ -276,6 +276,9 @@ func (q *Queue) connectIO(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvmepro
 		}
 	}
 	c.queues[cc.QID] = q
+	// Listed before the queue is bound, so before any command on it reads a reservation
+	// state; the Connect being executed holds the queue's drain off until it is bound.
+	c.subsys.addIOQueue(q)
 	q.bind.Store(b)
 	c.kaSeen.Store(true)
 	return nil

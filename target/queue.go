@@ -69,9 +69,15 @@ type Queue struct {
 
 	ring *backend.Ring // asynchronous I/O for Execute's reads and writes (SetRing)
 
-	// resvIO counts the namespace I/O commands in flight by the parity of the
-	// subsystem's abort epoch they began in (see reservation.go).
-	resvIO [2]atomic.Int64
+	// Preempt and Abort bookkeeping (see reservation.go). resvIO counts the namespace I/O
+	// commands in flight by the parity of resvEpoch when they began. A preempt-and-abort
+	// waiting for a count to drain holds resvSem (one at a time per queue) and sets
+	// resvWaiting; finish then signals resvWake when a count reaches zero.
+	resvEpoch   atomic.Uint32
+	resvIO      [2]atomic.Int64
+	resvWaiting atomic.Bool
+	resvWake    chan struct{} // capacity 1
+	resvSem     chan struct{} // capacity 1
 
 	peer         string      // the host's address, for logs before Connect (SetPeer)
 	expectQID    int32       // the qid the transport connected the queue as, -1: any (ExpectQID)
@@ -101,6 +107,8 @@ func (p *Port) NewQueue(tq TransportQueue, depth int) (*Queue, error) {
 		t: p.t, port: p, tq: tq, depth: uint32(depth),
 		log:       p.t.log,
 		drained:   make(chan struct{}),
+		resvWake:  make(chan struct{}, 1),
+		resvSem:   make(chan struct{}, 1),
 		shard:     uint8(queueSeq.Add(1) % statShards),
 		expectQID: -1,
 	}
@@ -334,14 +342,23 @@ func (q *Queue) acquire() bool { return q.users.Enter() }
 
 func (q *Queue) release() {
 	if q.users.Leave() {
-		close(q.drained)
+		q.setDrained()
 	}
 }
 
 // markClosing makes acquire fail from now on; drained closes when nothing is in flight.
 func (q *Queue) markClosing() {
 	if _, drained := q.users.Close(); drained {
-		close(q.drained)
+		q.setDrained()
+	}
+}
+
+// setDrained marks a closing queue's last command complete: drained closes, and an I/O
+// queue leaves its subsystem's list of queues a preempt-and-abort waits for.
+func (q *Queue) setDrained() {
+	close(q.drained)
+	if b := q.bind.Load(); b != nil && b.qid != 0 {
+		b.ctrl.subsys.dropIOQueue(q)
 	}
 }
 
@@ -392,7 +409,12 @@ func (q *Queue) complete(r *Request, st nvmeproto.Status) {
 // finish completes a command Begin accepted.
 func (q *Queue) finish(r *Request, st nvmeproto.Status) {
 	if r.resvSlot != 0 {
-		q.resvIO[r.resvSlot-1].Add(-1)
+		if q.resvIO[r.resvSlot-1].Add(-1) == 0 && q.resvWaiting.Load() {
+			select {
+			case q.resvWake <- struct{}{}:
+			default: // a wake-up is already pending
+			}
+		}
 		r.resvSlot = 0
 	}
 	q.complete(r, st)

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,13 +22,22 @@ import (
 // namespace by nsResv.mu, persisted first when PTPL is on, then published.
 //
 // Preempt and Abort: commands cannot be taken back from a backend once submitted, so
-// "abort" means the command completes only after every I/O command the preempted hosts
-// began before the preemption has completed (as the Linux target does). Every namespace
-// I/O command counts itself, while in flight, in one of two per-queue counters chosen by
-// the parity of the subsystem's abort epoch, before it reads the reservation state; a
-// preempt-and-abort publishes the new state, flips the epoch and waits for the old
-// parity's counters of the preempted hosts' queues to reach zero. A command that counted
-// itself under the new epoch read the new state, so it was checked against it.
+// "abort" means the command completes only after every I/O command of the preempted
+// hosts that was checked against the old state has completed (as the Linux target does).
+// Every namespace I/O command counts itself, while in flight, in one of two counters of
+// its queue chosen by the parity of the queue's abort epoch, before it reads the
+// reservation state. A preempt-and-abort publishes the new state, then for every I/O queue
+// of the preempted hosts that may still have commands in flight (the subsystem's
+// ioQueues: also those of controllers being reset or torn down, and queues closed
+// without draining) waits until each counter has read zero at some moment after the
+// publication; a command that read the old state had counted itself before, so it has
+// completed by then. Before waiting on a counter it flips the queue's epoch, so that
+// commands beginning meanwhile count in the other one and cannot keep it from draining.
+//
+// The wait is bounded by the target's queue-close timeout (a backend request that never
+// completes): then the preemption stands (the state is published), but the command fails
+// with Internal Error, so that the host is not told its victim is fenced while one of
+// the victim's writes may still reach the namespace.
 
 // resvRegistrant is one registered host.
 type resvRegistrant struct {
@@ -181,46 +191,72 @@ func (s *subsystem) resvNotify(nsid uint32, n resvNotice) {
 	}
 }
 
-// hostQueues returns the connected I/O queues of every controller of the given hosts.
-func (s *subsystem) hostQueues(hosts [][16]byte) []*Queue {
+// hostIOQueues returns the I/O queues of the given hosts that may still have commands
+// in flight.
+func (s *subsystem) hostIOQueues(hosts [][16]byte) []*Queue {
+	s.ioqMu.Lock()
+	defer s.ioqMu.Unlock()
 	var qs []*Queue
-	for _, c := range s.controllers() {
-		if !slices.Contains(hosts, c.hostID) {
-			continue
+	for q := range s.ioQueues {
+		if b := q.bind.Load(); b != nil && slices.Contains(hosts, b.ctrl.hostID) {
+			qs = append(qs, q)
 		}
-		c.mu.Lock()
-		qs = append(qs, c.liveQueues(1)...)
-		c.mu.Unlock()
 	}
 	return qs
 }
 
-// abortWait waits until every I/O command the given hosts began before now (under the
-// current abort epoch) has completed. Preempt-and-aborts of one subsystem wait one at a
-// time, so that the epoch flips only when nothing waits on the parity it leaves.
-func (s *subsystem) abortWait(hosts [][16]byte) {
-	s.abortMu.Lock()
-	defer s.abortMu.Unlock()
-	parity := (s.resvEpoch.Add(1) - 1) & 1
-	qs := s.hostQueues(hosts)
+// abortWait waits until every namespace I/O command the given hosts began before the
+// caller published its preemption has completed, at most the queue-close timeout. It
+// reports whether they did; if not, it has logged the queue they are stuck on.
+func (s *subsystem) abortWait(nsid uint32, hosts [][16]byte) bool {
+	if len(hosts) == 0 {
+		return true
+	}
 	start := time.Now()
-	warned := start
-	for _, q := range qs {
-		for q.resvIO[parity].Load() != 0 {
-			if time.Since(warned) > 10*time.Second {
-				warned = time.Now()
-				s.t.log.Warn("preempt and abort: still waiting for the preempted host's commands in flight",
-					"subsystem", s.nqn, "qid", q.QID(), "cntlid", q.ControllerID(), "waited", time.Since(start).Round(time.Second))
-			}
-			time.Sleep(100 * time.Microsecond)
+	ctx, cancel := context.WithTimeout(context.Background(), s.t.closeTimeout)
+	defer cancel()
+	for _, q := range s.hostIOQueues(hosts) {
+		if !q.resvDrain(ctx.Done()) {
+			s.t.log.Error("preempt and abort failed: a preempted host's command is still executing; "+
+				"the preemption took effect, but the command fails with Internal Error because the host's "+
+				"write may still reach the namespace (a backend request that does not complete: check the backend)",
+				"subsystem", s.nqn, "nsid", nsid, "qid", q.QID(), "cntlid", q.ControllerID(), "host", q.HostNQN(),
+				"commands", q.resvIO[0].Load()+q.resvIO[1].Load(), "waited", time.Since(start).Round(time.Millisecond))
+			return false
 		}
 	}
+	return true
+}
+
+// resvDrain waits until each of the queue's two abort epoch counters has read zero, or
+// until expired is closed (then it reports false). Preempt-and-aborts drain a queue one
+// at a time.
+func (q *Queue) resvDrain(expired <-chan struct{}) bool {
+	select {
+	case q.resvSem <- struct{}{}:
+	case <-expired:
+		return false
+	}
+	defer func() { <-q.resvSem }()
+	q.resvWaiting.Store(true)
+	defer q.resvWaiting.Store(false)
+	for range 2 {
+		old := (q.resvEpoch.Add(1) - 1) & 1
+		for q.resvIO[old].Load() != 0 {
+			select {
+			case <-q.resvWake:
+			case <-expired:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // resvAccess checks a namespace I/O command against the namespace's reservation, after
 // counting it in the queue's abort epoch counter (undone by finish).
 func (q *Queue) resvAccess(r *Request, c *controller, ns *namespace, write bool) nvmeproto.Status {
-	e := c.subsys.resvEpoch.Load() & 1
+	e := q.resvEpoch.Load() & 1
 	q.resvIO[e].Add(1)
 	r.resvSlot = uint8(e) + 1
 	if s := ns.resv.state.Load(); s != nil && !s.allows(&c.hostID, write) {
@@ -251,8 +287,8 @@ func (q *Queue) execResv(r *Request, c *controller) {
 		st = c.resvReport(r, ns)
 	}
 	ns.release()
-	if st == nvmeproto.StatusSuccess && victims != nil {
-		c.subsys.abortWait(victims)
+	if st == nvmeproto.StatusSuccess && !c.subsys.abortWait(ns.nsid, victims) {
+		st = nvmeproto.StatusInternalError.WithDNR() // retried, it finds the victims unregistered
 	}
 	if st != nvmeproto.StatusSuccess {
 		q.reject(r, st, "reservation command failed")
@@ -392,9 +428,6 @@ func (c *controller) resvAcquire(r *Request, ns *namespace) (nvmeproto.Status, [
 	})
 	if st != nvmeproto.StatusSuccess || cmd.Action != nvmeproto.ResvPreemptAndAbort {
 		return st, nil
-	}
-	if victims == nil {
-		victims = [][16]byte{} // nothing to wait for, but not nil
 	}
 	return st, victims
 }

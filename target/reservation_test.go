@@ -440,6 +440,162 @@ func TestResvPreemptAndAbort(t *testing.T) {
 	expectOK(t, "preempt and abort with nothing in flight", b.acquire(nvmeproto.ResvPreemptAndAbort, nvmeproto.ResvWriteExclusive, 0xB, 0xA))
 }
 
+// preemptAbort submits b's Preempt and Abort of the hosts registered with key prkey,
+// acquiring a Write Exclusive reservation with key crkey.
+func (h *resvHost) preemptAbort(crkey, prkey uint64) <-chan nvmeproto.Completion {
+	h.t.Helper()
+	cmd := resvCmd(nvmeproto.OpReservationAcquire, nvmeproto.ResvPreemptAndAbort, false, nvmeproto.ResvWriteExclusive, 0, 16)
+	return h.io.submit(&cmd, keys(crkey, prkey, 16))
+}
+
+// waitController polls the target until cond holds for controller cntlid (nil when the
+// target no longer lists it).
+func (e *env) waitController(cntlid uint16, what string, cond func(*target.ControllerInfo) bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var ci *target.ControllerInfo
+		for _, c := range e.tgt.Controllers() {
+			if c.Subsystem == subNQN && c.ID == cntlid {
+				ci = &c
+			}
+		}
+		if cond(ci) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("controller %d: not %s after 5 s: %+v", cntlid, what, ci)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// expectPending fails the test if ch delivers a completion within d.
+func expectPending(t testing.TB, what string, ch <-chan nvmeproto.Completion, d time.Duration) {
+	t.Helper()
+	select {
+	case c := <-ch:
+		t.Fatalf("%s completed (%v) while a preempted host's write was still in the backend", what, c.Status)
+	case <-time.After(d):
+	}
+}
+
+// TestResvPreemptAndAbortVictimTornDown: a cluster fences a host when it stops answering,
+// which is when the host's controller is going away (association lost: link down,
+// keep-alive expired) or being reset, while its writes may still be in the backend on
+// queues that have left the controller's table. The preempt-and-abort completes only
+// once those writes have.
+func TestResvPreemptAndAbortVictimTornDown(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		teardown func(e *env, a *resvHost)
+	}{
+		{"association lost", func(e *env, a *resvHost) {
+			a.admin.conn.Close() // the I/O queue is disconnected and drains in the background
+			e.waitController(a.cntlid, "gone", func(ci *target.ControllerInfo) bool { return ci == nil })
+		}},
+		{"controller reset", func(e *env, a *resvHost) {
+			expectOK(e.t, "CC.EN=0", a.admin.propSet(nvmeproto.PropCC, 0))
+			e.waitController(a.cntlid, "without I/O queues", func(ci *target.ControllerInfo) bool {
+				return ci != nil && len(ci.Queues) == 1
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate()
+			e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)), gatedBackend(g))
+			defer g.open() // before the cleanups, which wait for the gated write
+			a, b := e.connectHost(1), e.connectHost(2)
+			expectOK(t, "register a", a.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+			expectOK(t, "register b", b.register(nvmeproto.ResvRegister, false, 0, 0, 0xB))
+			expectOK(t, "a acquires", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA, 0))
+			w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+			a.io.submit(&w, make([]byte, 512))
+			g.waitBlocked(t, 1)
+			tc.teardown(e, a)
+			pa := b.preemptAbort(0xB, 0xA)
+			expectPending(t, "preempt and abort", pa, 200*time.Millisecond)
+			g.open()
+			expectOK(t, "preempt and abort", wait(t, pa))
+			if st := b.report(); st.RegCtl != 1 || st.Controllers[0].HostID != b.id || st.RType != nvmeproto.ResvWriteExclusive {
+				t.Errorf("state after the preemption: %+v", st)
+			}
+		})
+	}
+}
+
+// TestResvPreemptAndAbortEarlierCommand: the preempted host's write began before an
+// earlier preempt-and-abort (of another host) flipped the abort epoch; the second
+// preempt-and-abort still waits for it.
+func TestResvPreemptAndAbortEarlierCommand(t *testing.T) {
+	g := newGate()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)), gatedBackend(g))
+	defer g.open()
+	a, b, c := e.connectHost(1), e.connectHost(2), e.connectHost(3)
+	for _, h := range []struct {
+		h   *resvHost
+		key uint64
+	}{{a, 0xA}, {b, 0xB}, {c, 0xC}} {
+		expectOK(t, "register", h.h.register(nvmeproto.ResvRegister, false, 0, 0, h.key))
+	}
+	expectOK(t, "b acquires WERO", b.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusiveRegOnly, 0xB, 0))
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	c.io.submit(&w, make([]byte, 512))
+	g.waitBlocked(t, 1)
+	expectOK(t, "b preempts a, who has nothing in flight", wait(t, b.preemptAbort(0xB, 0xA)))
+	pa := b.preemptAbort(0xB, 0xC)
+	expectPending(t, "preempt and abort of c", pa, 200*time.Millisecond)
+	g.open()
+	expectOK(t, "preempt and abort of c", wait(t, pa))
+}
+
+// TestResvPreemptAndAbortHungVictim: a preempted host's write that never leaves the backend
+// (a hung backend) — still there after its queue was given up on at the close timeout —
+// makes the preempt-and-abort fail with Internal Error after the close timeout instead of
+// reporting the host fenced; the preemption itself stands. Meanwhile another
+// preempt-and-abort, of a host with nothing in flight, is not held up.
+func TestResvPreemptAndAbortHungVictim(t *testing.T) {
+	const closeTimeout = 300 * time.Millisecond
+	g := newGate()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)), gatedBackend(g),
+		target.WithQueueCloseTimeout(closeTimeout))
+	defer g.open()
+	a, b, c := e.connectHost(1), e.connectHost(2), e.connectHost(3)
+	expectOK(t, "register a", a.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	expectOK(t, "register b", b.register(nvmeproto.ResvRegister, false, 0, 0, 0xB))
+	expectOK(t, "register c", c.register(nvmeproto.ResvRegister, false, 0, 0, 0xC))
+	expectOK(t, "a acquires", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA, 0))
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	a.io.submit(&w, make([]byte, 512))
+	g.waitBlocked(t, 1)
+	a.admin.conn.Close()
+	e.waitController(a.cntlid, "gone", func(ci *target.ControllerInfo) bool { return ci == nil })
+	time.Sleep(closeTimeout + 100*time.Millisecond) // a's I/O queue is released without its write
+
+	start := time.Now()
+	hung := b.preemptAbort(0xB, 0xA)
+	expectOK(t, "preempt and abort of c, alongside", wait(t, b.preemptAbort(0xB, 0xC)))
+	select {
+	case cqe := <-hung:
+		t.Fatalf("preempt and abort of a completed (%v) before the close timeout, with a's write in the backend", cqe.Status)
+	default:
+	}
+	cqe := wait(t, hung)
+	expectStatus(t, "preempt and abort of a", cqe, nvmeproto.StatusInternalError)
+	if !cqe.Status.DNR() {
+		t.Errorf("status %v without DNR: retried, it would find a unregistered (Reservation Conflict)", cqe.Status)
+	}
+	if d := time.Since(start); d < closeTimeout {
+		t.Errorf("failed after %v, before the close timeout %v", d, closeTimeout)
+	}
+	if st := b.report(); st.RegCtl != 1 || st.Controllers[0].HostID != b.id || st.RType != nvmeproto.ResvWriteExclusive {
+		t.Errorf("the preemption did not stand: %+v", st)
+	}
+	if g.blocked.Load() != 1 {
+		t.Errorf("%d backend calls blocked, want a's write", g.blocked.Load())
+	}
+}
+
 func expectNotice(t testing.TB, h *resvHost, typ uint8) {
 	t.Helper()
 	b, c := h.admin.getLog(uint8(nvmeproto.LIDReservationNotify), 0xFFFFFFFF, 0, nvmeproto.ResvNotifyLogSize, 0, false)

@@ -35,10 +35,12 @@ type subsystem struct {
 	nextCntlid   uint16
 	closed       bool
 
-	// resvEpoch is the abort epoch of Preempt and Abort (see reservation.go); abortMu
-	// lets one preempt-and-abort at a time flip it and wait.
-	resvEpoch atomic.Uint32
-	abortMu   sync.Mutex
+	// ioQueues holds every I/O queue bound to one of the subsystem's controllers from its
+	// Connect until its last command has completed (Queue.setDrained), whether or not its
+	// controller still lists it: the queues a Preempt and Abort may have to wait for
+	// (see reservation.go). ioqMu guards it and is taken last: nothing is locked under it.
+	ioqMu    sync.Mutex
+	ioQueues map[*Queue]struct{}
 
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.
@@ -54,6 +56,7 @@ func newSubsystem(t *Target, nqn string, disc bool) *subsystem {
 		t: t, nqn: nqn, disc: disc,
 		hosts:      make(map[string]bool),
 		ctrls:      make(map[uint16]*controller),
+		ioQueues:   make(map[*Queue]struct{}),
 		cntlidMin:  nvmeproto.CNTLIDMin,
 		cntlidMax:  nvmeproto.CNTLIDMax,
 		nextCntlid: nvmeproto.CNTLIDMin,
@@ -151,6 +154,20 @@ func (s *subsystem) removeController(c *controller) {
 		delete(s.ctrls, c.cntlid)
 	}
 	s.mu.Unlock()
+}
+
+// addIOQueue lists an I/O queue bound to one of the subsystem's controllers; it stays
+// listed until it has drained (dropIOQueue).
+func (s *subsystem) addIOQueue(q *Queue) {
+	s.ioqMu.Lock()
+	s.ioQueues[q] = struct{}{}
+	s.ioqMu.Unlock()
+}
+
+func (s *subsystem) dropIOQueue(q *Queue) {
+	s.ioqMu.Lock()
+	delete(s.ioQueues, q)
+	s.ioqMu.Unlock()
 }
 
 // addNamespace opens the backend of cn and publishes the namespace; with notify the
