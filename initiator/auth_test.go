@@ -281,7 +281,7 @@ func (q *rawQueue) exec(cmd *nvmeproto.Command, n int) nvmeproto.Completion {
 }
 
 func (q *rawQueue) connect(qid, cntlid uint16) (uint16, uint16) {
-	d := nvmeproto.ConnectData{CNTLID: cntlid, SubNQN: subNQN, HostNQN: hostNQN}
+	d := nvmeproto.ConnectData{HostID: [16]byte{0: 0x6f, 15: 0x5b}, CNTLID: cntlid, SubNQN: subNQN, HostNQN: hostNQN}
 	d.Marshal(q.mem)
 	var cmd nvmeproto.Command
 	(&nvmeproto.ConnectCommand{QID: qid, SQSize: 15}).ToCommand(&cmd)

@@ -315,6 +315,12 @@ func TestConnectErrors(t *testing.T) {
 	}
 	check("host NQN with a control character", h.connect(0, 31, 0, 0xFFFF, subNQN, "bad\x01host"),
 		nvmeproto.StatusConnectInvalidParameters, &ipo{512, 1})
+	// NVMe over Fabrics 1.1, 3.3: "If the Host Identifier is cleared to 0h, then a status
+	// value of Connect Invalid Parameters is returned."
+	check("host identifier 0h", h.connectWithID(0, 31, 0, 0xFFFF, subNQN, hostNQN, [16]byte{}),
+		nvmeproto.StatusConnectInvalidParameters, &ipo{0, 1})
+	check("host identifier 0h, discovery", h.connectWithID(0, 31, 0, 0xFFFF, nvmeproto.DiscoveryNQN, hostNQN, [16]byte{}),
+		nvmeproto.StatusConnectInvalidParameters, &ipo{0, 1})
 	check("admin cntlid not 0xFFFF", h.connect(0, 31, 0, 5, subNQN, hostNQN),
 		nvmeproto.StatusConnectInvalidParameters, &ipo{16, 1})
 	check("sqsize 0", h.connect(0, 0, 0, 0xFFFF, subNQN, hostNQN),

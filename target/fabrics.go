@@ -114,6 +114,12 @@ func (q *Queue) connectCheck(r *Request, cc *nvmeproto.ConnectCommand, d *nvmepr
 	if nvmeproto.CheckNQN(d.HostNQN) != nil {
 		return nil, invalidData(nvmeproto.ConnectDataOffHostNQN, "malformed host NQN")
 	}
+	if d.HostID == ([16]byte{}) {
+		// NVMe over Fabrics 1.1, 3.3. Registrations belong to the host identifier: hosts
+		// sending 0h would all be one registrant.
+		return nil, invalidData(nvmeproto.ConnectDataOffHostID,
+			"host identifier is 0h; the host must send its own (nvme-cli: --hostid or /etc/nvme/hostid)")
+	}
 	// An unknown subsystem and one the host may not access get the same answer, so that a
 	// host cannot find out which subsystems exist (the discovery log lists only the ones
 	// it may access, too); the log says which it was.

@@ -22,6 +22,9 @@ type rawTransport struct {
 	reasons   []error
 }
 
+// rawHostID is the host identifier of the raw connections (0h is refused).
+var rawHostID = [16]byte{15: 1}
+
 func (tr *rawTransport) Complete(r *Request) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -110,7 +113,7 @@ func TestTransportContract(t *testing.T) {
 	conn := nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6, SGL: keyed(1024)}
 	(&nvmeproto.ConnectCommand{SQSize: 31}).ToCommand(&conn)
 	cd := make([]byte, 1024)
-	(&nvmeproto.ConnectData{CNTLID: 0xFFFF, SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
+	(&nvmeproto.ConnectData{HostID: rawHostID, CNTLID: 0xFFFF, SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
 	if c := tr.submit(t, q, &reqs[0], conn, cd, buf); !c.Status.Success() {
 		t.Fatalf("connect: %v", c.Status)
 	}
@@ -125,7 +128,7 @@ func TestTransportContract(t *testing.T) {
 	tio := &rawTransport{completed: map[*Request]int{}}
 	qio, _ := port.NewQueue(tio, 8)
 	(&nvmeproto.ConnectCommand{QID: 1, SQSize: 7}).ToCommand(&conn)
-	(&nvmeproto.ConnectData{CNTLID: q.ControllerID(), SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
+	(&nvmeproto.ConnectData{HostID: rawHostID, CNTLID: q.ControllerID(), SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
 	if c := tio.submit(t, qio, &reqs[2], conn, cd, buf); !c.Status.Success() {
 		t.Fatalf("I/O connect: %v", c.Status)
 	}
@@ -223,7 +226,7 @@ func TestConcurrentConnects(t *testing.T) {
 	q, _ := port.NewQueue(tr, 32)
 	var reqs [2]Request
 	cd := make([]byte, 1024)
-	(&nvmeproto.ConnectData{CNTLID: 0xFFFF, SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
+	(&nvmeproto.ConnectData{HostID: rawHostID, CNTLID: 0xFFFF, SubNQN: "nqn.2024-01.io.gonvmf:raw", HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
 	for i := range reqs {
 		r := &reqs[i]
 		r.Cmd = nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6, CID: uint16(i), SGL: nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Length: 1024}}

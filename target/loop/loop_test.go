@@ -17,6 +17,9 @@ const (
 	host = "nqn.2014-08.org.nvmexpress:uuid:0c0c0c0c-1f1b-4c39-9a0c-0a1b2c3d4e5f"
 )
 
+// hostID is host's identifier (the target refuses 0h).
+var hostID = [16]byte{0x0c, 0x0c, 0x0c, 0x0c, 0x1f, 0x1b, 0x4c, 0x39, 0x9a, 0x0c, 0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f}
+
 func newPort(t *testing.T, o loop.Options) *loop.Port {
 	t.Helper()
 	cfg := &conf.Config{
@@ -59,7 +62,7 @@ func connect(t *testing.T, c *loop.Conn, qid uint16, sqsize uint16, cntlid uint1
 	cmd := nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6, SGL: keyed(1024)}
 	cc := nvmeproto.ConnectCommand{QID: qid, SQSize: sqsize}
 	cc.ToCommand(&cmd)
-	d := nvmeproto.ConnectData{CNTLID: cntlid, SubNQN: sub, HostNQN: host}
+	d := nvmeproto.ConnectData{HostID: hostID, CNTLID: cntlid, SubNQN: sub, HostNQN: host}
 	b := make([]byte, 1024)
 	d.Marshal(b)
 	cqe, err := do(c, &cmd, b)
