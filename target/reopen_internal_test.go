@@ -58,7 +58,7 @@ func TestReopenCatchesCommandOnItsWay(t *testing.T) {
 		cmd := nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6, SGL: keyed}
 		(&nvmeproto.ConnectCommand{QID: qid, SQSize: 7}).ToCommand(&cmd)
 		cd := make([]byte, 1024)
-		(&nvmeproto.ConnectData{CNTLID: cntlid, SubNQN: nqn, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
+		(&nvmeproto.ConnectData{HostID: [16]byte{15: 1}, CNTLID: cntlid, SubNQN: nqn, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"}).Marshal(cd)
 		if c := tr.submit(t, q, &Request{}, cmd, cd, buf); !c.Status.Success() {
 			t.Fatalf("connect queue %d: %v", qid, c.Status)
 		}
