@@ -383,6 +383,22 @@ func (id *CMID) DeviceName() string {
 	return C.GoString(C.gonvmf_id_device_name(id.id))
 }
 
+// OnDevice reports whether the ID is bound to d's device context: the one a
+// connection request arrived on, or an address was bound to. A device removed
+// and added again under the same name has a new context, on which d's
+// protection domain, queues and memory cannot be used.
+func (id *CMID) OnDevice(d *Device) bool {
+	if d == nil || !id.acquire() {
+		return false
+	}
+	defer id.release()
+	if !d.acquire() {
+		return false
+	}
+	defer d.release()
+	return id.id.verbs != nil && id.id.verbs == d.ctx
+}
+
 // PortNum returns the device port the ID is bound to (0 if none).
 func (id *CMID) PortNum() int {
 	if !id.acquire() {

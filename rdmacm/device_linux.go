@@ -181,6 +181,17 @@ func OpenDevice(name string) (*Device, error) {
 // Name returns the device's name.
 func (d *Device) Name() string { return d.name }
 
+// Removed reports whether the device has left the system's list of devices (a device
+// added again under the same name is another device). It reads the list (sysfs), so it
+// is for occasional checks; false when the list cannot be read or d is closed.
+func (d *Device) Removed() bool {
+	if !d.acquire() {
+		return false
+	}
+	defer d.release()
+	return C.gonvmf_device_listed(d.ctx) == 0
+}
+
 func (d *Device) String() string { return d.name }
 
 // Query returns the device's attributes and limits.
@@ -249,11 +260,22 @@ func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	return ev, nil
 }
 
+// Rescan makes librdmacm look at the list of devices: it closes the context of
+// every device that has been removed and that nothing references any more (no
+// Device, CM ID or device list). librdmacm keeps a device's context open
+// while the device is listed, referenced or not, and looks at the list only
+// when asked (OpenDevice, a connection request, Device.Close): a process that
+// let go of everything on a device before the device left the list keeps the
+// context open — and the kernel's removal of a device that cannot detach its
+// users (Soft-RoCE) waiting — until the next look.
+func Rescan() { C.gonvmf_cm_rescan() }
+
 // Close closes everything created on the device (QPs, CQs, memory
 // regions, PDs), wakes AsyncEvent and then drops the Device's reference to
 // librdmacm's context of the device. The reference keeps the context open,
 // also after the device is removed: librdmacm closes a removed device's
-// context once nothing references it (its CM IDs' references included).
+// context once nothing references it (its CM IDs' references included) at its
+// next look at the device list, which Close makes (see Rescan).
 func (d *Device) Close() error {
 	if d == nil {
 		return nil

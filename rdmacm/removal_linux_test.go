@@ -12,59 +12,34 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/rdmacm"
+	"github.com/gonvmf/gonvmf/rdmacm/rdmatest"
 )
 
 // TestRDMADeviceRemoval deletes an RDMA device under a connection: every CM
 // ID on it gets DEVICE_REMOVAL, and closing everything afterwards works (the
 // asynchronous DEVICE_FATAL comes only from drivers that can disassociate
 // user contexts, which Soft-RoCE cannot: it is logged if it comes). A second Soft-RoCE
-// device (rxe1 on dummy1) carries the connection, in a child process:
+// device (rxe1 on gonvmfrm0) carries the connection, in a child process:
 // Soft-RoCE cannot detach a process from a removed device
 // (no disassociate_ucontext), so the removal completes only when every
-// process that has the device open exits, and librdmacm keeps its devices
-// open for the life of the process. The parent never opens rxe1. Runs only
-// in the VM harness's guest.
+// process that has the device open has closed it, and the child keeps it
+// open to the end. The parent never opens rxe1. Runs only in the VM
+// harness's guest.
 func TestRDMADeviceRemoval(t *testing.T) {
 	if os.Getenv("RDMACM_REMOVAL_CHILD") == "1" {
 		removalChild(t, netip.MustParseAddr(os.Getenv("RDMACM_REMOVAL_IP")))
 		return
 	}
-	requireRDMA(t)
-	if os.Getenv("GONVMF_GUEST") != "1" || os.Getuid() != 0 {
-		t.Skip("adds and deletes an RDMA device: runs only in the VM harness's guest (GONVMF_GUEST=1, root)")
-	}
-	const dev, nd, ip = "rxe1", "gonvmfrm0", "10.99.201.1"
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	t.Cleanup(func() {
-		exec.Command("rdma", "link", "delete", dev).Run()
-		exec.Command("ip", "link", "del", nd).Run()
-	})
-	run("ip", "link", "add", nd, "type", "dummy")
-	run("ip", "link", "set", nd, "mtu", "9000", "up")
-	run("ip", "addr", "add", ip+"/24", "dev", nd)
-	run("rdma", "link", "add", dev, "type", "rxe", "netdev", nd)
-	for i := 0; ; i++ {
-		b, _ := os.ReadFile("/sys/class/infiniband/" + dev + "/ports/1/state")
-		if strings.Contains(string(b), "ACTIVE") {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("%s did not become active: %q", dev, b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	const dev, nd = "rxe1", "gonvmfrm0"
+	ip := netip.MustParseAddr("10.99.201.1")
+	rdmatest.SoftRoCE(t, dev, nd, ip)
 
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	child := exec.Command(self, "-test.run", "^TestRDMADeviceRemoval$", "-test.v", "-test.count=1", "-test.timeout=5m")
-	child.Env = append(os.Environ(), "RDMACM_REMOVAL_CHILD=1", "RDMACM_REMOVAL_IP="+ip)
+	child.Env = append(os.Environ(), "RDMACM_REMOVAL_CHILD=1", "RDMACM_REMOVAL_IP="+ip.String())
 	stdout, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -97,14 +72,7 @@ func TestRDMADeviceRemoval(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("the child did not connect:\n%s", out.String())
 	}
-	del := exec.Command("rdma", "link", "delete", dev)
-	delOut := &strings.Builder{}
-	del.Stdout, del.Stderr = delOut, delOut
-	if err := del.Start(); err != nil {
-		t.Fatal(err)
-	}
-	delDone := make(chan error, 1)
-	go func() { delDone <- del.Wait() }()
+	delDone := rdmatest.DeleteRXE(dev, 4*time.Minute)
 	select {
 	case <-done:
 	case <-time.After(3 * time.Minute):
@@ -117,13 +85,8 @@ func TestRDMADeviceRemoval(t *testing.T) {
 	if !strings.Contains(out.String(), "--- PASS: TestRDMADeviceRemoval") {
 		t.Errorf("the child failed")
 	}
-	select {
-	case err := <-delDone:
-		if err != nil {
-			t.Errorf("rdma link delete %s: %v: %s", dev, err, delOut)
-		}
-	case <-time.After(time.Minute):
-		t.Errorf("rdma link delete %s did not finish after the child exited", dev)
+	if err := <-delDone; err != nil {
+		t.Errorf("after the child exited: %v", err)
 	}
 }
 

@@ -26,6 +26,9 @@ func OpenDevice(name string) (*Device, error) { return nil, ErrNotSupported }
 // NewEventChannel returns ErrNotSupported in builds without RDMA support.
 func NewEventChannel() (*EventChannel, error) { return nil, ErrNotSupported }
 
+// Rescan does nothing in builds without RDMA support.
+func Rescan() {}
+
 // Dial returns ErrNotSupported in builds without RDMA support.
 func Dial(ctx context.Context, ch *EventChannel, dst netip.AddrPort, opt DialOptions) (*CMID, *Event, error) {
 	return nil, nil, ErrNotSupported
@@ -35,6 +38,7 @@ func Dial(ctx context.Context, ch *EventChannel, dst netip.AddrPort, opt DialOpt
 type Device struct{}
 
 func (d *Device) Name() string                         { return "" }
+func (d *Device) Removed() bool                        { return false }
 func (d *Device) String() string                       { return "" }
 func (d *Device) Query() (DeviceAttr, error)           { return DeviceAttr{}, ErrNotSupported }
 func (d *Device) QueryPort(port int) (PortAttr, error) { return PortAttr{}, ErrNotSupported }
@@ -135,6 +139,7 @@ func (id *CMID) Migrate(to *EventChannel) error             { return ErrNotSuppo
 func (id *CMID) QP() *QP                                    { return nil }
 func (id *CMID) DeviceName() string                         { return "" }
 func (id *CMID) PortNum() int                               { return 0 }
+func (id *CMID) OnDevice(d *Device) bool                    { return false }
 func (id *CMID) LocalAddr() netip.AddrPort                  { return netip.AddrPort{} }
 func (id *CMID) RemoteAddr() netip.AddrPort                 { return netip.AddrPort{} }
 func (id *CMID) String() string                             { return "cm_id(unsupported)" }

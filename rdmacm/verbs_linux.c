@@ -409,9 +409,46 @@ struct ibv_context *gonvmf_cm_device(const char *name, struct ibv_context ***ref
 	return found;
 }
 
+/* gonvmf_cm_device_put drops the reference gonvmf_cm_device took and looks
+ * at the device list (gonvmf_cm_rescan), which closes the context now if the
+ * device was removed. */
 void gonvmf_cm_device_put(struct ibv_context **ref)
 {
 	rdma_free_devices(ref);
+	gonvmf_cm_rescan();
+}
+
+/* gonvmf_device_listed reports whether ctx's device is in libibverbs' list of
+ * devices (1), has left it (0), or the list cannot be had (-1). The list
+ * keeps the same ibv_device for a device as long as the device stays; one
+ * removed and added again is a new ibv_device. */
+int gonvmf_device_listed(struct ibv_context *ctx)
+{
+	struct ibv_device **list;
+	int n = 0, i, found = 0;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return -1;
+	for (i = 0; i < n; i++) {
+		if (list[i] == ctx->device) {
+			found = 1;
+			break;
+		}
+	}
+	ibv_free_device_list(list);
+	return found;
+}
+
+/* gonvmf_cm_rescan makes librdmacm look at the device list: it closes the
+ * context of every device that has left the list and that nothing
+ * references. */
+void gonvmf_cm_rescan(void)
+{
+	struct ibv_context **list = rdma_get_devices(NULL);
+
+	if (list)
+		rdma_free_devices(list);
 }
 
 static socklen_t to_sockaddr(const gonvmf_addr *a, struct sockaddr_storage *ss)

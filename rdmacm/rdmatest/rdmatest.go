@@ -202,3 +202,108 @@ func LeakCheck(t testing.TB) {
 		}
 	})
 }
+
+// EnvGuest marks the VM harness's guest ("1"), where tests may add and delete
+// network and RDMA devices.
+const EnvGuest = "GONVMF_GUEST"
+
+// SoftRoCE adds a Soft-RoCE device dev on a new dummy netdev with address ip/24, for
+// a test that removes a device, and deletes both when the test ends. It skips the test
+// outside the VM harness's guest (GONVMF_GUEST=1, root): it changes the machine's
+// devices.
+func SoftRoCE(t testing.TB, dev, netdev string, ip netip.Addr) {
+	t.Helper()
+	RequireAddr(t)
+	if os.Getenv(EnvGuest) != "1" || os.Getuid() != 0 {
+		t.Skip("adds and deletes an RDMA device: runs only in the VM harness's guest (GONVMF_GUEST=1, root)")
+	}
+	t.Cleanup(func() {
+		<-DeleteRXE(dev, 30*time.Second) // if it is there
+		exec.Command("ip", "link", "del", netdev).Run()
+	})
+	run(t, "ip", "link", "add", netdev, "type", "dummy")
+	run(t, "ip", "link", "set", netdev, "mtu", "9000", "up")
+	run(t, "ip", "addr", "add", ip.String()+"/24", "dev", netdev)
+	AddRXE(t, dev, netdev)
+}
+
+// AddRXE adds the Soft-RoCE device dev on netdev and waits for its port to be active.
+func AddRXE(t testing.TB, dev, netdev string) {
+	t.Helper()
+	run(t, "rdma", "link", "add", dev, "type", "rxe", "netdev", netdev)
+	for i := 0; ; i++ {
+		b, _ := os.ReadFile("/sys/class/infiniband/" + dev + "/ports/1/state")
+		if strings.Contains(string(b), "ACTIVE") {
+			return
+		}
+		if i == 100 {
+			t.Fatalf("%s did not become active: %q", dev, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// DeleteRXE starts deleting the RDMA device dev and returns a channel that gets the
+// result: nil once the deletion has finished, or an error — with the command's output —
+// if it failed or had not finished within limit. The kernel finishes removing a
+// Soft-RoCE device only when every process has closed what it opened on it: meanwhile
+// DeleteRXE has librdmacm look at the device list now and then (rdmacm.Rescan), so that
+// it closes the device's context if this process let go of everything on it before.
+func DeleteRXE(dev string, limit time.Duration) <-chan error {
+	done := make(chan error, 1)
+	out := &strings.Builder{}
+	cmd := exec.Command("rdma", "link", "delete", dev)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		done <- err
+		return done
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		expired := time.After(limit)
+		for {
+			select {
+			case err := <-waited:
+				if err != nil {
+					err = fmt.Errorf("rdma link delete %s: %w: %s", dev, err, out)
+				}
+				done <- err
+				return
+			case <-tick.C:
+				rdmacm.Rescan()
+			case <-expired:
+				done <- fmt.Errorf("rdma link delete %s: not finished after %v", dev, limit)
+				return
+			}
+		}
+	}()
+	return done
+}
+
+func run(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// Holders describes what this process holds on RDMA device dev, for a test's failure
+// message: its open uverbs file descriptors and the device's resources (`rdma resource
+// show`).
+func Holders(dev string) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "/dev/infiniband/") {
+			fmt.Fprintf(&b, "fd %s → %s; ", e.Name(), l)
+		}
+	}
+	for _, kind := range []string{"cm_id", "qp", "cq", "mr", "pd", "ctx", "srq"} {
+		out, _ := exec.Command("rdma", "resource", "show", kind).CombinedOutput()
+		fmt.Fprintf(&b, "%s: %s; ", kind, strings.TrimSpace(string(out)))
+	}
+	return b.String()
+}
