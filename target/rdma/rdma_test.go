@@ -242,7 +242,12 @@ func newRDMAEnv(t testing.TB, tcfg conf.Transport, nss ...conf.Namespace) *rdmaE
 // newRDMAEnvLimits is newRDMAEnv with limits (zero fields: the defaults).
 func newRDMAEnvLimits(t testing.TB, tcfg conf.Transport, lim conf.Limits, nss ...conf.Namespace) *rdmaEnv {
 	t.Helper()
-	ip := rdmatest.RequireAddr(t)
+	return newRDMAEnvAt(t, rdmatest.RequireAddr(t), tcfg, lim, nss...)
+}
+
+// newRDMAEnvAt is newRDMAEnvLimits listening on ip.
+func newRDMAEnvAt(t testing.TB, ip netip.Addr, tcfg conf.Transport, lim conf.Limits, nss ...conf.Namespace) *rdmaEnv {
+	t.Helper()
 	if nss == nil {
 		nss = []conf.Namespace{
 			{NSID: 1, Backend: conf.BackendMemory, Size: 256 << 20},
@@ -302,17 +307,26 @@ type hostQ struct {
 
 func (e *rdmaEnv) dial(qid uint16, depth, icd int) *hostQ {
 	e.t.Helper()
+	q, err := e.tryDial(qid, depth, icd)
+	if err != nil {
+		e.t.Fatalf("connecting qid %d: %v", qid, err)
+	}
+	return q
+}
+
+// tryDial is dial returning its error.
+func (e *rdmaEnv) tryDial(qid uint16, depth, icd int) (*hostQ, error) {
 	h := newHostQueue(e.t, depth, 128<<10)
 	l, _, err := dialRDMA(e.t, e.addr, dialOpts{qid: qid, depth: depth, icd: icd})
 	if err != nil {
-		e.t.Fatalf("connecting qid %d: %v", qid, err)
+		return nil, err
 	}
 	l.onResp = h.onResponse
 	l.lost = h.lost
 	h.attach(l)
 	e.t.Cleanup(l.close)
 	e.links = append(e.links, l)
-	return &hostQ{h, l}
+	return &hostQ{h, l}, nil
 }
 
 func (e *rdmaEnv) adminConnect(kato uint32) (*hostQ, uint16) {

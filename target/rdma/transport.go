@@ -94,11 +94,15 @@ type Transport struct {
 	cmDone   chan struct{}
 
 	mu        sync.Mutex
-	devices   map[string]*device
-	listeners map[*rdmacm.CMID]*Listener
+	devices   map[string]*device         // by name: the device new connections on that name use
+	retired   []*device                  // removed (or replaced) devices not yet released
+	lis       map[*Listener]bool         // open listeners, also those waiting for their address
+	listeners map[*rdmacm.CMID]*Listener // open listeners by their bound ID
 	conns     map[*rdmacm.CMID]*conn
 	perAddr   map[netip.Addr]int // connections (in conns) by the host's address
 	live      sync.WaitGroup     // connections not yet released
+	bg        sync.WaitGroup     // relistening listeners and releasing removed devices
+	quit      chan struct{}      // closed by Close: background work stops
 	closed    bool
 	draining  bool // Drain started: no new connections
 
@@ -107,19 +111,29 @@ type Transport struct {
 	refusals ratelog.Limiter // rejected connection requests: a line per address and interval
 }
 
-// Listener is one address the transport accepts connections on.
+// Listener is one address the transport accepts connections on. When the RDMA device
+// under its address is removed, the listener waits for an RDMA device to carry the
+// address again (a device added back, or the address moved to another) and listens there;
+// its port stays in the discovery log meanwhile.
 type Listener struct {
+	tr   *Transport
 	addr netip.AddrPort
-	id   *rdmacm.CMID
 	port *target.Port
+	// tr.mu guards the rest.
+	id   *rdmacm.CMID // nil while the listener waits for its address to come back
 	dev  string
+	open bool
 }
 
 // Addr returns the address the listener is bound to (the port filled in when it was 0).
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // Device names the RDMA device the listener is bound to ("" for a wildcard address).
-func (l *Listener) Device() string { return l.dev }
+func (l *Listener) Device() string {
+	l.tr.mu.Lock()
+	defer l.tr.mu.Unlock()
+	return l.dev
+}
 
 // Port returns the target port the listener serves (its discovery log entry).
 func (l *Listener) Port() *target.Port { return l.port }
@@ -145,12 +159,16 @@ func New(t *target.Target, opts ...Option) (*Transport, error) {
 		t: t, opts: o, log: o.log.With("component", "rdma"), ch: ch,
 		cmDone:    make(chan struct{}),
 		devices:   make(map[string]*device),
+		lis:       make(map[*Listener]bool),
 		listeners: make(map[*rdmacm.CMID]*Listener),
+		quit:      make(chan struct{}),
 		conns:     make(map[*rdmacm.CMID]*conn),
 		perAddr:   make(map[netip.Addr]int),
 	}
 	tr.cmCtx, tr.cmCancel = context.WithCancel(context.Background())
 	go tr.cmLoop()
+	tr.bg.Add(1)
+	go tr.watchDevices()
 	return tr, nil
 }
 
@@ -187,14 +205,14 @@ func (tr *Transport) Listen(l conf.Listener) (*Listener, error) {
 	if err != nil {
 		return nil, tr.listenError(ap, err)
 	}
-	lis := &Listener{addr: id.LocalAddr(), id: id, dev: id.DeviceName()}
+	lis := &Listener{tr: tr, addr: id.LocalAddr(), id: id, dev: id.DeviceName(), open: true}
 	if !lis.addr.IsValid() || lis.addr.Port() == 0 {
 		lis.addr = ap
 	}
 	if lis.dev != "" {
 		// Set the device up now, so that a buffer pool that cannot be locked is an
 		// error at start-up rather than a rejected host later.
-		if _, err := tr.device(lis.dev); err != nil {
+		if err := tr.setUp(id); err != nil {
 			id.Close()
 			return nil, fmt.Errorf("rdma: listener %v on %s: %w", ap, lis.dev, err)
 		}
@@ -223,8 +241,9 @@ func (tr *Transport) Listen(l conf.Listener) (*Listener, error) {
 		return nil, ErrClosed
 	}
 	tr.listeners[id] = lis
+	tr.lis[lis] = true
 	tr.mu.Unlock()
-	tr.log.Debug("listening", "addr", lis.addr, "device", lis.dev, "port_id", tp.ID())
+	tr.log.Debug("listening", "addr", lis.addr, "device", id.DeviceName(), "port_id", tp.ID())
 	return lis, nil
 }
 
@@ -279,17 +298,14 @@ func (tr *Transport) Drain(ctx context.Context) error {
 		return ErrClosed
 	}
 	tr.draining = true
-	lis := make([]*Listener, 0, len(tr.listeners))
-	for _, l := range tr.listeners {
-		lis = append(lis, l)
+	ids := make([]*rdmacm.CMID, 0, len(tr.listeners))
+	for id := range tr.listeners {
+		ids = append(ids, id)
 	}
-	devs := make([]*device, 0, len(tr.devices))
-	for _, d := range tr.devices {
-		devs = append(devs, d)
-	}
+	devs := tr.allDevices()
 	tr.mu.Unlock()
-	for _, l := range lis {
-		l.id.Close() // Close closes it again: a no-op
+	for _, id := range ids {
+		id.Close() // Close closes it again: a no-op
 	}
 	tr.t.Quiesce()
 	var groups []*group
@@ -353,17 +369,20 @@ func (tr *Transport) Close() error {
 		return nil
 	}
 	tr.closed = true
+	close(tr.quit)
 	var lis []*Listener
-	for _, l := range tr.listeners {
+	var ids []*rdmacm.CMID
+	for l := range tr.lis {
 		lis = append(lis, l)
+		ids = append(ids, l.id) // nil while waiting: Close is a no-op
 	}
 	var conns []*conn
 	for _, c := range tr.conns {
 		conns = append(conns, c)
 	}
 	tr.mu.Unlock()
-	for _, l := range lis {
-		l.id.Close()
+	for i, l := range lis {
+		ids[i].Close()
 		l.port.Close() // disconnects the port's queues
 	}
 	for _, c := range conns {
@@ -381,10 +400,11 @@ func (tr *Transport) Close() error {
 		tr.log.Error("connections still open after the transport started closing: their memory stays mapped",
 			"connections", open, "waited", closeWait)
 	}
+	tr.bg.Wait() // no listener listens again now; removed devices being released are
 	tr.mu.Lock()
-	devs := make([]*device, 0, len(tr.devices))
-	for _, d := range tr.devices {
-		devs = append(devs, d)
+	devs := tr.allDevices()
+	for _, d := range devs {
+		d.closing = true
 	}
 	tr.mu.Unlock()
 	var errs []error
@@ -402,13 +422,18 @@ func (tr *Transport) Close() error {
 // listeners keep running.
 func (tr *Transport) CloseListener(l *Listener) error {
 	tr.mu.Lock()
-	if tr.listeners[l.id] != l {
+	if !tr.lis[l] {
 		tr.mu.Unlock()
 		return fmt.Errorf("rdma: listener %v is not open", l.addr)
 	}
-	delete(tr.listeners, l.id)
+	delete(tr.lis, l)
+	l.open = false
+	id := l.id
+	if id != nil {
+		delete(tr.listeners, id)
+	}
 	tr.mu.Unlock()
-	err := l.id.Close()
+	err := id.Close()
 	l.port.Close() // disconnects the port's queues
 	tr.log.Info("listener closed", "addr", l.addr, "port_id", l.port.ID())
 	if err != nil {
@@ -441,10 +466,7 @@ func (tr *Transport) Stats() Stats {
 	var s Stats
 	tr.mu.Lock()
 	s.Connections = len(tr.conns)
-	devs := make([]*device, 0, len(tr.devices))
-	for _, d := range tr.devices {
-		devs = append(devs, d)
-	}
+	devs := tr.allDevices()
 	tr.mu.Unlock()
 	for _, d := range devs {
 		free, total, low := d.pool.stats()
@@ -534,10 +556,7 @@ func (tr *Transport) PoolStats() []PoolStats {
 
 func (tr *Transport) devicesByName() []*device {
 	tr.mu.Lock()
-	devs := make([]*device, 0, len(tr.devices))
-	for _, d := range tr.devices {
-		devs = append(devs, d)
-	}
+	devs := tr.allDevices()
 	tr.mu.Unlock()
 	slices.SortFunc(devs, func(a, b *device) int { return strings.Compare(a.name, b.name) })
 	return devs
@@ -564,6 +583,11 @@ type device struct {
 
 	mu   sync.Mutex
 	next int
+
+	// tr.mu guards these.
+	users   int  // connections on the device, and connection requests being set up on it
+	retired bool // removed, or replaced by a device of the same name: no new connections
+	closing bool // being closed: by the transport's Close, or once retired and unused
 }
 
 // closeWait bounds how long Close waits for connections to be released; groupStopWait how
@@ -576,22 +600,177 @@ var (
 // maxCQE bounds each poll group's completion queue.
 const maxCQE = 32768
 
-// device returns the state of the named device, setting it up on first use.
-func (tr *Transport) device(name string) (*device, error) {
+// holdDevice returns the state of the device id is bound to, setting it up on first
+// use, and counts a user of it, for putDevice. A device of the same name whose context
+// is not id's was removed (and another added under its name): it is retired, and a new
+// one set up.
+func (tr *Transport) holdDevice(id *rdmacm.CMID) (*device, error) {
+	name := id.DeviceName()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	if d := tr.devices[name]; d != nil {
-		return d, nil
+	d := tr.devices[name]
+	if d != nil && !id.OnDevice(d.dev) {
+		tr.log.Warn("RDMA device replaced: a device of the same name was removed and added again", "device", name)
+		tr.retire(d)
+		d = nil
 	}
-	if tr.closed {
-		return nil, ErrClosed
+	if d == nil {
+		if tr.closed {
+			return nil, ErrClosed
+		}
+		var err error
+		if d, err = tr.openDevice(name); err != nil {
+			return nil, err
+		}
+		tr.devices[name] = d
 	}
-	d, err := tr.openDevice(name)
-	if err != nil {
-		return nil, err
-	}
-	tr.devices[name] = d
+	d.users++
 	return d, nil
+}
+
+// setUp sets up the device id is bound to, if it is not yet.
+func (tr *Transport) setUp(id *rdmacm.CMID) error {
+	d, err := tr.holdDevice(id)
+	if err == nil {
+		tr.putDevice(d)
+	}
+	return err
+}
+
+// putDevice ends a use holdDevice counted; the last use of a retired device releases it.
+func (tr *Transport) putDevice(d *device) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if d.users--; d.users == 0 && d.retired {
+		tr.releaseRetired(d)
+	}
+}
+
+// deviceRemoved retires the device id was bound to, which rdma_cm said was removed.
+func (tr *Transport) deviceRemoved(id *rdmacm.CMID) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, d := range tr.devices {
+		if id.OnDevice(d.dev) {
+			tr.retireRemoved(d)
+			return
+		}
+	}
+}
+
+// retireRemoved retires d, which was removed. Called with tr.mu held.
+func (tr *Transport) retireRemoved(d *device) {
+	tr.log.Error("RDMA device removed: its connections are closed, and its memory released once they are",
+		"device", d.name, "connections", d.users)
+	tr.retire(d)
+}
+
+// deviceCheckEvery is how often the transport looks for devices removed without an
+// rdma_cm event to say so: one without connections or listeners bound to it (a wildcard
+// listener's). Variable for tests.
+var deviceCheckEvery = 2 * time.Second
+
+// watchDevices retires the devices that leave the system's device list, until Close.
+func (tr *Transport) watchDevices() {
+	defer tr.bg.Done()
+	tick := time.NewTicker(deviceCheckEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tr.quit:
+			return
+		case <-tick.C:
+		}
+		tr.mu.Lock()
+		devs := make([]*device, 0, len(tr.devices))
+		for _, d := range tr.devices {
+			devs = append(devs, d)
+		}
+		tr.mu.Unlock()
+		for _, d := range devs {
+			if !d.dev.Removed() {
+				continue
+			}
+			tr.mu.Lock()
+			if tr.devices[d.name] == d {
+				tr.retireRemoved(d)
+			}
+			tr.mu.Unlock()
+		}
+	}
+}
+
+// retire takes d out of use: new connections on its name set up a new device, and d is
+// released once nothing uses it — which lets the kernel finish removing it. Called with
+// tr.mu held.
+func (tr *Transport) retire(d *device) {
+	if d.retired {
+		return
+	}
+	d.retired = true
+	if tr.devices[d.name] == d {
+		delete(tr.devices, d.name)
+	}
+	tr.retired = append(tr.retired, d)
+	if d.users == 0 {
+		tr.releaseRetired(d)
+	}
+}
+
+// releaseRetired closes the unused retired device d in the background, unless the
+// transport's Close does. Called with tr.mu held.
+func (tr *Transport) releaseRetired(d *device) {
+	if d.closing || tr.closed {
+		return
+	}
+	d.closing = true
+	tr.bg.Add(1)
+	go func() {
+		defer tr.bg.Done()
+		err := d.close(0)
+		tr.mu.Lock()
+		tr.retired = slices.DeleteFunc(tr.retired, func(r *device) bool { return r == d })
+		tr.mu.Unlock()
+		if err != nil {
+			tr.log.Error("releasing a removed RDMA device", "device", d.name, "err", err)
+			return
+		}
+		tr.log.Info("removed RDMA device released", "device", d.name)
+		// librdmacm closes the device's context at a look at the device list after the
+		// device has left it, which may come a little after the removal events.
+		tick := time.NewTicker(rescanEvery)
+		defer tick.Stop()
+		for range rescans {
+			select {
+			case <-tr.quit:
+				return
+			case <-tick.C:
+				rdmacm.Rescan()
+			}
+		}
+	}()
+}
+
+// After releasing a removed device, the transport has librdmacm look at the device list
+// rescans times, rescanEvery apart (see rdmacm.Rescan).
+const (
+	rescans     = 40
+	rescanEvery = 250 * time.Millisecond
+)
+
+// allDevices returns the devices not yet being closed, retired ones included. Called
+// with tr.mu held.
+func (tr *Transport) allDevices() []*device {
+	devs := make([]*device, 0, len(tr.devices)+len(tr.retired))
+	for _, d := range tr.devices {
+		devs = append(devs, d)
+	}
+	for _, d := range tr.retired {
+		if !d.closing {
+			devs = append(devs, d)
+		}
+	}
+	return devs
 }
 
 func (tr *Transport) openDevice(name string) (d *device, err error) {
@@ -811,6 +990,7 @@ func (tr *Transport) handleEvent(ev *rdmacm.Event) {
 			c.log.Warn("connection failed after accept", "event", ev.Type.String(), "status", ev.Status)
 			c.requestClose(fmt.Errorf("rdma: %v (status %d)", ev.Type, ev.Status))
 		case rdmacm.EventDeviceRemoval:
+			tr.deviceRemoved(ev.ID)
 			c.requestClose(errors.New("rdma: device removed"))
 		case rdmacm.EventTimewaitExit, rdmacm.EventAddrChange:
 		default:
@@ -818,12 +998,95 @@ func (tr *Transport) handleEvent(ev *rdmacm.Event) {
 		}
 	case lis != nil:
 		if ev.Type == rdmacm.EventDeviceRemoval {
-			tr.log.Error("the listener's RDMA device was removed: no more connections on it", "addr", lis.addr, "device", lis.dev)
+			tr.listenerLost(lis, ev.ID)
 		} else {
 			tr.log.Debug("rdma_cm listener event", "addr", lis.addr, "event", ev.Type.String(), "status", ev.Status)
 		}
 	default:
 		tr.log.Debug("rdma_cm event for an unknown id", "event", ev.Type.String(), "status", ev.Status)
+	}
+}
+
+// Relistening: how long a listener whose device was removed waits before it first tries
+// its address again, and at most between tries. Variables for tests.
+var (
+	relistenFirst = 250 * time.Millisecond
+	relistenMax   = 5 * time.Second
+)
+
+// listenerLost handles the removal of the device under listener l (bound as id): rdma_cm
+// has closed the kernel's side of id; the listener waits for its address to be on an
+// RDMA device again and listens there.
+func (tr *Transport) listenerLost(l *Listener, id *rdmacm.CMID) {
+	tr.mu.Lock()
+	if l.id != id {
+		tr.mu.Unlock()
+		return
+	}
+	delete(tr.listeners, id)
+	l.id = nil
+	dev := l.dev
+	run := l.open && !tr.closed && !tr.draining
+	if run {
+		tr.bg.Add(1)
+	}
+	tr.mu.Unlock()
+	tr.deviceRemoved(id)
+	id.Close() // its device reference goes with it
+	tr.log.Error("the listener's RDMA device was removed: listening again once an RDMA device has the address",
+		"addr", l.addr, "device", dev)
+	if run {
+		go func() {
+			defer tr.bg.Done()
+			tr.relisten(l)
+		}()
+	}
+}
+
+// relisten listens on l's address again once it can, backing off between tries, until it
+// does or the listener or the transport closes.
+func (tr *Transport) relisten(l *Listener) {
+	wait, tries := relistenFirst, 0
+	var lastErr error
+	for {
+		select {
+		case <-tr.quit:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, relistenMax)
+		tr.mu.Lock()
+		stop := !l.open || tr.closed || tr.draining
+		tr.mu.Unlock()
+		if stop {
+			return
+		}
+		tries++
+		id, err := tr.ch.Listen(l.addr, listenBacklog)
+		if err == nil && id.DeviceName() != "" {
+			if err = tr.setUp(id); err != nil {
+				id.Close()
+			}
+		}
+		if err != nil {
+			if lastErr == nil || err.Error() != lastErr.Error() {
+				tr.log.Debug("listening again", "addr", l.addr, "tries", tries, "err", err)
+			}
+			lastErr = err
+			continue
+		}
+		tr.mu.Lock()
+		if !l.open || tr.closed || tr.draining {
+			tr.mu.Unlock()
+			id.Close()
+			return
+		}
+		dev := id.DeviceName()
+		l.id, l.dev = id, dev
+		tr.listeners[id] = l
+		tr.mu.Unlock()
+		tr.log.Info("listening again", "addr", l.addr, "device", dev, "tries", tries)
+		return
 	}
 }
 
@@ -859,12 +1122,18 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 		return
 	}
 	lim := lis.port.Limits()
-	dev, err := tr.device(id.DeviceName())
+	dev, err := tr.holdDevice(id)
 	if err != nil {
 		tr.log.Error("cannot set up the RDMA device for a connection", "device", id.DeviceName(), "err", err)
 		tr.rejectConn(id, remote, reject(nvmeproto.RDMARejectNoResources, "device %s: %v", id.DeviceName(), err), nil)
 		return
 	}
+	accepted := false
+	defer func() {
+		if !accepted { // an accepted connection's use ends when it is released
+			tr.putDevice(dev)
+		}
+	}()
 	p, rej := checkConnReq(ev.Param.PrivateData, int(ev.Param.InitiatorDepth), connLimits{
 		maxIOQueues: lim.MaxIOQueues, adminDepth: lim.AdminQueueDepth, maxDepth: lim.MaxQueueDepth,
 		deviceMaxIRD: dev.attr.MaxQPInitRdAtom, deviceMaxWR: dev.attr.MaxQPWR,
@@ -892,7 +1161,9 @@ func (tr *Transport) onConnectRequest(ev *rdmacm.Event) {
 			rj = reject(nvmeproto.RDMARejectNoResources, "%v", err)
 		}
 		tr.rejectConn(id, remote, rj, ev)
+		return
 	}
+	accepted = true
 }
 
 // accept creates the connection's queue pair and memory and accepts it. On error
@@ -976,7 +1247,7 @@ func (tr *Transport) accept(ev *rdmacm.Event, lis *Listener, dev *device, p conn
 	q.SetCounterShard(g.m.shard)
 	q.SetPeer(id.RemoteAddr().String())
 	q.ExpectQID(p.req.QID)
-	c.onDead = func(c *conn) { tr.connDead(c, id, mem) }
+	c.onDead = func(c *conn) { tr.connDead(c, id, mem, dev) }
 	// Receives go up before the accept: the host may send as soon as it is established.
 	if err = c.postInitialRecvs(); err != nil {
 		return fmt.Errorf("posting %d receives: %w", cfg.depth, err)
@@ -1027,8 +1298,9 @@ func (tr *Transport) admit(addr netip.Addr) *rejectError {
 	return nil
 }
 
-// connDead releases what accept created once the connection is torn down.
-func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, mem *qmemBlock) {
+// connDead releases what accept created once the connection is torn down, and ends
+// the connection's use of its device.
+func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, mem *qmemBlock, dev *device) {
 	if err := id.Close(); err != nil {
 		c.log.Debug("rdma_destroy_id", "err", err)
 	}
@@ -1046,6 +1318,7 @@ func (tr *Transport) connDead(c *conn, id *rdmacm.CMID, mem *qmemBlock) {
 		}
 	}
 	tr.mu.Unlock()
+	tr.putDevice(dev)
 	c.log.Debug("connection released", "reason", c.reason())
 	tr.live.Done()
 }
