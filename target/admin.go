@@ -18,8 +18,74 @@ func (c *controller) adminOpSupported(op uint8) bool {
 	return false
 }
 
-// execAdmin runs an admin or Fabrics command on the admin queue, inline.
+// Admin commands run off the transport's goroutine. Some block on storage: Identify
+// Namespace asks a file backend's filesystem for its usage (fstat, fstatfs), Set Features
+// Reservation Persistence writes and fsyncs the state file. A transport calls Execute on a
+// goroutine that serves other queues too (an RDMA poll group holds admin and I/O queues of
+// many hosts), and a command blocked there — a slow disk, a hung NFS mount — would stop
+// them all. So execAdmin queues admin commands for the controller's admin worker, a
+// goroutine that exists while commands are queued: it runs them one at a time, in the
+// order Execute received them, and completes each through TransportQueue.Complete from
+// its own goroutine, as a backend completes I/O.
+//
+// Three commands run inline, at once, whatever is queued: Keep Alive (it only notes
+// activity, and must be answered while another command is blocked, or the host's own
+// keep-alive fails), Asynchronous Event Request (it is held until an event) and Abort
+// (which aborts held AERs only). None of them depends on the order of other commands.
+// Fabrics Property Get and Set run inline while nothing is queued, and queue behind what
+// is otherwise: the host sees every command take effect in the order it sent them (a
+// Property Set of CC.EN = 0 does not overtake a Set Features sent before it). Connect and
+// authentication never get here (Queue.Execute).
+
+// execAdmin runs an admin or Fabrics command of the admin queue, inline or on the admin
+// worker (see above).
 func (c *controller) execAdmin(q *Queue, r *Request) {
+	switch r.Cmd.Opcode {
+	case nvmeproto.OpKeepAlive, nvmeproto.OpAsyncEventRequest, nvmeproto.OpAbort:
+		c.runAdmin(q, r)
+		return
+	}
+	c.workMu.Lock()
+	if !c.working && r.Cmd.Opcode == nvmeproto.OpFabrics {
+		c.workMu.Unlock()
+		c.runAdmin(q, r)
+		return
+	}
+	c.work = append(c.work, r)
+	start := !c.working
+	c.working = true
+	c.workMu.Unlock()
+	if start {
+		go c.adminWorker()
+	}
+}
+
+// adminWorker runs the queued admin commands in order and returns when none is left. A
+// command whose queue is closing meanwhile (the host is gone, or the controller failed)
+// is not run: it completes with Command Aborted due to SQ Deletion.
+func (c *controller) adminWorker() {
+	for {
+		c.workMu.Lock()
+		if len(c.work) == 0 {
+			c.working = false
+			c.work = c.work[:0]
+			c.workMu.Unlock()
+			return
+		}
+		r := c.work[0]
+		c.work[0] = nil
+		c.work = c.work[1:]
+		c.workMu.Unlock()
+		if r.q.closing() {
+			r.q.finish(r, nvmeproto.StatusAbortSQDeletion)
+			continue
+		}
+		c.runAdmin(r.q, r)
+	}
+}
+
+// runAdmin executes an admin or Fabrics command and completes it.
+func (c *controller) runAdmin(q *Queue, r *Request) {
 	switch r.Cmd.Opcode {
 	case nvmeproto.OpFabrics:
 		c.execFabrics(q, r)

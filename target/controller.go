@@ -74,6 +74,13 @@ type controller struct {
 	log     *slog.Logger
 	created time.Time
 
+	// The admin worker (see execAdmin): the commands queued for it, in arrival order, and
+	// whether its goroutine runs (it does while work is not empty, and while it executes
+	// the last command taken from it).
+	workMu  sync.Mutex
+	work    []*Request
+	working bool
+
 	kaSeen  atomic.Bool // a command arrived since the last keep-alive tick
 	enabled atomic.Bool // CC.EN = 1 and CSTS.RDY = 1: admin commands are accepted
 	wce     atomic.Bool // volatile write cache enabled (feature 06h)

@@ -258,8 +258,9 @@ func (c *controller) asyncEventRequest(q *Queue, r *Request) {
 	c.mu.Unlock()
 }
 
-// abort implements Abort: held Asynchronous Event Requests can be aborted; anything else
-// is already executing and runs to completion (DW0 bit 0 set: not aborted).
+// abort implements Abort: held Asynchronous Event Requests can be aborted; anything else,
+// executing or queued for the admin worker, runs to completion (DW0 bit 0 set: not
+// aborted).
 func (c *controller) abort(r *Request) nvmeproto.Status {
 	sqid, cid := uint16(r.Cmd.CDW10), uint16(r.Cmd.CDW10>>16)
 	r.CQE.DW0 = 1

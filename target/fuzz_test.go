@@ -109,8 +109,9 @@ func FuzzLoopCapsules(f *testing.F) {
 				continue // queue full, torn down, or a capsule too big to receive
 			}
 			submitted.Add(1)
-			// With memory backends everything completes inline, before SubmitCapsule
-			// returns, except a held Asynchronous Event Request.
+			// With memory backends I/O completes inline, before SubmitCapsule returns;
+			// admin commands complete from the controller's admin worker, or (held
+			// Asynchronous Event Requests) at the latest when the queue closes.
 			_ = done
 		}
 		if v := ss.violations(); len(v) > 0 {

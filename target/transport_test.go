@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/internal/aligned"
@@ -45,7 +46,8 @@ func (tr *rawTransport) last() nvmeproto.Completion {
 }
 
 // submit drives one command through Begin, the data phase and Execute as a transport
-// does; data is the host memory (read from for writes, written for reads).
+// does, and waits for its completion (an admin command completes from the controller's
+// admin worker); data is the host memory (read from for writes, written for reads).
 func (tr *rawTransport) submit(t *testing.T, q *Queue, r *Request, cmd nvmeproto.Command, data, buf []byte) nvmeproto.Completion {
 	t.Helper()
 	r.Cmd = cmd
@@ -58,8 +60,23 @@ func (tr *rawTransport) submit(t *testing.T, q *Queue, r *Request, cmd nvmeproto
 			copy(r.Data, data)
 		}
 	}
+	tr.mu.Lock()
+	before := tr.completed[r]
+	tr.mu.Unlock()
 	q.Execute(r)
-	c := tr.last()
+	var c nvmeproto.Completion
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+		tr.mu.Lock()
+		done := tr.completed[r] > before
+		tr.mu.Unlock()
+		if done {
+			c = r.CQE // the core has let go of r
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("opcode %#x not completed in 10 s", cmd.Opcode)
+		}
+	}
 	if r.Dir == nvmeproto.DirCtrlToHost && c.Status.Success() {
 		copy(data, r.Data[:r.Length])
 	}

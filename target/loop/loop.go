@@ -45,8 +45,9 @@
 // done is called exactly once for every Submit that returned nil, with the completion
 // (by value: a Conn allocates nothing per command). It may run on the submitting
 // goroutine before Submit returns (memory and null backends, errors found before
-// execution), on a backend worker goroutine, or on whichever goroutine raised an
-// asynchronous event; it must not block, and may call Submit. The command's slot is free
+// execution, Keep Alive), on a backend worker goroutine, on the controller's admin worker
+// goroutine (Identify, Get Log Page, Get/Set Features), or on whichever goroutine raised
+// an asynchronous event; it must not block, and may call Submit. The command's slot is free
 // again when done runs. A Conn holds at most depth commands; Submit returns an error
 // when all slots are busy, after the Conn was closed or disconnected, or for a capsule
 // the transport cannot receive. It never blocks.
