@@ -180,6 +180,11 @@ func (c *controller) activity() {
 // startKeepAlive (re)arms the keep-alive timer for kato (0 disables it). Called with mu
 // held. The timer ticks every kato/2; two ticks in a row without a command expire it,
 // so the controller fails between kato and 1.5 kato after the host's last command.
+// While a shutdown notification is in effect (CC.SHN written and not withdrawn) the
+// timer does not run: from the time a shutdown is initiated the controller disables the
+// Keep Alive Timer (NVMe base specification; SPDK's nvmf_prop_set_cc stops it there), and
+// a host that has shut the controller down sends no more keep-alives. kato is kept, and
+// the timer starts again when CC.SHN returns to 0.
 func (c *controller) startKeepAlive(kato time.Duration) {
 	c.kato = kato
 	c.kaGen++
@@ -188,7 +193,7 @@ func (c *controller) startKeepAlive(kato time.Duration) {
 		c.kaTimer.Stop()
 		c.kaTimer = nil
 	}
-	if kato <= 0 || c.dead {
+	if kato <= 0 || c.dead || c.cc.SHN() != nvmeproto.CCSHNNone {
 		return
 	}
 	c.kaSeen.Store(true)
@@ -312,11 +317,13 @@ func (c *controller) setCC(v nvmeproto.CC) {
 		after = append(after, c.reset())
 	}
 	if v.SHN() != nvmeproto.CCSHNNone && old.SHN() == nvmeproto.CCSHNNone {
+		c.startKeepAlive(c.kato) // stops it
 		after = append(after, c.beginShutdown())
 	}
 	if v.SHN() == nvmeproto.CCSHNNone && old.SHN() != nvmeproto.CCSHNNone {
 		c.shutGen++ // a shutdown still draining does not report complete
 		c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTNormal)
+		c.startKeepAlive(c.kato)
 	}
 	c.mu.Unlock()
 	for _, f := range after {

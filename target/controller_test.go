@@ -161,6 +161,33 @@ func TestShutdown(t *testing.T) {
 	expect(t, "I/O connect after shutdown", h.connect(1, 7, 0, cntlid, subNQN, hostNQN), nvmeproto.StatusCommandSequenceError)
 }
 
+// TestKeepAliveStopsAtShutdown: from a shutdown notification the keep-alive timer does
+// not run — the host that shut the controller down sends no more keep-alives, and a Set
+// Features Keep Alive Timer meanwhile does not start it — and it runs again once CC.SHN
+// returns to 0. The old code kept the timer running: the idle controller failed with
+// keep alive expired after its shutdown.
+func TestKeepAliveStopsAtShutdown(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	const kato = 300 // ms: an idle controller fails 300..450 ms after the last command
+	admin, _ := e.adminConnect(subNQN, hostNQN, kato)
+	base := nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4)
+	expectOK(t, "CC.SHN=1", admin.propSet(nvmeproto.PropCC, uint32(base.WithEN(true).WithSHN(nvmeproto.CCSHNNormal))))
+	waitFor(t, func() bool {
+		v, _ := admin.propGet(nvmeproto.PropCSTS, false)
+		return nvmeproto.CSTS(v).SHST() == nvmeproto.CSTSSHSTComplete
+	})
+	expectOK(t, "Set Features Keep Alive Timer after the shutdown", admin.setFeature(0x0F, kato, nil))
+	select {
+	case <-admin.conn.Done():
+		t.Fatalf("idle controller torn down after its shutdown: %v", admin.conn.Err())
+	case <-time.After(4 * kato * time.Millisecond):
+	}
+	expectOK(t, "CC.SHN=0, EN=0", admin.propSet(nvmeproto.PropCC, uint32(base)))
+	if err := waitDone(t, admin, 10*kato*time.Millisecond); !errors.Is(err, target.ErrKeepAliveExpired) {
+		t.Fatalf("idle controller after CC.SHN=0: %v, want keep alive expired", err)
+	}
+}
+
 // TestResetWithShutdown: a reset (CC.EN 1→0) and a shutdown notification (CC.SHN) written
 // together, or one while the other drains, both wait for every command in flight: SHST
 // does not read complete, nor RDY clear, while a write is still in the backend, and both
