@@ -188,6 +188,26 @@ func TestKeepAliveStopsAtShutdown(t *testing.T) {
 	}
 }
 
+// TestShutdownReservedSHN: a Property Set of CC with SHN 11b (reserved) is refused with
+// Invalid Field in Command and changes nothing: no shutdown starts, the I/O queues stay.
+// The old code took it for a shutdown notification.
+func TestShutdownReservedSHN(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	cc := nvmeproto.CC(0).WithEN(true).WithIOSQES(6).WithIOCQES(4)
+	expect(t, "CC.SHN=11b", admin.propSet(nvmeproto.PropCC, uint32(cc.WithSHN(3))), nvmeproto.StatusInvalidField)
+	time.Sleep(50 * time.Millisecond)
+	if v, c := admin.propGet(nvmeproto.PropCC, false); c.Status.Success() && nvmeproto.CC(v) != cc {
+		t.Errorf("CC %v after the refused write, want %v", nvmeproto.CC(v), cc)
+	}
+	if v, _ := admin.propGet(nvmeproto.PropCSTS, false); nvmeproto.CSTS(v).SHST() != nvmeproto.CSTSSHSTNormal || !nvmeproto.CSTS(v).RDY() {
+		t.Errorf("CSTS %v after the refused write, want RDY and no shutdown", nvmeproto.CSTS(v))
+	}
+	f := sglCmd(nvmeproto.OpFlush, 1, 0)
+	expectOK(t, "flush on the I/O queue after the refused write", q.do(&f, nil))
+}
+
 // TestResetWithShutdown: a reset (CC.EN 1→0) and a shutdown notification (CC.SHN) written
 // together, or one while the other drains, both wait for every command in flight: SHST
 // does not read complete, nor RDY clear, while a write is still in the backend, and both

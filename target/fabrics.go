@@ -346,12 +346,22 @@ func (c *controller) execFabrics(q *Queue, r *Request) {
 			q.reject(r, nvmeproto.StatusInvalidField.WithDNR(), "property set refused")
 			return
 		}
-		c.setCC(nvmeproto.CC(uint32(ps.Value)))
+		cc := nvmeproto.CC(uint32(ps.Value))
+		if cc.SHN() == ccSHNReserved {
+			// 11b is reserved: the write is refused whole, as SPDK's nvmf_prop_set_cc does
+			// (nvmet takes it for a shutdown).
+			q.reject(r, nvmeproto.StatusInvalidField.WithDNR(), "property set refused: CC.SHN 11b is reserved")
+			return
+		}
+		c.setCC(cc)
 		q.finish(r, nvmeproto.StatusSuccess)
 	default: // Begin lets no other fctype through (Disconnect: Invalid Queue Type)
 		q.reject(r, nvmeproto.StatusInvalidOpcode.WithDNR(), "invalid fabrics command")
 	}
 }
+
+// ccSHNReserved is the reserved CC.SHN value 11b.
+const ccSHNReserved = 3
 
 // cap returns the CAP property.
 func (c *controller) cap() nvmeproto.CAP {
