@@ -260,6 +260,7 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 		return id
 	}
 	id.CNTRLTYPE = nvmeproto.ControllerTypeIO
+	id.RTD3E = rtd3e
 	id.CRDT1 = crdtReopen
 	id.OAES = nvmeproto.OAESNamespaceAttr | nvmeproto.OAESANAChange
 	id.NN = conf.MaxNSID

@@ -76,6 +76,10 @@ func TestLinuxConnectSequence(t *testing.T) {
 		t.Errorf("sn %q mn %q fr %q", id.SN, id.MN, id.FR)
 	case id.CTRATT&nvmeproto.CTRATTTBKAS == 0:
 		t.Error("TBKAS not reported")
+	case min(max(id.RTD3E/1_000_000, 5), 60) != 60: // the host's shutdown timeout, in seconds
+		// The shutdown flushes every namespace; the host must wait for it as long as it
+		// will (nvme_init_identify clamps RTD3E to 5..60 s), not its default 5 s.
+		t.Errorf("RTD3E %d µs: the host waits %d s for a shutdown, want 60", id.RTD3E, min(max(id.RTD3E/1_000_000, 5), 60))
 	case id.ONCS&(nvmeproto.ONCSWriteZeroes|nvmeproto.ONCSDatasetManagement|nvmeproto.ONCSCompare) == 0:
 		t.Errorf("oncs %#x", id.ONCS)
 	case id.MSDBD < 1 || id.VER < nvmeproto.VS1_4 || id.LPA&nvmeproto.LPACommandEffects == 0:

@@ -20,6 +20,16 @@ const (
 	maxChangedNSList = 1024
 )
 
+// rtd3e is Identify Controller RTD3E (µs): how long the host waits for CSTS.SHST to read
+// complete after a shutdown notification. The shutdown (beginShutdown) drains the I/O
+// queues and flushes every namespace's backend, which has no bound of its own: an rbd
+// image with a large cache, or a file on a slow disk, can take longer than the 5 s the
+// Linux host waits when RTD3E is 0 (nvme_core.shutdown_timeout). A host that gives up
+// disconnects without learning whether the flush failed (CSTS.CFS). The Linux host uses
+// RTD3E clamped to 5..60 s (nvme_init_identify), the Go initiator likewise: 60 s is the
+// longest a host will wait, and a host polls CSTS, so a fast flush costs it nothing more.
+const rtd3e = 60_000_000
+
 // Command Retry Delay. A namespace being reopened answers Namespace Not Ready without DNR
 // (see controller.unavailable); a host that enabled ACRE (Host Behavior Support, which
 // the Linux host does when Identify Controller reports a non-zero CRDT1) gets CRD 1 with
