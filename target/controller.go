@@ -496,13 +496,17 @@ func (c *controller) namespaceChanged(nsid uint32) {
 		return
 	}
 	c.mu.Lock()
-	switch {
-	case len(c.changedNS) == 1 && c.changedNS[0] == 0xFFFFFFFF:
-	case len(c.changedNS) >= maxChangedNSList:
-		c.changedNS = []uint32{0xFFFFFFFF}
-		c.changedGen++
-	default:
-		if i, found := slices.BinarySearch(c.changedNS, nsid); !found {
+	// An NSID already listed changes nothing, even in a full list; one more than the list
+	// holds turns it into the single entry FFFFFFFFh (more than 1024 changed), as in
+	// nvmet_add_to_changed_ns_log.
+	if len(c.changedNS) != 1 || c.changedNS[0] != 0xFFFFFFFF {
+		i, found := slices.BinarySearch(c.changedNS, nsid)
+		switch {
+		case found:
+		case len(c.changedNS) >= maxChangedNSList:
+			c.changedNS = []uint32{0xFFFFFFFF}
+			c.changedGen++
+		default:
 			c.changedNS = slices.Insert(c.changedNS, i, nsid)
 			c.changedGen++
 		}
