@@ -293,3 +293,25 @@ func TestNewErrors(t *testing.T) {
 		t.Fatal("New accepted an invalid configuration")
 	}
 }
+
+// TestCommandEffectsAdmin: the Commands Supported and Effects log marks every admin
+// command the controller implements as supported and none with an effect: Set Features
+// changes host settings, not controller capabilities (nvmet marks it supported only).
+// The old code marked Set Features CCC, and the Linux host logged "controller
+// capabilities changed, reset may be required" after every nvme set-feature.
+func TestCommandEffectsAdmin(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	b, c := admin.getLog(uint8(nvmeproto.LIDCommandEffects), 0, 0, nvmeproto.CommandEffectsLogSize, 0, false)
+	expectOK(t, "Commands Supported and Effects log", c)
+	var l nvmeproto.CommandEffectsLog
+	if err := l.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []uint8{nvmeproto.OpGetLogPage, nvmeproto.OpIdentify, nvmeproto.OpAbort, nvmeproto.OpSetFeatures,
+		nvmeproto.OpGetFeatures, nvmeproto.OpAsyncEventRequest, nvmeproto.OpKeepAlive} {
+		if l.ACS[op] != nvmeproto.EffectCSUPP {
+			t.Errorf("admin opcode %#x: effects %#x, want supported (%#x) only", op, l.ACS[op], nvmeproto.EffectCSUPP)
+		}
+	}
+}

@@ -284,15 +284,18 @@ func (c *controller) smartLog(nsid uint32) ([]byte, nvmeproto.Status) {
 }
 
 // commandEffects is the Commands Supported and Effects log: every implemented command,
-// with the effects a host must know about.
+// with the effects a host must know about. No admin command changes what the controller
+// reports about itself (CCC) or its namespaces: the features Set Features changes are
+// host settings, not capabilities (as nvmet_get_cmd_effects_admin reports them). The
+// Linux host logs "controller capabilities changed, reset may be required" after every
+// passthrough command marked CCC.
 var commandEffects = func() *nvmeproto.CommandEffectsLog {
 	var l nvmeproto.CommandEffectsLog
 	for _, op := range []uint8{nvmeproto.OpGetLogPage, nvmeproto.OpIdentify, nvmeproto.OpAbort,
-		nvmeproto.OpGetFeatures, nvmeproto.OpAsyncEventRequest, nvmeproto.OpKeepAlive} {
+		nvmeproto.OpSetFeatures, nvmeproto.OpGetFeatures, nvmeproto.OpAsyncEventRequest, nvmeproto.OpKeepAlive,
+		nvmeproto.OpFabrics} {
 		l.ACS[op] = nvmeproto.EffectCSUPP
 	}
-	l.ACS[nvmeproto.OpSetFeatures] = nvmeproto.EffectCSUPP | nvmeproto.EffectCCC
-	l.ACS[nvmeproto.OpFabrics] = nvmeproto.EffectCSUPP
 	for _, op := range []uint8{nvmeproto.OpRead, nvmeproto.OpCompare, nvmeproto.OpReservationRegister,
 		nvmeproto.OpReservationReport, nvmeproto.OpReservationAcquire, nvmeproto.OpReservationRelease} {
 		l.IOCS[op] = nvmeproto.EffectCSUPP
