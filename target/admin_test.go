@@ -315,3 +315,23 @@ func TestCommandEffectsAdmin(t *testing.T) {
 		}
 	}
 }
+
+// TestGetLogPageUUIDIndex: the controller has no UUID List, so a Get Log Page naming a
+// UUID index (CDW14 bits 6:0) is refused with Invalid Field in Command; index 0 (none)
+// reads the page. The old code ignored the index and returned the page.
+func TestGetLogPageUUIDIndex(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	smart := func(uuidx uint32) nvmeproto.Completion {
+		var g nvmeproto.GetLogPageCommand
+		g.LID, g.NSID, g.UUIDIndex = nvmeproto.LIDSMART, nvmeproto.NSIDAll, uint8(uuidx)
+		g.SetLength(nvmeproto.SMARTLogSize)
+		cmd := sglCmd(nvmeproto.OpGetLogPage, 0, nvmeproto.SMARTLogSize)
+		g.ToCommand(&cmd)
+		return admin.do(&cmd, make([]byte, nvmeproto.SMARTLogSize))
+	}
+	expectOK(t, "SMART log, no UUID index", smart(0))
+	for _, uuidx := range []uint32{1, 5, 0x7F} {
+		expect(t, "SMART log with a UUID index", smart(uuidx), nvmeproto.StatusInvalidField)
+	}
+}

@@ -27,6 +27,12 @@ func (c *controller) getLogPage(r *Request) nvmeproto.Status {
 	if g.OT || g.Offset%4 != 0 { // offsets are bytes, dword aligned
 		return nvmeproto.StatusInvalidField.WithDNR()
 	}
+	if g.UUIDIndex != 0 {
+		// A UUID index selects an entry of the UUID List, which this controller does not
+		// have (CTRATT UUID List clear, Identify CNS 17h refused): no index names one.
+		// (nvmet and SPDK ignore the field.)
+		return nvmeproto.StatusInvalidField.WithDNR()
+	}
 	n := g.Length()
 	if n > uint64(c.t.mdtsBytes) {
 		return nvmeproto.StatusInvalidField.WithDNR()
