@@ -279,8 +279,10 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 	// acknowledged writes. Flush costs nothing on a namespace without a cache. (nvmet and
 	// SPDK report it always too.)
 	id.VWC = nvmeproto.VWCPresent | nvmeproto.VWCFlushAllNotSupported
+	// The namespaces Identify CNS 02h lists and CNS 00h describes: not one being closed
+	// (reopened), which reads as not allocated.
 	var total uint64
-	for _, ns := range s.namespaces() {
+	for _, ns := range s.activeNamespaces() {
 		total += ns.blocks.Load() << ns.shift
 	}
 	id.TNVMCAP = nvmeproto.U128(total)

@@ -198,3 +198,72 @@ func TestReopenAnswersNamespaceNotReady(t *testing.T) {
 		t.Error("the data written before the reopen is not there after it")
 	}
 }
+
+// TestTNVMCAPDuringReopen: Identify Controller TNVMCAP is the capacity of the namespaces
+// Identify reports — those the Active Namespace ID list (CNS 02h) names, with the NVMCAP
+// Identify Namespace gives — so a namespace being reopened, which both report as not
+// there, does not count. The old code counted every namespace of the table, closing or
+// not.
+func TestTNVMCAPDuringReopen(t *testing.T) {
+	opening, release := make(chan struct{}), make(chan struct{})
+	opens := 0
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if s.Kind == backend.KindFile {
+			if opens++; opens == 2 { // the reopen
+				close(opening)
+				<-release
+			}
+		}
+		return backend.Open(s)
+	}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20), memNS(2, 2<<20)), target.WithBackendOpener(opener))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	// capacities returns TNVMCAP and the sum of the NVMCAPs of the active namespaces.
+	capacities := func() (tnvmcap, active uint64) {
+		b, c := admin.identify(nvmeproto.CNSController, 0, 0)
+		expectOK(t, "identify controller", c)
+		var id nvmeproto.IdentifyController
+		if err := id.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		b, c = admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
+		expectOK(t, "active namespace list", c)
+		var l nvmeproto.NSIDList
+		if err := l.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		for _, nsid := range l {
+			b, c := admin.identify(nvmeproto.CNSNamespace, nsid, 0)
+			expectOK(t, "identify namespace", c)
+			var ns nvmeproto.IdentifyNamespace
+			if err := ns.Unmarshal(b); err != nil {
+				t.Fatal(err)
+			}
+			active += ns.NVMCAP.Lo
+		}
+		return id.TNVMCAP.Lo, active
+	}
+	if tn, act := capacities(); tn != act || tn != 3<<20 {
+		t.Fatalf("before the reopen: TNVMCAP %d, active namespaces %d bytes; want both %d", tn, act, 3<<20)
+	}
+
+	reopened := make(chan error, 1)
+	go func() { reopened <- e.tgt.ReopenNamespace(subNQN, 1) }()
+	select {
+	case <-opening:
+	case err := <-reopened:
+		t.Fatalf("the reopen returned %v without opening the backend", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reopen did not open the backend")
+	}
+	if tn, act := capacities(); tn != act {
+		t.Errorf("during the reopen of namespace 1: TNVMCAP %d, active namespaces %d bytes", tn, act)
+	}
+	close(release)
+	if err := <-reopened; err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if tn, act := capacities(); tn != act || tn != 3<<20 {
+		t.Errorf("after the reopen: TNVMCAP %d, active namespaces %d bytes; want both %d", tn, act, 3<<20)
+	}
+}
