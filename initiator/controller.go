@@ -468,7 +468,10 @@ func (c *Controller) startAER(ctx context.Context) {
 	const supported = nvmeproto.OAESNamespaceAttr | nvmeproto.OAESFirmwareActivation | nvmeproto.OAESANAChange | nvmeproto.OAESDiscoveryLogChange
 	mask := c.id.OAES & supported
 	if !c.disc {
-		mask |= 0xFF // SMART / health critical warnings
+		// The SMART / health critical warnings every I/O controller has (NVMe 1.3: bits
+		// 4:0); a controller may refuse the others (nvmet and gonvmf do).
+		mask |= nvmeproto.SMARTWarnSpare | nvmeproto.SMARTWarnTemperature | nvmeproto.SMARTWarnReliability |
+			nvmeproto.SMARTWarnReadOnly | nvmeproto.SMARTWarnVolatileMem
 	}
 	if mask != 0 {
 		sf := nvmeproto.SetFeaturesCommand{FID: nvmeproto.FIDAsyncEventConfig, CDW11: mask}

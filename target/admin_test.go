@@ -164,10 +164,10 @@ func TestAdminStatuses(t *testing.T) {
 		t.Errorf("VWC %#x after disabling", c.DW0)
 	}
 	expectOK(t, "VWC on", feat(0x06, 1))
-	// AEC keeps only the events the controller has.
-	expectOK(t, "AEC", feat(0x0B, 0xFFFFFFFF))
+	// AEC refuses events the controller does not have (TestSetFeaturesAsyncEventConfig).
+	expect(t, "AEC all bits", feat(0x0B, 0xFFFFFFFF), nvmeproto.StatusInvalidField)
 	if _, c = admin.getFeature(0x0B, 0, 0, 0); c.DW0 != 1<<8|1<<11 {
-		t.Errorf("AEC %#x, want only namespace attribute and ANA change notices", c.DW0)
+		t.Errorf("AEC %#x, want the namespace attribute and ANA change notices it started with", c.DW0)
 	}
 	// Timestamp: set, then read back close to it with origin "host".
 	ts := nvmeproto.Timestamp{Millis: 1_700_000_000_000}
@@ -333,5 +333,54 @@ func TestGetLogPageUUIDIndex(t *testing.T) {
 	expectOK(t, "SMART log, no UUID index", smart(0))
 	for _, uuidx := range []uint32{1, 5, 0x7F} {
 		expect(t, "SMART log with a UUID index", smart(uuidx), nvmeproto.StatusInvalidField)
+	}
+}
+
+// TestSetFeaturesAsyncEventConfig: Set Features Asynchronous Event Configuration accepts
+// the notices the controller reports in OAES and, on an I/O controller, the SMART
+// critical warnings 4:0 (mandatory; what the SPDK host always sets); any other bit is
+// refused with Invalid Field in Command and changes nothing, as in nvmet. The old code
+// accepted any value and silently dropped the bits it did not support.
+func TestSetFeaturesAsyncEventConfig(t *testing.T) {
+	const fidAEC = uint8(nvmeproto.FIDAsyncEventConfig)
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	for _, tc := range []struct {
+		name    string
+		sub     string
+		ok      []uint32 // accepted, and read back
+		refused []uint32
+	}{
+		{"I/O controller", subNQN,
+			[]uint32{0x1F | uint32(nvmeproto.AECNamespaceAttr|nvmeproto.AECANAChange), uint32(nvmeproto.AECANAChange), 0},
+			[]uint32{0xFFFFFFFF, 1 << 5, uint32(nvmeproto.AECFirmwareActivation), uint32(nvmeproto.AECDiscoveryLogChange)}},
+		{"discovery controller", nvmeproto.DiscoveryNQN,
+			[]uint32{uint32(nvmeproto.AECDiscoveryLogChange), 0},
+			[]uint32{0x1F, uint32(nvmeproto.AECNamespaceAttr)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			admin, _ := e.adminConnect(tc.sub, hostNQN, 0)
+			b, c := admin.identify(nvmeproto.CNSController, 0, 0)
+			expectOK(t, "identify controller", c)
+			var id nvmeproto.IdentifyController
+			if err := id.Unmarshal(b); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range tc.ok {
+				if v&^0x1F&^id.OAES != 0 {
+					t.Fatalf("test value %#x has bits outside OAES %#x and the SMART warnings", v, id.OAES)
+				}
+				expectOK(t, "set AEC", admin.setFeature(fidAEC, v, nil))
+				if _, c := admin.getFeature(fidAEC, nvmeproto.SelCurrent, 0, 0); c.DW0 != v {
+					t.Errorf("AEC %#x after setting %#x", c.DW0, v)
+				}
+			}
+			last := tc.ok[len(tc.ok)-1]
+			for _, v := range tc.refused {
+				expect(t, "set AEC with an unsupported bit", admin.setFeature(fidAEC, v, nil), nvmeproto.StatusInvalidField)
+				if _, c := admin.getFeature(fidAEC, nvmeproto.SelCurrent, 0, 0); c.DW0 != last {
+					t.Errorf("AEC %#x after the refused %#x, want %#x unchanged", c.DW0, v, last)
+				}
+			}
+		})
 	}
 }

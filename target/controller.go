@@ -172,11 +172,29 @@ func (c *controller) defaults() {
 	c.resvMaskAll = 0
 }
 
+// supportedAEC is the notices the controller raises: its OAES, and the Asynchronous
+// Event Configuration it starts with.
 func (c *controller) supportedAEC() uint32 {
 	if c.disc {
 		return aecDiscovery
 	}
 	return aecNSAttr | aecANA
+}
+
+// aecSMART is the SMART / Health critical warnings (AEC bits 4:0) a host may enable on an
+// I/O controller. Their events are mandatory; this controller never raises them (its
+// SMART log has no critical warning), but accepts them, as nvmet does
+// (NVMET_AEN_CFG_ALL): the SPDK host always enables them and, refused, configures no
+// asynchronous events at all.
+const aecSMART = uint32(nvmeproto.SMARTWarnSpare | nvmeproto.SMARTWarnTemperature | nvmeproto.SMARTWarnReliability |
+	nvmeproto.SMARTWarnReadOnly | nvmeproto.SMARTWarnVolatileMem)
+
+// settableAEC is the Asynchronous Event Configuration bits Set Features accepts.
+func (c *controller) settableAEC() uint32 {
+	if c.disc {
+		return c.supportedAEC()
+	}
+	return c.supportedAEC() | aecSMART
 }
 
 // activity notes a command for traffic based keep-alive. It writes the shared flag only

@@ -105,7 +105,12 @@ func (c *controller) setFeatures(r *Request) nvmeproto.Status {
 		c.numQueues = uint32(nvmeproto.MakeNumQueues(uint16(nsqa-1), uint16(ncqa-1)))
 		r.CQE.DW0 = c.numQueues
 	case fidAsyncEvent:
-		c.aec = v & c.supportedAEC()
+		if v&^c.settableAEC() != 0 {
+			// A notice the controller cannot raise (not in OAES) or a reserved bit: refused,
+			// as nvmet_set_feat_async_event does, rather than enabled in name only.
+			return nvmeproto.StatusInvalidField.WithDNR()
+		}
+		c.aec = v
 	case fidKeepAlive:
 		c.startKeepAlive(c.t.keepAlive(v))
 	case fidTimestamp:
