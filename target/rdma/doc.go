@@ -20,6 +20,17 @@
 // that never returned), the device's memory stays mapped until the process exits. Why
 // each queue was torn down is logged at Info, rate limited per poll group.
 //
+// # Devices
+//
+// A device is set up (protection domain, buffer pool, poll groups) by the first listener
+// bound to it or the first connection on it. When it is removed — rdma_cm's
+// DEVICE_REMOVAL on one of its CM IDs, its leaving the device list (checked every 2 s),
+// or a connection on a new device of the same name — its connections are closed, it takes
+// no new ones, and it is released once the last is gone, so that the kernel can finish
+// removing it while the target runs. A listener bound to its address listens again once
+// an RDMA device has the address (a device added back, or the address moved), keeping its
+// port in the discovery log meanwhile; connections on a device added back set it up anew.
+//
 // # Connections
 //
 // A CONNECT_REQUEST carries the host's nvme-rdma private data (32 bytes; the Linux host
