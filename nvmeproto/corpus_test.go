@@ -27,6 +27,7 @@ func seedCorpora() map[string][][]byte {
 		"FuzzIdentifyMisc":       seedIdentifyMisc(),
 		"FuzzNSDescriptorList":   seedNSDescriptorList(),
 		"FuzzNSIDList":           seedNSIDList(),
+		"FuzzControllerList":     seedControllerList(),
 		"FuzzRDMACM":             seedRDMACM(),
 		"FuzzDiscoveryLog":       seedDiscoveryLog(),
 		"FuzzLogPages":           seedLogPages(),

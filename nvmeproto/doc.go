@@ -20,7 +20,7 @@
 //     each with a size constant, Marshal(b []byte) into a caller buffer and, where it can
 //     arrive from the network, Unmarshal(b []byte) error: ConnectData, IdentifyController,
 //     IdentifyNamespace, IdentifyControllerNVM, IdentifyNamespaceIndependent, NSIDList,
-//     NSDescriptorList, DiscoveryLogHeader, DiscoveryLogEntry, DiscoveryLog,
+//     NSDescriptorList, ControllerList, DiscoveryLogHeader, DiscoveryLogEntry, DiscoveryLog,
 //     SupportedLogPages, ErrorInfoEntry, SMARTLog, FirmwareSlotLog, ChangedNSList,
 //     CommandEffectsLog, ANALog, Timestamp, HostBehavior, DSMRange, RDMAConnReq,
 //     RDMAConnRep, RDMAConnRej, and the DH-HMAC-CHAP messages of in-band authentication

@@ -3,6 +3,7 @@ package nvmeproto
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -177,6 +178,31 @@ func FuzzNSIDList(f *testing.F) {
 		var l2 NSIDList
 		if err := l2.Unmarshal(out); err != nil || len(l2) != len(l) {
 			t.Fatal("re-decode")
+		}
+	})
+}
+
+func seedControllerList() [][]byte {
+	b := make([]byte, ControllerListSize)
+	ControllerList{1, 2, 0xFFEF}.Marshal(b)
+	return [][]byte{b, {3, 0, 1, 0}, {0xFF, 0xFF}}
+}
+
+func FuzzControllerList(f *testing.F) {
+	addSeeds(f, seedControllerList())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var l ControllerList
+		if err := l.Unmarshal(b); err != nil {
+			return
+		}
+		if len(l) > MaxControllerListEntries {
+			t.Fatalf("%d identifiers", len(l))
+		}
+		out := make([]byte, ControllerListSize)
+		l.Marshal(out)
+		var l2 ControllerList
+		if err := l2.Unmarshal(out); err != nil || !slices.Equal(l, l2) {
+			t.Fatalf("re-decode: %v, %v vs %v", err, l2, l)
 		}
 	})
 }

@@ -15,6 +15,7 @@ const (
 	NSIDListSize                     = IdentifySize
 	ActiveNSListSize                 = IdentifySize
 	NSDescriptorListSize             = IdentifySize
+	ControllerListSize               = IdentifySize
 )
 
 // CNS is the Controller or Namespace Structure selector of an Identify command
@@ -631,5 +632,48 @@ func (id *IdentifyControllerNVM) Unmarshal(b []byte) error {
 	id.VSL, id.WZSL, id.WUSL, id.DMRL = b[0], b[1], b[2], b[3]
 	id.DMRSL = le.Uint32(b[4:])
 	id.DMSL = le.Uint64(b[8:])
+	return nil
+}
+
+// MaxControllerListEntries is the number of controller IDs a Controller List holds.
+const MaxControllerListEntries = ControllerListSize/2 - 1
+
+// ControllerList is the Controller List of Identify CNS 12h (controllers attached to a
+// namespace) and CNS 13h (controllers in the NVM subsystem): bytes 0..1 the number of
+// identifiers, then the controller IDs, two bytes each from byte 2, in increasing order;
+// the rest of the 4096 bytes zero.
+type ControllerList []uint16
+
+// Marshal encodes the list into the first ControllerListSize bytes of b: the first 2047
+// IDs (callers pass them sorted), their count, then zeroes.
+func (l ControllerList) Marshal(b []byte) {
+	b = b[:ControllerListSize]
+	clear(b)
+	n := min(len(l), MaxControllerListEntries)
+	le.PutUint16(b[0:], uint16(n))
+	for i, id := range l[:n] {
+		le.PutUint16(b[2+2*i:], id)
+	}
+}
+
+// Unmarshal decodes a list from b, which must hold the count and as many identifiers as
+// it gives; a count above 2047 is an error. It reuses l's storage.
+func (l *ControllerList) Unmarshal(b []byte) error {
+	if err := short("Controller List", 2, b); err != nil {
+		return err
+	}
+	n := int(le.Uint16(b))
+	if n > MaxControllerListEntries {
+		return &FieldError{Struct: "Controller List", Field: "number of identifiers", Offset: 0,
+			Reason: fmt.Sprintf("%d is more than the %d that fit", n, MaxControllerListEntries)}
+	}
+	if err := short("Controller List", 2+2*n, b); err != nil {
+		return err
+	}
+	out := (*l)[:0]
+	for i := range n {
+		out = append(out, le.Uint16(b[2+2*i:]))
+	}
+	*l = out
 	return nil
 }

@@ -366,6 +366,54 @@ func TestNSIDList(t *testing.T) {
 	}
 }
 
+// Controller List (Identify CNS 12h/13h; libnvme struct nvme_ctrl_list): bytes 1:0 the
+// number of identifiers, then up to 2047 two-byte identifiers.
+func TestControllerListGolden(t *testing.T) {
+	eq(t, "size 4096", ControllerListSize, 4096)
+	eq(t, "2047 entries", MaxControllerListEntries, 2047)
+	b := make([]byte, ControllerListSize)
+	for i := range b {
+		b[i] = 0xFF
+	}
+	ControllerList{1, 2, 0x0102}.Marshal(b)
+	wantLE(t, "count@0", b, 0, 2, 3)
+	wantLE(t, "id0@2", b, 2, 2, 1)
+	wantLE(t, "id1@4", b, 4, 2, 2)
+	wantLE(t, "id2@6", b, 6, 2, 0x0102)
+	wantLE(t, "unused@8", b, 8, 2, 0)
+	if b[4095] != 0 {
+		t.Error("tail not zeroed")
+	}
+	var got ControllerList
+	if err := got.Unmarshal(b); err != nil || len(got) != 3 || got[2] != 0x0102 {
+		t.Errorf("decode %v %v", got, err)
+	}
+	big := make(ControllerList, 3000)
+	for i := range big {
+		big[i] = uint16(i + 1)
+	}
+	big.Marshal(b)
+	wantLE(t, "full count@0", b, 0, 2, 2047)
+	wantLE(t, "last id@4094", b, 4094, 2, 2047)
+	if err := got.Unmarshal(b); err != nil || len(got) != 2047 || got[2046] != 2047 {
+		t.Errorf("full list %d %v", len(got), err)
+	}
+	if err := got.Unmarshal(b[:10]); err == nil {
+		t.Error("count 2047 in 10 bytes decoded")
+	}
+	if err := got.Unmarshal([]byte{0xFF, 0x07}); err == nil {
+		t.Error("count 2047 with no identifiers decoded")
+	}
+	over := make([]byte, ControllerListSize)
+	over[0], over[1] = 0x00, 0x08 // 2048
+	if err := got.Unmarshal(over); err == nil {
+		t.Error("count 2048 decoded")
+	}
+	if err := got.Unmarshal([]byte{0, 0}); err != nil || len(got) != 0 {
+		t.Errorf("empty list: %v %v", got, err)
+	}
+}
+
 // Reference §5: CNS 03h descriptors type 1 EUI64 (8 B), 2 NGUID (16 B), 3 UUID (16 B), 4 CSI (1 B).
 func TestNSDescriptorListGolden(t *testing.T) {
 	eui := [8]byte{1, 2, 3, 4, 5, 6, 7, 8}

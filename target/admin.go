@@ -126,7 +126,7 @@ func c2h(r *Request, n int) ([]byte, nvmeproto.Status) {
 	return r.Data[:n], nvmeproto.StatusSuccess
 }
 
-// identify implements Identify for the CNS values a Linux host uses.
+// identify implements Identify for the CNS values a Linux host and nvme-cli use.
 func (c *controller) identify(r *Request) nvmeproto.Status {
 	var cmd nvmeproto.IdentifyCommand
 	cmd.FromCommand(&r.Cmd)
@@ -136,7 +136,8 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 	switch cmd.CNS {
 	case nvmeproto.CNSNamespace, nvmeproto.CNSController, nvmeproto.CNSActiveNSList,
 		nvmeproto.CNSNSDescriptorList, nvmeproto.CNSCSNamespace, nvmeproto.CNSCSController,
-		nvmeproto.CNSCSActiveNSList, nvmeproto.CNSCSIndependentNamespace:
+		nvmeproto.CNSCSActiveNSList, nvmeproto.CNSCSIndependentNamespace,
+		nvmeproto.CNSNSControllerList, nvmeproto.CNSControllerList:
 	default:
 		return nvmeproto.StatusInvalidField.WithDNR()
 	}
@@ -166,6 +167,19 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			if ns.nsid > cmd.NSID {
 				l = append(l, ns.nsid)
 			}
+		}
+		l.Marshal(buf)
+	case nvmeproto.CNSControllerList:
+		c.subsys.controllerList(cmd.CNTID).Marshal(buf)
+	case nvmeproto.CNSNSControllerList:
+		// Every controller of the subsystem has every active namespace attached; an
+		// inactive NSID has none.
+		if cmd.NSID == 0 || cmd.NSID > conf.MaxNSID {
+			return nvmeproto.StatusInvalidNamespace.WithDNR()
+		}
+		var l nvmeproto.ControllerList
+		if ns := c.subsys.lookup(cmd.NSID); ns != nil && !ns.closing() {
+			l = c.subsys.controllerList(cmd.CNTID)
 		}
 		l.Marshal(buf)
 	default: // namespace structures

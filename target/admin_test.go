@@ -3,6 +3,8 @@ package target_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,62 @@ import (
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 )
+
+// TestIdentifyControllerList: Identify CNS 13h lists the subsystem's controllers from
+// CDW10.CNTID up, and CNS 12h the same controllers for an active namespace (every
+// controller has every namespace attached) and none for an inactive one.
+func TestIdentifyControllerList(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20), memNS(3, 1<<20)))
+	admin, first := e.adminConnect(subNQN, hostNQN, 0)
+	_, second := e.adminConnect(subNQN, otherNQN, 0)
+	_, third := e.adminConnect(subNQN, hostNQN, 0)
+	ctrlList := func(cns nvmeproto.CNS, nsid uint32, cntid uint16) (nvmeproto.ControllerList, nvmeproto.Completion) {
+		t.Helper()
+		cmd := sglCmd(nvmeproto.OpIdentify, nsid, nvmeproto.ControllerListSize)
+		ic := nvmeproto.IdentifyCommand{NSID: nsid, CNS: cns, CNTID: cntid}
+		ic.ToCommand(&cmd)
+		buf := bytes.Repeat([]byte{0xA5}, nvmeproto.ControllerListSize)
+		c := admin.do(&cmd, buf)
+		var l nvmeproto.ControllerList
+		if c.Status == nvmeproto.StatusSuccess {
+			if err := l.Unmarshal(buf); err != nil {
+				t.Fatalf("%v: %v", cns, err)
+			}
+			if n := 2 + 2*len(l); !bytes.Equal(buf[n:], make([]byte, len(buf)-n)) {
+				t.Errorf("%v: bytes after the list not zero", cns)
+			}
+		}
+		return l, c
+	}
+	all := nvmeproto.ControllerList{first, second, third}
+	if !(first < second && second < third) {
+		t.Fatalf("controller IDs %v not handed out in increasing order", all)
+	}
+	check := func(name string, cns nvmeproto.CNS, nsid uint32, cntid uint16, want nvmeproto.ControllerList) {
+		t.Helper()
+		l, c := ctrlList(cns, nsid, cntid)
+		expectOK(t, name, c)
+		if !slices.Equal(l, want) {
+			t.Errorf("%s: controllers %v, want %v", name, l, want)
+		}
+	}
+	check("CNS 13h from 0", nvmeproto.CNSControllerList, 0, 0, all)
+	check("CNS 13h from the second", nvmeproto.CNSControllerList, 0, second, all[1:])
+	check("CNS 13h from after the second", nvmeproto.CNSControllerList, 0, second+1, all[2:])
+	check("CNS 13h from after the last", nvmeproto.CNSControllerList, 0, third+1, nil)
+	check("CNS 12h of namespace 3", nvmeproto.CNSNSControllerList, 3, 0, all)
+	check("CNS 12h of namespace 1 from the third", nvmeproto.CNSNSControllerList, 1, third, all[2:])
+	check("CNS 12h of inactive namespace 2", nvmeproto.CNSNSControllerList, 2, 0, nil)
+	for _, nsid := range []uint32{0, nvmeproto.NSIDAll} {
+		_, c := ctrlList(nvmeproto.CNSNSControllerList, nsid, 0)
+		expect(t, fmt.Sprintf("CNS 12h of NSID %#x", nsid), c, nvmeproto.StatusInvalidNamespace)
+	}
+
+	disc, _ := e.adminConnect(nvmeproto.DiscoveryNQN, hostNQN, 0)
+	cmd := sglCmd(nvmeproto.OpIdentify, 0, nvmeproto.ControllerListSize)
+	(&nvmeproto.IdentifyCommand{CNS: nvmeproto.CNSControllerList}).ToCommand(&cmd)
+	expect(t, "CNS 13h on a discovery controller", disc.do(&cmd, make([]byte, nvmeproto.ControllerListSize)), nvmeproto.StatusInvalidField)
+}
 
 func TestAdminStatuses(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20), fileNS(t, 3, 1<<20)))

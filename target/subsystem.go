@@ -123,6 +123,21 @@ func (s *subsystem) controllers() []*controller {
 	return out
 }
 
+// controllerList returns the IDs of the subsystem's controllers from from up, in
+// increasing order: the Controller List of Identify CNS 12h and 13h.
+func (s *subsystem) controllerList(from uint16) nvmeproto.ControllerList {
+	s.mu.Lock()
+	l := make(nvmeproto.ControllerList, 0, len(s.ctrls))
+	for id := range s.ctrls {
+		if id >= from {
+			l = append(l, id)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(l)
+	return l
+}
+
 // setCntlidRange limits the controller IDs handed out to min..max (a resolved
 // configuration's cntlid_min and cntlid_max). Called before the subsystem is published.
 func (s *subsystem) setCntlidRange(min, max uint16) {
