@@ -118,9 +118,11 @@ type controller struct {
 	arbitration uint32
 	powerMgmt   uint32
 	aec         uint32
-	tsSet       bool
-	tsBase      uint64 // milliseconds the host set
-	tsAt        time.Time
+	// The Timestamp feature reads tsBase plus the milliseconds since tsAt: the value the
+	// host set (tsSet) and when, or 0 from the last Controller Level Reset (or creation).
+	tsSet  bool
+	tsBase uint64
+	tsAt   time.Time
 
 	aers      []*Request
 	events    []event // raised while no AER was outstanding
@@ -160,7 +162,7 @@ func (c *controller) defaults() {
 	c.arbitration = 0
 	c.powerMgmt = 0
 	c.aec = c.supportedAEC()
-	c.tsSet = false
+	c.tsSet, c.tsBase, c.tsAt = false, 0, time.Now()
 	c.wce.Store(true)
 	c.acre.Store(false)
 	c.aers = nil
@@ -590,10 +592,8 @@ func (c *controller) recordError(sqid uint16, r *Request, st nvmeproto.Status) {
 	c.mu.Unlock()
 }
 
-// timestamp returns the Timestamp feature value in milliseconds and whether the host set it.
+// timestamp returns the Timestamp feature value in milliseconds and whether the host set
+// it (otherwise it counts from the last Controller Level Reset). Called with mu held.
 func (c *controller) timestamp(now time.Time) (uint64, bool) {
-	if c.tsSet {
-		return c.tsBase + uint64(now.Sub(c.tsAt).Milliseconds()), true
-	}
-	return uint64(now.Sub(c.created).Milliseconds()), false
+	return c.tsBase + uint64(now.Sub(c.tsAt).Milliseconds()), c.tsSet
 }

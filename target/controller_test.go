@@ -134,6 +134,54 @@ func TestControllerReset(t *testing.T) {
 	}
 }
 
+// TestTimestampRestartsAtReset: a Controller Level Reset sets the Timestamp feature to 0
+// with origin 000b, whether it was counting from the previous reset or from a value the
+// host set; it then counts from the reset, not from when the controller was created.
+func TestTimestampRestartsAtReset(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	readTS := func() nvmeproto.Timestamp {
+		t.Helper()
+		b, c := admin.getFeature(0x0E, 0, 0, nvmeproto.TimestampSize)
+		expectOK(t, "get timestamp", c)
+		var ts nvmeproto.Timestamp
+		ts.Unmarshal(b)
+		return ts
+	}
+	// reset runs CC.EN 1→0→1 and returns when it was asked for.
+	reset := func() time.Time {
+		t.Helper()
+		at := time.Now()
+		expectOK(t, "CC.EN=0", admin.propSet(nvmeproto.PropCC, uint32(nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4))))
+		waitFor(t, func() bool {
+			v, _ := admin.propGet(nvmeproto.PropCSTS, false)
+			return !nvmeproto.CSTS(v).RDY()
+		})
+		admin.enable()
+		return at
+	}
+	check := func(name string, since time.Time) {
+		t.Helper()
+		ts := readTS()
+		// The controller reset after the test asked for it, so the value cannot exceed the
+		// time since; counted from anything earlier it would include the 100 ms slept.
+		if elapsed := uint64(time.Since(since).Milliseconds()); ts.Origin != nvmeproto.TimestampOriginReset || ts.Millis > elapsed {
+			t.Errorf("%s: timestamp %d ms origin %d, want at most %d ms origin 0 (since the reset)", name, ts.Millis, ts.Origin, elapsed)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	check("after a reset", reset())
+
+	tb := make([]byte, nvmeproto.TimestampSize)
+	(&nvmeproto.Timestamp{Millis: 1_700_000_000_000}).Marshal(tb)
+	expectOK(t, "set timestamp", admin.setFeature(0x0E, 0, tb))
+	if ts := readTS(); ts.Origin != nvmeproto.TimestampOriginHost || ts.Millis < 1_700_000_000_000 {
+		t.Fatalf("timestamp %+v after Set Features", ts)
+	}
+	time.Sleep(100 * time.Millisecond)
+	check("after a reset following Set Features", reset())
+}
+
 // TestShutdown: CC.SHN drains I/O, flushes the backends and reports SHST complete.
 func TestShutdown(t *testing.T) {
 	ss := &spies{}
