@@ -70,6 +70,37 @@ func TestIdentifyControllerList(t *testing.T) {
 	expect(t, "CNS 13h on a discovery controller", disc.do(&cmd, make([]byte, nvmeproto.ControllerListSize)), nvmeproto.StatusInvalidField)
 }
 
+// TestNoTemperatureSensor: the controller reports no temperature (Composite Temperature
+// 0 K) and no thresholds (WCTEMP = CCTEMP = 0), and does not implement the Temperature
+// Threshold feature: the Linux host shows temp1_max and temp1_min, which read that
+// feature, only for a non-zero WCTEMP, so WCTEMP must stay 0 while the feature is missing.
+func TestNoTemperatureSensor(t *testing.T) {
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	b, c := admin.identify(nvmeproto.CNSController, 0, 0)
+	expectOK(t, "identify controller", c)
+	var id nvmeproto.IdentifyController
+	if err := id.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	_, c = admin.getFeature(uint8(nvmeproto.FIDTemperatureThreshold), 0, uint32(nvmeproto.MakeTemperatureThreshold(0, 0, 0)), 0)
+	if id.WCTEMP != 0 || id.CCTEMP != 0 {
+		// Thresholds reported: the host will read and write them.
+		expectOK(t, "get temperature threshold with WCTEMP set", c)
+	} else {
+		expect(t, "get temperature threshold", c, nvmeproto.StatusInvalidField)
+	}
+	b, c = admin.getLog(uint8(nvmeproto.LIDSMART), nvmeproto.NSIDAll, 0, nvmeproto.SMARTLogSize, 0, false)
+	expectOK(t, "SMART log", c)
+	var s nvmeproto.SMARTLog
+	if err := s.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+	if s.CompositeTemperature != 0 || s.CriticalWarning&nvmeproto.SMARTWarnTemperature != 0 {
+		t.Errorf("SMART composite temperature %d K, critical warning %#x: the target has no sensor", s.CompositeTemperature, s.CriticalWarning)
+	}
+}
+
 func TestAdminStatuses(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20), fileNS(t, 3, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)

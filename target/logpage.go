@@ -255,6 +255,12 @@ func (c *controller) errorLog() []byte {
 
 // smartLog returns the SMART / Health Information log for one namespace, or for the
 // whole controller (NSID 0 or FFFFFFFFh): counters summed over the subsystem's namespaces.
+//
+// Composite Temperature is 0 K: a software target has no sensor, and a made-up value would
+// pass for a real one. nvmet and SPDK report 0 too, and the Linux host's hwmon shows it as
+// -273.15 °C. Identify WCTEMP and CCTEMP stay 0 to match, which keeps that host from
+// creating temp1_max, temp1_min and temp1_crit: reading those needs the Temperature
+// Threshold feature (04h), which this controller, like nvmet, does not implement.
 func (c *controller) smartLog(nsid uint32) ([]byte, nvmeproto.Status) {
 	var nss []*namespace
 	if nsid == 0 || nsid == nvmeproto.NSIDAll {
