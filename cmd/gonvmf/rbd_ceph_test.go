@@ -23,7 +23,10 @@ import (
 	"github.com/gonvmf/gonvmf/target/server"
 )
 
-func TestMain(m *testing.M) { os.Exit(cephtest.Main(m)) }
+func TestMain(m *testing.M) {
+	childMain()
+	os.Exit(cephtest.Main(m))
+}
 
 // rbdLoopConfig is a loop-target configuration with one rbd namespace on a new image of
 // the test cluster (created by create_size, removed when t ends).

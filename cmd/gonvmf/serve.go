@@ -45,6 +45,7 @@ Hosts connect with the Linux NVMe host, for example
 Its log goes to standard error through a 512 KiB buffer that a goroutine of its own
 writes out, so that a destination that falls behind (journald under load, a full pipe)
 never stalls I/O: lines that find the buffer full are dropped, and a warning counts them.
+A destination that goes away (its reader exits) does not stop serve: its lines are lost.
 
 It needs an RDMA device that owns the listeners' addresses (for Soft-RoCE:
 modprobe rdma_rxe; rdma link add rxe0 type rxe netdev IF) and an RLIMIT_MEMLOCK that
@@ -57,6 +58,15 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
+			// The Go runtime ends a process whose write to standard output or error finds
+			// the pipe's reader gone (SIGPIPE) unless the process takes SIGPIPE itself:
+			// a target must outlive its log's reader (a restarted journald, a closed
+			// terminal, a pipeline that exits), and drain and flush when told to stop.
+			// Taken, the write fails with EPIPE instead, which the log writers drop. The
+			// channel is not read: a signal that finds it full is dropped, which is all
+			// SIGPIPE is for here. signal.Notify rather than signal.Ignore: an ignored
+			// signal stays ignored in the programs a process starts.
+			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 			cfg, err := loadConfig(c, true)
 			if err != nil {
 				return err
@@ -83,6 +93,10 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 	}
 }
 
+// newServer builds the target serve runs: server.New, which the tests replace to serve
+// without RDMA (Options.Loop) or to start slowly.
+var newServer = server.New
+
 // shutdownGrace bounds the orderly shutdown; a second signal ends it at once. drainTimeout
 // bounds its first step, waiting for the commands in flight: well under the hosts' I/O
 // timeout (30 s on Linux), which the commands held back meanwhile count against.
@@ -95,7 +109,7 @@ const (
 // reloads the configuration file. mopts are added to the metrics server's options when
 // the configuration serves metrics.
 func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup <-chan os.Signal, mopts ...metrics.Option) error {
-	s, err := server.New(cfg, server.Options{Logger: log})
+	s, err := newServer(cfg, server.Options{Logger: log})
 	if err != nil {
 		return err
 	}

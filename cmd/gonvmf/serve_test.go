@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,5 +196,49 @@ func TestServeLogDoesNotWaitForStderr(t *testing.T) {
 	}
 	if !strings.Contains(out, `"i":0,`) {
 		t.Error("the first line, logged while the buffer was empty, was not delivered")
+	}
+}
+
+// TestServeOutlivesItsLogReader: serve whose standard error loses its reader (a pipeline
+// that exits, a journald that restarts) keeps serving: a reload that logs is applied, and
+// SIGTERM still shuts it down in order, exit status 0 and its control socket removed.
+func TestServeOutlivesItsLogReader(t *testing.T) {
+	file := ctlConfig(t, "")
+	sock := filepath.Join(filepath.Dir(file), "ctl.sock")
+	c := startChild(t, "loop", "serve", "-c", file)
+	awaitFile(t, sock, 30*time.Second)
+	c.stderr.Close() // nothing reads serve's standard error any more
+
+	text := readFileString(t, file)
+	grown := strings.Replace(text, "{nsid: 1, backend: memory, size: 4MiB}",
+		"{nsid: 1, backend: memory, size: 4MiB}\n      - {nsid: 2, backend: null, size: 1GiB}", 1)
+	if err := os.WriteFile(file, []byte(grown), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil { // the reload logs to the broken pipe
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-c.exited:
+			t.Fatalf("serve exited once its log had no reader: %v", c.err)
+		default:
+		}
+		var ls struct{ Namespaces []struct{ Nsid int } }
+		if _, out, _ := gonvmf(t, "ctl", "--socket", sock, "ns", "ls", "--json"); json.Unmarshal([]byte(out), &ls) == nil && len(ls.Namespaces) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the reload's namespace 2 did not appear within 30 s")
+		}
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.wait(t, 60*time.Second); err != nil {
+		t.Errorf("serve after SIGTERM: %v, want exit status 0", err)
+	}
+	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the control socket is left behind: %v", err)
 	}
 }

@@ -1,0 +1,13 @@
+//go:build !ceph || !linux || !cgo
+
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+func TestMain(m *testing.M) {
+	childMain()
+	os.Exit(m.Run())
+}
