@@ -20,7 +20,7 @@ generation counter is stable) and prints it as nvme-cli does, or as JSON.`,
 		Flags: append(fabricsFlags(" (default: the discovery NQN)"),
 			&cli.BoolFlag{Name: "json", Aliases: []string{"o"}, Usage: "print JSON"}),
 		Action: func(c *cli.Context) error {
-			o, s, err := fabricsOptions(c, nvmeproto.DiscoveryNQN)
+			o, s, err := fabricsOptions(c, nvmeproto.DiscoveryNQN, nil)
 			if err != nil {
 				return err
 			}

@@ -20,7 +20,12 @@ import (
 // -t TRANSPORT -a TRADDR -s TRSVCID -n NQN --hostnqn --hostid --host-traddr, and its
 // in-band authentication flags -S/--dhchap-secret, -C/--dhchap-ctrl-secret. With
 // -t loop they build the target described by --config in this process and connect to it
-// through the loop transport: the target's command path without any network.
+// through the loop transport: the target's command path without any network. That
+// target opens the configuration's backends, the same files, devices and rbd images a
+// gonvmf serve of that file serves (shared: true namespaces are not even locked against
+// it), so the file must be named on the command line: unlike serve and check, these
+// commands do not take it from GONVMF_CONFIG, which a shell set up to run the target
+// has set. perf asks for --allow-overwrite before it writes to such storage.
 
 // fabricsFlags returns the transport flags; nqnUsage says what -n defaults to.
 func fabricsFlags(nqnUsage string) []cli.Flag {
@@ -40,8 +45,8 @@ func fabricsFlags(nqnUsage string) []cli.Flag {
 		&cli.StringFlag{Name: "dhchap-ctrl-secret", Aliases: []string{"C"}, EnvVars: []string{"GONVMF_DHCHAP_CTRL_SECRET"},
 			Usage: "DH-HMAC-CHAP controller `SECRET`: authenticate the controller too (bidirectional)"},
 		&cli.DurationFlag{Name: "connect-timeout", Value: initiator.DefaultConnectTimeout, Usage: "bound each queue's connection to `DURATION`"},
-		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"GONVMF_CONFIG"},
-			Usage: "with -t loop: the target configuration `FILE` to run in-process"},
+		&cli.StringFlag{Name: "config", Aliases: []string{"c"},
+			Usage: "with -t loop: the target configuration `FILE` to run in-process, on its backends' storage (GONVMF_CONFIG is not read)"},
 	}
 }
 
@@ -64,8 +69,10 @@ func (s *session) Close() error {
 
 // fabricsOptions turns the transport flags into initiator options (without dialing) and,
 // for the loop transport, starts the in-process target. defNQN is used when -n is absent
-// ("" = the loop configuration's first subsystem, or an error).
-func fabricsOptions(c *cli.Context, defNQN string) (initiator.Options, *session, error) {
+// ("" = the loop configuration's first subsystem, or an error). checkLoop, if not nil,
+// vets the loop target's configuration and the subsystem to connect to before the target
+// opens any backend; its error is the command's.
+func fabricsOptions(c *cli.Context, defNQN string, checkLoop func(cfg *conf.Config, subNQN string) error) (initiator.Options, *session, error) {
 	if c.Args().Present() {
 		return initiator.Options{}, nil, usageError("unexpected argument %q; see 'gonvmf %s --help'", c.Args().First(), c.Command.Name)
 	}
@@ -141,6 +148,11 @@ func fabricsOptions(c *cli.Context, defNQN string) (initiator.Options, *session,
 				return o, nil, usageError("%s serves no subsystem: add one under subsystems: to run it in-process with -t loop", path)
 			}
 			o.SubNQN = cfg.Subsystems[0].NQN
+		}
+		if checkLoop != nil {
+			if err := checkLoop(cfg, o.SubNQN); err != nil {
+				return o, nil, err
+			}
 		}
 		if s.srv, err = server.New(cfg, server.Options{Logger: slog.Default(), Loop: true}); err != nil {
 			return o, nil, fmt.Errorf("starting the in-process target from %s: %w", path, err)

@@ -26,7 +26,7 @@ reports (its listener's, from the ANA log page), then every active namespace (or
 			&cli.UintFlag{Name: "nsid", Usage: "print only namespace `NSID`"},
 			&cli.BoolFlag{Name: "json", Aliases: []string{"o"}, Usage: "print JSON"}),
 		Action: func(c *cli.Context) error {
-			o, s, err := fabricsOptions(c, "")
+			o, s, err := fabricsOptions(c, "", nil)
 			if err != nil {
 				return err
 			}

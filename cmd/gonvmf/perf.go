@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/initiator/perf"
 	"github.com/urfave/cli/v2"
@@ -29,7 +30,13 @@ a CRC-32C), never lets two commands touch the same block at once, and checks eve
 read: a workload that reads first writes the whole range (prefill); one that writes
 reads the whole range back at the end. Mismatches are reported with LBA and
 expected/got values and make perf exit 1. A controller that fails or disappears stops
-the run with an error (exit 1); perf never waits forever.`,
+the run with an error (exit 1); perf never waits forever.
+
+With -t loop the target runs on the configuration's own storage: a workload that writes
+(write, randwrite, rw, randrw, or any with --verify) to a file, block or rbd namespace
+overwrites the data there, which a gonvmf serve of the same file may be serving. perf
+refuses it unless --allow-overwrite says that data may be lost; memory and null
+namespaces live and die with perf and need no flag.`,
 		Flags: append(fabricsFlags(" (with -t loop: default the configuration's first subsystem)"),
 			&cli.StringFlag{Name: "rw", Aliases: []string{"w"}, Value: "randread", Usage: "`WORKLOAD`: read, write, randread, randwrite, rw or randrw"},
 			&cli.IntFlag{Name: "rwmixread", Aliases: []string{"M"}, Value: 50, Usage: "`PERCENT` of reads in rw/randrw"},
@@ -44,6 +51,8 @@ the run with an error (exit 1); perf never waits forever.`,
 			&cli.BoolFlag{Name: "verify", Aliases: []string{"V"}, Usage: "stamp and check data"},
 			&cli.BoolFlag{Name: "fua", Usage: "write with FUA (force unit access)"},
 			&cli.Uint64Flag{Name: "seed", Usage: "random `SEED` (default: from the clock)"},
+			&cli.BoolFlag{Name: "allow-overwrite",
+				Usage: "with -t loop: let a workload that writes (or --verify) overwrite the data of a file, block or rbd namespace"},
 			&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
 			&cli.BoolFlag{Name: "progress", Value: true, Usage: "print a live progress line on standard error"},
 			&cli.DurationFlag{Name: "io-timeout", Value: initiator.DefaultCommandTimeout, Usage: "fail the controller when a command takes longer than `DURATION`"},
@@ -112,7 +121,11 @@ func runPerf(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	o, s, err := fabricsOptions(c, "")
+	var checkLoop func(*conf.Config, string) error
+	if !c.Bool("allow-overwrite") {
+		checkLoop = func(cfg *conf.Config, subNQN string) error { return refuseOverwrite(cfg, subNQN, &pf.run) }
+	}
+	o, s, err := fabricsOptions(c, "", checkLoop)
 	if err != nil {
 		return err
 	}
@@ -157,4 +170,41 @@ func targetName(o *initiator.Options) string {
 		return "loop (in-process target)"
 	}
 	return fmt.Sprintf("%s %s:%d", o.Transport, o.Addr, o.Port)
+}
+
+// refuseOverwrite returns a usage error when run writes (its workload, or --verify's
+// prefill and stamps) to a namespace of the loop target cfg whose backend keeps its data
+// outside this process (file, block, rbd), for --allow-overwrite to lift. The namespace
+// is run's NSID, or as perf picks it, the lowest NSID of subsystem subNQN. What the
+// configuration does not serve is left for the connection and perf to report.
+func refuseOverwrite(cfg *conf.Config, subNQN string, run *perf.Config) error {
+	if run.ReadPercent == 100 && !run.Verify {
+		return nil
+	}
+	for _, sub := range cfg.Subsystems {
+		if sub.NQN != subNQN {
+			continue
+		}
+		var ns *conf.Namespace
+		for i := range sub.Namespaces {
+			n := &sub.Namespaces[i]
+			if run.NSID == n.NSID || run.NSID == 0 && (ns == nil || n.NSID < ns.NSID) {
+				ns = n
+			}
+		}
+		if ns == nil || ns.Backend == conf.BackendMemory || ns.Backend == conf.BackendNull {
+			return nil
+		}
+		where := ns.Path
+		if ns.Backend == conf.BackendRBD {
+			where = ns.RBD.Name()
+		}
+		what := "-w " + run.Workload
+		if run.ReadPercent == 100 {
+			what += " --verify" // its prefill writes the whole range
+		}
+		return usageError("perf %s would overwrite namespace %d of %s: its %s backend %s is real storage, which a gonvmf serve of %s may be serving; "+
+			"pass --allow-overwrite if its data may be lost, or pick a memory or null namespace with --nsid", what, ns.NSID, subNQN, ns.Backend, where, cfg.File)
+	}
+	return nil
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -180,4 +183,73 @@ func TestDiscoveryNames(t *testing.T) {
 			t.Errorf("eflags %d: %q, want %q", v, got, want)
 		}
 	}
+}
+
+// TestPerfLoopOverwrite: with -t loop, perf writes to a namespace whose backend keeps its
+// data (a file here; block and rbd alike) only with --allow-overwrite; reading needs no
+// flag, and memory and null namespaces, which live and die with perf, need none either.
+// The configuration comes from --config only, not from GONVMF_CONFIG.
+func TestPerfLoopOverwrite(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "vol.img")
+	data := bytes.Repeat([]byte("keep"), 1<<20) // 4 MiB that a running target may be serving
+	if err := os.WriteFile(img, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, "files.yaml", `listeners: [{address: 10.99.0.1}]
+subsystems:
+  - nqn: nqn.2024-01.io.gonvmf:files
+    allow_any_host: true
+    namespaces:
+      - {nsid: 3, backend: memory, size: 4MiB}
+      - {nsid: 1, backend: file, path: `+img+`, shared: true}
+      - {nsid: 2, backend: null, size: 1GiB}
+`)
+	run := []string{"--log-level", "error", "perf", "-t", "loop", "-c", cfg, "--progress=false", "-o", "4k", "-q", "4", "-T", "100ms"}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		// The lowest NSID is the file: perf's default namespace.
+		{[]string{"-w", "randwrite"}, 2, "perf -w randwrite would overwrite namespace 1 of nqn.2024-01.io.gonvmf:files: its file backend " + img},
+		{[]string{"-w", "randrw", "--nsid", "1"}, 2, "pass --allow-overwrite"},
+		{[]string{"-w", "randread", "--verify", "--size", "1m"}, 2, "perf -w randread --verify would overwrite namespace 1"},
+		{[]string{"-w", "randread"}, 0, ""},
+		{[]string{"-w", "randrw", "-M", "100"}, 0, ""},
+		{[]string{"-w", "randwrite", "--nsid", "3", "--verify", "--size", "1m"}, 0, ""},
+		{[]string{"-w", "write", "--nsid", "2"}, 0, ""},
+	} {
+		code, out, errOut := gonvmf(t, append(run, c.args...)...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("perf %v: exit %d, stderr %q (stdout %q); want exit %d and %q", c.args, code, errOut, out, c.code, c.want)
+		}
+	}
+	if !bytes.Equal(readFile(t, img), data) {
+		t.Fatal("a refused or read-only run changed the file")
+	}
+	if code, out, errOut := gonvmf(t, append(run, "-w", "randwrite", "--allow-overwrite")...); code != 0 {
+		t.Fatalf("perf -w randwrite --allow-overwrite: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if bytes.Equal(readFile(t, img), data) {
+		t.Error("perf -w randwrite --allow-overwrite left the file as it was")
+	}
+
+	// A shell set up for the target has GONVMF_CONFIG: the host commands do not take it.
+	t.Setenv("GONVMF_CONFIG", cfg)
+	for _, cmd := range [][]string{{"perf", "-w", "randwrite", "--allow-overwrite"}, {"identify"}, {"discover"}} {
+		code, _, errOut := gonvmf(t, append([]string{"--log-level", "error", cmd[0], "-t", "loop"}, cmd[1:]...)...)
+		if code != 2 || !strings.Contains(errOut, "-t loop needs --config FILE") {
+			t.Errorf("%s -t loop with GONVMF_CONFIG set: exit %d\n%s", cmd[0], code, errOut)
+		}
+	}
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

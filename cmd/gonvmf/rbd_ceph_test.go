@@ -70,7 +70,7 @@ func TestRBDPerfLoopVerify(t *testing.T) {
 				{"--rw", "write", "-o", "128k", "-q", "4", "--size", "8m", "--fua", "-T", "1s"},
 				{"--rw", "randread", "-o", "64k", "-q", "8", "--size", "8m", "-j", "2", "-N", "200"},
 			} {
-				a := append([]string{"--log-level", "warn", "perf", "-t", "loop", "-c", cfg, "--json", "--progress=false", "--verify"}, args...)
+				a := append([]string{"--log-level", "warn", "perf", "-t", "loop", "-c", cfg, "--json", "--progress=false", "--verify", "--allow-overwrite"}, args...)
 				code, out, errOut := gonvmf(t, a...)
 				if code != 0 {
 					t.Fatalf("perf %s: exit %d\n%s\n%s", strings.Join(args, " "), code, out, errOut)
