@@ -103,15 +103,26 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	}
 	for _, newCommand := range commands {
 		cmd := newCommand()
-		if cmd.OnUsageError == nil {
-			cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
-				return usageError("%v; run 'gonvmf %s --help' for usage", err, cmd.Name)
-			}
-		}
+		usageErrors(cmd, "gonvmf "+cmd.Name)
 		refuseUnknownSubcommands(cmd, "gonvmf "+cmd.Name)
 		app.Commands = append(app.Commands, cmd)
 	}
 	return app
+}
+
+// usageErrors makes a flag that cmd, or any command of its tree, does not take (or a
+// flag's bad value) a usage error (exit 2) that names the command's help, where the
+// command has no handler of its own. Without one the library prints the help to standard
+// output and exits 1.
+func usageErrors(cmd *cli.Command, path string) {
+	for _, sub := range cmd.Subcommands {
+		usageErrors(sub, path+" "+sub.Name)
+	}
+	if cmd.OnUsageError == nil {
+		cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
+			return usageError("%v; run '%s --help' for usage", err, path)
+		}
+	}
 }
 
 // refuseUnknownSubcommands gives every command of cmd's tree that has subcommands and no

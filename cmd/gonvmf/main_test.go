@@ -174,6 +174,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ctl", "ns", "bogus"}, `unknown command "bogus" for 'gonvmf ctl ns'`},
 		{[]string{"help", "bogus"}, `No help topic for 'bogus'`},
 		{[]string{"check", "--bogus"}, "flag provided but not defined: -bogus"},
+		// Every level of ctl's tree, down to its leaves, says which command's help to read.
+		{[]string{"ctl", "--bogus"}, "flag provided but not defined: -bogus; run 'gonvmf ctl --help' for usage"},
+		{[]string{"ctl", "ns", "--bogus"}, "flag provided but not defined: -bogus; run 'gonvmf ctl ns --help' for usage"},
+		{[]string{"ctl", "subsystem", "ls", "--bogus"}, "flag provided but not defined: -bogus; run 'gonvmf ctl subsystem ls --help' for usage"},
+		{[]string{"ctl", "host", "key", "set", "--dhchap-secrets", "x", "h"}, "run 'gonvmf ctl host key set --help' for usage"},
+		{[]string{"ctl", "ns", "add", "--nsid", "one", "n"}, `invalid value "one" for flag -nsid`},
+		{[]string{"ctl", "save", "-o"}, "flag needs an argument: -o"},
 		{[]string{"--bogus", "version"}, "flag provided but not defined: -bogus"},
 		{[]string{"--log-level", "loud", "version"}, `--log-level "loud": use debug, info, warn or error`},
 		{[]string{"--log-format", "xml", "version"}, `--log-format "xml": use text or json`},
@@ -181,9 +188,12 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"identify", "-a", "10.99.0.1", "-n", "nqn.2024-01.io.gonvmf:x", "-C", "DHHC-1:00:x:"}, "-C/--dhchap-ctrl-secret needs -S/--dhchap-secret too"},
 		{[]string{"discover", "-a", "10.99.0.1", "--dhchap-secret", "DHHC-1:01:AAAA:"}, "--dhchap-secret: dhchap: the secret's base64 decodes to 3 bytes"},
 	} {
-		code, _, errOut := gonvmf(t, tc.args...)
+		code, out, errOut := gonvmf(t, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("gonvmf %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
+		}
+		if out != "" {
+			t.Errorf("gonvmf %s: a usage error printed to standard output:\n%s", strings.Join(tc.args, " "), out)
 		}
 	}
 }
