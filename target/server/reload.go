@@ -559,17 +559,22 @@ func sizeText(s conf.Size) string {
 }
 
 // fieldDiffs lists the fields (by YAML key, under prefix) whose values differ between the
-// structs a and b, as "prefix.key: A → B".
+// structs a and b, as "prefix.key: A → B" (strings quoted). A field that is a struct
+// itself (a section, such as limits) is listed by the fields of it that differ,
+// "prefix.section.key: A → B"; one whose differences are in no exported field (time.Time)
+// is listed whole.
 func fieldDiffs(prefix string, a, b any) []string {
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	var out []string
+	return appendFieldDiffs(nil, prefix, reflect.ValueOf(a), reflect.ValueOf(b))
+}
+
+func appendFieldDiffs(out []string, prefix string, va, vb reflect.Value) []string {
 	for i := range va.NumField() {
 		f := va.Type().Field(i)
 		if !f.IsExported() {
 			continue
 		}
-		x, y := va.Field(i).Interface(), vb.Field(i).Interface()
-		if reflect.DeepEqual(x, y) {
+		x, y := va.Field(i), vb.Field(i)
+		if reflect.DeepEqual(x.Interface(), y.Interface()) {
 			continue
 		}
 		key := f.Tag.Get("yaml")
@@ -579,7 +584,22 @@ func fieldDiffs(prefix string, a, b any) []string {
 		if prefix != "" {
 			key = prefix + "." + key
 		}
-		out = append(out, fmt.Sprintf("%s: %v → %v", key, x, y))
+		if x.Kind() == reflect.Struct {
+			if sub := appendFieldDiffs(nil, key, x, y); len(sub) > 0 {
+				out = append(out, sub...)
+				continue
+			}
+		}
+		out = append(out, fmt.Sprintf("%s: %s → %s", key, diffValue(x), diffValue(y)))
 	}
 	return out
+}
+
+// diffValue formats a field's value for fieldDiffs: strings quoted (an empty one is
+// visible), everything else as %v prints it (a Size as 16MiB, a Duration as 10s).
+func diffValue(v reflect.Value) string {
+	if v.Kind() == reflect.String {
+		return fmt.Sprintf("%q", v.Interface())
+	}
+	return fmt.Sprintf("%v", v.Interface())
 }

@@ -108,8 +108,13 @@ func TestReload(t *testing.T) {
 		want string
 	}{
 		{"transport", func(c *conf.Config) { c.Transport.QueueDepth = 64 }, "transport.queue_depth: 128 → 64: the transport settings"},
-		{"control", func(c *conf.Config) { c.Control.Socket = "/run/other.sock" }, "control.socket: /run/gonvmf/gonvmf.sock → /run/other.sock"},
-		{"metrics", func(c *conf.Config) { c.Metrics.Address = "127.0.0.1:9469" }, "metrics.address:  → 127.0.0.1:9469: the metrics endpoint listens where it started"},
+		{"control", func(c *conf.Config) { c.Control.Socket = "/run/other.sock" }, `control.socket: "/run/gonvmf/gonvmf.sock" → "/run/other.sock"`},
+		{"metrics", func(c *conf.Config) { c.Metrics.Address = "127.0.0.1:9469" }, `metrics.address: "" → "127.0.0.1:9469": the metrics endpoint listens where it started`},
+		// The limits section is named field by field, as the transport section is.
+		{"limits", func(c *conf.Config) { c.Limits.MaxQueues, c.Limits.ConnectTimeout = 512, 20*time.Second },
+			"limits.max_queues: 1024 → 512, limits.connect_timeout: 10s → 20s: cannot change while gonvmf runs; restart it"},
+		{"state file", func(c *conf.Config) { c.StateFile = filepath.Join(dir, "other.state.json") },
+			`state_file: "" → "` + filepath.Join(dir, "other.state.json") + `": cannot change`},
 		{"serial", func(c *conf.Config) { c.Subsystems[0].Serial = "X1" }, `serial "` + conf.DeriveSerial(subNQN) + `" → "X1"`},
 		{"unreadable secret file", func(c *conf.Config) {
 			h := "nqn.2014-08.org.nvmexpress:uuid:12345678-1234-1234-1234-123456789abc"
@@ -536,7 +541,7 @@ func TestReloadRBDCreateSize(t *testing.T) {
 		t.Errorf("the image was opened %d times, want once: the namespace was re-created", opens)
 	}
 	reload("another user", func(n *conf.Namespace) { n.RBD.User = "gonvmf" },
-		"subsystem "+subNQN+": remove namespace 2 (rbd.user:  → gonvmf)", "subsystem "+subNQN+": add namespace 2 (rbd)")
+		"subsystem "+subNQN+": remove namespace 2 (rbd.user: \"\" → \"gonvmf\")", "subsystem "+subNQN+": add namespace 2 (rbd)")
 	if opens != 2 {
 		t.Errorf("the image was opened %d times after changing rbd.user, want twice", opens)
 	}
