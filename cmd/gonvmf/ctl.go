@@ -47,7 +47,7 @@ namespace changes without reconnecting, and discovery log changes as they happen
   nvme gen-dhchap-key --nqn <host NQN> | gonvmf ctl host key set <host NQN> --dhchap-secret -
   gonvmf ctl ana set 10.99.0.1 4421 1 optimized
   gonvmf ctl ctrl ls
-  gonvmf ctl save > /etc/gonvmf/target.yaml
+  gonvmf ctl save -o /etc/gonvmf/target.yaml
 
 Listings print a table, or with --json the API's messages (field names as in
 target/control/controlpb/control.proto). The connection flags go before the subcommand.`,
@@ -130,7 +130,8 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 			}},
 			leaf("stats", "print the transport's, poll groups', buffer pools' and namespaces' counters", "", ctlStats),
 			leaf("save", "print the running configuration as YAML that gonvmf check and gonvmf serve --config read", "", ctlSave,
-				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to `FILE` instead of standard output"}),
+				&cli.StringFlag{Name: "output", Aliases: []string{"o"},
+					Usage: "write it to `FILE` instead of standard output: replaced whole, once the target has answered, with mode 0600 (it may hold secrets); use it rather than > FILE, which empties FILE even when the target cannot be reached"}),
 		},
 	}
 }
@@ -1152,13 +1153,54 @@ func ctlSave(x *ctlCtx) error {
 		return err
 	}
 	if f := x.c.String("output"); f != "" {
-		if err := os.WriteFile(f, []byte(r.Yaml), 0o600); err != nil {
+		if err := replaceFile(f, []byte(r.Yaml)); err != nil {
 			return cli.Exit("ctl save: "+err.Error(), exitFailure)
 		}
 		fmt.Fprintf(x.c.App.ErrWriter, "saved the running configuration to %s\n", f)
 		return nil
 	}
 	return x.print(r, func(w io.Writer) { fmt.Fprint(w, r.Yaml) })
+}
+
+// replaceFile makes path hold data, mode 0600, such that path is at every moment the old
+// file or the new one, whole, a crash included: data goes to a new file in path's
+// directory, which is synced and renamed over path, and then the directory is synced. A
+// symbolic link at path keeps pointing where it does: the file it names is replaced.
+func replaceFile(path string, data []byte) error {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp") // mode 0600
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("replacing %s: %w; it is as it was", path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("%s is written, but its directory could not be synced: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("%s is written, but its directory could not be synced: %w", path, err)
+	}
+	return nil
 }
 
 // flagsFirst returns args with the flags of a ctl subcommand moved ahead of its

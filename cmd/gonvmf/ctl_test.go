@@ -569,3 +569,43 @@ func TestAbsSubsystemPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestCtlSaveReplacesFile: ctl save -o replaces the file whole with one of mode 0600 (the
+// YAML may hold secrets) whatever the old one's mode, leaves no temporary file behind,
+// replaces the file a symbolic link names rather than the link, and leaves the file as it
+// was when the target cannot be reached.
+func TestCtlSaveReplacesFile(t *testing.T) {
+	_, sock := ctlTarget(t, ctlConfig(t, ""))
+	dir := t.TempDir()
+	saved := filepath.Join(dir, "target.yaml")
+	if err := os.WriteFile(saved, []byte("# the boot configuration\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "current.yaml")
+	if err := os.Symlink("target.yaml", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{saved, link} {
+		if code, _, errOut := gonvmf(t, "ctl", "--socket", sock, "save", "-o", out); code != 0 {
+			t.Fatalf("save -o %s: exit %d\n%s", out, code, errOut)
+		}
+		fi, err := os.Stat(saved)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("after save -o %s: %s is %v, %v; want mode 0600", out, saved, fi.Mode(), err)
+		}
+		if c, err := conf.Parse(readFile(t, saved), saved); err != nil || len(c.Subsystems) != 1 || c.Subsystems[0].NQN != ctlNQN {
+			t.Errorf("after save -o %s: %s does not hold the running configuration: %v", out, saved, err)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode().Type() != os.ModeSymlink {
+			t.Errorf("after save -o %s: %s is no longer a symbolic link: %v %v", out, link, fi.Mode(), err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+			t.Errorf("after save -o %s: the directory holds %v", out, ents)
+		}
+	}
+	before := readFile(t, saved)
+	code, _, errOut := gonvmf(t, "ctl", "--socket", filepath.Join(dir, "none.sock"), "save", "-o", saved)
+	if code != 1 || !strings.Contains(errOut, "is gonvmf serve running?") || !bytes.Equal(readFile(t, saved), before) {
+		t.Errorf("save -o with no target: exit %d, file changed: %v\n%s", code, !bytes.Equal(readFile(t, saved), before), errOut)
+	}
+}
