@@ -137,6 +137,26 @@ func (cs *Server) Close() error {
 	return nil
 }
 
+// fileKind names the kind of file mode is, with its article: "a regular file".
+func fileKind(mode fs.FileMode) string {
+	switch t := mode.Type(); {
+	case t == 0:
+		return "a regular file"
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a block device"
+	default:
+		return "a file of mode " + t.String()
+	}
+}
+
 // listenUnix creates the control socket at path, mode 0600 (its directory 0700 when it
 // does not exist).
 func listenUnix(path string) (net.Listener, error) {
@@ -148,16 +168,17 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("control: socket %s: a %s is in the way; remove it or set control.socket elsewhere", path, fi.Mode().Type())
+			return nil, fmt.Errorf("control: socket %s: %s is in the way; remove it or set control.socket elsewhere", path, fileKind(fi.Mode()))
 		}
 		c, err := net.DialTimeout("unix", path, time.Second)
 		if err == nil {
 			c.Close()
+			return nil, fmt.Errorf("control: socket %s: another gonvmf is serving its control API there; stop it, or give this one its own control.socket", path)
 		}
 		// Only a refused connection says nobody listens: one that could not be made for
 		// another reason (a full accept backlog: EAGAIN) may be a live target's.
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("control: socket %s: another gonvmf is serving its control API there (connecting: %v); stop it, or give this one its own control.socket", path, err)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("control: socket %s: it may be another gonvmf's, serving its control API: connecting to it failed with %w, not refused; stop that gonvmf, or give this one its own control.socket", path, err)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("control: socket %s: removing the stale socket: %w", path, err)

@@ -302,8 +302,9 @@ func TestControlAPI(t *testing.T) {
 func TestControlSocket(t *testing.T) {
 	sock := socketPath(t)
 	s, _ := start(t, testConfig(sock))
-	if _, err := control.Start(s, conf.Control{Socket: sock}, quiet); err == nil || !strings.Contains(err.Error(), "another gonvmf is serving") {
-		t.Errorf("second control API on the same socket: %v", err)
+	want := "control: socket " + sock + ": another gonvmf is serving its control API there; stop it, or give this one its own control.socket"
+	if _, err := control.Start(s, conf.Control{Socket: sock}, quiet); err == nil || err.Error() != want {
+		t.Errorf("second control API on the same socket: %v\nwant %s", err, want)
 	}
 	stale := socketPath(t)
 	os.MkdirAll(filepath.Dir(stale), 0o700)
@@ -326,8 +327,12 @@ func TestControlSocket(t *testing.T) {
 	}
 	f := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(f, nil, 0o600)
-	if _, err := control.Start(s, conf.Control{Socket: f}, quiet); err == nil || !strings.Contains(err.Error(), "is in the way") {
-		t.Errorf("a regular file where the socket goes: %v", err)
+	d := t.TempDir()
+	for p, kind := range map[string]string{f: "a regular file", d: "a directory"} {
+		want := "control: socket " + p + ": " + kind + " is in the way; remove it or set control.socket elsewhere"
+		if _, err := control.Start(s, conf.Control{Socket: p}, quiet); err == nil || err.Error() != want {
+			t.Errorf("%s where the socket goes: %v\nwant %s", kind, err, want)
+		}
 	}
 
 	// In a directory that exists and others may read, with a umask that would leave the
