@@ -101,12 +101,14 @@ type logTail struct {
 	mu    sync.Mutex
 	text  strings.Builder
 	lines chan struct{} // a line arrived (capacity 1)
+	done  chan struct{} // closed when standard error has ended
 }
 
 // tail reads c's standard error into a logTail until it ends.
 func (c *child) tail() *logTail {
-	l := &logTail{lines: make(chan struct{}, 1)}
+	l := &logTail{lines: make(chan struct{}, 1), done: make(chan struct{})}
 	go func() {
+		defer close(l.done)
 		sc := bufio.NewScanner(c.stderr)
 		for sc.Scan() {
 			l.mu.Lock()

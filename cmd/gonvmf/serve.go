@@ -28,7 +28,9 @@ backend, listens on every listener with the RDMA transport and serves hosts unti
 gets SIGINT or SIGTERM. Then it drains: it stops listening and starts no new command
 (hosts resend those after reconnecting), lets the commands in flight finish and answers
 them (at most 10 s), flushes every namespace, disconnects the hosts and closes the
-backends, and exits 0 (1 if a flush failed).
+backends, and exits 0 (1 if a flush failed). A second signal ends the shutdown at once
+(exit 1). A signal while the target starts (opening an rbd namespace waits for its
+cluster) stops it as soon as it has started; a second one abandons the start (exit 1).
 
 While it runs, gonvmf ctl changes it through the control API (control.socket in the
 configuration, /run/gonvmf/gonvmf.sock by default), Prometheus scrapes its metrics at
@@ -67,6 +69,11 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 			// SIGPIPE is for here. signal.Notify rather than signal.Ignore: an ignored
 			// signal stays ignored in the programs a process starts.
 			signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+			// SIGINT and SIGTERM, from the start too: the first stops the target (once it
+			// has started), the next one ends serve at once (see serve).
+			term := make(chan os.Signal, 1)
+			signal.Notify(term, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(term)
 			cfg, err := loadConfig(c, true)
 			if err != nil {
 				return err
@@ -83,9 +90,7 @@ covers the buffer pool (root, or ulimit -l unlimited).`,
 				log.Warn("nothing is served until listeners and subsystems are added: gonvmf ctl listener add / subsystem add, or add them to the file and send SIGHUP",
 					"listeners", len(cfg.Listeners), "subsystems", len(cfg.Subsystems), "control_socket", cfg.Control.Socket)
 			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			if err := serve(ctx, cfg, log, hup, metrics.WithLogDrops(logDrops)); err != nil {
+			if err := serve(c.Context, cfg, log, hup, term, metrics.WithLogDrops(logDrops)); err != nil {
 				return cli.Exit(err.Error(), exitFailure)
 			}
 			return nil
@@ -105,11 +110,12 @@ const (
 	drainTimeout  = 10 * time.Second
 )
 
-// serve runs the target until ctx is done, then shuts it down in order; a signal on hup
-// reloads the configuration file. mopts are added to the metrics server's options when
-// the configuration serves metrics.
-func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup <-chan os.Signal, mopts ...metrics.Option) error {
-	s, err := newServer(cfg, server.Options{Logger: log})
+// serve runs the target until ctx is done or a signal arrives on term, then shuts it down
+// in order; a signal on hup reloads the configuration file. A second signal on term ends
+// the shutdown, or the start (see startServer), at once with an error. mopts are added to
+// the metrics server's options when the configuration serves metrics.
+func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-chan os.Signal, mopts ...metrics.Option) error {
+	s, stop, err := startServer(cfg, log, term)
 	if err != nil {
 		return err
 	}
@@ -145,18 +151,18 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup <-chan o
 			return err
 		}
 	}
-	for ctx.Err() == nil {
+	for !stop {
 		select {
 		case <-ctx.Done():
+			stop = true
+		case <-term:
+			stop = true
 		case <-hup:
 			reload(s, cfg.File, log)
 		}
 	}
 	// A second signal, or a shutdown that takes too long, ends the process at once; it
 	// counts from here, closing the control and metrics servers included.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	ctl.Close()
 	if met != nil {
 		met.Close()
@@ -183,10 +189,39 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup <-chan o
 			return fmt.Errorf("a namespace failed to sync, so writes it reported complete may be lost: %w", err)
 		}
 		return nil
-	case s := <-sig:
+	case s := <-term:
 		return fmt.Errorf("shutdown interrupted by a second %v", s)
 	case <-time.After(shutdownGrace):
 		return fmt.Errorf("shutdown did not finish within %v", shutdownGrace)
+	}
+}
+
+// startServer builds the target with newServer, which cannot be interrupted and may take
+// long: an rbd namespace waits for its cluster up to its connection timeout. A signal on
+// term meanwhile makes serve stop the target as soon as it has started (stop); a second
+// one abandons the start: startServer returns an error at once, and the process exits
+// with newServer still running, leaving the backends it opened to the kernel to close.
+func startServer(cfg *conf.Config, log *slog.Logger, term <-chan os.Signal) (s *server.Server, stop bool, err error) {
+	type result struct {
+		s   *server.Server
+		err error
+	}
+	started := make(chan result, 1)
+	go func() {
+		s, err := newServer(cfg, server.Options{Logger: log})
+		started <- result{s, err}
+	}()
+	for {
+		select {
+		case r := <-started:
+			return r.s, stop, r.err
+		case sig := <-term:
+			if stop {
+				return nil, true, fmt.Errorf("start abandoned on a second %v: gonvmf exits with its backends open as far as they got", sig)
+			}
+			stop = true
+			log.Warn(fmt.Sprintf("%v while the target starts: it stops as soon as it has started (opening backends cannot be interrupted); a second signal abandons the start", sig))
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -240,5 +241,34 @@ func TestServeOutlivesItsLogReader(t *testing.T) {
 	}
 	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the control socket is left behind: %v", err)
+	}
+}
+
+// TestServeSecondSignalWhileStarting: a target that takes long to start (an rbd cluster
+// that does not answer) cannot be interrupted; the first SIGTERM meanwhile is noted, and
+// the second abandons the start: serve exits 1 at once and says why.
+func TestServeSecondSignalWhileStarting(t *testing.T) {
+	c := startChild(t, "stuck", "serve", "-c", ctlConfig(t, ""))
+	log := c.tail()
+	log.await(t, `msg="configuration loaded"`, 30*time.Second)
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	log.await(t, "terminated while the target starts: it stops as soon as it has started", 10*time.Second)
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := c.wait(t, 10*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("serve after the second SIGTERM: %v, want exit status 1", err)
+	}
+	select {
+	case <-log.done: // all of it, the exit's reason last
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve's standard error did not end with it:\n%s", log)
+	}
+	if !strings.Contains(log.String(), "gonvmf: start abandoned on a second terminated") {
+		t.Errorf("serve's log does not say why it exited:\n%s", log)
 	}
 }
