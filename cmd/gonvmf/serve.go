@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,7 +39,9 @@ http://<metrics.address>/metrics when the configuration has a metrics section, a
 configuration file and applies the difference with the same operations: subsystems,
 namespaces, hosts and listeners come and go, namespaces grow or change write
 protection. A file that is invalid, or that changes what cannot change while hosts are
-connected (the transport section, for one), changes nothing; the log says why.
+connected (the transport section, for one), changes nothing; the log says why, and
+the metrics count it (gonvmf_config_reloads_total{result="failure"},
+gonvmf_config_last_reload_successful 0).
 
 Hosts connect with the Linux NVMe host, for example
   nvme discover -t rdma -a 10.99.0.1 -s 4420
@@ -115,6 +118,8 @@ const (
 // the shutdown, or the start (see startServer), at once with an error. mopts are added to
 // the metrics server's options when the configuration serves metrics.
 func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-chan os.Signal, mopts ...metrics.Option) error {
+	reloads := &reloadStats{r: metrics.Reloads{LastSuccess: time.Now()}}
+	mopts = append(mopts, metrics.WithReloads(reloads.get))
 	s, stop, err := startServer(cfg, log, term)
 	if err != nil {
 		return err
@@ -158,7 +163,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 		case <-term:
 			stop = true
 		case <-hup:
-			reload(s, cfg.File, log)
+			reloads.record(reload(s, cfg.File, log))
 		}
 	}
 	// A second signal, or a shutdown that takes too long, ends the process at once; it
@@ -225,10 +230,35 @@ func startServer(cfg *conf.Config, log *slog.Logger, term <-chan os.Signal) (s *
 	}
 }
 
+// reloadStats counts serve's reloads for its metrics (metrics.WithReloads).
+type reloadStats struct {
+	mu sync.Mutex
+	r  metrics.Reloads
+}
+
+// record counts a reload that succeeded (ok) or failed.
+func (st *reloadStats) record(ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.r.LastFailed = !ok
+	if ok {
+		st.r.Succeeded++
+		st.r.LastSuccess = time.Now()
+	} else {
+		st.r.Failed++
+	}
+}
+
+func (st *reloadStats) get() metrics.Reloads {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.r
+}
+
 // reload re-reads the configuration file (SIGHUP) and applies its difference from the
-// running configuration; an invalid file, or one that cannot be applied, changes nothing
-// and is logged with the reasons.
-func reload(s *server.Server, file string, log *slog.Logger) {
+// running configuration, and reports whether it did; an invalid file, or one that cannot
+// be applied, changes nothing and is logged with the reasons.
+func reload(s *server.Server, file string, log *slog.Logger) (ok bool) {
 	log.Info("SIGHUP: reloading the configuration", "file", file)
 	cfg, err := conf.Load(file)
 	if err == nil {
@@ -245,7 +275,7 @@ func reload(s *server.Server, file string, log *slog.Logger) {
 			log.Error("reload: cannot read the configuration", "err", err)
 		}
 		log.Error("reload refused: nothing changed", "file", file)
-		return
+		return false
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("reload: configuration warning", "warning", w.Error())
@@ -253,7 +283,8 @@ func reload(s *server.Server, file string, log *slog.Logger) {
 	changes, err := s.Reload(cfg)
 	if err != nil {
 		log.Error("reload failed", "file", file, "err", err)
-		return
+		return false
 	}
 	log.Info(fmt.Sprintf("reload: %s applied", count(len(changes), "change")), "file", file)
+	return true
 }

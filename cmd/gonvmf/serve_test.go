@@ -9,9 +9,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -270,5 +273,87 @@ func TestServeSecondSignalWhileStarting(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "gonvmf: start abandoned on a second terminated") {
 		t.Errorf("serve's log does not say why it exited:\n%s", log)
+	}
+}
+
+// TestServeReloadMetrics: serve's metrics count its SIGHUP reloads by result, say whether
+// the last one failed, and when the configuration was last loaded (at the start, then by
+// each reload that succeeded).
+func TestServeReloadMetrics(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the metrics
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	file := ctlConfig(t, "metrics: {address: \""+addr+"\"}")
+	start := time.Now()
+	c := startChild(t, "loop", "serve", "-c", file)
+	log := c.tail()
+	log.await(t, "serving Prometheus metrics", 30*time.Second)
+	scrape := func() map[string]float64 {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]float64{}
+		for _, line := range strings.Split(string(body), "\n") {
+			if series, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(series, "gonvmf_config_") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				m[series] = f
+			}
+		}
+		return m
+	}
+	check := func(when string, success, failure, lastOK float64, loadedAfter time.Time) {
+		t.Helper()
+		m := scrape()
+		for series, want := range map[string]float64{
+			`gonvmf_config_reloads_total{result="success"}`: success,
+			`gonvmf_config_reloads_total{result="failure"}`: failure,
+			"gonvmf_config_last_reload_successful":          lastOK,
+		} {
+			if got, ok := m[series]; !ok || got != want {
+				t.Errorf("%s: %s is %v (served: %v), want %v", when, series, got, ok, want)
+			}
+		}
+		at := m["gonvmf_config_last_reload_success_timestamp_seconds"]
+		if at < float64(loadedAfter.UnixNano())/1e9 || at > float64(time.Now().UnixNano())/1e9 {
+			t.Errorf("%s: last_reload_success_timestamp_seconds %v, want between %v and now", when, at, loadedAfter.Unix())
+		}
+	}
+	check("at the start", 0, 0, 1, start)
+
+	text := readFileString(t, file)
+	hup := func(content, want string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		log.await(t, want, 30*time.Second)
+	}
+	hup(strings.Replace(text, "size: 4MiB}", "size: 4MiB, lba_size: 1000}", 1), "reload refused: nothing changed")
+	check("after an invalid file", 0, 1, 0, start)
+	beforeReload := time.Now()
+	hup(strings.Replace(text, "size: 4MiB}", "size: 8MiB}", 1), "reload: 1 change applied")
+	check("after a reload that grew a namespace", 1, 1, 1, beforeReload)
+
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.wait(t, 60*time.Second); err != nil {
+		t.Errorf("serve after SIGTERM: %v\n%s", err, log)
 	}
 }

@@ -6,7 +6,9 @@
 //
 //	m, err := metrics.Start(srv, cfg.Metrics.Address, log) // HTTP on address, /metrics
 //	// with metrics.WithProfiling(), also /debug/pprof/ (conf.Metrics.Profiling);
-//	// with metrics.WithLogDrops(w.Dropped), also gonvmf_log_lines_dropped_total
+//	// with metrics.WithLogDrops(w.Dropped), also gonvmf_log_lines_dropped_total;
+//	// with metrics.WithReloads(stats), also gonvmf_config_reloads_total and the last reload's
+//	// result and time
 //	...
 //	m.Close()
 //
@@ -58,7 +60,29 @@ type Option func(*options)
 type options struct {
 	profiling bool
 	logDrops  func() uint64
+	reloads   func() Reloads
 }
+
+// Reloads is what a serving process tells of its configuration reloads (gonvmf serve's
+// on SIGHUP), for WithReloads.
+type Reloads struct {
+	// Succeeded and Failed count the reloads since the process started: those applied,
+	// and those refused or failed (an invalid file, a change that needs a restart, a step
+	// that failed and was undone), which changed nothing.
+	Succeeded, Failed uint64
+	// LastFailed is whether the last reload failed (false before the first).
+	LastFailed bool
+	// LastSuccess is when the configuration was last loaded: by the last reload that
+	// succeeded, or at the start.
+	LastSuccess time.Time
+}
+
+// WithReloads also serves, read from reloads when scraped, the configuration reloads
+// (the names and meanings of Prometheus's and Alertmanager's own):
+// gonvmf_config_reloads_total{result="success"|"failure"},
+// gonvmf_config_last_reload_successful (0 after a failed reload: alert on it) and
+// gonvmf_config_last_reload_success_timestamp_seconds.
+func WithReloads(reloads func() Reloads) Option { return func(o *options) { o.reloads = reloads } }
 
 // WithLogDrops also serves gonvmf_log_lines_dropped_total, read from dropped when scraped:
 // the log lines the process dropped because its log's destination did not take them (serve
@@ -103,6 +127,9 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 			Name: "gonvmf_log_lines_dropped_total",
 			Help: "Log lines dropped because the log's destination did not take them fast enough.",
 		}, func() float64 { return float64(o.logDrops()) }))
+	}
+	if o.reloads != nil {
+		reg.MustRegister(reloadCollector(o.reloads))
 	}
 	ln, err := net.Listen("tcp", address)
 	if err != nil {
@@ -160,6 +187,34 @@ func (m *Server) Close() error {
 	<-m.done
 	m.srv.Target().MeasureLatency(false)
 	return err
+}
+
+// reloadCollector serves a Reloads, read at each scrape.
+type reloadCollector func() Reloads
+
+var (
+	reloadsTotal = desc("config_reloads_total", "Configuration reloads (SIGHUP) since the process started, by result: success (applied) or failure (refused or undone: nothing changed).",
+		"result")
+	reloadLastOK = desc("config_last_reload_successful", "1 when the last configuration reload succeeded (or none was made), 0 when it failed and the target runs a configuration other than its file's.")
+	reloadLastAt = desc("config_last_reload_success_timestamp_seconds", "When the configuration was last loaded, by a successful reload or at the start, in seconds since the Unix epoch.")
+)
+
+func (c reloadCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- reloadsTotal
+	ch <- reloadLastOK
+	ch <- reloadLastAt
+}
+
+func (c reloadCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c()
+	ch <- prometheus.MustNewConstMetric(reloadsTotal, prometheus.CounterValue, float64(r.Succeeded), "success")
+	ch <- prometheus.MustNewConstMetric(reloadsTotal, prometheus.CounterValue, float64(r.Failed), "failure")
+	ok := 1.0
+	if r.LastFailed {
+		ok = 0
+	}
+	ch <- prometheus.MustNewConstMetric(reloadLastOK, prometheus.GaugeValue, ok)
+	ch <- prometheus.MustNewConstMetric(reloadLastAt, prometheus.GaugeValue, float64(r.LastSuccess.UnixNano())/1e9)
 }
 
 // Collector is a prometheus.Collector of a server.Server's counters, read at each scrape.

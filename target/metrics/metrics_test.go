@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -493,6 +495,79 @@ func TestLogDrops(t *testing.T) {
 		mf := scrape(t, m)["gonvmf_log_lines_dropped_total"]
 		if mf == nil || len(mf.Metric) != 1 || mf.Metric[0].GetCounter().GetValue() != float64(want) {
 			t.Errorf("gonvmf_log_lines_dropped_total with %d dropped: %v", want, mf)
+		}
+	}
+}
+
+// TestReloads: WithReloads serves the reload counts, the last one's result and the time
+// of the last successful load its function returns when scraped, and without it none.
+func TestReloads(t *testing.T) {
+	s, plain := loopServer(t)
+	for _, name := range []string{"gonvmf_config_reloads_total", "gonvmf_config_last_reload_successful", "gonvmf_config_last_reload_success_timestamp_seconds"} {
+		if _, ok := scrape(t, plain)[name]; ok {
+			t.Errorf("%s served without WithReloads", name)
+		}
+	}
+	var mu sync.Mutex
+	r := metrics.Reloads{LastSuccess: time.Unix(1700000000, 500e6)}
+	m, err := metrics.Start(s, "127.0.0.1:0", quiet, metrics.WithReloads(func() metrics.Reloads {
+		mu.Lock()
+		defer mu.Unlock()
+		return r
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, c := range []struct {
+		r             metrics.Reloads
+		success, fail float64
+		ok            float64
+		at            float64
+	}{
+		{metrics.Reloads{LastSuccess: time.Unix(1700000000, 500e6)}, 0, 0, 1, 1700000000.5},
+		{metrics.Reloads{Succeeded: 2, Failed: 1, LastFailed: true, LastSuccess: time.Unix(1700000100, 0)}, 2, 1, 0, 1700000100},
+		{metrics.Reloads{Succeeded: 3, Failed: 1, LastSuccess: time.Unix(1700000200, 0)}, 3, 1, 1, 1700000200},
+	} {
+		mu.Lock()
+		r = c.r
+		mu.Unlock()
+		fams := scrape(t, m)
+		got := func(name string, labels map[string]string) float64 {
+			mt := find(fams, name, labels)
+			if mt == nil {
+				t.Fatalf("%+v: no %s %v", c.r, name, labels)
+			}
+			if mt.Counter != nil {
+				return mt.Counter.GetValue()
+			}
+			return mt.GetGauge().GetValue()
+		}
+		if v := got("gonvmf_config_reloads_total", map[string]string{"result": "success"}); v != c.success {
+			t.Errorf("%+v: reloads_total{result=success} %v, want %v", c.r, v, c.success)
+		}
+		if v := got("gonvmf_config_reloads_total", map[string]string{"result": "failure"}); v != c.fail {
+			t.Errorf("%+v: reloads_total{result=failure} %v, want %v", c.r, v, c.fail)
+		}
+		if v := got("gonvmf_config_last_reload_successful", nil); v != c.ok {
+			t.Errorf("%+v: last_reload_successful %v, want %v", c.r, v, c.ok)
+		}
+		if v := got("gonvmf_config_last_reload_success_timestamp_seconds", nil); v != c.at {
+			t.Errorf("%+v: last_reload_success_timestamp_seconds %v, want %v", c.r, v, c.at)
+		}
+	}
+	resp, err := http.Get("http://" + m.Addr().String() + metrics.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	problems, err := promlint.New(resp.Body).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "gonvmf_config_") {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
 		}
 	}
 }
