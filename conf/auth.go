@@ -235,6 +235,9 @@ func (v *validator) hosts() {
 				v.warn(p+".nqn", h.NQN, fmt.Sprintf("%q is not in the NVMe NQN form (%s): the Linux host accepts it, but it is not portable", h.NQN, prob),
 					"check it is the host's NQN as in its /etc/nvme/hostnqn (usually nqn.2014-08.org.nvmexpress:uuid:<uuid>)")
 			}
+			if msg, fix := hostNQNCaseWarning(h.NQN); msg != "" {
+				v.warn(p+".nqn", h.NQN, msg, fix)
+			}
 			if prev, dup := seen[h.NQN]; dup {
 				v.fail(p+".nqn", h.NQN, fmt.Sprintf("host %s is already described by %s", h.NQN, v.where(prev)), "describe each host once")
 			} else {

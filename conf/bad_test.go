@@ -489,3 +489,14 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Errorf("Load of a missing file: %v", err)
 	}
 }
+
+// TestSizeFixNearTheTop: a size that is no multiple of the LBA size within a block of
+// 2^64 gets the multiple below as its fix, not one above that wraps around to 0.
+func TestSizeFixNearTheTop(t *testing.T) {
+	_, err := Parse([]byte("subsystems:\n  - nqn: nqn.2024-01.com.example:a\n    allow_any_host: true\n"+
+		"    namespaces: [{nsid: 1, backend: null, size: 18446744073709551615}]\n"), "t.yaml")
+	errs := Errors(err)
+	if len(errs) != 1 || errs[0].Field != "subsystems[0].namespaces[0].size" || errs[0].Fix != "use 18446744073709551104" {
+		t.Errorf("errors %v, want one for the size with the fix \"use 18446744073709551104\"", err)
+	}
+}

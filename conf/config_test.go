@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -929,5 +930,42 @@ func TestKeepAliveDefaultFollowsLimits(t *testing.T) {
 	if _, err := Parse([]byte(minimal+"transport:\n  keep_alive_timeout: 2m\nlimits:\n  max_keep_alive_timeout: 60s\n"), "t.yaml"); err == nil ||
 		!strings.Contains(err.Error(), "transport.keep_alive_timeout") {
 		t.Errorf("an explicit keep_alive_timeout outside the limits: %v", err)
+	}
+}
+
+// TestHostNQNUpperCaseUUID: a host NQN whose UUID is in upper case is valid, but admits no
+// host that sends its NQN in lower case (they all do; NQNs are compared exactly): under a
+// subsystem and under hosts it warns with the lower-case form, and a lower-case one does
+// not.
+func TestHostNQNUpperCaseUUID(t *testing.T) {
+	const upper, lower = "nqn.2014-08.org.nvmexpress:uuid:8E5E5E4C-1f1b-4c39-9a0c-0a1b2c3d4e5f", "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"
+	config := func(h string) string {
+		return `subsystems:
+  - nqn: nqn.2024-01.com.example:a
+    hosts: [` + h + `]
+    namespaces: [{nsid: 1, backend: null, size: 1GiB}]
+hosts:
+  - nqn: ` + h + `
+    dhchap_secret: ` + goodSecret + "\n"
+	}
+	c, err := Parse([]byte(config(upper)), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range c.Warnings {
+		got = append(got, w.Error())
+	}
+	want := []string{
+		`t.yaml:3: subsystems[0].hosts[0]: the UUID of "` + upper + `" has upper-case letters, and host NQNs are compared exactly: hosts send theirs in lower case (the Linux host's default, nvme gen-hostnqn); write it as the host's /etc/nvme/hostnqn has it, most likely ` + lower,
+		`t.yaml:6: hosts[0].nqn: the UUID of "` + upper + `" has upper-case letters`,
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, w) }) {
+			t.Errorf("no warning %q in\n%s", w, strings.Join(got, "\n"))
+		}
+	}
+	if c, err = Parse([]byte(config(lower)), "t.yaml"); err != nil || len(c.Warnings) != 0 {
+		t.Errorf("lower case: %v %v", err, c.Warnings)
 	}
 }

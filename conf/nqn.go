@@ -57,6 +57,23 @@ func nqnUnusable(s string) string {
 	return ""
 }
 
+// hostNQNCaseWarning is the warning for a host NQN of the UUID form whose UUID has
+// upper-case hex digits, or "" for any other NQN. Such an NQN is valid (RFC 4122 reads
+// UUIDs in either case), but the target compares host NQNs exactly, as the Linux target
+// does (strcmp), and hosts write their UUID in lower case (the Linux host's default
+// hostnqn, nvme gen-hostnqn): the entry would most likely admit no host.
+func hostNQNCaseWarning(s string) (msg, fix string) {
+	if !strings.HasPrefix(s, uuidNQNPrefix) {
+		return "", ""
+	}
+	u := s[len(uuidNQNPrefix):]
+	if _, err := ParseUUID(u); err != nil || strings.ToLower(u) == u {
+		return "", ""
+	}
+	return fmt.Sprintf("the UUID of %q has upper-case letters, and host NQNs are compared exactly: hosts send theirs in lower case (the Linux host's default, nvme gen-hostnqn)", s),
+		fmt.Sprintf("write it as the host's /etc/nvme/hostnqn has it, most likely %s", uuidNQNPrefix+strings.ToLower(u))
+}
+
 // nqnProblem says what is wrong with s as an NQN in the specification's form, or "" when
 // nothing is.
 func nqnProblem(s string) string {

@@ -657,6 +657,9 @@ func (v *validator) subsystem(s *Subsystem, p string, own *idOwners) {
 			v.warn(hp, h, fmt.Sprintf("%q is not in the NVMe NQN form (%s): the Linux host accepts it, but it is not portable", h, prob),
 				"check it is the host's NQN as in its /etc/nvme/hostnqn (usually nqn.2014-08.org.nvmexpress:uuid:<uuid>)")
 		}
+		if msg, fix := hostNQNCaseWarning(h); msg != "" {
+			v.warn(hp, h, msg, fix)
+		}
 		if prev, dup := hosts[h]; dup {
 			v.fail(hp, h, fmt.Sprintf("host %s is already listed as %s", h, v.where(prev)), "remove the repeated entry")
 			continue
@@ -868,10 +871,16 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 		case ns.Size == 0:
 			v.fail(p+".size", "0", "a namespace of 0 bytes holds nothing", fmt.Sprintf("give a size of at least one block (%d bytes), e.g. 1GiB", ns.LBASize))
 		case lbaOK && ns.Size%Size(ns.LBASize) != 0:
-			down := ns.Size / Size(ns.LBASize) * Size(ns.LBASize)
-			fix := fmt.Sprintf("use %d", uint64(down)+uint64(ns.LBASize))
-			if down > 0 {
-				fix = fmt.Sprintf("use %d or %d", uint64(down), uint64(down)+uint64(ns.LBASize))
+			down := uint64(ns.Size) / uint64(ns.LBASize) * uint64(ns.LBASize)
+			up := down + uint64(ns.LBASize) // wraps around for a size within a block of 2^64
+			var fix string
+			switch {
+			case down == 0:
+				fix = fmt.Sprintf("use %d", up)
+			case up < down:
+				fix = fmt.Sprintf("use %d", down)
+			default:
+				fix = fmt.Sprintf("use %d or %d", down, up)
 			}
 			v.fail(p+".size", ns.Size.String(), fmt.Sprintf("%s (%d bytes) is not a multiple of the LBA size %d", ns.Size, uint64(ns.Size), ns.LBASize), fix)
 		}
