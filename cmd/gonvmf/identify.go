@@ -23,7 +23,7 @@ reports (its listener's, from the ANA log page), then every active namespace (or
 --nsid) with its size, LBA formats and identifiers as nvme id-ns does, and disconnects
 (shutting the controller down). --json prints the same as one JSON object.`,
 		Flags: append(fabricsFlags(" (with -t loop: default the configuration's first subsystem)"),
-			&cli.UintFlag{Name: "nsid", Usage: "print only namespace `NSID`"},
+			&cli.UintFlag{Name: "nsid", DefaultText: "all", Usage: "print only namespace `NSID`"},
 			&cli.BoolFlag{Name: "json", Aliases: []string{"o"}, Usage: "print JSON"}),
 		Action: func(c *cli.Context) error {
 			o, s, err := fabricsOptions(c, "", nil)

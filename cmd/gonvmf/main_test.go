@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/urfave/cli/v2"
 )
 
 // gonvmf runs the application in-process and returns its exit status and output.
@@ -279,5 +282,38 @@ func TestBinary(t *testing.T) {
 	err = exec.Command(bin, "nonsense").Run()
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 		t.Errorf("unknown command: %v", err)
+	}
+}
+
+// TestHelpDefaults: no command's help shows a flag's zero value as its default where the
+// zero stands for something else (a required flag, "the first", "from the clock") or is
+// not a valid value (--cntlid-min 0), nor two defaults for one flag; the defaults that
+// are not zero are shown.
+func TestHelpDefaults(t *testing.T) {
+	var walk func(path []string, cmds []*cli.Command)
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			p := append(slices.Clone(path), c.Name)
+			walk(p, c.Subcommands)
+			code, out, errOut := gonvmf(t, append(p, "--help")...)
+			if code != 0 {
+				t.Errorf("gonvmf %s --help: exit %d\n%s", strings.Join(p, " "), code, errOut)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Contains(line, "(default: 0)") || strings.Contains(line, "(default: 0s)") || strings.Count(line, "(default") > 1 {
+					t.Errorf("gonvmf %s --help:%s", strings.Join(p, " "), line)
+				}
+			}
+		}
+	}
+	walk(nil, newApp(io.Discard, io.Discard).Commands)
+	for args, want := range map[string]string{
+		"ctl subsystem add": "handed out (two targets serving one subsystem need disjoint ranges) (default: 1)",
+		"ctl ns add":        "add it with its subsystem, gonvmf ctl subsystem add --yaml FILE",
+		"perf":              "random SEED (default: from the clock)",
+	} {
+		if _, out, _ := gonvmf(t, append(strings.Fields(args), "--help")...); !strings.Contains(out, want) {
+			t.Errorf("gonvmf %s --help lacks %q:\n%s", args, want, out)
+		}
 	}
 }
