@@ -267,8 +267,10 @@ func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
 // when asked (OpenDevice, a connection request, Device.Close): a process that
 // let go of everything on a device before the device left the list keeps the
 // context open — and the kernel's removal of a device that cannot detach its
-// users (Soft-RoCE) waiting — until the next look.
-func Rescan() { C.gonvmf_cm_rescan() }
+// users (Soft-RoCE) waiting — until the next look. It returns the number of devices
+// listed. With none listed librdmacm does not look (rdma-core 44): the context of the
+// last device removed stays open until a device is listed again.
+func Rescan() int { return int(C.gonvmf_cm_rescan()) }
 
 // Close closes everything created on the device (QPs, CQs, memory
 // regions, PDs), wakes AsyncEvent and then drops the Device's reference to

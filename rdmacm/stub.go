@@ -26,8 +26,8 @@ func OpenDevice(name string) (*Device, error) { return nil, ErrNotSupported }
 // NewEventChannel returns ErrNotSupported in builds without RDMA support.
 func NewEventChannel() (*EventChannel, error) { return nil, ErrNotSupported }
 
-// Rescan does nothing in builds without RDMA support.
-func Rescan() {}
+// Rescan does nothing in builds without RDMA support: it returns 0.
+func Rescan() int { return 0 }
 
 // Dial returns ErrNotSupported in builds without RDMA support.
 func Dial(ctx context.Context, ch *EventChannel, dst netip.AddrPort, opt DialOptions) (*CMID, *Event, error) {

@@ -415,26 +415,36 @@ struct ibv_context *gonvmf_cm_device(const char *name, struct ibv_context ***ref
 void gonvmf_cm_device_put(struct ibv_context **ref)
 {
 	rdma_free_devices(ref);
-	gonvmf_cm_rescan();
+	(void)gonvmf_cm_rescan();
 }
 
 /* gonvmf_device_listed reports whether ctx's device is in libibverbs' list of
- * devices (1), has left it (0), or the list cannot be had (-1). The list
- * keeps the same ibv_device for a device as long as the device stays; one
- * removed and added again is a new ibv_device. */
+ * devices (1), has left it (0), or the list cannot be had (-1). A device keeps
+ * its ibv_device while it stays; a device of the same name is the same device
+ * if it has the same kernel index or, where libibverbs knows no index, the
+ * same GUID. A device removed and added again has a new index. */
 int gonvmf_device_listed(struct ibv_context *ctx)
 {
 	struct ibv_device **list;
-	int n = 0, i, found = 0;
+	const char *name = ibv_get_device_name(ctx->device);
+	int idx = ibv_get_device_index(ctx->device);
+	int n = 0, i, found = 0, li;
 
 	list = ibv_get_device_list(&n);
 	if (!list)
 		return -1;
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && !found; i++) {
 		if (list[i] == ctx->device) {
 			found = 1;
 			break;
 		}
+		if (strcmp(ibv_get_device_name(list[i]), name) != 0)
+			continue;
+		li = ibv_get_device_index(list[i]);
+		if (idx >= 0 && li >= 0)
+			found = li == idx;
+		else
+			found = ibv_get_device_guid(list[i]) == ibv_get_device_guid(ctx->device);
 	}
 	ibv_free_device_list(list);
 	return found;
@@ -442,13 +452,17 @@ int gonvmf_device_listed(struct ibv_context *ctx)
 
 /* gonvmf_cm_rescan makes librdmacm look at the device list: it closes the
  * context of every device that has left the list and that nothing
- * references. */
-void gonvmf_cm_rescan(void)
+ * references. It returns the number of devices listed (0 when there are none:
+ * then librdmacm does not look). */
+int gonvmf_cm_rescan(void)
 {
-	struct ibv_context **list = rdma_get_devices(NULL);
+	int n = 0;
+	struct ibv_context **list = rdma_get_devices(&n);
 
-	if (list)
-		rdma_free_devices(list);
+	if (!list)
+		return 0;
+	rdma_free_devices(list);
+	return n;
 }
 
 static socklen_t to_sockaddr(const gonvmf_addr *a, struct sockaddr_storage *ss)

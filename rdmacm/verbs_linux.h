@@ -80,7 +80,7 @@ int gonvmf_get_async_event(struct ibv_context *ctx, gonvmf_async_event *out);
 // The librdmacm device context with this name ("" = first), or NULL and *err.
 struct ibv_context *gonvmf_cm_device(const char *name, struct ibv_context ***ref, int *err);
 void gonvmf_cm_device_put(struct ibv_context **ref);
-void gonvmf_cm_rescan(void);
+int gonvmf_cm_rescan(void);
 int gonvmf_device_listed(struct ibv_context *ctx);
 
 typedef struct {

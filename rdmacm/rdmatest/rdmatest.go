@@ -218,8 +218,20 @@ func SoftRoCE(t testing.TB, dev, netdev string, ip netip.Addr) {
 		t.Skip("adds and deletes an RDMA device: runs only in the VM harness's guest (GONVMF_GUEST=1, root)")
 	}
 	t.Cleanup(func() {
-		<-DeleteRXE(dev, 30*time.Second) // if it is there
-		exec.Command("ip", "link", "del", netdev).Run()
+		// If it is there. librdmacm closes this process's context of it only when it
+		// looks at the device list after the device has left it (rdmacm.Rescan).
+		done := DeleteRXE(dev, 30*time.Second)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				exec.Command("ip", "link", "del", netdev).Run()
+				return
+			case <-tick.C:
+				rdmacm.Rescan()
+			}
+		}
 	})
 	run(t, "ip", "link", "add", netdev, "type", "dummy")
 	run(t, "ip", "link", "set", netdev, "mtu", "9000", "up")
@@ -246,9 +258,8 @@ func AddRXE(t testing.TB, dev, netdev string) {
 // DeleteRXE starts deleting the RDMA device dev and returns a channel that gets the
 // result: nil once the deletion has finished, or an error — with the command's output —
 // if it failed or had not finished within limit. The kernel finishes removing a
-// Soft-RoCE device only when every process has closed what it opened on it: meanwhile
-// DeleteRXE has librdmacm look at the device list now and then (rdmacm.Rescan), so that
-// it closes the device's context if this process let go of everything on it before.
+// Soft-RoCE device only when every process has closed what it opened on it, librdmacm's
+// context of it included (see rdmacm.Rescan).
 func DeleteRXE(dev string, limit time.Duration) <-chan error {
 	done := make(chan error, 1)
 	out := &strings.Builder{}
@@ -261,23 +272,14 @@ func DeleteRXE(dev string, limit time.Duration) <-chan error {
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 	go func() {
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		expired := time.After(limit)
-		for {
-			select {
-			case err := <-waited:
-				if err != nil {
-					err = fmt.Errorf("rdma link delete %s: %w: %s", dev, err, out)
-				}
-				done <- err
-				return
-			case <-tick.C:
-				rdmacm.Rescan()
-			case <-expired:
-				done <- fmt.Errorf("rdma link delete %s: not finished after %v", dev, limit)
-				return
+		select {
+		case err := <-waited:
+			if err != nil {
+				err = fmt.Errorf("rdma link delete %s: %w: %s", dev, err, out)
 			}
+			done <- err
+		case <-time.After(limit):
+			done <- fmt.Errorf("rdma link delete %s: not finished after %v", dev, limit)
 		}
 	}()
 	return done

@@ -25,11 +25,15 @@
 // A device is set up (protection domain, buffer pool, poll groups) by the first listener
 // bound to it or the first connection on it. When it is removed — rdma_cm's
 // DEVICE_REMOVAL on one of its CM IDs, its leaving the device list (checked every 2 s),
-// or a connection on a new device of the same name — its connections are closed, it takes
-// no new ones, and it is released once the last is gone, so that the kernel can finish
-// removing it while the target runs. A listener bound to its address listens again once
-// an RDMA device has the address (a device added back, or the address moved), keeping its
-// port in the discovery log meanwhile; connections on a device added back set it up anew.
+// or a connection on a new device of the same name — it takes no new connections (rdma_cm
+// disconnects those it has) and is released once the last is gone; every 2 s librdmacm
+// is asked to look at the device list, which closes its context of a removed device, so
+// that the kernel can finish removing it while the target runs — except the last device
+// of the machine: with none listed librdmacm does not look, and the removal completes when
+// a device is added or the process exits. A listener bound to its address listens again
+// once an RDMA device has the address (a device added back, or the address moved), keeping
+// its port in the discovery log meanwhile; connections on a device added back set it up
+// anew.
 //
 // # Connections
 //

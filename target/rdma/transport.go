@@ -400,7 +400,7 @@ func (tr *Transport) Close() error {
 		tr.log.Error("connections still open after the transport started closing: their memory stays mapped",
 			"connections", open, "waited", closeWait)
 	}
-	tr.bg.Wait() // no listener listens again now; removed devices being released are
+	tr.bg.Wait() // relistening, device watching and releasing removed devices have ended
 	tr.mu.Lock()
 	devs := tr.allDevices()
 	for _, d := range devs {
@@ -556,7 +556,10 @@ func (tr *Transport) PoolStats() []PoolStats {
 
 func (tr *Transport) devicesByName() []*device {
 	tr.mu.Lock()
-	devs := tr.allDevices()
+	devs := make([]*device, 0, len(tr.devices))
+	for _, d := range tr.devices { // a retired device may share its name with a new one
+		devs = append(devs, d)
+	}
 	tr.mu.Unlock()
 	slices.SortFunc(devs, func(a, b *device) int { return strings.Compare(a.name, b.name) })
 	return devs
@@ -666,11 +669,15 @@ func (tr *Transport) retireRemoved(d *device) {
 }
 
 // deviceCheckEvery is how often the transport looks for devices removed without an
-// rdma_cm event to say so: one without connections or listeners bound to it (a wildcard
-// listener's). Variable for tests.
+// rdma_cm event to say so (one without connections or listeners bound to it: a wildcard
+// listener's), and has librdmacm look at the device list. Variable for tests.
 var deviceCheckEvery = 2 * time.Second
 
-// watchDevices retires the devices that leave the system's device list, until Close.
+// watchDevices, until Close, retires the devices that leave the system's device list and
+// has librdmacm look at the list (rdmacm.Rescan): librdmacm holds a context on every
+// device it has listed — also devices the transport never used — and closes that of a
+// removed one, which the kernel's removal of a Soft-RoCE device waits for, only at such
+// a look.
 func (tr *Transport) watchDevices() {
 	defer tr.bg.Done()
 	tick := time.NewTicker(deviceCheckEvery)
@@ -681,6 +688,7 @@ func (tr *Transport) watchDevices() {
 			return
 		case <-tick.C:
 		}
+		rdmacm.Rescan()
 		tr.mu.Lock()
 		devs := make([]*device, 0, len(tr.devices))
 		for _, d := range tr.devices {
@@ -736,27 +744,13 @@ func (tr *Transport) releaseRetired(d *device) {
 			return
 		}
 		tr.log.Info("removed RDMA device released", "device", d.name)
-		// librdmacm closes the device's context at a look at the device list after the
-		// device has left it, which may come a little after the removal events.
-		tick := time.NewTicker(rescanEvery)
-		defer tick.Stop()
-		for range rescans {
-			select {
-			case <-tr.quit:
-				return
-			case <-tick.C:
-				rdmacm.Rescan()
-			}
+		if rdmacm.Rescan() == 0 {
+			tr.log.Warn("no RDMA device left: librdmacm cannot close the context of the last device removed "+
+				"(it looks at the device list only when one is listed), so the kernel completes its removal "+
+				"when an RDMA device is added or gonvmf stops", "device", d.name)
 		}
 	}()
 }
-
-// After releasing a removed device, the transport has librdmacm look at the device list
-// rescans times, rescanEvery apart (see rdmacm.Rescan).
-const (
-	rescans     = 40
-	rescanEvery = 250 * time.Millisecond
-)
 
 // allDevices returns the devices not yet being closed, retired ones included. Called
 // with tr.mu held.
@@ -1026,6 +1020,7 @@ func (tr *Transport) listenerLost(l *Listener, id *rdmacm.CMID) {
 	delete(tr.listeners, id)
 	l.id = nil
 	dev := l.dev
+	l.dev = ""
 	run := l.open && !tr.closed && !tr.draining
 	if run {
 		tr.bg.Add(1)
@@ -1033,14 +1028,15 @@ func (tr *Transport) listenerLost(l *Listener, id *rdmacm.CMID) {
 	tr.mu.Unlock()
 	tr.deviceRemoved(id)
 	id.Close() // its device reference goes with it
+	if !run {
+		return
+	}
 	tr.log.Error("the listener's RDMA device was removed: listening again once an RDMA device has the address",
 		"addr", l.addr, "device", dev)
-	if run {
-		go func() {
-			defer tr.bg.Done()
-			tr.relisten(l)
-		}()
-	}
+	go func() {
+		defer tr.bg.Done()
+		tr.relisten(l)
+	}()
 }
 
 // relisten listens on l's address again once it can, backing off between tries, until it
@@ -1063,29 +1059,30 @@ func (tr *Transport) relisten(l *Listener) {
 		}
 		tries++
 		id, err := tr.ch.Listen(l.addr, listenBacklog)
-		if err == nil && id.DeviceName() != "" {
-			if err = tr.setUp(id); err != nil {
-				id.Close()
-			}
-		}
 		if err != nil {
-			if lastErr == nil || err.Error() != lastErr.Error() {
-				tr.log.Debug("listening again", "addr", l.addr, "tries", tries, "err", err)
+			if lastErr == nil || err.Error() != lastErr.Error() { // each new reason once
+				tr.log.Warn("cannot listen again yet", "addr", l.addr, "tries", tries, "err", err)
 			}
 			lastErr = err
 			continue
 		}
+		// Registered at once, so that its connection requests and events find it.
+		dev := id.DeviceName()
 		tr.mu.Lock()
 		if !l.open || tr.closed || tr.draining {
 			tr.mu.Unlock()
 			id.Close()
 			return
 		}
-		dev := id.DeviceName()
 		l.id, l.dev = id, dev
 		tr.listeners[id] = l
 		tr.mu.Unlock()
 		tr.log.Info("listening again", "addr", l.addr, "device", dev, "tries", tries)
+		if dev != "" {
+			if err := tr.setUp(id); err != nil { // the first connection tries again
+				tr.log.Warn("cannot set up the RDMA device of a listener", "addr", l.addr, "device", dev, "err", err)
+			}
+		}
 		return
 	}
 }
