@@ -387,7 +387,7 @@ func rbdDial(key rbdConnKey, timeout time.Duration) (*rados.Conn, error) {
 		return nil, fmt.Errorf("backend: rbd: creating the RADOS handle for %s: %w", who, err)
 	}
 	fail := func(err error) (*rados.Conn, error) {
-		conn.Shutdown()
+		rbdShutdown(conn)
 		return nil, err
 	}
 	if key.conf != "" {
@@ -428,6 +428,16 @@ func rbdDial(key rbdConnKey, timeout time.Duration) (*rados.Conn, error) {
 	// Pool I/O and image opens may wait for the OSDs for as long as they take; only the
 	// monitor commands are bounded.
 	return conn, nil
+}
+
+// rbdShutdown releases conn's RADOS handle, whether or not it ever connected. go-ceph's
+// Shutdown does nothing for a handle that is not connected (a failed rados_connect, a
+// ceph.conf that did not read), leaving it to a finalizer: the threads a failed
+// rados_connect started (log, msgr-worker-*) and the handle's memory would stay until a
+// garbage collection ran it. conn is not used again.
+func rbdShutdown(conn *rados.Conn) {
+	runtime.SetFinalizer(conn, nil)
+	C.rados_shutdown(C.rados_t(unsafe.Pointer(conn.Cluster())))
 }
 
 // cephErrno returns the (negative) errno a go-ceph error carries, or 0.

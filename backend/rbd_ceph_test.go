@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -582,6 +583,50 @@ func TestRBDDialDoesNotBlockOthers(t *testing.T) {
 	}
 	if all := time.Since(start); all > timeout+timeout/2 {
 		t.Errorf("both opens of the unanswering cluster took %s with a %s timeout", all, timeout)
+	}
+}
+
+// cephThreads counts the threads librados started in this process (its log thread and
+// messenger workers), which name themselves; Go's threads carry the program's name.
+func cephThreads(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", e.Name(), "comm"))
+		if err != nil {
+			continue // it ended meanwhile
+		}
+		if name := strings.TrimSpace(string(b)); name == "log" || strings.HasPrefix(name, "msgr-worker-") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRBDFailedDialShutsDown: a dial that fails to connect (no monitor answers) releases
+// its RADOS handle at once, with the threads rados_connect started, not when a garbage
+// collection runs the handle's finalizer (disabled here, as between two collections of a
+// process with a large heap).
+func TestRBDFailedDialShutsDown(t *testing.T) {
+	noCluster := filepath.Join(t.TempDir(), "nocluster.conf")
+	if err := os.WriteFile(noCluster, []byte("[global]\nmon host = v2:127.0.0.1:9\nauth client required = none\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	before := cephThreads(t)
+	for range 3 {
+		_, err := Open(Spec{Kind: KindRBD, Logger: slog.New(slog.DiscardHandler),
+			RBD: RBDSpec{Pool: "rbd", Image: "img", Conf: noCluster, ConnectTimeout: time.Second}})
+		if err == nil || !strings.Contains(err.Error(), "connecting to the Ceph cluster") {
+			t.Fatalf("open of a cluster nobody runs: %v", err)
+		}
+	}
+	if after := cephThreads(t); after > before {
+		t.Errorf("librados threads: %d before 3 failed dials, %d after: their RADOS handles were not shut down", before, after)
 	}
 }
 
