@@ -96,8 +96,9 @@ type Spec struct {
 	// it must not block on the backend's I/O.
 	OnResize func(blocks uint64)
 	// Faults, when set, makes the file and block backends' system calls, and the rbd
-	// backend's librbd writes and flushes, fail as it says: for tests of how the layers
-	// above handle I/O errors. Never set in production.
+	// backend's librbd writes and flushes, fail as it says (and the rbd backend's size
+	// reads wait): for tests of how the layers above handle I/O errors. Never set in
+	// production.
 	Faults *Faults
 
 	// sys, when set, replaces the system calls of the file and block backends (tests

@@ -9,8 +9,9 @@ import (
 // to see how they handle a failed fdatasync or write without a failing disk. The rbd
 // backend takes it too: there a librbd flush is a sync and a librbd write a write, and the
 // error (an errno; anything else counts as EIO) replaces the result librbd gives the
-// operation, so a test sees a failing cluster. The zero value injects nothing
-// and counts calls. It is safe for concurrent use; a Backend must not share one Faults
+// operation, so a test sees a failing cluster; StallSizeReads holds up its reads of an
+// image's size after a header update, as a slow cluster does. The zero value injects
+// nothing and counts calls. It is safe for concurrent use; a Backend must not share one Faults
 // with another test.
 type Faults struct {
 	mu       sync.Mutex
@@ -19,6 +20,8 @@ type Faults struct {
 	writeN   int
 	syncs    int
 	writes   int
+	stall    chan struct{} // closed by StallSizeReads's release; nil: size reads run
+	sizes    int
 }
 
 // FailSyncs makes the next len(errs) fdatasync calls fail with errs, in order, without
@@ -51,6 +54,45 @@ func (f *Faults) Writes() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.writes
+}
+
+// StallSizeReads makes the rbd backend's reads of an image's size after an update of its
+// header (a resize elsewhere) wait, before asking librbd, until release is called: a
+// cluster slow to answer them. Calling release more than once does nothing more.
+func (f *Faults) StallSizeReads() (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.stall = ch
+	f.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			if f.stall == ch {
+				f.stall = nil
+			}
+			f.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+// SizeReads returns the number of size reads (see StallSizeReads) started so far.
+func (f *Faults) SizeReads() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sizes
+}
+
+// sizeRead counts a size read and waits while size reads are stalled.
+func (f *Faults) sizeRead() {
+	f.mu.Lock()
+	f.sizes++
+	ch := f.stall
+	f.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 // sync counts an fdatasync and returns the error to inject, if any.

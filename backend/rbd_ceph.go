@@ -738,6 +738,13 @@ type rbdImage struct {
 	handle C.uint64_t
 	mu     sync.Mutex // guards img against Close for the watch's size refresh
 	closed bool
+	// sizeEvents counts the watch events no size read has covered yet. The event that
+	// makes it 1 starts the image's one size reader (sizers, which Close waits for),
+	// off the reaper: the read may wait for the OSDs (librbd refreshes the header), and
+	// the reaper completes every other request of the connection. Events arriving during
+	// a read make the reader read once more. Added to under c.mu, while m is in c.images.
+	sizeEvents atomic.Int32
+	sizers     sync.WaitGroup
 }
 
 func openRBD(s Spec) (Backend, error) {
@@ -1007,6 +1014,7 @@ func (m *rbdImage) Close() error {
 		}
 		m.c.mu.Unlock()
 		m.watch = nil
+		m.sizers.Wait() // out of c.images: no reader starts any more
 	}
 	if r := C.rbd_close(m.img); r < 0 && err == nil {
 		err = fmt.Errorf("backend: rbd image %s: closing it: %w", m.name, syscall.Errno(-r))
@@ -1018,7 +1026,7 @@ func (m *rbdImage) Close() error {
 	return err
 }
 
-// watchEvent handles a header update of image id: a resize changes the capacity.
+// watchEvent handles a header update of image id: its size reader reads the size.
 func (c *rbdConn) watchEvent(id uint32, op *C.gonvmf_rbd_op) {
 	c.mu.Lock()
 	m := c.images[id]
@@ -1028,11 +1036,35 @@ func (c *rbdConn) watchEvent(id uint32, op *C.gonvmf_rbd_op) {
 		return
 	}
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&op.pending)), 0)
+	if m.sizeEvents.Add(1) == 1 {
+		m.sizers.Add(1)
+		go m.sizeReader()
+	}
 	c.mu.Unlock()
+}
+
+// sizeReader reads the image's size until no watch event has arrived since its last read
+// (see sizeEvents).
+func (m *rbdImage) sizeReader() {
+	defer m.sizers.Done()
+	for {
+		n := m.sizeEvents.Load()
+		m.readSize()
+		if m.sizeEvents.CompareAndSwap(n, 0) {
+			return
+		}
+	}
+}
+
+// readSize reads the image's size after a header update: a resize changes the capacity.
+func (m *rbdImage) readSize() {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return
+	}
+	if m.faults != nil {
+		m.faults.sizeRead()
 	}
 	var size C.uint64_t
 	r := C.rbd_get_size(m.img, &size)

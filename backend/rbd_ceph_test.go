@@ -333,6 +333,61 @@ func TestRBDResize(t *testing.T) {
 	}
 }
 
+// TestRBDSlowSizeRead: while the size read after a resize waits for a slow cluster, the
+// connection's reaper goes on completing the requests of the image and of another image
+// on the connection; the read, released, gives the size the last resize set.
+func TestRBDSlowSizeRead(t *testing.T) {
+	c, rs := testImage(t, "8M")
+	_, other := testImage(t, "4M")
+	f := &Faults{}
+	a := openRBDTest(t, Spec{RBD: rs, LBASize: 4096, Faults: f})
+	defer a.Close()
+	b := openRBDTest(t, Spec{RBD: other})
+	defer b.Close()
+	if a.(*rbdImage).c != b.(*rbdImage).c {
+		t.Fatal("the two images do not share a connection")
+	}
+	release := f.StallSizeReads()
+	defer release()
+	if _, err := c.Rbd("resize", "--no-progress", "--size", "16M", rs.Name()); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); f.SizeReads() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no size read within 20 s of the resize")
+		}
+	}
+	// A second resize while the first read waits: read too, once the first is done.
+	if _, err := c.Rbd("resize", "--no-progress", "--size", "20M", rs.Name()); err != nil {
+		t.Fatal(err)
+	}
+	w := alignedBuf(4096)
+	fill(w, 3)
+	for _, img := range []struct {
+		name string
+		be   Backend
+	}{{"the resized image", a}, {"another image of the connection", b}} {
+		e := NewExecutor(img.be, 0)
+		done := make(chan error, 1)
+		e.Submit(&Request{Op: OpWrite, SLBA: 0, Buf: w, Done: func(r *Request) { done <- r.Err }})
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("write to %s: %v", img.name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a write to %s did not complete within 10 s while a size read waited", img.name)
+		}
+		e.Close()
+	}
+	release()
+	for deadline := time.Now().Add(20 * time.Second); a.NumBlocks() != 20<<20/4096; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("NumBlocks = %d 20 s after the stalled reads were released, want %d", a.NumBlocks(), 20<<20/4096)
+		}
+	}
+}
+
 // TestRBDCreate: create_size makes a missing image, and leaves an existing one alone.
 func TestRBDCreate(t *testing.T) {
 	c, rs := testImage(t, "")
