@@ -95,6 +95,14 @@ type Spec struct {
 	// it from then on. It is called from the backend's own goroutine, one call at a time;
 	// it must not block on the backend's I/O.
 	OnResize func(blocks uint64)
+	// OnNeedsReopen, when set, is called once when the backend learns that it serves no
+	// more requests until it is reopened (they fail with ErrNeedsReopen from then on): an
+	// rbd image whose RADOS client the cluster blocklisted, noticed by a request or the
+	// image watch of any image on that client. err wraps ErrNeedsReopen, and ErrSync when
+	// writes reported complete since the last successful flush may have been lost. It is
+	// called from the backend's own goroutines (a completion path among them): it must
+	// return at once and not call the backend.
+	OnNeedsReopen func(err error)
 	// Faults, when set, makes the file and block backends' system calls, and the rbd
 	// backend's librbd writes and flushes, fail as it says (and the rbd backend's size
 	// reads wait): for tests of how the layers above handle I/O errors. Never set in
@@ -184,6 +192,15 @@ var (
 	// ErrShrink: a Resize to less than the current capacity. Hosts may have data in the
 	// blocks that would go, so a namespace only grows.
 	ErrShrink = errors.New("backend: a namespace cannot shrink")
+	// ErrNeedsReopen: the backend serves no more requests until it is closed and opened
+	// again: its storage has fenced it off (an rbd image whose RADOS client the cluster
+	// blocklisted; an open made after that gets a new client). The request failed and
+	// changed nothing that was reported complete; on the reopened backend it may succeed.
+	// It speaks for no earlier write: when writes reported complete may have been lost
+	// with the fenced client, the error wraps ErrSync as well. Spec.OnNeedsReopen reports
+	// the same condition without waiting for a request to meet it. Status maps it to
+	// Namespace Not Ready without DNR (ErrSync, if wrapped too, takes precedence).
+	ErrNeedsReopen = errors.New("the backend must be reopened: its storage has fenced it off")
 	// ErrSync: making completed writes durable failed (fdatasync, or a write through the
 	// O_DSYNC descriptor, reported an error). Writes the backend had already reported as
 	// complete may be lost, and the kernel reports such an error once: a retried

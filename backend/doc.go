@@ -26,17 +26,21 @@
 // for requests submitted with SubmitRing, by the Ring's owner, woken through the Ring's
 // eventfd like for its own completions. Images opened with the same cluster and client
 // share one RADOS connection, until the cluster blocklists its client (ESHUTDOWN): images
-// opened after that get a new one. An image watch reports `rbd resize` to Spec.OnResize.
+// opened after that get a new one, and those on the old client fail every request with
+// ErrNeedsReopen, which they report to Spec.OnNeedsReopen, until they are reopened. An
+// image watch reports `rbd resize` to Spec.OnResize, from a goroutine of the image's own.
 //
-// Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned, ErrSync or an errno from the kernel;
-// Status turns any of them into the NVMe completion status the target reports. A failed
-// sync (ErrSync: fdatasync, or a write through the O_DSYNC descriptor; for rbd a flush,
-// or a FUA write, except librbd's EROFS refusal for want of the exclusive lock and a FUA
-// write's ENOSPC or EDQUOT, which write nothing) is sticky: the file, block and rbd backends remember it and fail every
-// later Flush until they are opened again, since the kernel reports a writeback error
-// only once, and so does librbd the failure of a write its cache had completed early.
-// With Request.FUA every backend makes write zeroes and deallocate durable too (a flush
-// after them where they could complete from a cache).
+// Errors wrap ErrLBAOutOfRange, ErrReadOnly, ErrUnaligned, ErrSync, ErrNeedsReopen or an
+// errno from the kernel; Status turns any of them into the NVMe completion status the
+// target reports. A failed sync (ErrSync: fdatasync, or a write through the O_DSYNC
+// descriptor; for rbd a flush, or a FUA write, except librbd's EROFS refusal for want of
+// the exclusive lock, a FUA write's ENOSPC or EDQUOT, which write nothing, and a
+// blocklisted client's ESHUTDOWN, which is ErrNeedsReopen and a sync failure only when
+// the image's cache completed writes no flush covered) is sticky: the file, block and rbd
+// backends remember it and fail every later Flush until they are opened again, since the
+// kernel reports a writeback error only once, and so does librbd the failure of a write
+// its cache had completed early. With Request.FUA every backend makes write zeroes and
+// deallocate durable too (a flush after them where they could complete from a cache).
 //
 // The package imports nvmeproto for status codes and nothing else from gonvmf; the ceph
 // build adds github.com/ceph/go-ceph (and links librados and librbd).

@@ -13,8 +13,11 @@ import (
 // default build returns ErrNeedsCephBuild from Open. Every image opened with the same
 // Conf, User and Keyring shares one RADOS connection (one set of monitor and OSD sessions
 // and librados threads) for the life of the process's open images — unless the cluster
-// blocklists its client: images opened after an operation or open saw that (ESHUTDOWN)
-// get a new connection, and an open that finds it blocklisted is retried once on one.
+// blocklists its client: images opened after an operation, open or image watch saw that
+// (ESHUTDOWN) get a new connection, and an open that finds it blocklisted is retried once
+// on one. The images on the blocklisted client are fenced: their requests fail with
+// ErrNeedsReopen (with ErrSync too when writes their cache completed were not flushed)
+// and each reports it to Spec.OnNeedsReopen, until it is closed and opened again.
 type RBDSpec struct {
 	// Pool is the RADOS pool holding the image (required).
 	Pool string

@@ -286,6 +286,7 @@ type rbdSlot struct {
 	flushing, rider bool
 	nextFlush       *rbdSlot // under rbdImage.fmu: the next request of a flush batch
 	fault           int64    // tests: the -errno to complete the operation in flight with (Faults)
+	flushGen        uint64   // a flush's lead: rbdImage.acked when the flush started
 	pin             runtime.Pinner
 	// seq is stored before each operation is started and loaded when it completes: the
 	// hand-off happens in C (librbd, the queue's atomics), which the race detector does
@@ -534,21 +535,85 @@ func rbdBlocklisted(err error) bool {
 // (rbdBlocklisted): the cluster refuses every operation of that client for the
 // blocklist entry's life (an hour by default), so images opened from then on with c's key
 // get a new connection, whose client has a new address. The images already on c keep it
-// and their references, and fail until they are closed (a namespace reopen moves one
-// to the new connection). The caller holds a reference to c.
+// and their references; each is fenced (see rbdImage.fence), which asks for it to be
+// reopened (a namespace reopen moves it to the new connection). The caller holds a
+// reference to c.
 func (c *rbdConn) retire(err error) {
-	if !rbdBlocklisted(err) || c.retired.Swap(true) {
+	if !rbdBlocklisted(err) {
 		return
 	}
-	rbdConns.mu.Lock()
-	if rbdConns.byKey[c.key] == c {
-		delete(rbdConns.byKey, c.key)
+	if !c.retired.Swap(true) {
+		rbdConns.mu.Lock()
+		if rbdConns.byKey[c.key] == c {
+			delete(rbdConns.byKey, c.key)
+		}
+		rbdConns.mu.Unlock()
+		addrs, _ := c.conn.GetAddrs()
+		c.log.Warn("rbd: the cluster has blocklisted this RADOS client: its images fail until they are reopened, "+
+			"and images opened from now on use a new client",
+			"client", "client."+orDefault(c.key.user, "admin"), "addrs", addrs, "err", err)
 	}
-	rbdConns.mu.Unlock()
-	addrs, _ := c.conn.GetAddrs()
-	c.log.Warn("rbd: the cluster has blocklisted this RADOS client: images opened from now on use a new one; "+
-		"reopen the namespaces still on it (gonvmf ctl ns reopen)",
-		"client", "client."+orDefault(c.key.user, "admin"), "addrs", addrs, "err", err)
+	// Every time: an image may have opened on c after c was retired.
+	c.mu.Lock()
+	var fence []*rbdImage
+	for _, m := range c.images {
+		if !m.fenced.Load() {
+			fence = append(fence, m)
+		}
+	}
+	c.mu.Unlock()
+	for _, m := range fence {
+		m.fence(err)
+	}
+}
+
+// errFenced is why a request of a fenced image fails that librbd did not fail itself.
+var errFenced = fmt.Errorf("the cluster has blocklisted the image's RADOS client: %w", syscall.ESHUTDOWN)
+
+// fence records that the cluster has blocklisted m's RADOS client (cause says so): from
+// now on every request of m fails with ErrNeedsReopen, until m is closed and the image
+// opened again, on a new client. The OSDs refuse what the client had not written yet:
+// when librbd's cache completed writes no successful flush has covered since (acked !=
+// flushed), they may be lost, and m fails with a sync failure (ErrSync) as well. It
+// reports this once, to Spec.OnNeedsReopen.
+func (m *rbdImage) fence(cause error) {
+	if m.fenced.Swap(true) {
+		return
+	}
+	// fenced is set before acked is read, and ackVolatile adds to acked before it reads
+	// fenced: a write the cache completes meanwhile is either counted here or refused.
+	err := fmt.Errorf("backend: rbd image %s: %w: %w", m.name, ErrNeedsReopen, cause)
+	if acked, flushed := m.acked.Load(), m.flushed.Load(); acked != flushed {
+		m.syncFailed(fmt.Errorf("backend: rbd image %s: %d writes reported complete since the last flush: %w: %w: %w",
+			m.name, acked-flushed, ErrSync, ErrNeedsReopen, cause))
+	}
+	if p := m.syncErr.Load(); p != nil {
+		if errors.Is(*p, ErrNeedsReopen) {
+			err = *p
+		} else {
+			err = fmt.Errorf("%w (after a sync failure: %w)", err, *p)
+		}
+	}
+	m.log.Warn("rbd: the cluster has blocklisted the image's RADOS client: its requests fail until it is reopened",
+		"image", m.name, "writes_lost", errors.Is(err, ErrSync), "err", err)
+	if m.onReopen != nil {
+		m.onReopen(err)
+	}
+}
+
+// fencedError is the error of s's request on a fenced image (e: librbd's, or errFenced):
+// a flush's or a durable write's is the image's sync failure if it has one (writes may be
+// lost), any other's ErrNeedsReopen.
+func (m *rbdImage) fencedError(s *rbdSlot, e error) error {
+	r := s.r
+	if p := m.syncErr.Load(); p != nil && (s.flushing || r.Op == OpFlush || r.FUA) {
+		return *p
+	}
+	what := r.Op.String()
+	if s.flushing {
+		what = "flush"
+	}
+	return fmt.Errorf("backend: rbd image %s: %s: %w: %w", m.name, what, ErrNeedsReopen, e)
 }
 
 // waitPosters waits until no librbd thread is still inside gonvmf_rbd_post on q (it may
@@ -597,7 +662,7 @@ func (c *rbdConn) slot(idx uint32) *rbdSlot {
 
 func (c *rbdConn) freeSlot(s *rbdSlot) {
 	s.r, s.e, s.img, s.ring, s.cq, s.step = nil, nil, nil, nil, nil, 0
-	s.flushing, s.rider, s.nextFlush, s.fault = false, false, nil, 0
+	s.flushing, s.rider, s.nextFlush, s.fault, s.flushGen = false, false, nil, 0, 0
 	c.mu.Lock()
 	c.free = append(c.free, s.idx)
 	c.mu.Unlock()
@@ -719,7 +784,17 @@ type rbdImage struct {
 	vwc      bool         // librbd's cache completes writes, discards or write zeroes before the OSDs have them
 	log      *slog.Logger
 	onResize func(uint64)
-	faults   *Faults // tests: errors replacing librbd's results
+	onReopen func(error) // Spec.OnNeedsReopen
+	faults   *Faults     // tests: errors replacing librbd's results
+
+	// fenced is set once the image knows the cluster has blocklisted its RADOS client
+	// (see fence): from then on every request fails with ErrNeedsReopen, none is
+	// acknowledged. acked counts the requests librbd's cache completed without making
+	// them durable (writes, write zeroes and deallocates without FUA while vwc); flushed
+	// is what acked was when the last successful flush started. acked != flushed when
+	// the client is fenced: writes reported complete may be lost.
+	fenced         atomic.Bool
+	acked, flushed atomic.Uint64
 
 	// The image's flushes run one at a time: librbd reports the failure of a write it
 	// had completed early (write-around, write-back) to one flush only, and later ones
@@ -768,7 +843,7 @@ func openRBD(s Spec) (Backend, error) {
 			return nil, err
 		}
 		m := &rbdImage{lbaSize: lba, lbaShift: shift, readOnly: s.ReadOnly, c: c, spec: rs, name: rs.Name(),
-			log: s.Logger, onResize: s.OnResize, faults: s.Faults}
+			log: s.Logger, onResize: s.OnResize, onReopen: s.OnNeedsReopen, faults: s.Faults}
 		err = m.open(timeout)
 		if err == nil {
 			return m, nil
@@ -846,11 +921,9 @@ func (m *rbdImage) open(timeout time.Duration) error {
 	m.watch.cq = m.c.cq
 	m.watch.tag = C.uint64_t(uint64(m.c.id)<<32 | uint64(rbdWatchTag|m.id))
 	if r := C.gonvmf_rbd_watch(img, m.watch, &m.handle); r < 0 {
-		// Not fatal: the namespace keeps its size until the next open.
+		// Not fatal: the namespace keeps its size until the next open. The image stays in
+		// c.images, which retire fences.
 		m.log.Warn("rbd: cannot watch the image for resizes", "image", m.name, "err", syscall.Errno(-r))
-		m.c.mu.Lock()
-		delete(m.c.images, m.id)
-		m.c.mu.Unlock()
 		C.free(unsafe.Pointer(m.watch))
 		m.watch = nil
 	}
@@ -1005,17 +1078,15 @@ func (m *rbdImage) Close() error {
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
-	if m.watch != nil {
-		m.c.mu.Lock()
-		delete(m.c.images, m.id)
-		// No callback can post the watch any more; if it is queued, the reaper frees it.
-		if atomic.LoadUint32((*uint32)(unsafe.Pointer(&m.watch.pending))) == 0 {
-			C.free(unsafe.Pointer(m.watch))
-		}
-		m.c.mu.Unlock()
-		m.watch = nil
-		m.sizers.Wait() // out of c.images: no reader starts any more
+	m.c.mu.Lock()
+	delete(m.c.images, m.id)
+	// No callback can post the watch any more; if it is queued, the reaper frees it.
+	if m.watch != nil && atomic.LoadUint32((*uint32)(unsafe.Pointer(&m.watch.pending))) == 0 {
+		C.free(unsafe.Pointer(m.watch))
 	}
+	m.c.mu.Unlock()
+	m.watch = nil
+	m.sizers.Wait() // out of c.images: no reader starts any more
 	if r := C.rbd_close(m.img); r < 0 && err == nil {
 		err = fmt.Errorf("backend: rbd image %s: closing it: %w", m.name, syscall.Errno(-r))
 	}
@@ -1071,6 +1142,7 @@ func (m *rbdImage) readSize() {
 	m.mu.Unlock()
 	if r < 0 {
 		m.log.Warn("rbd: reading the image size after an update failed", "image", m.name, "err", syscall.Errno(-r))
+		m.c.retire(syscall.Errno(-r)) // librbd tells its update watchers when the cluster blocklists the client
 		return
 	}
 	blocks := uint64(size) >> m.lbaShift
@@ -1143,6 +1215,10 @@ func (m *rbdImage) start(r *Request, e *Executor, g *Ring) {
 	}
 	if g != nil {
 		g.ext.inflight.Add(1)
+	}
+	if m.fenced.Load() {
+		m.c.finish(s, m.fencedError(s, errFenced))
+		return
 	}
 	if r.Op == OpDeallocate && len(r.Ranges) > 0 {
 		s.step = m.nextRange(r, 0)
@@ -1240,6 +1316,7 @@ func (m *rbdImage) flush(s *rbdSlot) error {
 // startFlush starts a librbd flush for lead and the requests chained to it; any
 // goroutine may call it. A flush librbd refuses to start completes with its error.
 func (m *rbdImage) startFlush(lead *rbdSlot) {
+	lead.flushGen = m.acked.Load() // what a success covers
 	lead.fault = m.injected(true)
 	lead.seq.Add(1)
 	if rc := C.gonvmf_rbd_start(m.img, lead.op, lead.cq, C.GONVMF_RBD_FLUSH, 0, 0, nil, 0); rc < 0 {
@@ -1324,6 +1401,9 @@ func rbdLockRefused(e error) bool { return errors.Is(e, syscall.EROFS) }
 
 func (m *rbdImage) ioError(s *rbdSlot, e error) error {
 	r := s.r
+	if rbdBlocklisted(e) { // the image is fenced (retire ran): not a sync failure of its own
+		return m.fencedError(s, e)
+	}
 	if s.flushing {
 		if rbdLockRefused(e) {
 			return fmt.Errorf("backend: rbd image %s: flush refused without the exclusive lock: %w", m.name, e)
@@ -1374,6 +1454,8 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 		if !s.rider {
 			if errors.Is(err, ErrSync) {
 				m.syncFailed(err)
+			} else if ret >= 0 {
+				m.flushed.Store(s.flushGen) // flushes run one at a time: it only grows
 			}
 			m.flushDone(s, ret)
 		}
@@ -1390,7 +1472,7 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 	// then is the request's next step: a flush to make it durable, if it needs one.
 	then := func() bool {
 		if !r.FUA {
-			c.finish(s, nil)
+			c.ackVolatile(s)
 			return true
 		}
 		if err := m.flush(s); err != nil {
@@ -1408,6 +1490,10 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 	case OpWrite:
 		if m.fuaFlush { // writeback: the FUA flag alone does not reach the OSDs
 			return then()
+		}
+		if m.vwc && !r.FUA { // write-around: completed before the OSDs have it
+			c.ackVolatile(s)
+			return true
 		}
 	case OpWriteZeroes, OpDeallocate:
 		if r.Op == OpDeallocate && len(r.Ranges) > 0 {
@@ -1427,6 +1513,19 @@ func (c *rbdConn) completed(s *rbdSlot, ret int64) bool {
 	}
 	c.finish(s, nil)
 	return true
+}
+
+// ackVolatile ends s's request, a write, write zeroes or deallocate librbd's cache
+// completed without making it durable, counting it (acked). On a fenced image it fails:
+// the OSDs refuse the client's writes, so the data may never reach them.
+func (c *rbdConn) ackVolatile(s *rbdSlot) {
+	m := s.img
+	m.acked.Add(1)
+	if m.fenced.Load() {
+		c.finish(s, m.fencedError(s, errFenced))
+		return
+	}
+	c.finish(s, nil)
 }
 
 // finish ends s's request and frees the slot.

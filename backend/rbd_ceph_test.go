@@ -21,6 +21,7 @@ import (
 
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/gonvmf/gonvmf/internal/cephtest"
+	"github.com/gonvmf/gonvmf/nvmeproto"
 	"golang.org/x/sys/unix"
 )
 
@@ -440,10 +441,12 @@ func TestRBDSharedConnection(t *testing.T) {
 }
 
 // TestRBDBlocklistedConnection: when the cluster blocklists the RADOS client images share
-// (a peer broke one image's exclusive lock: librbd blocklists the owner), an image closed
-// and opened again gets a new client, while another image still holds the old one — as
-// the namespace reopen that recovers it does. The connection is retired when an operation
+// (a peer broke one image's exclusive lock: librbd blocklists the owner), an image opened
+// again gets a new client, while another image still holds the old one — as the
+// namespace reopen that recovers it does. The connection is retired when an operation
 // fails with EBLOCKLISTED (ESHUTDOWN), or when an open does, which then tries once more.
+// (The images' watches would retire it too, once librbd tells them: their size reads are
+// held until the open is done, so that only the open finds the client blocklisted.)
 func TestRBDBlocklistedConnection(t *testing.T) {
 	for _, failFirst := range []bool{true, false} {
 		name := "on-open"
@@ -459,8 +462,11 @@ func TestRBDBlocklistedConnection(t *testing.T) {
 				defer rbdConns.mu.Unlock()
 				return rbdConns.byKey[key]
 			}
-			ba := openRBDTest(t, Spec{RBD: a})
-			bb := openRBDTest(t, Spec{RBD: b})
+			f := &Faults{}
+			release := f.StallSizeReads()
+			defer release()
+			ba := openRBDTest(t, Spec{RBD: a, Faults: f})
+			bb := openRBDTest(t, Spec{RBD: b, Faults: f})
 			defer func() { bb.Close() }()
 			old := ba.(*rbdImage).c
 			if bb.(*rbdImage).c != old {
@@ -489,11 +495,13 @@ func TestRBDBlocklistedConnection(t *testing.T) {
 					t.Errorf("the blocklisted connection is still shared with new opens")
 				}
 			}
+			log, rec := testLogger(t)
+			na, err := Open(Spec{Kind: KindRBD, RBD: a, Logger: log})
+			release()
 			if err := ba.Close(); err != nil {
 				t.Logf("closing %s on the blocklisted client: %v", a.Name(), err)
 			}
-			log, rec := testLogger(t)
-			ba, err = Open(Spec{Kind: KindRBD, RBD: a, Logger: log})
+			ba = na
 			if err != nil {
 				t.Fatalf("reopening %s after its client was blocklisted: %v", a.Name(), err)
 			}
@@ -526,6 +534,128 @@ func TestRBDBlocklistedConnection(t *testing.T) {
 				t.Fatalf("FUA write on b reopened: %v", err)
 			}
 		})
+	}
+}
+
+// TestRBDBlocklistFences: when the cluster blocklists the RADOS client images share
+// (`ceph osd blocklist add`), each is fenced: its requests fail with ErrNeedsReopen
+// (Namespace Not Ready, which hosts retry once it is reopened), not as sync failures, and
+// it reports so once to OnNeedsReopen, an image without a request of its own too. No
+// write is reported complete from then on. An image whose cache completed a write no
+// flush covered reports ErrSync as well (the write may be lost), and its flushes fail
+// with it. Reopened, an image is on a new client, with the data of its durable writes.
+func TestRBDBlocklistFences(t *testing.T) {
+	c, rs := testImage(t, "8M")
+	_, idle := testImage(t, "4M")
+	_, dirty := testImage(t, "4M")
+	type report struct {
+		image string
+		err   error
+	}
+	reports := make(chan report, 16)
+	open := func(r RBDSpec) Backend {
+		return openRBDTest(t, Spec{RBD: r, OnNeedsReopen: func(err error) { reports <- report{r.Name(), err} }})
+	}
+	ba, bi, bd := open(rs), open(idle), open(dirty)
+	defer func() {
+		for _, b := range []Backend{ba, bi, bd} {
+			b.Close()
+		}
+	}()
+	conn := ba.(*rbdImage).c
+	if bi.(*rbdImage).c != conn || bd.(*rbdImage).c != conn {
+		t.Fatal("three images with one key do not share a connection")
+	}
+	cached := bd.(*rbdImage).vwc
+	w := alignedBuf(4096)
+	fill(w, 7)
+	if err := ba.WriteBlocks(w, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := bd.WriteBlocks(w, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := conn.conn.GetAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Blocklist(addr); err != nil {
+		t.Fatal(err)
+	}
+	// The OSDs may still answer a request sent before they had the new OSD map.
+	r := alignedBuf(4096)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if err = ba.ReadBlocks(r, 0); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reads still succeed 20 s after blocklisting the client %s", addr)
+		}
+	}
+	if !errors.Is(err, ErrNeedsReopen) || !errors.Is(err, syscall.ESHUTDOWN) || errors.Is(err, ErrSync) {
+		t.Fatalf("read on the blocklisted client: %v; want ErrNeedsReopen (ESHUTDOWN), not ErrSync", err)
+	}
+	if st := Status(OpRead, err); st != nvmeproto.StatusNSNotReady {
+		t.Errorf("read on the blocklisted client: status %v, want Namespace Not Ready without DNR", st)
+	}
+	got := map[string]error{}
+	for deadline := time.After(10 * time.Second); len(got) < 3; {
+		select {
+		case rp := <-reports:
+			if _, dup := got[rp.image]; dup {
+				t.Errorf("%s reported twice: %v", rp.image, rp.err)
+			}
+			got[rp.image] = rp.err
+		case <-deadline:
+			t.Fatalf("OnNeedsReopen reports within 10 s: %v; want one for each of the 3 images", got)
+		}
+	}
+	for name, err := range got {
+		lost := name == dirty.Name() && cached
+		if !errors.Is(err, ErrNeedsReopen) || errors.Is(err, ErrSync) != lost {
+			t.Errorf("%s reported %v; want ErrNeedsReopen, and ErrSync %v", name, err, lost)
+		}
+	}
+	// Nothing is reported complete on the fenced client, and nothing but the lost writes
+	// is a sync failure.
+	for _, op := range []struct {
+		what string
+		do   func() error
+		sync bool
+	}{
+		{"write", func() error { return ba.WriteBlocks(w, 8, false) }, false},
+		{"FUA write", func() error { return ba.WriteBlocks(w, 8, true) }, false},
+		{"flush", ba.Flush, false},
+		{"write zeroes", func() error { return ba.WriteZeroes(16, 8) }, false},
+		{"write, idle image", func() error { return bi.WriteBlocks(w, 0, false) }, false},
+		{"flush, idle image", bi.Flush, false},
+		{"flush after an unflushed write", bd.Flush, cached},
+	} {
+		err := op.do()
+		if !errors.Is(err, ErrNeedsReopen) && !(op.sync && errors.Is(err, ErrSync)) || errors.Is(err, ErrSync) != op.sync {
+			t.Errorf("%s on the blocklisted client: %v; want ErrNeedsReopen, and ErrSync %v", op.what, err, op.sync)
+		}
+	}
+	select {
+	case rp := <-reports:
+		t.Errorf("%s reported again: %v", rp.image, rp.err)
+	default:
+	}
+	if err := ba.Close(); err != nil {
+		t.Logf("closing %s on the blocklisted client: %v", rs.Name(), err)
+	}
+	ba = openRBDTest(t, Spec{RBD: rs})
+	if ba.(*rbdImage).c == conn {
+		t.Fatal("the reopened image is on the blocklisted client")
+	}
+	if err := ba.ReadBlocks(r, 0); err != nil || !bytes.Equal(r, w) {
+		t.Fatalf("reading back the FUA write made before the blocklist: err %v, equal %v", err, bytes.Equal(r, w))
+	}
+	if err := ba.WriteBlocks(w, 8, false); err != nil {
+		t.Fatalf("write after reopening: %v", err)
+	}
+	if err := ba.Flush(); err != nil {
+		t.Fatalf("flush after reopening: %v", err)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 //
 //	nil                          Successful Completion
 //	ErrSync                      Write Fault, DNR (completed writes may be lost: see ErrSync)
+//	ErrNeedsReopen               Namespace Not Ready (the host retries it once the backend
+//	                             has been reopened)
 //	ErrLBAOutOfRange             LBA Out of Range, DNR
 //	ErrReadOnly, EROFS           Namespace is Write Protected, DNR (EROFS: also librbd's
 //	                             refusal while a peer keeps an rbd image's exclusive lock)
@@ -25,13 +27,15 @@ import (
 //	anything else                Internal Error
 //
 // Errors the host can fix by retrying (a transient EIO, ErrClosed during a controller
-// reset) leave DNR clear.
+// reset, ErrNeedsReopen) leave DNR clear.
 func Status(op Op, err error) nvmeproto.Status {
 	switch {
 	case err == nil:
 		return nvmeproto.StatusSuccess
 	case errors.Is(err, ErrSync):
 		return nvmeproto.StatusWriteFault.WithDNR()
+	case errors.Is(err, ErrNeedsReopen):
+		return nvmeproto.StatusNSNotReady
 	case errors.Is(err, ErrLBAOutOfRange):
 		return nvmeproto.StatusLBAOutOfRange.WithDNR()
 	case errors.Is(err, ErrReadOnly), errors.Is(err, syscall.EROFS):

@@ -32,6 +32,10 @@ func TestStatus(t *testing.T) {
 		{OpFlush, fmt.Errorf("backend: fdatasync f: %w: %w", ErrSync, syscall.ENOSPC), nvmeproto.StatusWriteFault.WithDNR()},
 		{OpWrite, fmt.Errorf("%w: %w", ErrSync, wrap(syscall.EIO)), nvmeproto.StatusWriteFault.WithDNR()},
 		{OpWriteZeroes, fmt.Errorf("backend: fdatasync f: %w: %w", ErrSync, syscall.EIO), nvmeproto.StatusWriteFault.WithDNR()},
+		// A fenced backend: retried once it has been reopened, unless writes may be lost.
+		{OpRead, fmt.Errorf("rbd: read: %w: %w", ErrNeedsReopen, syscall.ESHUTDOWN), nvmeproto.StatusNSNotReady},
+		{OpWrite, fmt.Errorf("rbd: write: %w: %w", ErrNeedsReopen, syscall.EIO), nvmeproto.StatusNSNotReady},
+		{OpFlush, fmt.Errorf("rbd: flush: %w: %w: %w", ErrSync, ErrNeedsReopen, syscall.ESHUTDOWN), nvmeproto.StatusWriteFault.WithDNR()},
 		{OpRead, wrap(ErrUnaligned), nvmeproto.StatusInternalError.WithDNR()},
 		{Op(42), fmt.Errorf("%w 42", ErrInvalidOp), nvmeproto.StatusInvalidOpcode.WithDNR()},
 		{OpRead, ErrClosed, nvmeproto.StatusInternalError},

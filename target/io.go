@@ -40,6 +40,12 @@ func (c *controller) unavailable(ns *namespace) nvmeproto.Status {
 	if ns == nil || !ns.reopening.Load() {
 		return nvmeproto.StatusInvalidNamespace.WithDNR()
 	}
+	return c.notReady()
+}
+
+// notReady is Namespace Not Ready without DNR, with CRD selecting CRDT1 if the host
+// enabled ACRE: a namespace about to be reopened, or being reopened.
+func (c *controller) notReady() nvmeproto.Status {
 	if c.acre.Load() {
 		return nvmeproto.StatusNSNotReady.WithCRD(crdReopen)
 	}
@@ -265,6 +271,14 @@ func (r *Request) ioDone(br *backend.Request) {
 			st = q.bind.Load().ctrl.unavailable(ns)
 		case errors.Is(br.Err, backend.ErrSync):
 			ns.fail(br.Err)
+		}
+		if errors.Is(br.Err, backend.ErrNeedsReopen) {
+			// The backend is reopened in the background; the host retries the command
+			// (Status: Namespace Not Ready without DNR, unless writes may be lost).
+			ns.needsReopen(br.Err)
+			if st == nvmeproto.StatusNSNotReady {
+				st = q.bind.Load().ctrl.notReady()
+			}
 		}
 	}
 	if st == nvmeproto.StatusSuccess {

@@ -199,7 +199,7 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	}
 	s.mu.Unlock()
 
-	ns, err := openNamespace(s.t, s.nqn, cn)
+	ns, err := openNamespace(s, cn)
 	if err != nil {
 		return err
 	}
@@ -220,6 +220,7 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	tab = slices.Insert(tab, i, ns)
 	s.ns.Store(&tab)
 	s.mu.Unlock()
+	ns.published()
 
 	s.t.log.Info("namespace added", "subsystem", s.nqn, "nsid", cn.NSID, "backend", cn.Backend,
 		"path", cn.Path, "blocks", ns.blocks.Load(), "lba_size", ns.lbaSize(), "read_only", ns.readOnly.Load())
@@ -266,18 +267,41 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 // configuration, refusing commands with Invalid Namespace and DNR) until a reopen
 // succeeds or it is removed.
 func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
-	nsid := old.nsid
-	reason := old.failureReason()
+	s.closeToReopen(old)
+	err := s.openReopened(old, cn, 0)
+	if err == nil {
+		return nil
+	}
+	old.reopening.Store(false)
+	if errors.Is(err, ErrNoSuchNamespace) {
+		return err
+	}
+	s.t.log.Error("reopening namespace failed: it stays inactive until a reopen succeeds", "subsystem", s.nqn, "nsid", old.nsid, "err", err)
+	s.notifyNamespaceChanged(old.nsid) // it left the active list: hosts rescan and see it gone
+	return fmt.Errorf("target: reopening namespace %d of %q (it stays inactive until a reopen succeeds or it is removed): %w", old.nsid, s.nqn, err)
+}
+
+// closeToReopen closes old's backend so that a new one takes its place: commands that
+// meet old answer Namespace Not Ready from now on (see reopening).
+func (s *subsystem) closeToReopen(old *namespace) {
 	old.reopening.Store(true) // before close: whoever sees it closing sees why
 	if err := old.close(); err != nil {
-		s.t.log.Warn("closing namespace to reopen it", "subsystem", s.nqn, "nsid", nsid, "err", err)
+		s.t.log.Warn("closing namespace to reopen it", "subsystem", s.nqn, "nsid", old.nsid, "err", err)
 	}
-	ns, err := openNamespace(s.t, s.nqn, cn)
+}
+
+// openReopened opens cn's backend and puts the new namespace in the place of old, which
+// closeToReopen has closed, and tells the controllers. auto is 0 for a reopen an operator
+// asked for, which clears a failure; an automatic reopen (autoReopen; auto is its attempt
+// number) keeps it, since no operator has dealt with the writes that may be lost. The
+// error wraps ErrNoSuchNamespace if old was removed meanwhile (the subsystem closed), and
+// is the open's otherwise; old stays as it is then.
+func (s *subsystem) openReopened(old *namespace, cn conf.Namespace, auto int) error {
+	nsid := old.nsid
+	reason := old.failureReason()
+	ns, err := openNamespace(s, cn)
 	if err != nil {
-		old.reopening.Store(false)
-		s.t.log.Error("reopening namespace failed: it stays inactive until a reopen succeeds", "subsystem", s.nqn, "nsid", nsid, "err", err)
-		s.notifyNamespaceChanged(nsid) // it left the active list: hosts rescan and see it gone
-		return fmt.Errorf("target: reopening namespace %d of %q (it stays inactive until a reopen succeeds or it is removed): %w", nsid, s.nqn, err)
+		return err
 	}
 	// A reopen is not a power loss: registrations and the reservation carry over (old
 	// takes no command any more). Its I/O counters start again, as after RemoveNamespace
@@ -285,12 +309,15 @@ func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 	old.resv.mu.Lock()
 	ns.resv.state.Store(old.resv.state.Load())
 	old.resv.mu.Unlock()
+	if auto > 0 {
+		ns.failure.Store(old.failure.Load())
+		ns.autoReopens = auto
+	}
 	s.mu.Lock()
 	tab := *s.ns.Load()
 	i := slices.Index(tab, old)
 	if s.closed || i < 0 {
 		s.mu.Unlock()
-		old.reopening.Store(false)
 		ns.close()
 		return fmt.Errorf("%w: nsid %d in %q was removed while it was reopened", ErrNoSuchNamespace, nsid, s.nqn)
 	}
@@ -298,8 +325,9 @@ func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 	tab[i] = ns
 	s.ns.Store(&tab)
 	s.mu.Unlock()
+	ns.published()
 	s.t.log.Info("namespace reopened", "subsystem", s.nqn, "nsid", nsid, "path", ns.cfg.Path, "was_failed", reason != nil,
-		"blocks", ns.blocks.Load())
+		"still_failed", ns.failed(), "automatic", auto > 0, "blocks", ns.blocks.Load())
 	s.notifyNamespaceChanged(nsid)
 	return nil
 }
@@ -331,6 +359,7 @@ func (s *subsystem) close() error {
 // the counters behind the SMART log.
 type namespace struct {
 	t      *Target
+	s      *subsystem
 	subNQN string
 	nsid   uint32
 	cfg    conf.Namespace
@@ -362,6 +391,16 @@ type namespace struct {
 	// closed namespace answers Namespace Not Ready, which the host retries, instead of
 	// Invalid Namespace with DNR (see controller.unavailable).
 	reopening atomic.Bool
+	// reopenAsked is set by the backend's first report that it must be reopened
+	// (backend.ErrNeedsReopen), which starts autoReopen. opened is when the backend was
+	// opened; autoReopens is the attempt of the automatic reopen that opened it (0: it
+	// was not), which a report soon after continues from (see AutoReopen.Settle).
+	reopenAsked atomic.Bool
+	opened      time.Time
+	autoReopens int
+	// published is called once the namespace is in its subsystem's table: from then on
+	// the backend's reports that it must be reopened reach needsReopen.
+	published func()
 
 	// users counts the references admin commands hold (Identify, the shutdown flush);
 	// close closes it. I/O commands take none: they reach the backend only through exec,
@@ -415,6 +454,9 @@ func (ns *namespace) flush() error {
 	if errors.Is(err, backend.ErrSync) {
 		ns.fail(err)
 	}
+	if errors.Is(err, backend.ErrNeedsReopen) {
+		ns.needsReopen(err)
+	}
 	if err != nil {
 		return fmt.Errorf("namespace %d: %w", ns.nsid, err)
 	}
@@ -429,10 +471,15 @@ func (ns *namespace) failureReason() error {
 	return nil
 }
 
-func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error) {
+func openNamespace(s *subsystem, cn conf.Namespace) (*namespace, error) {
+	t, nqn := s.t, s.nqn
 	if cn.ANAGroup == 0 || cn.ANAGroup > conf.MaxANAGroup { // resolved configurations never have it
 		return nil, fmt.Errorf("namespace %d: %w: ANA group %d out of range 1..%d", cn.NSID, ErrInvalidANA, cn.ANAGroup, conf.MaxANAGroup)
 	}
+	// The backend's report that it must be reopened goes to the namespace once it is in
+	// its subsystem's table (see published); one made before waits in early until then.
+	var self atomic.Pointer[namespace]
+	var early atomic.Pointer[error]
 	spec := backend.Spec{
 		Kind:     backend.Kind(cn.Backend),
 		Path:     cn.Path,
@@ -462,6 +509,12 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 				}
 			}()
 		},
+		OnNeedsReopen: func(err error) {
+			early.Store(&err)
+			if ns := self.Load(); ns != nil {
+				ns.needsReopen(err)
+			}
+		},
 	}
 	be, err := t.openBackend(spec)
 	if err != nil {
@@ -474,6 +527,7 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 	}
 	ns := &namespace{
 		t:          t,
+		s:          s,
 		subNQN:     nqn,
 		nsid:       cn.NSID,
 		cfg:        cn,
@@ -483,6 +537,7 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 		beReadOnly: be.ReadOnly(),
 		drained:    make(chan struct{}),
 		closed:     make(chan struct{}),
+		opened:     time.Now(),
 	}
 	ns.anaGroup.Store(cn.ANAGroup)
 	ns.blocks.Store(be.NumBlocks())
@@ -490,6 +545,13 @@ func openNamespace(t *Target, nqn string, cn conf.Namespace) (*namespace, error)
 	// Submit never blocks, however many commands wait for the workers: a transport's
 	// event loop calls it for every host of the namespace.
 	ns.exec = backend.NewExecutor(be, t.workers)
+	// Either the report sees self, or this sees early (both: needsReopen acts once).
+	ns.published = func() {
+		self.Store(ns)
+		if p := early.Load(); p != nil {
+			ns.needsReopen(*p)
+		}
+	}
 	return ns, nil
 }
 

@@ -98,7 +98,10 @@ type Target struct {
 	mdtsBytes    uint32        // largest transfer: tr.MaxIOSize
 	mdts         uint8         // log2(mdtsBytes / 4 KiB)
 	started      time.Time
-	resv         *resvStore // the state file of persistent reservations; nil: no PTPL
+	resv         *resvStore     // the state file of persistent reservations; nil: no PTPL
+	autoReopen   AutoReopen     // how namespaces whose backend asks for it are reopened
+	done         chan struct{}  // closed by Close
+	bg           sync.WaitGroup // automatic reopens running (Close waits for them)
 
 	// cfgMu serializes changes of the configuration; cfg is replaced (never modified)
 	// under both cfgMu and mu, so either lock is enough to read it.
@@ -144,6 +147,8 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		tr:           rc.Transport,
 		lim:          rc.Limits,
 		closeTimeout: DefaultQueueCloseTimeout,
+		autoReopen:   DefaultAutoReopen,
+		done:         make(chan struct{}),
 		cfg:          rc,
 		started:      time.Now(),
 		subsystems:   make(map[string]*subsystem),
@@ -492,7 +497,9 @@ func (t *Target) Quiesce() { t.quiesced.Store(true) }
 // where the host enabled ACRE), which hosts retry, and the subsystem's controllers get a
 // Namespace Attribute Changed event. If the backend cannot be opened the namespace stays
 // inactive, its commands getting Invalid Namespace with DNR, until a later reopen
-// succeeds or it is removed.
+// succeeds or it is removed. A namespace whose backend asks to be reopened
+// (backend.ErrNeedsReopen) is reopened without it (see AutoReopen), keeping a failure;
+// ReopenNamespace also puts one back whose automatic reopen gave up.
 func (t *Target) ReopenNamespace(subNQN string, nsid uint32) error {
 	t.cfgMu.Lock() // serialized with configuration changes (RemoveNamespace, ...)
 	defer t.cfgMu.Unlock()
@@ -571,7 +578,8 @@ func (t *Target) subsystem(nqn string) *subsystem {
 }
 
 // Close tears down every controller (asking transports to disconnect every queue), waits
-// for commands in flight, and closes the namespaces' executors and backends. Ports stay
+// for commands in flight, and closes the namespaces' executors and backends, then waits
+// for an automatic reopen to stop (one opening a backend then closes it). Ports stay
 // registered but accept no new queues.
 func (t *Target) Close() error {
 	t.mu.Lock()
@@ -580,6 +588,7 @@ func (t *Target) Close() error {
 		return nil
 	}
 	t.closed = true
+	close(t.done)
 	subs := slices.Clone(t.order)
 	t.subsystems = map[string]*subsystem{}
 	t.order = nil
@@ -595,6 +604,7 @@ func (t *Target) Close() error {
 		}
 	}
 	t.disc.close()
+	t.bg.Wait()
 	if t.resv != nil {
 		t.resv.close()
 	}

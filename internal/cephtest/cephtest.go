@@ -202,3 +202,36 @@ func (c *Cluster) Rbd(args ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// Ceph runs the ceph tool against the cluster as client.admin and returns its output.
+func (c *Cluster) Ceph(args ...string) (string, error) {
+	out, err := exec.Command("ceph", append([]string{"-c", c.Conf}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ceph %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Watchers returns the addresses of the clients watching image (pool/[namespace/]name),
+// as `rbd status` lists them: the RADOS clients that have it open.
+func (c *Cluster) Watchers(image string) ([]string, error) {
+	out, err := c.Rbd("status", image)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for _, f := range strings.Fields(out) {
+		if a, ok := strings.CutPrefix(f, "watcher="); ok {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs, nil
+}
+
+// Blocklist blocklists the RADOS client at addr (`ceph osd blocklist add`): the OSDs
+// refuse its operations from the next OSD map on, for an hour, as they do those of an
+// exclusive lock's owner whose lock a peer broke.
+func (c *Cluster) Blocklist(addr string) error {
+	_, err := c.Ceph("osd", "blocklist", "add", addr)
+	return err
+}

@@ -1,0 +1,192 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
+)
+
+// AutoReopen says how the target reopens a namespace whose backend reports that it serves
+// nothing more until it is reopened (backend.ErrNeedsReopen: an rbd image whose RADOS
+// client the cluster blocklisted). The namespace is closed at once and its backend opened
+// again, as ReopenNamespace does: commands meanwhile get Namespace Not Ready without DNR,
+// which hosts retry, and a command the backend failed with ErrNeedsReopen answers the
+// same. An open that fails is tried again after Backoff, doubled after every failure up
+// to MaxBackoff; after Attempts opens the namespace stays inactive (Invalid Namespace with
+// DNR), as after a failed ReopenNamespace, until an operator reopens it. A failure of the
+// namespace (writes reported complete may be lost: the backend's report wraps
+// backend.ErrSync) survives an automatic reopen: writes and flushes keep failing, reads
+// are served, until an operator's ReopenNamespace.
+type AutoReopen struct {
+	// Attempts bounds the opens of one namespace in a row: those of one automatic reopen,
+	// and of the reopens that follow it within Settle.
+	Attempts int
+	// Backoff is the wait after the first failed open; MaxBackoff bounds the doubling.
+	Backoff, MaxBackoff time.Duration
+	// Settle: a namespace that an automatic reopen opened and that reports again within
+	// Settle (its storage fences it again at once: two targets fighting over an image)
+	// counts its opens and backs off from where that reopen left off, instead of
+	// starting afresh.
+	Settle time.Duration
+}
+
+// DefaultAutoReopen is the policy of a Target without WithAutoReopen: 10 opens, 1 s
+// doubling to 30 s in between (about 2.5 minutes, plus the opens' own timeouts), and a
+// minute to settle.
+var DefaultAutoReopen = AutoReopen{Attempts: 10, Backoff: time.Second, MaxBackoff: 30 * time.Second, Settle: time.Minute}
+
+// WithAutoReopen sets how namespaces are reopened when their backend asks for it; zero
+// fields keep DefaultAutoReopen's values.
+func WithAutoReopen(p AutoReopen) Option {
+	return func(t *Target) {
+		if p.Attempts > 0 {
+			t.autoReopen.Attempts = p.Attempts
+		}
+		if p.Backoff > 0 {
+			t.autoReopen.Backoff = p.Backoff
+		}
+		if p.MaxBackoff > 0 {
+			t.autoReopen.MaxBackoff = p.MaxBackoff
+		}
+		if p.Settle > 0 {
+			t.autoReopen.Settle = p.Settle
+		}
+	}
+}
+
+// backoff is the wait before open number attempt+1, after attempt opens.
+func (p AutoReopen) backoff(attempt int) time.Duration {
+	d := p.Backoff
+	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxBackoff)
+}
+
+// needsReopen handles the backend's report that it serves nothing more until it is
+// reopened (a command's error, or Spec.OnNeedsReopen): one that says writes may be lost
+// (backend.ErrSync) fails the namespace, and the first report starts autoReopen, unless
+// the namespace is closing already (removed, or being reopened) or a memory one.
+func (ns *namespace) needsReopen(err error) {
+	if errors.Is(err, backend.ErrSync) {
+		ns.fail(err)
+	}
+	if ns.cfg.Backend == conf.BackendMemory { // its data lives in its backend: never reopened
+		return
+	}
+	if ns.closing() || !ns.reopenAsked.CompareAndSwap(false, true) {
+		return
+	}
+	t, s := ns.t, ns.s
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.bg.Add(1) // under t.mu, before Close's Wait
+	t.mu.Unlock()
+	go func() {
+		defer t.bg.Done()
+		s.autoReopen(ns, err)
+	}()
+}
+
+// autoReopen closes old, whose backend asked to be reopened (cause), and opens its
+// backend again in its place, following the target's AutoReopen policy. It gives up
+// without a word if old is removed or reopened by someone else meanwhile, or the target
+// closes.
+func (s *subsystem) autoReopen(old *namespace, cause error) {
+	t, p := s.t, s.t.autoReopen
+	log := t.log.With("subsystem", s.nqn, "nsid", old.nsid)
+	attempt := 0 // opens so far
+	if old.autoReopens > 0 && time.Since(old.opened) < p.Settle {
+		attempt = old.autoReopens
+	}
+	t.cfgMu.Lock()
+	if !s.holds(old) {
+		t.cfgMu.Unlock()
+		return
+	}
+	log.Warn("namespace: its backend must be reopened: reopening it; its commands get Namespace Not Ready meanwhile",
+		"err", cause, "opens_before", attempt)
+	s.closeToReopen(old)
+	t.cfgMu.Unlock()
+	var err error
+	for attempt < p.Attempts {
+		if attempt > 0 && !t.sleep(p.backoff(attempt)) {
+			return
+		}
+		attempt++
+		t.cfgMu.Lock()
+		if !s.holds(old) {
+			t.cfgMu.Unlock()
+			return
+		}
+		// From the running configuration, as ReopenNamespace does; it lists the subsystem
+		// already while New adds it, when t.subsystem does not yet.
+		cn, ok := runningNamespace(t.cfg, s.nqn, old.nsid)
+		if !ok { // removed
+			t.cfgMu.Unlock()
+			return
+		}
+		err = s.openReopened(old, cn, attempt)
+		t.cfgMu.Unlock()
+		if err == nil || errors.Is(err, ErrNoSuchNamespace) {
+			return
+		}
+		if attempt < p.Attempts {
+			log.Warn("reopening namespace failed: trying again", "attempt", attempt, "attempts", p.Attempts,
+				"retry_in", p.backoff(attempt), "err", err)
+		}
+	}
+	if err == nil { // it came back and was fenced again, Attempts times in a row
+		err = fmt.Errorf("its backend asked to be reopened again within %s of each of %d reopens", p.Settle, attempt)
+	}
+	t.cfgMu.Lock()
+	defer t.cfgMu.Unlock()
+	if !s.holds(old) {
+		return
+	}
+	old.reopening.Store(false)
+	log.Error("reopening namespace failed: it stays inactive (Invalid Namespace) until an operator reopens it",
+		"attempts", attempt, "err", err, "reopen", fmt.Sprintf("gonvmf ctl ns reopen %s %d", s.nqn, old.nsid))
+	s.notifyNamespaceChanged(old.nsid) // it left the active list: hosts rescan and see it gone
+}
+
+// runningNamespace returns namespace nsid of subsystem nqn in c.
+func runningNamespace(c *conf.Config, nqn string, nsid uint32) (conf.Namespace, bool) {
+	if si := subsystemIndex(c, nqn); si >= 0 {
+		nss := c.Subsystems[si].Namespaces
+		if ni := slices.IndexFunc(nss, func(n conf.Namespace) bool { return n.NSID == nsid }); ni >= 0 {
+			return nss[ni], true
+		}
+	}
+	return conf.Namespace{}, false
+}
+
+// holds reports whether ns is still in the subsystem's namespace table, and the
+// subsystem and target are open.
+func (s *subsystem) holds(ns *namespace) bool {
+	s.t.mu.Lock()
+	closed := s.t.closed
+	s.t.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !closed && !s.closed && slices.Contains(*s.ns.Load(), ns)
+}
+
+// sleep waits for d, or until the target closes (it then reports false).
+func (t *Target) sleep(d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-t.done:
+		return false
+	}
+}

@@ -1,0 +1,396 @@
+package target_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// fencing opens the target's backends (backend.Open), wrapped so that a test can fence the
+// one last opened, as a Ceph cluster fences an rbd image by blocklisting its RADOS client:
+// its requests fail with an error wrapping backend.ErrNeedsReopen (and backend.ErrSync
+// when writes reported complete were lost), and with report it says so through
+// Spec.OnNeedsReopen. It can make the next opens fail, as a cluster refusing them does.
+type fencing struct {
+	mu      sync.Mutex
+	opens   []time.Time // every open tried, failed ones included
+	failing int         // opens still to fail
+	fenceAt int         // the open (1 first) whose backend is fenced, and reports it, before it returns
+	cur     *fenceable
+}
+
+type fenceable struct {
+	backend.Backend
+	report func(error)
+	err    atomic.Pointer[error]
+}
+
+func (f *fencing) open(s backend.Spec) (backend.Backend, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.opens = append(f.opens, time.Now())
+	if f.failing > 0 {
+		f.failing--
+		return nil, fmt.Errorf("test: the cluster refuses the open: %w", syscall.ECONNREFUSED)
+	}
+	b, err := backend.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	f.cur = &fenceable{Backend: b, report: s.OnNeedsReopen}
+	if len(f.opens) == f.fenceAt {
+		f.cur.fence(false, true)
+	}
+	return f.cur, nil
+}
+
+// fence fences the backend last opened.
+func (f *fencing) fence(lost, report bool) {
+	f.mu.Lock()
+	b := f.cur
+	f.mu.Unlock()
+	b.fence(lost, report)
+}
+
+func (b *fenceable) fence(lost, report bool) {
+	err := fmt.Errorf("test: fenced: %w: %w", backend.ErrNeedsReopen, syscall.ESHUTDOWN)
+	if lost {
+		err = fmt.Errorf("test: fenced with writes not flushed: %w: %w: %w", backend.ErrSync, backend.ErrNeedsReopen, syscall.ESHUTDOWN)
+	}
+	b.err.Store(&err)
+	if report && b.report != nil {
+		b.report(err)
+	}
+}
+
+func (f *fencing) failOpens(n int) {
+	f.mu.Lock()
+	f.failing = n
+	f.mu.Unlock()
+}
+
+func (f *fencing) openTimes() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.opens...)
+}
+
+// waitOpens waits until n opens have been tried.
+func (f *fencing) waitOpens(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(f.openTimes()) < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d backend opens within 10 s, want %d", len(f.openTimes()), n)
+		}
+	}
+}
+
+func (b *fenceable) fenced() error {
+	if p := b.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (b *fenceable) ReadBlocks(buf []byte, slba uint64) error {
+	if err := b.fenced(); err != nil {
+		return err
+	}
+	return b.Backend.ReadBlocks(buf, slba)
+}
+
+func (b *fenceable) WriteBlocks(buf []byte, slba uint64, fua bool) error {
+	if err := b.fenced(); err != nil {
+		return err
+	}
+	return b.Backend.WriteBlocks(buf, slba, fua)
+}
+
+func (b *fenceable) Flush() error {
+	if err := b.fenced(); err != nil {
+		return err
+	}
+	return b.Backend.Flush()
+}
+
+func (b *fenceable) WriteZeroes(slba, nlb uint64) error {
+	if err := b.fenced(); err != nil {
+		return err
+	}
+	return b.Backend.WriteZeroes(slba, nlb)
+}
+
+func (b *fenceable) Deallocate(slba, nlb uint64) error {
+	if err := b.fenced(); err != nil {
+		return err
+	}
+	return b.Backend.Deallocate(slba, nlb)
+}
+
+func (b *fenceable) Info() backend.Info { return backend.Describe(b.Backend) }
+
+// fastReopen is an AutoReopen policy for tests: short waits, a settle time longer than
+// any test.
+var fastReopen = target.WithAutoReopen(target.AutoReopen{Attempts: 3, Backoff: 100 * time.Millisecond,
+	MaxBackoff: 200 * time.Millisecond, Settle: time.Hour})
+
+// until retries cmd until it succeeds, for at most 10 s, and returns the statuses it got
+// before.
+func until(t *testing.T, what string, q *hostQueue, cmd nvmeproto.Command, data []byte) []nvmeproto.Status {
+	t.Helper()
+	var seen []nvmeproto.Status
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c := q.do(&cmd, data)
+		if c.Status.Success() {
+			return seen
+		}
+		seen = append(seen, c.Status)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still failing 10 s on (%v), after %v", what, c.Status, seen)
+		}
+	}
+}
+
+// TestAutoReopenAfterFence: a namespace whose backend fails a command with
+// ErrNeedsReopen (its storage fenced it) is reopened by the target itself: that command
+// and those arriving during the reopen get Namespace Not Ready without DNR (CRD 1 once
+// the host enabled ACRE), and the host's retries succeed on the new backend, which holds
+// what was written before, without ReopenNamespace. A second fence, soon after, is
+// recovered from after the backoff.
+func TestAutoReopenAfterFence(t *testing.T) {
+	f := &fencing{}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	a := pattern(4096, 1)
+	wa := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	expectOK(t, "write before the fence", q.do(&wa, a))
+
+	f.fence(false, false)
+	b := pattern(4096, 2)
+	wb := rw(nvmeproto.OpWrite, 1, 8, 8, 4096)
+	expectRetryable(t, "write meeting the fence", q.do(&wb, b), nvmeproto.StatusNSNotReady, 0)
+	for _, st := range until(t, "write after the fence", q, wb, b) {
+		if st.Code() != nvmeproto.StatusNSNotReady.Code() || st.DNR() {
+			t.Errorf("a write during the reopen got %v, want Namespace Not Ready without DNR", st)
+		}
+	}
+	if n := len(f.openTimes()); n != 2 {
+		t.Errorf("%d backend opens, want 2: the namespace's and one reopen", n)
+	}
+	got := make([]byte, 4096)
+	r := rw(nvmeproto.OpRead, 1, 0, 16, 8192)
+	both := make([]byte, 8192)
+	expectOK(t, "read after the reopen", q.do(&r, both))
+	if !bytes.Equal(both[:4096], a) || !bytes.Equal(both[4096:], b) {
+		t.Error("the data written before the fence and the retried write are not both there")
+	}
+	if fns := e.tgt.FailedNamespaces(); len(fns) != 0 {
+		t.Errorf("FailedNamespaces = %+v, want none: nothing reported complete was lost", fns)
+	}
+
+	// Fenced again right away: the reopen waits for the backoff first.
+	expectOK(t, "enable ACRE", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})))
+	f.fence(false, false)
+	fenced := time.Now()
+	rr := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	expectRetryable(t, "read meeting the second fence, ACRE enabled", q.do(&rr, got), nvmeproto.StatusNSNotReady, 1)
+	until(t, "read after the second fence", q, rr, got)
+	opens := f.openTimes()
+	if len(opens) != 3 {
+		t.Fatalf("%d backend opens, want 3", len(opens))
+	}
+	if d := opens[2].Sub(fenced); d < 100*time.Millisecond {
+		t.Errorf("reopened %s after a second fence within the settle time, want the backoff (100 ms) first", d)
+	}
+	if !bytes.Equal(got, a) {
+		t.Error("read after the second reopen: not the data written")
+	}
+}
+
+// TestAutoReopenOnReport: a backend that reports the fence itself (Spec.OnNeedsReopen:
+// an rbd image learns it from another image's request or its watch) is reopened with no
+// command of its own meeting it.
+func TestAutoReopenOnReport(t *testing.T) {
+	f := &fencing{}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	f.fence(false, true)
+	f.waitOpens(t, 2)
+	w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	until(t, "write after the reported fence", q, w, pattern(4096, 3))
+	if n := len(f.openTimes()); n != 2 {
+		t.Errorf("%d backend opens, want 2", n)
+	}
+}
+
+// TestAutoReopenReportedDuringOpen: a backend fenced while the namespace is being added
+// (it reports before the namespace is in its subsystem's table) is reopened once the
+// namespace is there, with no command meeting it.
+func TestAutoReopenReportedDuringOpen(t *testing.T) {
+	f := &fencing{fenceAt: 1}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	f.waitOpens(t, 2)
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	until(t, "write after the reopen", q, w, pattern(4096, 6))
+	if n := len(f.openTimes()); n != 2 {
+		t.Errorf("%d backend opens, want 2", n)
+	}
+}
+
+// TestAutoReopenKeepsFailure: a fence that may have lost writes reported complete
+// (ErrSync with ErrNeedsReopen) fails the namespace, and the automatic reopen keeps the
+// failure: reads are served again, writes and flushes get Write Fault with DNR, until an
+// operator reopens it.
+func TestAutoReopenKeepsFailure(t *testing.T) {
+	for _, report := range []bool{false, true} {
+		t.Run(fmt.Sprintf("report=%v", report), func(t *testing.T) {
+			f := &fencing{}
+			e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+			_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+			q := e.ioConnect(1, cntlid, 8)
+			data := pattern(4096, 4)
+			w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+			expectOK(t, "write before the fence", q.do(&w, data))
+			f.fence(true, report)
+			if !report {
+				expectDNR(t, "write meeting a fence that lost writes", q.do(&w, data), nvmeproto.StatusWriteFault)
+			}
+			f.waitOpens(t, 2)
+			got := make([]byte, 4096)
+			r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+			until(t, "read after the reopen", q, r, got)
+			if !bytes.Equal(got, data) {
+				t.Error("read after the reopen: not the data written")
+			}
+			expectDNR(t, "write after the automatic reopen", q.do(&w, data), nvmeproto.StatusWriteFault)
+			fl := sglCmd(nvmeproto.OpFlush, 1, 0)
+			expectDNR(t, "flush after the automatic reopen", q.do(&fl, nil), nvmeproto.StatusWriteFault)
+			if fns := e.tgt.FailedNamespaces(); len(fns) != 1 || !errors.Is(fns[0].Reason, backend.ErrSync) {
+				t.Fatalf("FailedNamespaces = %+v, want namespace 1 failed with ErrSync", fns)
+			}
+			if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
+				t.Fatal(err)
+			}
+			expectOK(t, "write after the operator's reopen", q.do(&w, data))
+			expectOK(t, "flush after the operator's reopen", q.do(&fl, nil))
+		})
+	}
+}
+
+// TestAutoReopenGivesUp: when the backend cannot be opened again (the cluster refuses),
+// the target tries Attempts times, waiting Backoff and then twice as long in between,
+// then leaves the namespace inactive (Invalid Namespace with DNR) and opens nothing more
+// until an operator reopens it. Namespace Not Ready is answered until then.
+func TestAutoReopenGivesUp(t *testing.T) {
+	f := &fencing{}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	data := pattern(4096, 5)
+	w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	expectOK(t, "write before the fence", q.do(&w, data))
+	f.failOpens(100)
+	f.fence(false, false)
+	expectRetryable(t, "write meeting the fence", q.do(&w, data), nvmeproto.StatusNSNotReady, 0)
+	f.waitOpens(t, 2)
+	expectRetryable(t, "write while the reopen is retried", q.do(&w, data), nvmeproto.StatusNSNotReady, 0)
+	f.waitOpens(t, 4)
+	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	got := make([]byte, 4096)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c := q.do(&r, got)
+		if c.Status.Code() == nvmeproto.StatusInvalidNamespace.Code() {
+			expectDNR(t, "read after the reopen gave up", c, nvmeproto.StatusInvalidNamespace)
+			break
+		}
+		expectRetryable(t, "read before the reopen gives up", c, nvmeproto.StatusNSNotReady, 0)
+		if time.Now().After(deadline) {
+			t.Fatal("the namespace is not inactive 5 s after the last open")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // more than the longest backoff
+	opens := f.openTimes()
+	if len(opens) != 4 {
+		t.Fatalf("%d backend opens, want 4: the namespace's and 3 attempts", len(opens))
+	}
+	if d := opens[2].Sub(opens[1]); d < 100*time.Millisecond {
+		t.Errorf("second attempt %s after the first, want the backoff (100 ms)", d)
+	}
+	if d := opens[3].Sub(opens[2]); d < 200*time.Millisecond {
+		t.Errorf("third attempt %s after the second, want the doubled backoff (200 ms)", d)
+	}
+	f.failOpens(0)
+	if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
+		t.Fatal(err)
+	}
+	expectOK(t, "read after the operator's reopen", q.do(&r, got))
+	if !bytes.Equal(got, data) {
+		t.Error("read after the operator's reopen: not the data written")
+	}
+}
+
+// TestAutoReopenFlapping: a namespace fenced again each time it comes back, within the
+// settle time, backs off and gives up after Attempts reopens in a row instead of
+// reopening as fast as it is fenced.
+func TestAutoReopenFlapping(t *testing.T) {
+	f := &fencing{}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	got := make([]byte, 4096)
+	for i := 1; i <= 3; i++ {
+		f.fence(false, true)
+		f.waitOpens(t, i+1)
+		until(t, fmt.Sprintf("read after fence %d", i), q, r, got)
+	}
+	f.fence(false, true)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c := q.do(&r, got); c.Status.Code() == nvmeproto.StatusInvalidNamespace.Code() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the namespace fenced a fourth time is not inactive after 5 s")
+		}
+	}
+	opens := f.openTimes()
+	if len(opens) != 4 {
+		t.Errorf("%d backend opens, want 4: the namespace's and 3 reopens", len(opens))
+	}
+	for i := 2; i < len(opens); i++ {
+		if d := opens[i].Sub(opens[i-1]); d < 100*time.Millisecond {
+			t.Errorf("reopen %d came %s after the one before, want at least the backoff", i, d)
+		}
+	}
+}
+
+// TestAutoReopenStopsAtClose: Close does not wait out the backoff of an automatic
+// reopen whose opens fail.
+func TestAutoReopenStopsAtClose(t *testing.T) {
+	f := &fencing{}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open),
+		target.WithAutoReopen(target.AutoReopen{Backoff: time.Minute}))
+	f.failOpens(100)
+	f.fence(false, true)
+	f.waitOpens(t, 2)
+	start := time.Now()
+	if err := e.tgt.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %s during an automatic reopen's backoff of a minute", d)
+	}
+}
