@@ -178,7 +178,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			return nvmeproto.StatusInvalidNamespace.WithDNR()
 		}
 		var l nvmeproto.ControllerList
-		if ns := c.subsys.lookup(cmd.NSID); ns != nil && !ns.closing() {
+		if ns := c.subsys.lookup(cmd.NSID); ns != nil && !ns.inactive() {
 			l = c.subsys.controllerList(cmd.CNTID)
 		}
 		l.Marshal(buf)
@@ -186,25 +186,35 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		if cmd.NSID == 0 || cmd.NSID > conf.MaxNSID {
 			return nvmeproto.StatusInvalidNamespace.WithDNR()
 		}
+		// A namespace being reopened (closed, its backend not yet open again) is
+		// described from its configuration and last known size, as before the reopen,
+		// and reported not ready (CNS 08h NSTAT): a host that rescans meanwhile keeps it.
+		ready := true
 		ns := c.subsys.acquireNS(cmd.NSID)
-		if ns == nil {
+		if ns != nil {
+			defer ns.release()
+		} else if ns = c.subsys.lookup(cmd.NSID); ns != nil && ns.reopening.Load() {
+			ready = false
+		} else {
 			if cmd.CNS == nvmeproto.CNSNSDescriptorList {
 				return nvmeproto.StatusInvalidNamespace.WithDNR()
 			}
 			clear(buf) // an inactive NSID: all zeroes
 			return nvmeproto.StatusSuccess
 		}
-		defer ns.release()
 		switch cmd.CNS {
 		case nvmeproto.CNSNamespace:
-			id := ns.identify()
+			id := ns.identify(ready)
 			id.RESCAP = c.t.rescap()
 			id.Marshal(buf)
 		case nvmeproto.CNSCSNamespace:
 			clear(buf) // NVM command set specific namespace data: no extended formats or PI
 		case nvmeproto.CNSCSIndependentNamespace:
-			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared, NSTAT: nvmeproto.NSTATReady,
+			id := nvmeproto.IdentifyNamespaceIndependent{NMIC: nvmeproto.NMICShared,
 				RESCAP: c.t.rescap(), ANAGRPID: ns.anaGroup.Load()}
+			if ready {
+				id.NSTAT = nvmeproto.NSTATReady
+			}
 			if ns.readOnly.Load() {
 				id.NSATTR = nvmeproto.NSATTRWriteProtected
 			}
@@ -293,8 +303,8 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 	// acknowledged writes. Flush costs nothing on a namespace without a cache. (nvmet and
 	// SPDK report it always too.)
 	id.VWC = nvmeproto.VWCPresent | nvmeproto.VWCFlushAllNotSupported
-	// The namespaces Identify CNS 02h lists and CNS 00h describes: not one being closed
-	// (reopened), which reads as not allocated.
+	// The namespaces Identify CNS 02h lists and CNS 00h describes, those being reopened
+	// included (with their last known size).
 	var total uint64
 	for _, ns := range s.activeNamespaces() {
 		total += ns.blocks.Load() << ns.shift
@@ -334,8 +344,9 @@ func (ns *namespace) thinUsage(id *nvmeproto.IdentifyNamespace) {
 	id.NCAP = max(min(id.NUSE+avail>>ns.shift, nblocks), id.NUSE, 1)
 }
 
-// identify builds the Identify Namespace data of ns.
-func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
+// identify builds the Identify Namespace data of ns. ready is false while ns is being
+// reopened: its backend is closed, so a thin-provisioned one reports NUSE = NCAP = NSZE.
+func (ns *namespace) identify(ready bool) *nvmeproto.IdentifyNamespace {
 	nblocks := ns.blocks.Load()
 	id := &nvmeproto.IdentifyNamespace{
 		NSZE:     nblocks,
@@ -348,7 +359,11 @@ func (ns *namespace) identify() *nvmeproto.IdentifyNamespace {
 		NVMCAP:   nvmeproto.U128(nblocks << ns.shift),
 	}
 	id.LBAF[0] = nvmeproto.LBAFormatFor(ns.lbaSize())
-	ns.thinUsage(id)
+	if ready {
+		ns.thinUsage(id)
+	} else if _, ok := ns.be.(backend.Usager); ok && ns.info.ThinProvisioned {
+		id.NSFEAT |= nvmeproto.NSFEATThinProvisioning
+	}
 	if ns.info.DeallocateReadsZeroes {
 		id.DLFEAT = nvmeproto.DLFEATReadZeroes
 	}

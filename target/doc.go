@@ -39,7 +39,8 @@
 // Page Change event with a new generation counter; a host taken off a subsystem's list is
 // disconnected from it. Commands for a removed namespace get Invalid Namespace with DNR;
 // those that meet a namespace ReopenNamespace is reopening get Namespace Not Ready
-// without DNR, which hosts retry: I/O controllers report CRDT1 (1 s) in Identify
+// without DNR, which hosts retry; such a namespace stays in the Active Namespace ID list,
+// described as before (CNS 08h NSTAT: not ready), so that a host's rescan keeps it: I/O controllers report CRDT1 (1 s) in Identify
 // Controller and implement Host Behavior Support (feature 16h), and once a host has
 // enabled ACRE there the status carries CRD 1, so the Linux host waits CRDT1 before each
 // of its 5 retries. A backend that learns of a new size of its own store (an image

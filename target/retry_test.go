@@ -1,6 +1,9 @@
 package target_test
 
 import (
+	"bytes"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -201,9 +204,7 @@ func TestReopenAnswersNamespaceNotReady(t *testing.T) {
 
 // TestTNVMCAPDuringReopen: Identify Controller TNVMCAP is the capacity of the namespaces
 // Identify reports — those the Active Namespace ID list (CNS 02h) names, with the NVMCAP
-// Identify Namespace gives — so a namespace being reopened, which both report as not
-// there, does not count. The old code counted every namespace of the table, closing or
-// not.
+// Identify Namespace gives — before, during and after a reopen.
 func TestTNVMCAPDuringReopen(t *testing.T) {
 	opening, release := make(chan struct{}), make(chan struct{})
 	opens := 0
@@ -265,5 +266,119 @@ func TestTNVMCAPDuringReopen(t *testing.T) {
 	}
 	if tn, act := capacities(); tn != act || tn != 3<<20 {
 		t.Errorf("after the reopen: TNVMCAP %d, active namespaces %d bytes; want both %d", tn, act, 3<<20)
+	}
+}
+
+// TestReopenKeepsNamespaceActive: a namespace being reopened stays in the Active
+// Namespace ID list (CNS 02h), Identify Namespace (CNS 00h) describes it as before the
+// reopen, the I/O Command Set Independent Identify Namespace (CNS 08h) reports it not
+// ready, and TNVMCAP counts it: a host rescanning meanwhile (another namespace changed,
+// as when a blocklisted RADOS client fences several rbd namespaces and the first one
+// back raises Namespace Attribute Changed) removes the block device of every NSID the
+// list leaves out. Once the reopen fails the namespace is gone from the list. The old
+// code left NSID 2 out of the list and answered zeroes for it during the reopen.
+func TestReopenKeepsNamespaceActive(t *testing.T) {
+	opening, release := make(chan struct{}), make(chan struct{})
+	opens := 0
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		if s.Kind == backend.KindFile {
+			if opens++; opens == 3 { // the reopen of namespace 2
+				close(opening)
+				<-release
+				return nil, errors.New("injected: the backing file is gone")
+			}
+		}
+		return backend.Open(s)
+	}
+	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20), fileNS(t, 2, 2<<20)), target.WithBackendOpener(opener))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	active := func() nvmeproto.NSIDList {
+		b, c := admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
+		expectOK(t, "active namespace list", c)
+		var l nvmeproto.NSIDList
+		if err := l.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	identifyNS := func(cns nvmeproto.CNS) []byte {
+		b, c := admin.identify(cns, 2, 0)
+		expectOK(t, "identify namespace 2", c)
+		return b
+	}
+	tnvmcap := func() uint64 {
+		b, c := admin.identify(nvmeproto.CNSController, 0, 0)
+		expectOK(t, "identify controller", c)
+		var id nvmeproto.IdentifyController
+		if err := id.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		return id.TNVMCAP.Lo
+	}
+	nstat := func() uint8 {
+		var id nvmeproto.IdentifyNamespaceIndependent
+		if err := id.Unmarshal(identifyNS(nvmeproto.CNSCSIndependentNamespace)); err != nil {
+			t.Fatal(err)
+		}
+		return id.NSTAT
+	}
+	before := identifyNS(nvmeproto.CNSNamespace)
+	if got := nstat(); got != nvmeproto.NSTATReady {
+		t.Fatalf("namespace 2 before the reopen: NSTAT %#x, want ready", got)
+	}
+
+	reopened := make(chan error, 1)
+	go func() { reopened <- e.tgt.ReopenNamespace(subNQN, 2) }()
+	select {
+	case <-opening:
+	case err := <-reopened:
+		t.Fatalf("the reopen returned %v without opening the backend", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reopen did not open the backend")
+	}
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+			<-reopened
+		}
+	}()
+	if l := active(); !slices.Equal(l, nvmeproto.NSIDList{1, 2}) {
+		t.Errorf("active namespace list during the reopen of 2: %v, want [1 2]", l)
+	}
+	// The same as before, but for the usage of the (sparse) file, which is not asked
+	// while the backend is closed: NCAP = NUSE = NSZE.
+	var was, now nvmeproto.IdentifyNamespace
+	if err := was.Unmarshal(before); err != nil {
+		t.Fatal(err)
+	}
+	if err := now.Unmarshal(identifyNS(nvmeproto.CNSNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	was.NCAP, was.NUSE = was.NSZE, was.NSZE
+	if now != was || now.NSZE != 2<<20/512 {
+		t.Errorf("Identify Namespace 2 during its reopen: NSZE %d NCAP %d NUSE %d NSFEAT %#x NVMCAP %d; want as before it, NSZE %d NSFEAT %#x NVMCAP %d",
+			now.NSZE, now.NCAP, now.NUSE, now.NSFEAT, now.NVMCAP.Lo, was.NSZE, was.NSFEAT, was.NVMCAP.Lo)
+	}
+	if got := nstat(); got&nvmeproto.NSTATReady != 0 {
+		t.Errorf("namespace 2 during its reopen: NSTAT %#x, want not ready", got)
+	}
+	if tn := tnvmcap(); tn != 3<<20 {
+		t.Errorf("TNVMCAP during the reopen of 2: %d, want %d", tn, 3<<20)
+	}
+
+	close(release)
+	if err := <-reopened; err == nil {
+		t.Fatal("the reopen succeeded with the opener failing")
+	}
+	if l := active(); !slices.Equal(l, nvmeproto.NSIDList{1}) {
+		t.Errorf("active namespace list after the failed reopen of 2: %v, want [1]", l)
+	}
+	if got := identifyNS(nvmeproto.CNSNamespace); !bytes.Equal(got, make([]byte, len(got))) {
+		t.Error("Identify Namespace 2 after its failed reopen is not all zeroes")
+	}
+	if tn := tnvmcap(); tn != 1<<20 {
+		t.Errorf("TNVMCAP after the failed reopen of 2: %d, want %d", tn, 1<<20)
 	}
 }

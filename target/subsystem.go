@@ -79,10 +79,12 @@ func (s *subsystem) allowedLocked(hostNQN string) bool { return s.allowAny || s.
 func (s *subsystem) namespaces() []*namespace { return *s.ns.Load() }
 
 // activeNamespaces returns the namespaces hosts see as active, sorted by NSID (a copy):
-// the table without those being closed (reopened, or whose reopen failed), which
-// Identify Namespace reports as not allocated.
+// the table without those left inactive by a failed reopen, which Identify Namespace
+// reports as not allocated. A namespace being reopened stays active: a host rescanning
+// meanwhile (another namespace changed) removes the block device of every NSID the
+// Active Namespace ID list leaves out, and this one comes back.
 func (s *subsystem) activeNamespaces() []*namespace {
-	return slices.DeleteFunc(slices.Clone(s.namespaces()), (*namespace).closing)
+	return slices.DeleteFunc(slices.Clone(s.namespaces()), (*namespace).inactive)
 }
 
 // lookup finds an active namespace without taking a reference.
@@ -420,6 +422,11 @@ type namespace struct {
 // closing reports whether the namespace is closed or closing: removed, being reopened
 // (see reopening), or left inactive by a reopen that failed.
 func (ns *namespace) closing() bool { return ns.users.Closed() }
+
+// inactive reports whether hosts see the namespace as not there: closed or closing and
+// not being reopened (removed, or left inactive by a reopen that failed). A namespace
+// being reopened is active but not ready.
+func (ns *namespace) inactive() bool { return ns.closing() && !ns.reopening.Load() }
 
 // failed reports whether a sync failure made the namespace refuse writes and flushes.
 func (ns *namespace) failed() bool { return ns.failure.Load() != nil }
