@@ -33,9 +33,14 @@ func (c *controller) adminOpSupported(op uint8) bool {
 // keep-alive fails), Asynchronous Event Request (it is held until an event) and Abort
 // (which aborts held AERs only). None of them depends on the order of other commands.
 // Fabrics Property Get and Set run inline while nothing is queued, and queue behind what
-// is otherwise: the host sees every command take effect in the order it sent them (a
-// Property Set of CC.EN = 0 does not overtake a Set Features sent before it). Connect and
-// authentication never get here (Queue.Execute).
+// is otherwise: commands take effect in the order the transport passed them to Execute (a
+// Property Set of CC.EN = 0 does not overtake a Set Features Execute received before it).
+// That is not always the order the host sent them: an RDMA transport executes a command
+// carrying data only once its RDMA READ has completed, and after it has waited for a data
+// buffer if none was free, while a data-less command sent later (a Property Set)
+// executes at once. A host that needs one command to take effect before another waits
+// for its completion before sending the other (the Linux host does so for its admin
+// commands). Connect and authentication never get here (Queue.Execute).
 
 // execAdmin runs an admin or Fabrics command of the admin queue, inline or on the admin
 // worker (see above).
