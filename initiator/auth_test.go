@@ -499,6 +499,64 @@ func TestAuthTargetProtocol(t *testing.T) {
 			t.Fatal("queue still connected after its transactions ran out")
 		}
 	})
+	t.Run("re-authentications are bounded", func(t *testing.T) {
+		// Each re-authentication costs the target a DH key pair on the goroutine that
+		// serves other queues: an authenticated queue gets four within AuthTimeout, then
+		// Failure1 and the disconnection.
+		target.AuthFailureGrace = 50 * time.Millisecond
+		defer func() { target.AuthFailureGrace = 2 * time.Second }()
+		e, _ := authEnv(t, keys)
+		q := dialRaw(t, e)
+		q.connect(0, nvmeproto.CNTLIDDynamic)
+		h, _ := dhchap.NewHost(hostCfg, 40)
+		q.authenticate(h)
+		for i := range 4 {
+			h, _ := dhchap.NewHost(hostCfg, uint16(41+i))
+			q.authenticate(h)
+			var pg nvmeproto.Command
+			(&nvmeproto.PropertyGetCommand{Attrib: 1, Offset: nvmeproto.PropCAP}).ToCommand(&pg)
+			if st := q.exec(&pg, 0).Status; st.Code() != 0 {
+				t.Fatalf("Property Get after re-authentication %d: %v", i+1, st)
+			}
+		}
+		h, _ = dhchap.NewHost(hostCfg, 45)
+		if st := q.send(h.Negotiate()); st.Code() != 0 {
+			t.Fatalf("fifth re-authentication's Negotiate: %v", st)
+		}
+		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailFailed) {
+			t.Fatalf("fifth re-authentication: expected Failure1 (authentication failed), got %x", f[:8])
+		}
+		select {
+		case <-q.conn.Done():
+			if !errors.Is(q.conn.Err(), target.ErrAuthFailed) {
+				t.Errorf("disconnected with %v", q.conn.Err())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("queue still connected after its re-authentications ran out")
+		}
+	})
+	t.Run("re-authentications are counted within AuthTimeout", func(t *testing.T) {
+		// Past AuthTimeout the oldest re-authentication no longer counts.
+		defer func() { target.AuthTimeout = 60 * time.Second }()
+		e, _ := authEnv(t, keys)
+		q := dialRaw(t, e)
+		q.connect(0, nvmeproto.CNTLIDDynamic)
+		h, _ := dhchap.NewHost(hostCfg, 50)
+		q.authenticate(h)
+		target.AuthTimeout = 300 * time.Millisecond // for the re-authentications only
+		for i := range 8 {
+			if i == 4 {
+				time.Sleep(400 * time.Millisecond)
+			}
+			h, _ := dhchap.NewHost(hostCfg, uint16(51+i))
+			q.authenticate(h)
+			var pg nvmeproto.Command
+			(&nvmeproto.PropertyGetCommand{Attrib: 1, Offset: nvmeproto.PropCAP}).ToCommand(&pg)
+			if st := q.exec(&pg, 0).Status; st.Code() != 0 {
+				t.Fatalf("Property Get after re-authentication %d: %v", i+1, st)
+			}
+		}
+	})
 	t.Run("abandoned re-authentication", func(t *testing.T) {
 		// A re-authentication the host never finishes is abandoned after AuthTimeout: the
 		// queue stays authenticated, and the transaction's late Reply is out of protocol.

@@ -33,7 +33,10 @@ import (
 // authenticated yet may start at most authMaxTransactions transactions: each costs the
 // target a DH key pair and a shared secret (tens of milliseconds for ffdhe8192, on the
 // goroutine that also serves other queues), and the host NQN that gets a queue this far
-// is no secret. The next AUTH_Negotiate is answered with Failure1, which fails the queue.
+// is no secret. An authenticated queue may start at most authMaxReauths
+// re-authentications within AuthTimeout. The next AUTH_Negotiate is answered with
+// Failure1, which fails the queue. Authentication commands run on the transport's
+// goroutine, the admin queue's too (they are not queued for the admin worker).
 //
 // Keys come from AuthKeys: by default the running configuration's hosts section and the
 // subsystems' auth_required, which change at run time (SetHostKeys, RemoveHostKeys,
@@ -85,6 +88,16 @@ const authMaxMessage = 16 << 10
 // all it needs; the margin is for a host that restarts a transaction it lost track of.
 const authMaxTransactions = 3
 
+// authMaxReauths bounds the re-authentications (AUTH_Negotiates on an authenticated
+// queue) a queue may start within AuthTimeout. Each costs a DH key pair and a shared
+// secret (about 50 ms for ffdhe8192) on the goroutine that serves other hosts' queues too
+// (an RDMA poll group), and an admin queue's also reads the host's secret file. The Linux
+// host re-authenticates a queue when the operator writes its dhchap_secret or
+// dhchap_ctrl_secret: two for a rotation of both keys; the margin is for a rotation
+// retried. So a host gets at most authMaxReauths × 50 ms of the poll group per
+// AuthTimeout and queue.
+const authMaxReauths = 4
+
 // ctrlAuth is a controller's authentication state: its host's keys and the sequence
 // numbers of its transactions.
 type ctrlAuth struct {
@@ -116,6 +129,24 @@ type queueAuth struct {
 	// reauths counts the re-authentications started: a re-authentication's timer acts
 	// only while it is the latest.
 	reauths uint64
+	// reauthAt holds when the last authMaxReauths re-authentications were asked for,
+	// the oldest at reauthAt[reauthNext] (zero while fewer were).
+	reauthAt   [authMaxReauths]time.Time
+	reauthNext int
+}
+
+// allowReauth records a re-authentication asked for at now, or refuses it when the
+// queue started authMaxReauths of them within AuthTimeout before now. Called with a.mu
+// held.
+func (a *queueAuth) allowReauth(now time.Time) error {
+	oldest := a.reauthAt[a.reauthNext]
+	if !oldest.IsZero() && now.Sub(oldest) < AuthTimeout {
+		return fmt.Errorf("re-authentication refused: the queue asked for %d within %s (at most %d re-authentications per queue within the authentication timeout)",
+			authMaxReauths+1, now.Sub(oldest).Round(time.Millisecond), authMaxReauths)
+	}
+	a.reauthAt[a.reauthNext] = now
+	a.reauthNext = (a.reauthNext + 1) % authMaxReauths
+	return nil
 }
 
 // newQueueAuth starts the authentication state of queue q of controller c (with keys).
@@ -200,7 +231,7 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 					refuse = fmt.Errorf("AUTH_Negotiate %d on a queue not authenticated yet refused: a queue may start at most %d transactions before it authenticates",
 						a.started, authMaxTransactions)
 				}
-			} else if b.qid == 0 {
+			} else if refuse = a.allowReauth(time.Now()); refuse == nil && b.qid == 0 {
 				// Re-authentication of the admin queue: take the host's keys again.
 				if keys, _ := q.t.lookupAuthKeys(c.subsys.nqn, c.hostNQN); keys != nil && keys.Host != nil {
 					c.auth.mu.Lock()
