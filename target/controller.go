@@ -110,10 +110,11 @@ type controller struct {
 	dead       bool     // the admin queue is gone
 	failReason error    // why the controller failed (CSTS.CFS), if it did
 
-	kato    time.Duration // keep-alive timeout, 0 = none
-	kaGen   uint64
-	kaTimer *time.Timer
-	kaMiss  int
+	kato     time.Duration // keep-alive timeout, 0 = none
+	kaPeriod time.Duration // the timer's timeout: kato, or shutdownIdle(kato) after CC.SHN
+	kaGen    uint64
+	kaTimer  *time.Timer
+	kaMiss   int
 
 	arbitration uint32
 	powerMgmt   uint32
@@ -207,14 +208,30 @@ func (c *controller) activity() {
 	}
 }
 
+// Shutdown idle timeout: while a shutdown notification is in effect the keep-alive
+// timeout is shutdownIdle(KATO) instead of KATO. The host that shut the controller down
+// sends no more keep-alives, and the NVMe base specification has the controller disable
+// the Keep Alive Timer from the time a shutdown is initiated (SPDK's nvmf_prop_set_cc
+// stops it there), so an orderly shutdown must not end the controller: the host polls
+// CSTS.SHST (commands, which reset the timer) and then disconnects (the Linux host at
+// once). But a host that vanishes after its shutdown leaves a controller nothing else
+// tears down (an idle RDMA queue pair to a dead host raises no error), so the timer still
+// runs, with a timeout long beyond any shutdown sequence: shutdownIdleFactor times KATO,
+// and at least shutdownIdleFactor times shutdownIdleFloor (a minute).
+const shutdownIdleFactor = 4
+
+var shutdownIdleFloor = 15 * time.Second
+
+func shutdownIdle(kato time.Duration) time.Duration {
+	return shutdownIdleFactor * max(kato, shutdownIdleFloor)
+}
+
 // startKeepAlive (re)arms the keep-alive timer for kato (0 disables it). Called with mu
-// held. The timer ticks every kato/2; two ticks in a row without a command expire it,
-// so the controller fails between kato and 1.5 kato after the host's last command.
-// While a shutdown notification is in effect (CC.SHN written and not withdrawn) the
-// timer does not run: from the time a shutdown is initiated the controller disables the
-// Keep Alive Timer (NVMe base specification; SPDK's nvmf_prop_set_cc stops it there), and
-// a host that has shut the controller down sends no more keep-alives. kato is kept, and
-// the timer starts again when CC.SHN returns to 0.
+// held. The timer ticks every period/2; two ticks in a row without a command expire it,
+// so the controller fails between period and 1.5 period after the host's last command.
+// The period is kato, or shutdownIdle(kato) while a shutdown notification is in effect
+// (CC.SHN written and not withdrawn; see above). kato is kept: the period is kato again
+// when CC.SHN returns to 0.
 func (c *controller) startKeepAlive(kato time.Duration) {
 	c.kato = kato
 	c.kaGen++
@@ -223,12 +240,16 @@ func (c *controller) startKeepAlive(kato time.Duration) {
 		c.kaTimer.Stop()
 		c.kaTimer = nil
 	}
-	if kato <= 0 || c.dead || c.cc.SHN() != nvmeproto.CCSHNNone {
+	if kato <= 0 || c.dead {
 		return
+	}
+	c.kaPeriod = kato
+	if c.cc.SHN() != nvmeproto.CCSHNNone {
+		c.kaPeriod = shutdownIdle(kato)
 	}
 	c.kaSeen.Store(true)
 	gen := c.kaGen
-	c.kaTimer = time.AfterFunc(kato/2, func() { c.keepAliveTick(gen) })
+	c.kaTimer = time.AfterFunc(c.kaPeriod/2, func() { c.keepAliveTick(gen) })
 }
 
 func (c *controller) keepAliveTick(gen uint64) {
@@ -243,12 +264,18 @@ func (c *controller) keepAliveTick(gen uint64) {
 		c.kaMiss++
 	}
 	if c.kaMiss < 2 {
-		c.kaTimer.Reset(c.kato / 2)
+		c.kaTimer.Reset(c.kaPeriod / 2)
 		c.mu.Unlock()
 		return
 	}
-	kato := c.kato
+	kato, period, shut := c.kato, c.kaPeriod, c.cc.SHN() != nvmeproto.CCSHNNone
 	c.mu.Unlock()
+	if shut {
+		c.log.Warn("no command since the controller's shutdown for longer than the shutdown idle timeout: the host is gone; tearing the controller down",
+			"kato", kato, "timeout", period)
+		c.fail(ErrShutdownIdle)
+		return
+	}
 	c.log.Warn("keep alive timeout expired: failing the controller", "kato", kato)
 	c.fail(ErrKeepAliveExpired)
 }
@@ -347,7 +374,7 @@ func (c *controller) setCC(v nvmeproto.CC) {
 		after = append(after, c.reset())
 	}
 	if v.SHN() != nvmeproto.CCSHNNone && old.SHN() == nvmeproto.CCSHNNone {
-		c.startKeepAlive(c.kato) // stops it
+		c.startKeepAlive(c.kato) // the shutdown idle timeout
 		after = append(after, c.beginShutdown())
 	}
 	if v.SHN() == nvmeproto.CCSHNNone && old.SHN() != nvmeproto.CCSHNNone {

@@ -256,6 +256,34 @@ func TestShutdownReservedSHN(t *testing.T) {
 	expectOK(t, "flush on the I/O queue after the refused write", q.do(&f, nil))
 }
 
+// TestShutdownIdleTearsDown: after a shutdown the controller lives as long as the host
+// sends commands (it polls CSTS.SHST), however long, and is torn down with
+// ErrShutdownIdle once the host has sent nothing for the shutdown idle timeout
+// (shutdownIdleFactor × max(KATO, floor); here 4 × 300 ms): a host that vanished after
+// its shutdown does not leave its controller for ever. The old code stopped the timer at
+// CC.SHN: the controller stayed.
+func TestShutdownIdleTearsDown(t *testing.T) {
+	defer target.SetShutdownIdleFloor(50 * time.Millisecond)()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	const kato = 300 // ms: shutdown idle timeout 1.2 s, torn down 1.2..1.8 s after the last command
+	admin, _ := e.adminConnect(subNQN, hostNQN, kato)
+	base := nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4)
+	expectOK(t, "CC.SHN=1", admin.propSet(nvmeproto.PropCC, uint32(base.WithEN(true).WithSHN(nvmeproto.CCSHNNormal))))
+	// The host polls CSTS for longer than the timeout: every poll keeps the controller.
+	for end := time.Now().Add(3 * kato * 4 * time.Millisecond / 2); time.Now().Before(end); {
+		_, c := admin.propGet(nvmeproto.PropCSTS, false)
+		expectOK(t, "Property Get CSTS after the shutdown", c)
+		time.Sleep(100 * time.Millisecond)
+	}
+	last := time.Now()
+	if err := waitDone(t, admin, 10*time.Second); !errors.Is(err, target.ErrShutdownIdle) {
+		t.Fatalf("idle controller after its shutdown: %v, want %v", err, target.ErrShutdownIdle)
+	}
+	if d := time.Since(last); d < 4*kato*time.Millisecond-150*time.Millisecond {
+		t.Errorf("torn down %v after the host's last command; the shutdown idle timeout is %v", d, 4*kato*time.Millisecond)
+	}
+}
+
 // TestResetWithShutdown: a reset (CC.EN 1→0) and a shutdown notification (CC.SHN) written
 // together, or one while the other drains, both wait for every command in flight: SHST
 // does not read complete, nor RDY clear, while a write is still in the backend, and both

@@ -126,7 +126,8 @@
 //     After it returns the core does not touch the Request again.
 //   - TransportQueue.Disconnect(reason): core, any goroutine, possibly more than once,
 //     must not block: the core wants the connection gone (keep-alive expiry
-//     ErrKeepAliveExpired, reset ErrControllerReset, shutdown ErrControllerShutdown,
+//     ErrKeepAliveExpired, no command long after a shutdown ErrShutdownIdle, reset
+//     ErrControllerReset, shutdown ErrControllerShutdown,
 //     admin queue gone ErrAdminQueueGone, Disconnect command ErrDisconnectCommand,
 //     subsystem removed or target closed ErrClosed). From then on Begin completes every
 //     command with Command Aborted due to SQ Deletion.

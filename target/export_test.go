@@ -1,10 +1,21 @@
 package target
 
-import "os"
+import (
+	"os"
+	"time"
+)
 
 // SetSyncDir replaces the state file's directory fsync until the returned function runs.
 func SetSyncDir(f func(*os.File) error) (restore func()) {
 	old := syncDir
 	syncDir = f
 	return func() { syncDir = old }
+}
+
+// SetShutdownIdleFloor replaces the floor of the shutdown idle timeout until the returned
+// function runs.
+func SetShutdownIdleFloor(d time.Duration) (restore func()) {
+	old := shutdownIdleFloor
+	shutdownIdleFloor = d
+	return func() { shutdownIdleFloor = old }
 }

@@ -24,6 +24,9 @@ var (
 	// ErrKeepAliveExpired: the host sent nothing for longer than its keep-alive timeout;
 	// the controller failed (CSTS.CFS) and all its queues are torn down.
 	ErrKeepAliveExpired = errors.New("target: keep alive timeout expired")
+	// ErrShutdownIdle: the host sent nothing for a long time (4 × KATO, at least a
+	// minute) after it shut the controller down; it is taken to be gone.
+	ErrShutdownIdle = errors.New("target: no command for long after the controller's shutdown")
 	// ErrControllerReset: the host cleared CC.EN; the controller's I/O queues go away.
 	ErrControllerReset = errors.New("target: controller reset")
 	// ErrControllerShutdown: the host requested a shutdown (CC.SHN); I/O queues go away.
