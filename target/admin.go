@@ -196,6 +196,11 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		// and reported not ready (CNS 08h NSTAT): a host that rescans meanwhile keeps it.
 		ready := true
 		ns := c.subsys.acquireNS(cmd.NSID)
+		if ns == nil {
+			if cur := c.subsys.lookup(cmd.NSID); cur != nil && !cur.closing() {
+				ns = c.subsys.acquireNS(cmd.NSID) // a reopen swapped the namespace in meanwhile
+			}
+		}
 		if ns != nil {
 			defer ns.release()
 		} else if ns = c.subsys.lookup(cmd.NSID); ns != nil && ns.reopening.Load() {
