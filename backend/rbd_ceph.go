@@ -587,6 +587,7 @@ func (m *rbdImage) fence(cause error) {
 		m.syncFailed(fmt.Errorf("backend: rbd image %s: %d writes reported complete since the last flush: %w: %w: %w",
 			m.name, acked-flushed, ErrSync, ErrNeedsReopen, cause))
 	}
+	close(m.fenceDecided)
 	if p := m.syncErr.Load(); p != nil {
 		if errors.Is(*p, ErrNeedsReopen) {
 			err = *p
@@ -606,7 +607,11 @@ func (m *rbdImage) fence(cause error) {
 // lost), any other's ErrNeedsReopen.
 func (m *rbdImage) fencedError(s *rbdSlot, e error) error {
 	r := s.r
-	if p := m.syncErr.Load(); p != nil && (s.flushing || r.Op == OpFlush || r.FUA) {
+	durable := s.flushing || r.Op == OpFlush || r.FUA
+	if durable && m.fenced.Load() {
+		<-m.fenceDecided // fenced is set before the decision: wait for it
+	}
+	if p := m.syncErr.Load(); p != nil && durable {
 		return *p
 	}
 	what := r.Op.String()
@@ -795,6 +800,11 @@ type rbdImage struct {
 	// the client is fenced: writes reported complete may be lost.
 	fenced         atomic.Bool
 	acked, flushed atomic.Uint64
+	// fenceDecided is closed once fence has decided whether writes may be lost (and
+	// recorded the sync failure if so): a flush or durable write that finds the image
+	// fenced waits for it, so that it cannot report success-after-reopen for writes the
+	// fence is about to declare lost.
+	fenceDecided chan struct{}
 
 	// The image's flushes run one at a time: librbd reports the failure of a write it
 	// had completed early (write-around, write-back) to one flush only, and later ones
@@ -843,7 +853,8 @@ func openRBD(s Spec) (Backend, error) {
 			return nil, err
 		}
 		m := &rbdImage{lbaSize: lba, lbaShift: shift, readOnly: s.ReadOnly, c: c, spec: rs, name: rs.Name(),
-			log: s.Logger, onResize: s.OnResize, onReopen: s.OnNeedsReopen, faults: s.Faults}
+			log: s.Logger, onResize: s.OnResize, onReopen: s.OnNeedsReopen, faults: s.Faults,
+			fenceDecided: make(chan struct{})}
 		err = m.open(timeout)
 		if err == nil {
 			return m, nil

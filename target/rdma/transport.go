@@ -128,7 +128,8 @@ type Listener struct {
 // Addr returns the address the listener is bound to (the port filled in when it was 0).
 func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
-// Device names the RDMA device the listener is bound to ("" for a wildcard address).
+// Device names the RDMA device the listener is bound to ("" for a wildcard address, and
+// while the listener waits for its address to be on an RDMA device again).
 func (l *Listener) Device() string {
 	l.tr.mu.Lock()
 	defer l.tr.mu.Unlock()
