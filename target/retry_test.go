@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,23 +157,7 @@ func TestReopenAnswersNamespaceNotReady(t *testing.T) {
 	w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
 	expectOK(t, "write", q.do(&w, data))
 
-	reopened := make(chan error, 1)
-	go func() { reopened <- e.tgt.ReopenNamespace(subNQN, 1) }()
-	select {
-	case <-opening:
-	case err := <-reopened:
-		t.Fatalf("the reopen returned %v without opening the backend", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reopen did not open the backend")
-	}
-	defer func() { // the reopen must not outlive the test's target
-		select {
-		case <-release:
-		default:
-			close(release)
-			<-reopened
-		}
-	}()
+	finish := heldReopen(t, e, 1, opening, release)
 
 	got := make([]byte, 4096)
 	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
@@ -192,8 +177,7 @@ func TestReopenAnswersNamespaceNotReady(t *testing.T) {
 		t.Errorf("Invalid Namespace with CRD %d: a status with DNR carries none", c.Status.CRD())
 	}
 
-	close(release)
-	if err := <-reopened; err != nil {
+	if err := finish(); err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
 	expectOK(t, "read after the reopen", q.do(&r, got))
@@ -248,20 +232,11 @@ func TestTNVMCAPDuringReopen(t *testing.T) {
 		t.Fatalf("before the reopen: TNVMCAP %d, active namespaces %d bytes; want both %d", tn, act, 3<<20)
 	}
 
-	reopened := make(chan error, 1)
-	go func() { reopened <- e.tgt.ReopenNamespace(subNQN, 1) }()
-	select {
-	case <-opening:
-	case err := <-reopened:
-		t.Fatalf("the reopen returned %v without opening the backend", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reopen did not open the backend")
-	}
+	finish := heldReopen(t, e, 1, opening, release)
 	if tn, act := capacities(); tn != act {
 		t.Errorf("during the reopen of namespace 1: TNVMCAP %d, active namespaces %d bytes", tn, act)
 	}
-	close(release)
-	if err := <-reopened; err != nil {
+	if err := finish(); err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
 	if tn, act := capacities(); tn != act || tn != 3<<20 {
@@ -327,23 +302,7 @@ func TestReopenKeepsNamespaceActive(t *testing.T) {
 		t.Fatalf("namespace 2 before the reopen: NSTAT %#x, want ready", got)
 	}
 
-	reopened := make(chan error, 1)
-	go func() { reopened <- e.tgt.ReopenNamespace(subNQN, 2) }()
-	select {
-	case <-opening:
-	case err := <-reopened:
-		t.Fatalf("the reopen returned %v without opening the backend", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reopen did not open the backend")
-	}
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-			<-reopened
-		}
-	}()
+	finish := heldReopen(t, e, 2, opening, release)
 	if l := active(); !slices.Equal(l, nvmeproto.NSIDList{1, 2}) {
 		t.Errorf("active namespace list during the reopen of 2: %v, want [1 2]", l)
 	}
@@ -368,8 +327,7 @@ func TestReopenKeepsNamespaceActive(t *testing.T) {
 		t.Errorf("TNVMCAP during the reopen of 2: %d, want %d", tn, 3<<20)
 	}
 
-	close(release)
-	if err := <-reopened; err == nil {
+	if err := finish(); err == nil {
 		t.Fatal("the reopen succeeded with the opener failing")
 	}
 	if l := active(); !slices.Equal(l, nvmeproto.NSIDList{1}) {
@@ -381,4 +339,33 @@ func TestReopenKeepsNamespaceActive(t *testing.T) {
 	if tn := tnvmcap(); tn != 1<<20 {
 		t.Errorf("TNVMCAP after the failed reopen of 2: %d, want %d", tn, 1<<20)
 	}
+}
+
+// heldReopen starts ReopenNamespace of nsid and returns once the reopen has closed the
+// namespace and is opening its backend again, which the test's opener holds (it closes
+// opening, then waits for release). finish lets the open go on and returns the reopen's
+// result; if the test ends without calling it, the cleanup does, so that the reopen does
+// not outlive the test's target.
+func heldReopen(t *testing.T, e *env, nsid uint32, opening <-chan struct{}, release chan struct{}) (finish func() error) {
+	t.Helper()
+	reopened := make(chan error, 1)
+	go func() { reopened <- e.tgt.ReopenNamespace(subNQN, nsid) }()
+	select {
+	case <-opening:
+	case err := <-reopened:
+		t.Fatalf("the reopen of namespace %d returned %v without opening the backend", nsid, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the reopen of namespace %d did not open the backend", nsid)
+	}
+	var once sync.Once
+	var err error
+	finish = func() error {
+		once.Do(func() {
+			close(release)
+			err = <-reopened
+		})
+		return err
+	}
+	t.Cleanup(func() { finish() })
+	return finish
 }
