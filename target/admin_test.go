@@ -77,20 +77,15 @@ func TestIdentifyControllerList(t *testing.T) {
 func TestNoTemperatureSensor(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
-	b, c := admin.identify(nvmeproto.CNSController, 0, 0)
-	expectOK(t, "identify controller", c)
-	var id nvmeproto.IdentifyController
-	if err := id.Unmarshal(b); err != nil {
-		t.Fatal(err)
-	}
-	_, c = admin.getFeature(uint8(nvmeproto.FIDTemperatureThreshold), 0, uint32(nvmeproto.MakeTemperatureThreshold(0, 0, 0)), 0)
+	id := admin.identifyController()
+	_, c := admin.getFeature(uint8(nvmeproto.FIDTemperatureThreshold), 0, uint32(nvmeproto.MakeTemperatureThreshold(0, 0, 0)), 0)
 	if id.WCTEMP != 0 || id.CCTEMP != 0 {
 		// Thresholds reported: the host will read and write them.
 		expectOK(t, "get temperature threshold with WCTEMP set", c)
 	} else {
 		expect(t, "get temperature threshold", c, nvmeproto.StatusInvalidField)
 	}
-	b, c = admin.getLog(uint8(nvmeproto.LIDSMART), nvmeproto.NSIDAll, 0, nvmeproto.SMARTLogSize, 0, false)
+	b, c := admin.getLog(uint8(nvmeproto.LIDSMART), nvmeproto.NSIDAll, 0, nvmeproto.SMARTLogSize, 0, false)
 	expectOK(t, "SMART log", c)
 	var s nvmeproto.SMARTLog
 	if err := s.Unmarshal(b); err != nil {
@@ -448,12 +443,7 @@ func TestSetFeaturesAsyncEventConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			admin, _ := e.adminConnect(tc.sub, hostNQN, 0)
-			b, c := admin.identify(nvmeproto.CNSController, 0, 0)
-			expectOK(t, "identify controller", c)
-			var id nvmeproto.IdentifyController
-			if err := id.Unmarshal(b); err != nil {
-				t.Fatal(err)
-			}
+			id := admin.identifyController()
 			for _, v := range tc.ok {
 				if v&^0x1F&^id.OAES != 0 {
 					t.Fatalf("test value %#x has bits outside OAES %#x and the SMART warnings", v, id.OAES)

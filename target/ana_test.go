@@ -81,12 +81,7 @@ func checkGroups(t *testing.T, l nvmeproto.ANALog, want ...wantGroup) {
 func TestANAIdentify(t *testing.T) {
 	e := newEnv(t, anaConfig())
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
-	b, c := admin.identify(nvmeproto.CNSController, 0, 0)
-	expectOK(t, "identify controller", c)
-	var id nvmeproto.IdentifyController
-	if err := id.Unmarshal(b); err != nil {
-		t.Fatal(err)
-	}
+	id := admin.identifyController()
 	if id.CMIC != nvmeproto.CMICMultiPort|nvmeproto.CMICMultiCtrl|nvmeproto.CMICANA {
 		t.Errorf("CMIC %#x", id.CMIC)
 	}
@@ -125,11 +120,7 @@ func TestANAIdentify(t *testing.T) {
 	}
 	// The discovery controller has no ANA.
 	disc, _ := e.adminConnect(nvmeproto.DiscoveryNQN, hostNQN, 0)
-	b, c = disc.identify(nvmeproto.CNSController, 0, 0)
-	expectOK(t, "identify discovery controller", c)
-	if err := id.Unmarshal(b); err != nil {
-		t.Fatal(err)
-	}
+	id = disc.identifyController()
 	if id.CMIC != 0 || id.ANACAP != 0 || id.MNAN != 0 || id.OAES&nvmeproto.OAESANAChange != 0 {
 		t.Errorf("discovery controller: CMIC %#x ANACAP %#x MNAN %d OAES %#x", id.CMIC, id.ANACAP, id.MNAN, id.OAES)
 	}

@@ -177,6 +177,19 @@ func (h *hostQueue) identify(cns nvmeproto.CNS, nsid uint32, csi nvmeproto.CSI) 
 	return buf, h.do(&cmd, buf)
 }
 
+// identifyController reads and decodes the Identify Controller data (the test fails if it
+// cannot).
+func (h *hostQueue) identifyController() nvmeproto.IdentifyController {
+	h.t.Helper()
+	b, c := h.identify(nvmeproto.CNSController, 0, 0)
+	expectOK(h.t, "identify controller", c)
+	var id nvmeproto.IdentifyController
+	if err := id.Unmarshal(b); err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}
+
 // getLog reads n bytes of log page lid from byte offset off.
 func (h *hostQueue) getLog(lid uint8, nsid uint32, off uint64, n int, lsp uint8, rae bool) ([]byte, nvmeproto.Completion) {
 	h.t.Helper()

@@ -55,12 +55,7 @@ func expectRetryable(t *testing.T, what string, c nvmeproto.Completion, want nvm
 func TestHostBehaviorSupport(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
-	b, c := admin.identify(nvmeproto.CNSController, 0, 0)
-	expectOK(t, "identify controller", c)
-	var id nvmeproto.IdentifyController
-	if err := id.Unmarshal(b); err != nil {
-		t.Fatal(err)
-	}
+	id := admin.identifyController()
 	if id.CRDT1 != 10 || id.CRDT2 != 0 || id.CRDT3 != 0 {
 		t.Errorf("CRDT1..3 = %d, %d, %d; want 10 (1 s), 0, 0", id.CRDT1, id.CRDT2, id.CRDT3)
 	}
@@ -77,7 +72,7 @@ func TestHostBehaviorSupport(t *testing.T) {
 			t.Errorf("SEL %d: ACRE %d, want 0", sel, v)
 		}
 	}
-	_, c = admin.getFeature(fidHostBehavior, nvmeproto.SelSupportedCap, 0, 0)
+	_, c := admin.getFeature(fidHostBehavior, nvmeproto.SelSupportedCap, 0, 0)
 	if expectOK(t, "supported capabilities", c); c.DW0 != nvmeproto.FeatureCapChangeable {
 		t.Errorf("capabilities %#x, want changeable only", c.DW0)
 	}
@@ -125,10 +120,8 @@ func TestHostBehaviorSupport(t *testing.T) {
 	}
 
 	disc, _ := e.adminConnect(nvmeproto.DiscoveryNQN, hostNQN, 0)
-	b, c = disc.identify(nvmeproto.CNSController, 0, 0)
-	expectOK(t, "identify discovery controller", c)
-	if err := id.Unmarshal(b); err != nil || id.CRDT1 != 0 {
-		t.Errorf("discovery controller CRDT1 %d (%v), want 0", id.CRDT1, err)
+	if id := disc.identifyController(); id.CRDT1 != 0 {
+		t.Errorf("discovery controller CRDT1 %d, want 0", id.CRDT1)
 	}
 	expectDNR(t, "host behavior support on a discovery controller",
 		disc.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})), nvmeproto.StatusInvalidField)
@@ -205,13 +198,8 @@ func TestTNVMCAPDuringReopen(t *testing.T) {
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
 	// capacities returns TNVMCAP and the sum of the NVMCAPs of the active namespaces.
 	capacities := func() (tnvmcap, active uint64) {
-		b, c := admin.identify(nvmeproto.CNSController, 0, 0)
-		expectOK(t, "identify controller", c)
-		var id nvmeproto.IdentifyController
-		if err := id.Unmarshal(b); err != nil {
-			t.Fatal(err)
-		}
-		b, c = admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
+		id := admin.identifyController()
+		b, c := admin.identify(nvmeproto.CNSActiveNSList, 0, 0)
 		expectOK(t, "active namespace list", c)
 		var l nvmeproto.NSIDList
 		if err := l.Unmarshal(b); err != nil {
@@ -282,12 +270,7 @@ func TestReopenKeepsNamespaceActive(t *testing.T) {
 		return b
 	}
 	tnvmcap := func() uint64 {
-		b, c := admin.identify(nvmeproto.CNSController, 0, 0)
-		expectOK(t, "identify controller", c)
-		var id nvmeproto.IdentifyController
-		if err := id.Unmarshal(b); err != nil {
-			t.Fatal(err)
-		}
+		id := admin.identifyController()
 		return id.TNVMCAP.Lo
 	}
 	nstat := func() uint8 {
