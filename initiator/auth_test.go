@@ -339,6 +339,37 @@ func (q *rawQueue) authenticate(h *dhchap.Host) {
 	}
 }
 
+// negotiateRefused sends h's Negotiate, which the controller must answer with Failure1
+// (authentication failed) and then the queue's disconnection; what names the attempt.
+func (q *rawQueue) negotiateRefused(h *dhchap.Host, what string) {
+	q.t.Helper()
+	if st := q.send(h.Negotiate()); st.Code() != 0 {
+		q.t.Fatalf("%s's Negotiate: %v", what, st)
+	}
+	if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailFailed) {
+		q.t.Fatalf("%s: expected Failure1 (authentication failed), got %x", what, f[:8])
+	}
+	select {
+	case <-q.conn.Done():
+		if !errors.Is(q.conn.Err(), target.ErrAuthFailed) {
+			q.t.Errorf("disconnected with %v", q.conn.Err())
+		}
+	case <-time.After(5 * time.Second):
+		q.t.Fatalf("queue still connected after %s was refused", what)
+	}
+}
+
+// propertyGetOK runs a Property Get of CAP, which must succeed: the queue is
+// authenticated (what says after what).
+func (q *rawQueue) propertyGetOK(what string) {
+	q.t.Helper()
+	var pg nvmeproto.Command
+	(&nvmeproto.PropertyGetCommand{Attrib: 1, Offset: nvmeproto.PropCAP}).ToCommand(&pg)
+	if st := q.exec(&pg, 0).Status; st.Code() != 0 {
+		q.t.Fatalf("Property Get after %s: %v", what, st)
+	}
+}
+
 func isFailure1(b []byte, e nvmeproto.AuthFailExplanation) bool {
 	var f nvmeproto.AuthFailure
 	return f.Unmarshal(b) == nil && f.AuthID == nvmeproto.AuthMsgFailure1 && f.Explanation == e
@@ -484,20 +515,7 @@ func TestAuthTargetProtocol(t *testing.T) {
 			q.challenged(h) // a Challenge, with the target's DH value
 		}
 		h, _ := dhchap.NewHost(hostCfg, 23)
-		if st := q.send(h.Negotiate()); st.Code() != 0 {
-			t.Fatalf("fourth Negotiate: %v", st)
-		}
-		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailFailed) {
-			t.Fatalf("fourth transaction: expected Failure1 (authentication failed), got %x", f[:8])
-		}
-		select {
-		case <-q.conn.Done():
-			if !errors.Is(q.conn.Err(), target.ErrAuthFailed) {
-				t.Errorf("disconnected with %v", q.conn.Err())
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("queue still connected after its transactions ran out")
-		}
+		q.negotiateRefused(h, "the fourth transaction")
 	})
 	t.Run("re-authentications are bounded", func(t *testing.T) {
 		// Each re-authentication costs the target a DH key pair on the goroutine that
@@ -513,27 +531,10 @@ func TestAuthTargetProtocol(t *testing.T) {
 		for i := range 4 {
 			h, _ := dhchap.NewHost(hostCfg, uint16(41+i))
 			q.authenticate(h)
-			var pg nvmeproto.Command
-			(&nvmeproto.PropertyGetCommand{Attrib: 1, Offset: nvmeproto.PropCAP}).ToCommand(&pg)
-			if st := q.exec(&pg, 0).Status; st.Code() != 0 {
-				t.Fatalf("Property Get after re-authentication %d: %v", i+1, st)
-			}
+			q.propertyGetOK(fmt.Sprintf("re-authentication %d", i+1))
 		}
 		h, _ = dhchap.NewHost(hostCfg, 45)
-		if st := q.send(h.Negotiate()); st.Code() != 0 {
-			t.Fatalf("fifth re-authentication's Negotiate: %v", st)
-		}
-		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailFailed) {
-			t.Fatalf("fifth re-authentication: expected Failure1 (authentication failed), got %x", f[:8])
-		}
-		select {
-		case <-q.conn.Done():
-			if !errors.Is(q.conn.Err(), target.ErrAuthFailed) {
-				t.Errorf("disconnected with %v", q.conn.Err())
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("queue still connected after its re-authentications ran out")
-		}
+		q.negotiateRefused(h, "the fifth re-authentication")
 	})
 	t.Run("re-authentications are counted within AuthTimeout", func(t *testing.T) {
 		// Past AuthTimeout the oldest re-authentication no longer counts.
@@ -550,11 +551,7 @@ func TestAuthTargetProtocol(t *testing.T) {
 			}
 			h, _ := dhchap.NewHost(hostCfg, uint16(51+i))
 			q.authenticate(h)
-			var pg nvmeproto.Command
-			(&nvmeproto.PropertyGetCommand{Attrib: 1, Offset: nvmeproto.PropCAP}).ToCommand(&pg)
-			if st := q.exec(&pg, 0).Status; st.Code() != 0 {
-				t.Fatalf("Property Get after re-authentication %d: %v", i+1, st)
-			}
+			q.propertyGetOK(fmt.Sprintf("re-authentication %d", i+1))
 		}
 	})
 	t.Run("abandoned re-authentication", func(t *testing.T) {
@@ -571,11 +568,7 @@ func TestAuthTargetProtocol(t *testing.T) {
 		h, _ = dhchap.NewHost(hostCfg, 31)
 		reply := q.challenged(h)
 		time.Sleep(400 * time.Millisecond)
-		var pg nvmeproto.Command
-		(&nvmeproto.PropertyGetCommand{Attrib: 1, Offset: nvmeproto.PropCAP}).ToCommand(&pg)
-		if st := q.exec(&pg, 0).Status; st.Code() != 0 {
-			t.Fatalf("Property Get after the re-authentication was abandoned: %v", st)
-		}
+		q.propertyGetOK("the re-authentication was abandoned")
 		q.send(reply)
 		if f, _ := q.receive(4096); !isFailure1(f, nvmeproto.AuthFailIncorrectProtocol) {
 			t.Fatalf("Reply of the abandoned transaction: expected Failure1 (incorrect protocol message), got %x", f[:8])
