@@ -182,10 +182,11 @@
 // requests are preallocated by the transport, the backend request and its completion
 // callback are embedded in the Request and bound once, the namespace table is an
 // immutable snapshot read with one atomic load, in-flight accounting is one atomic
-// counter per queue (plus one per queue for Preempt and Abort, and one atomic load of
-// the namespace's reservation snapshot, nil unless a host registered), the ANA check is
-// one atomic load of the port's state of the namespace's group, and success paths use
-// neither fmt nor errors.
+// counter per queue (plus, for Preempt and Abort, one per queue and namespace, found in
+// the queue's immutable table sorted by NSID and created on the queue's first command to
+// the namespace, and one atomic load of the namespace's reservation snapshot, nil unless
+// a host registered), the ANA check is one atomic load of the port's state of the
+// namespace's group, and success paths use neither fmt nor errors.
 // Admin commands may allocate.
 //
 // Every I/O command is counted where it completes, in its namespace's own memory: commands

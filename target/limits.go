@@ -30,7 +30,8 @@ const DefaultQueueCloseTimeout = 30 * time.Second
 // Closing a namespace (RemoveNamespace, ReopenNamespace, Close) waits as long for its
 // commands, then goes on — Close returns an error wrapping ErrNamespaceBusy — and leaves
 // its backend open until they complete. A Reservation Acquire with Preempt and Abort waits
-// as long for the preempted hosts' commands, then fails with Internal Error.
+// as long for the preempted hosts' commands to its namespace, then fails with Internal
+// Error.
 func WithQueueCloseTimeout(d time.Duration) Option { return func(t *Target) { t.closeTimeout = d } }
 
 // Limits returns the resolved limits (the configuration's limits section) the target and

@@ -70,15 +70,10 @@ type Queue struct {
 
 	ring *backend.Ring // asynchronous I/O for Execute's reads and writes (SetRing)
 
-	// Preempt and Abort bookkeeping (see reservation.go). resvIO counts the namespace I/O
-	// commands in flight by the parity of resvEpoch when they began. A preempt-and-abort
-	// waiting for a count to drain holds resvSem (one at a time per queue) and sets
-	// resvWaiting; finish then signals resvWake when a count reaches zero.
-	resvEpoch   atomic.Uint32
-	resvIO      [2]atomic.Int64
-	resvWaiting atomic.Bool
-	resvWake    chan struct{} // capacity 1
-	resvSem     chan struct{} // capacity 1
+	// Preempt and Abort bookkeeping (see reservation.go): the queue's I/O commands in
+	// flight per namespace, sorted by NSID; replaced (under resvMu), never modified.
+	resvMu sync.Mutex
+	resvNS atomic.Pointer[[]*resvInflight]
 
 	peer         string      // the host's address, for logs before Connect (SetPeer)
 	expectQID    int32       // the qid the transport connected the queue as, -1: any (ExpectQID)
@@ -108,8 +103,6 @@ func (p *Port) NewQueue(tq TransportQueue, depth int) (*Queue, error) {
 		t: p.t, port: p, tq: tq, depth: uint32(depth),
 		log:       p.t.log,
 		drained:   make(chan struct{}),
-		resvWake:  make(chan struct{}, 1),
-		resvSem:   make(chan struct{}, 1),
 		shard:     uint8(queueSeq.Add(1) % statShards),
 		expectQID: -1,
 	}
@@ -193,7 +186,7 @@ func (q *Queue) Begin(r *Request) bool {
 	r.Dir = r.Cmd.DataDirection()
 	r.Length, r.InCapsule, r.SGL, r.Data = 0, false, nil, nil
 	r.ns, r.start = nil, 0
-	r.resvSlot = 0
+	r.resvIn = nil
 	if !q.acquire() {
 		q.complete(r, nvmeproto.StatusAbortSQDeletion)
 		return false
@@ -413,14 +406,9 @@ func (q *Queue) complete(r *Request, st nvmeproto.Status) {
 
 // finish completes a command Begin accepted.
 func (q *Queue) finish(r *Request, st nvmeproto.Status) {
-	if r.resvSlot != 0 {
-		if q.resvIO[r.resvSlot-1].Add(-1) == 0 && q.resvWaiting.Load() {
-			select {
-			case q.resvWake <- struct{}{}:
-			default: // a wake-up is already pending
-			}
-		}
-		r.resvSlot = 0
+	if r.resvIn != nil {
+		r.resvIn.done(r.resvPar)
+		r.resvIn = nil
 	}
 	q.complete(r, st)
 	q.release()

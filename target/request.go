@@ -71,7 +71,8 @@ type Request struct {
 	ranges   []backend.Range
 	compare  bool
 	bounced  bool
-	resvSlot uint8 // 1 + the abort epoch parity counter the command is counted in; 0: none
+	resvIn   *resvInflight // where the command is counted for Preempt and Abort; nil: nowhere
+	resvPar  uint8         // which of resvIn's two counters
 	fua      bool
 }
 

@@ -17,13 +17,21 @@ import (
 )
 
 // resvHost is one host (its own host NQN and host identifier) with a controller of the
-// test subsystem: an admin queue and one I/O queue.
+// test subsystem: an admin queue and one I/O queue. Its commands go to namespace nsid.
 type resvHost struct {
 	t      testing.TB
 	id     [16]byte
 	admin  *hostQueue
 	io     *hostQueue
 	cntlid uint16
+	nsid   uint32
+}
+
+// onNS returns the host with its commands going to namespace nsid.
+func (h *resvHost) onNS(nsid uint32) *resvHost {
+	o := *h
+	o.nsid = nsid
+	return &o
 }
 
 func hostIDOf(b byte) [16]byte {
@@ -38,7 +46,7 @@ func hostIDOf(b byte) [16]byte {
 func (e *env) connectHost(n byte) *resvHost {
 	e.t.Helper()
 	nqn := fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000%02x", n)
-	h := &resvHost{t: e.t, id: hostIDOf(n)}
+	h := &resvHost{t: e.t, id: hostIDOf(n), nsid: 1}
 	h.admin = e.dial(32)
 	c := h.admin.connectWithID(0, 31, 0, nvmeproto.CNTLIDDynamic, subNQN, nqn, h.id)
 	expectOK(e.t, "admin connect", c)
@@ -62,8 +70,12 @@ func (h *hostQueue) connectWithID(qid, sqsize uint16, kato uint32, cntlid uint16
 }
 
 func resvCmd(op uint8, action uint8, iekey bool, rtype nvmeproto.ResvType, cptpl uint8, n int) nvmeproto.Command {
-	cmd := sglCmd(op, 1, n)
-	rc := nvmeproto.ReservationCommand{Opcode: op, NSID: 1, Action: action, IEKEY: iekey, RType: rtype, CPTPL: cptpl}
+	return resvCmdNS(1, op, action, iekey, rtype, cptpl, n)
+}
+
+func resvCmdNS(nsid uint32, op uint8, action uint8, iekey bool, rtype nvmeproto.ResvType, cptpl uint8, n int) nvmeproto.Command {
+	cmd := sglCmd(op, nsid, n)
+	rc := nvmeproto.ReservationCommand{Opcode: op, NSID: nsid, Action: action, IEKEY: iekey, RType: rtype, CPTPL: cptpl}
 	rc.ToCommand(&cmd)
 	return cmd
 }
@@ -76,20 +88,20 @@ func keys(cur, second uint64, n int) []byte {
 
 func (h *resvHost) register(action uint8, iekey bool, cptpl uint8, crkey, nrkey uint64) nvmeproto.Completion {
 	h.t.Helper()
-	cmd := resvCmd(nvmeproto.OpReservationRegister, action, iekey, 0, cptpl, 16)
+	cmd := resvCmdNS(h.nsid, nvmeproto.OpReservationRegister, action, iekey, 0, cptpl, 16)
 	return h.io.do(&cmd, keys(crkey, nrkey, 16))
 }
 
 func (h *resvHost) acquire(action uint8, rtype nvmeproto.ResvType, crkey, prkey uint64) nvmeproto.Completion {
 	h.t.Helper()
-	cmd := resvCmd(nvmeproto.OpReservationAcquire, action, false, rtype, 0, 16)
+	cmd := resvCmdNS(h.nsid, nvmeproto.OpReservationAcquire, action, false, rtype, 0, 16)
 	return h.io.do(&cmd, keys(crkey, prkey, 16))
 }
 
 // release sends 8 bytes of data, as nvme-cli does (the Linux kernel's pr_ops send 16).
 func (h *resvHost) release(action uint8, rtype nvmeproto.ResvType, crkey uint64) nvmeproto.Completion {
 	h.t.Helper()
-	cmd := resvCmd(nvmeproto.OpReservationRelease, action, false, rtype, 0, 8)
+	cmd := resvCmdNS(h.nsid, nvmeproto.OpReservationRelease, action, false, rtype, 0, 8)
 	return h.io.do(&cmd, keys(crkey, 0, 8))
 }
 
@@ -102,8 +114,8 @@ func (h *resvHost) report() nvmeproto.ReservationStatus {
 
 func (h *resvHost) reportN(n int, eds bool) (nvmeproto.ReservationStatus, nvmeproto.Completion) {
 	h.t.Helper()
-	cmd := sglCmd(nvmeproto.OpReservationReport, 1, n)
-	rr := nvmeproto.ReservationReportCommand{NSID: 1, NUMD: uint32(n/4 - 1), EDS: eds}
+	cmd := sglCmd(nvmeproto.OpReservationReport, h.nsid, n)
+	rr := nvmeproto.ReservationReportCommand{NSID: h.nsid, NUMD: uint32(n/4 - 1), EDS: eds}
 	rr.ToCommand(&cmd)
 	buf := make([]byte, n)
 	c := h.io.do(&cmd, buf)
@@ -116,7 +128,7 @@ func (h *resvHost) reportN(n int, eds bool) (nvmeproto.ReservationStatus, nvmepr
 	return st, c
 }
 
-// ioOp runs one command of the read or write group on namespace 1.
+// ioOp runs one command of the read or write group.
 func (h *resvHost) ioOp(name string) nvmeproto.Completion {
 	h.t.Helper()
 	var cmd nvmeproto.Command
@@ -124,14 +136,14 @@ func (h *resvHost) ioOp(name string) nvmeproto.Completion {
 	switch name {
 	case "read", "write", "compare":
 		op := map[string]uint8{"read": nvmeproto.OpRead, "write": nvmeproto.OpWrite, "compare": nvmeproto.OpCompare}[name]
-		cmd = rw(op, 1, 8, 1, 512)
+		cmd = rw(op, h.nsid, 8, 1, 512)
 		data = make([]byte, 512)
 	case "flush":
-		cmd = sglCmd(nvmeproto.OpFlush, 1, 0)
+		cmd = sglCmd(nvmeproto.OpFlush, h.nsid, 0)
 	case "write-zeroes":
-		cmd = rw(nvmeproto.OpWriteZeroes, 1, 8, 1, 0)
+		cmd = rw(nvmeproto.OpWriteZeroes, h.nsid, 8, 1, 0)
 	case "deallocate":
-		cmd = sglCmd(nvmeproto.OpDatasetManagement, 1, 16)
+		cmd = sglCmd(nvmeproto.OpDatasetManagement, h.nsid, 16)
 		cmd.CDW11 = nvmeproto.DSMAttrAD
 		data = make([]byte, 16)
 		(&nvmeproto.DSMRange{NLB: 1, SLBA: 16}).Marshal(data)
@@ -444,7 +456,7 @@ func TestResvPreemptAndAbort(t *testing.T) {
 // acquiring a Write Exclusive reservation with key crkey.
 func (h *resvHost) preemptAbort(crkey, prkey uint64) <-chan nvmeproto.Completion {
 	h.t.Helper()
-	cmd := resvCmd(nvmeproto.OpReservationAcquire, nvmeproto.ResvPreemptAndAbort, false, nvmeproto.ResvWriteExclusive, 0, 16)
+	cmd := resvCmdNS(h.nsid, nvmeproto.OpReservationAcquire, nvmeproto.ResvPreemptAndAbort, false, nvmeproto.ResvWriteExclusive, 0, 16)
 	return h.io.submit(&cmd, keys(crkey, prkey, 16))
 }
 
@@ -594,6 +606,94 @@ func TestResvPreemptAndAbortHungVictim(t *testing.T) {
 	if g.blocked.Load() != 1 {
 		t.Errorf("%d backend calls blocked, want a's write", g.blocked.Load())
 	}
+}
+
+// TestResvPreemptAndAbortOtherNamespace: a preempt-and-abort waits for the preempted
+// host's commands to the namespace it preempts on, not for its commands to other
+// namespaces — here a write stuck in another namespace's hung backend — which cannot
+// reach this one. The old code waited for every command on the host's queues and failed
+// with Internal Error after the close timeout.
+func TestResvPreemptAndAbortOtherNamespace(t *testing.T) {
+	const closeTimeout = 2 * time.Second
+	g := newGate()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20), memNS(2, 2<<20)), target.WithLogger(testLogger(t)),
+		gatedNamespace(g, 2<<20), target.WithQueueCloseTimeout(closeTimeout))
+	defer g.open() // before the cleanups, which wait for the gated write
+	a, b := e.connectHost(1), e.connectHost(2)
+	expectOK(t, "register a", a.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	expectOK(t, "register b", b.register(nvmeproto.ResvRegister, false, 0, 0, 0xB))
+	expectOK(t, "a acquires", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA, 0))
+	expectOK(t, "a writes to namespace 1", a.ioOp("write"))
+	w := rw(nvmeproto.OpWrite, 2, 0, 1, 512)
+	a.io.submit(&w, make([]byte, 512))
+	g.waitBlocked(t, 1)
+
+	start := time.Now()
+	expectOK(t, "preempt and abort on namespace 1", wait(t, b.preemptAbort(0xB, 0xA)))
+	if d := time.Since(start); d >= closeTimeout/2 {
+		t.Errorf("preempt and abort on namespace 1 took %v, held up by a's write to namespace 2", d)
+	}
+	expectStatus(t, "a writes to namespace 1 after the preemption", a.ioOp("write"), conflict)
+	if g.blocked.Load() != 1 {
+		t.Errorf("%d backend calls blocked, want a's write to namespace 2", g.blocked.Load())
+	}
+}
+
+// TestResvPreemptAndAbortHungNamespace: a preempted host's write stuck in one namespace's
+// hung backend holds up the preempt-and-aborts of that namespace only. Each of them fails
+// with Internal Error (DNR) after the close timeout, the preemption standing, for as long
+// as the write may still land; once it has completed, the next one succeeds. A
+// preempt-and-abort of the same host on another namespace completes at once, even while
+// one on the hung namespace is waiting. The old code drained whole queues, one
+// preempt-and-abort at a time per queue: the one on the healthy namespace queued behind
+// the one on the hung namespace, then waited for the stuck write itself, and failed.
+func TestResvPreemptAndAbortHungNamespace(t *testing.T) {
+	const closeTimeout = 1500 * time.Millisecond
+	g := newGate()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20), memNS(2, 2<<20)), target.WithLogger(testLogger(t)),
+		gatedNamespace(g, 2<<20), target.WithQueueCloseTimeout(closeTimeout))
+	defer g.open()
+	a, b := e.connectHost(1), e.connectHost(2)
+	a2, b2 := a.onNS(2), b.onNS(2)
+	for _, r := range []struct {
+		h   *resvHost
+		key uint64
+	}{{a, 0xA}, {a2, 0xA}, {b, 0xB}, {b2, 0xB}} {
+		expectOK(t, fmt.Sprintf("host %d registers on namespace %d", r.h.id[0], r.h.nsid),
+			r.h.register(nvmeproto.ResvRegister, false, 0, 0, r.key))
+	}
+	expectOK(t, "a writes to namespace 1", a.ioOp("write"))
+	w := rw(nvmeproto.OpWrite, 2, 0, 1, 512)
+	a.io.submit(&w, make([]byte, 512))
+	g.waitBlocked(t, 1)
+
+	start := time.Now()
+	hung := b2.preemptAbort(0xB, 0xA)
+	expectPending(t, "preempt and abort on namespace 2", hung, 200*time.Millisecond)
+	expectOK(t, "preempt and abort on namespace 1, alongside", wait(t, b.preemptAbort(0xB, 0xA)))
+	select {
+	case cqe := <-hung:
+		t.Fatalf("preempt and abort on namespace 2 completed (%v) before the close timeout, with a's write in the backend", cqe.Status)
+	default:
+	}
+	cqe := wait(t, hung)
+	expectStatus(t, "preempt and abort on namespace 2", cqe, nvmeproto.StatusInternalError)
+	if !cqe.Status.DNR() {
+		t.Errorf("status %v without DNR", cqe.Status)
+	}
+	if d := time.Since(start); d < closeTimeout {
+		t.Errorf("failed after %v, before the close timeout %v", d, closeTimeout)
+	}
+	if st := b2.report(); st.RegCtl != 1 || st.Controllers[0].HostID != b.id {
+		t.Errorf("the preemption on namespace 2 did not stand: %+v", st)
+	}
+
+	// Preempted again, a's write is waited for again: it may still land.
+	expectOK(t, "a registers again on namespace 2", a2.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	again := b2.preemptAbort(0xB, 0xA)
+	expectPending(t, "second preempt and abort on namespace 2", again, 200*time.Millisecond)
+	g.open()
+	expectOK(t, "second preempt and abort on namespace 2, a's write completed", wait(t, again))
 }
 
 func expectNotice(t testing.TB, h *resvHost, typ uint8) {
@@ -916,7 +1016,7 @@ func TestResvHostIdentity(t *testing.T) {
 	expectOK(t, "the second controller releases with the host's key", a2.release(nvmeproto.ResvRelease, nvmeproto.ResvExclusiveAccess, 0xA))
 	expectOK(t, "acquire EA again", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvExclusiveAccess, 0xA, 0))
 	// Another host identifier under a's host NQN is another host.
-	other := &resvHost{t: t, id: hostIDOf(9)}
+	other := &resvHost{t: t, id: hostIDOf(9), nsid: 1}
 	other.admin = e.dial(32)
 	c := other.admin.connectWithID(0, 31, 0, nvmeproto.CNTLIDDynamic, subNQN,
 		"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001", other.id)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/target"
 )
 
@@ -114,6 +115,22 @@ func spyBackends(ss *spies, g *gate, workers int) target.Option {
 
 // gatedBackend makes every backend call wait at g, on worker goroutines.
 func gatedBackend(g *gate) target.Option { return spyBackends(&spies{}, g, 8) }
+
+// gatedNamespace makes the reads and writes of the namespaces of the given size wait at
+// g, on worker goroutines; the other namespaces' backends work as usual.
+func gatedNamespace(g *gate, size conf.Size) target.Option {
+	return target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(spec)
+		if err != nil {
+			return nil, err
+		}
+		s := &spy{Backend: b, workers: 8}
+		if spec.Size == uint64(size) {
+			s.gate = g
+		}
+		return s, nil
+	})
+}
 
 // gate blocks backend calls until opened.
 type gate struct {
