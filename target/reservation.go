@@ -154,6 +154,8 @@ func (s *resvState) others(host *[16]byte) [][16]byte {
 }
 
 // nsResv is a namespace's reservation state and the lock that serializes its changes.
+// A reopen hands it on to the new namespace object (see namespace.resv): a change
+// through either object is the other's.
 type nsResv struct {
 	mu    sync.Mutex
 	state atomic.Pointer[resvState] // nil: the default state

@@ -305,12 +305,12 @@ func (s *subsystem) openReopened(old *namespace, cn conf.Namespace, auto int) er
 	if err != nil {
 		return err
 	}
-	// A reopen is not a power loss: registrations and the reservation carry over (old
-	// takes no command any more). Its I/O counters start again, as after RemoveNamespace
-	// and AddNamespace.
-	old.resv.mu.Lock()
-	ns.resv.state.Store(old.resv.state.Load())
-	old.resv.mu.Unlock()
+	// A reopen is not a power loss: the new namespace takes over old's reservation state
+	// itself, not a copy, so that a change made through old by a command that found it
+	// before the swap (one whose reference outlived the close timeout, a Set Features that
+	// takes none) is the new namespace's too. Its I/O counters start again, as after
+	// RemoveNamespace and AddNamespace.
+	ns.resv = old.resv
 	if auto > 0 {
 		ns.failure.Store(old.failure.Load())
 		ns.autoReopens = auto
@@ -380,7 +380,10 @@ type namespace struct {
 	// every reader loads it once per use (a command, a log page, an Identify).
 	anaGroup atomic.Uint32
 
-	resv nsResv // registrations and reservation
+	// resv is the namespace's registrations and reservation: one per NSID from
+	// AddNamespace to RemoveNamespace, shared by the namespace objects a reopen replaces
+	// one with another (openReopened).
+	resv *nsResv
 
 	// failure is why the namespace refuses writes and flushes (Write Fault, DNR): a sync
 	// of its backend failed, so writes it reported complete may be lost. nil while
@@ -542,6 +545,7 @@ func openNamespace(s *subsystem, cn conf.Namespace) (*namespace, error) {
 		info:       backend.Describe(be),
 		shift:      uint8(bits.TrailingZeros32(lba)),
 		beReadOnly: be.ReadOnly(),
+		resv:       new(nsResv),
 		drained:    make(chan struct{}),
 		closed:     make(chan struct{}),
 		opened:     time.Now(),
