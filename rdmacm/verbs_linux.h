@@ -81,6 +81,10 @@ int gonvmf_get_async_event(struct ibv_context *ctx, gonvmf_async_event *out);
 struct ibv_context *gonvmf_cm_device(const char *name, struct ibv_context ***ref, int *err);
 void gonvmf_cm_device_put(struct ibv_context **ref);
 int gonvmf_cm_rescan(void);
+// gonvmf_thread_malloc_distance returns the distance in bytes between a small
+// block malloc'd on the calling thread and one malloc'd on a new thread, or -1
+// (mallocarena_linux.c).
+int64_t gonvmf_thread_malloc_distance(void);
 int gonvmf_device_listed(struct ibv_context *ctx);
 
 typedef struct {
