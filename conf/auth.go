@@ -153,7 +153,8 @@ func loadSecret(v string) (*dhchap.Secret, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := dhchap.ParseSecret(string(data))
+	defer clear(data) // the secret's text; the Secret keeps its own copy of the key
+	s, err := dhchap.ParseSecretBytes(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -168,12 +168,14 @@ func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
 	return a, nil
 }
 
-// stop releases the queue's timer (Close).
+// stop releases the queue's timer and wipes the key material of a transaction left
+// unfinished (Close).
 func (a *queueAuth) stop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.closed = true
 	a.timer.Stop()
+	a.ctl.Abandon()
 }
 
 // isAuthCommand reports whether cmd is Authentication Send or Receive.

@@ -298,6 +298,9 @@ func (c *Controller) reply(b []byte) error {
 		}
 	}
 	want, err := respond(c.tx.HostResponse, c.keys.Host, c.hostNQN, challenge, c.s1)
+	if c.kp != nil {
+		clear(challenge) // augmented: derived from the shared secret
+	}
 	if err != nil {
 		return c.fail(nvmeproto.AuthFailFailed, err)
 	}
@@ -353,7 +356,11 @@ func (c *Controller) Receive(al int) ([]byte, error) {
 					return c.Receive(al)
 				}
 			}
-			if s.R2, err = respond(c.tx.ControllerResponse, c.keys.Ctrl, c.subNQN, challenge, c.s2); err != nil {
+			s.R2, err = respond(c.tx.ControllerResponse, c.keys.Ctrl, c.subNQN, challenge, c.s2)
+			if c.kp != nil {
+				clear(challenge) // augmented: derived from the shared secret
+			}
+			if err != nil {
 				c.fail(nvmeproto.AuthFailFailed, err)
 				return c.Receive(al)
 			}

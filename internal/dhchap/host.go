@@ -149,7 +149,11 @@ func (h *Host) Challenge(b []byte) ([]byte, error) {
 		reply.DHValue = kp.Public()
 	}
 	var err error
-	if reply.R1, err = respond(h.tx.HostResponse, h.cfg.Secret, h.cfg.HostNQN, challenge, c.SeqNum); err != nil {
+	reply.R1, err = respond(h.tx.HostResponse, h.cfg.Secret, h.cfg.HostNQN, challenge, c.SeqNum)
+	if h.skey != nil {
+		clear(challenge) // augmented: derived from the shared secret
+	}
+	if err != nil {
 		return nil, h.fail(nvmeproto.AuthFailFailed, err)
 	}
 	if h.cfg.CtrlSecret != nil {
@@ -197,6 +201,9 @@ func (h *Host) Success1(b []byte) ([]byte, error) {
 		}
 	}
 	want, err := respond(h.tx.ControllerResponse, h.cfg.CtrlSecret, h.cfg.SubNQN, challenge, h.s2)
+	if h.skey != nil {
+		clear(challenge) // augmented: derived from the shared secret
+	}
 	if err != nil {
 		return nil, h.fail(nvmeproto.AuthFailFailed, err)
 	}

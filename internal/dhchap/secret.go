@@ -16,9 +16,15 @@
 //     with filippo.io/bigmod (the constant-time modular arithmetic behind crypto/rsa), so
 //     their timing depends on the exponent's length only, which is fixed per group. Only
 //     public values (the peer's DH value and the group's prime) are checked with math/big.
+//   - Key material derived during a transaction — the transformed secret, the hash of the
+//     shared secret that keys the augmentation, the augmented challenges, the shared
+//     secret and the private exponent — is cleared as soon as it has been used (the
+//     shared secret and the exponent when the transaction ends). A Secret's own key lives
+//     as long as the Secret; ParseSecretBytes keeps nothing of the text it parses.
 package dhchap
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -29,7 +35,6 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
@@ -74,24 +79,34 @@ func GenerateSecret(r io.Reader, transform nvmeproto.AuthHashID, keyLen int) (*S
 // ":", where hh is 00 (no transformation), 01 (SHA-256), 02 (SHA-384) or 03 (SHA-512).
 // The trailing ":" may be left out. Errors never quote the secret.
 func ParseSecret(s string) (*Secret, error) {
-	s = strings.TrimSpace(s)
-	rest, ok := strings.CutPrefix(s, SecretPrefix)
+	b := []byte(s)
+	defer clear(b)
+	return ParseSecretBytes(b)
+}
+
+// ParseSecretBytes is ParseSecret of the text in b, which it does not keep or copy
+// beyond the key the Secret holds: a caller that read b from a file may clear it after.
+func ParseSecretBytes(b []byte) (*Secret, error) {
+	b = bytes.TrimSpace(b)
+	rest, ok := bytes.CutPrefix(b, []byte(SecretPrefix))
 	if !ok {
 		return nil, fmt.Errorf("dhchap: a secret starts with %q (the form nvme gen-dhchap-key prints: DHHC-1:<hh>:<base64>:)", SecretPrefix)
 	}
-	hh, b64, ok := strings.Cut(rest, ":")
+	hh, b64, ok := bytes.Cut(rest, []byte(":"))
 	if !ok || len(hh) != 2 || hh[0] != '0' || hh[1] < '0' || hh[1] > '3' {
 		return nil, fmt.Errorf("dhchap: the secret's hash field after %q must be 00, 01, 02 or 03", SecretPrefix)
 	}
-	b64 = strings.TrimSuffix(b64, ":")
-	raw, err := base64.StdEncoding.DecodeString(b64)
+	b64 = bytes.TrimSuffix(b64, []byte(":"))
+	raw := make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
+	defer clear(raw) // NewSecret copies the key
+	n, err := base64.StdEncoding.Decode(raw, b64)
 	if err != nil {
 		return nil, fmt.Errorf("dhchap: the secret's key is not valid base64 (%v): copy it again, whole", err)
 	}
-	if len(raw) != 36 && len(raw) != 52 && len(raw) != 68 {
-		return nil, fmt.Errorf("dhchap: the secret's base64 decodes to %d bytes, want 36, 52 or 68 (a 32, 48 or 64-byte key and its CRC-32): copy it again, whole", len(raw))
+	if n != 36 && n != 52 && n != 68 {
+		return nil, fmt.Errorf("dhchap: the secret's base64 decodes to %d bytes, want 36, 52 or 68 (a 32, 48 or 64-byte key and its CRC-32): copy it again, whole", n)
 	}
-	key, stored := raw[:len(raw)-4], binary.LittleEndian.Uint32(raw[len(raw)-4:])
+	key, stored := raw[:n-4], binary.LittleEndian.Uint32(raw[n-4:])
 	if sum := crc32.ChecksumIEEE(key); sum != stored {
 		return nil, fmt.Errorf("dhchap: the secret's CRC-32 does not match its key (stored %08x, computed %08x): it was mistyped or altered; copy it again", stored, sum)
 	}
@@ -220,7 +235,9 @@ func (t *Transaction) AugmentChallenge(sessionKey, challenge []byte) ([]byte, er
 	}
 	h := newHash(t.Hash)()
 	h.Write(sessionKey)
-	m := hmac.New(newHash(t.Hash), h.Sum(nil))
+	key := h.Sum(nil)
+	m := hmac.New(newHash(t.Hash), key) // copies key
+	clear(key)
 	m.Write(challenge)
 	return m.Sum(nil), nil
 }

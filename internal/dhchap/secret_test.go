@@ -147,6 +147,25 @@ func TestParseSecretErrors(t *testing.T) {
 	}
 }
 
+// TestParseSecretBytes: the secret parsed from a file's bytes keeps its own key, so the
+// caller may clear what it read (conf does) without changing the secret.
+func TestParseSecretBytes(t *testing.T) {
+	for _, c := range nvmeCLIKeys {
+		text := []byte(c.printed + "\n")
+		s, err := ParseSecretBytes(text)
+		if err != nil {
+			t.Fatalf("%q: %v", c.printed, err)
+		}
+		clear(text)
+		if s.Encode() != c.printed {
+			t.Errorf("%q: after the text was cleared the secret encodes as %q", c.printed, s.Encode())
+		}
+	}
+	if _, err := ParseSecretBytes([]byte("DHHC-1:01:AAAA:")); err == nil || !strings.Contains(err.Error(), "decodes to 3 bytes") {
+		t.Errorf("3-byte key: %v", err)
+	}
+}
+
 func TestSecretRedacted(t *testing.T) {
 	s, err := ParseSecret(nvmeCLIKeys[3].printed)
 	if err != nil {
