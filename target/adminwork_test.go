@@ -41,10 +41,16 @@ func setPTPL(nsid uint32) nvmeproto.Command {
 // Queue.Execute on its caller's goroutine, as a transport's receive loop does.
 func submitOffGoroutine(t *testing.T, h *hostQueue, cmd nvmeproto.Command, d time.Duration) <-chan nvmeproto.Completion {
 	t.Helper()
+	return submitDataOffGoroutine(t, h, cmd, nil, d)
+}
+
+// submitDataOffGoroutine is submitOffGoroutine of a command with data as its host memory.
+func submitDataOffGoroutine(t *testing.T, h *hostQueue, cmd nvmeproto.Command, data []byte, d time.Duration) <-chan nvmeproto.Completion {
+	t.Helper()
 	cmd.CID = h.nextCID()
 	ch := make(chan nvmeproto.Completion, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- h.conn.Submit(&cmd, nil, func(c nvmeproto.Completion) { ch <- c }) }()
+	go func() { errc <- h.conn.Submit(&cmd, data, func(c nvmeproto.Completion) { ch <- c }) }()
 	select {
 	case err := <-errc:
 		if err != nil {

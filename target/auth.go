@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -25,18 +26,30 @@ import (
 // queue's Authentication Send/Receive commands, which succeed as NVMe commands whatever
 // the protocol outcome: failures travel as AUTH_Failure1/2 messages. A failed transaction
 // (or one not completed within AuthTimeout of the Connect) is logged with the host NQN and
-// the reason (once per host and interval, as refused Connects are), and the queue is disconnected AuthFailureGrace later, once the host has had
-// the Failure1 message. A new AUTH_Negotiate on an authenticated queue re-authenticates it;
-// the queue stays authenticated while that runs and loses it if it fails; one not ended
-// within AuthTimeout of its AUTH_Negotiate is abandoned, and the queue stays
-// authenticated. A queue not
-// authenticated yet may start at most authMaxTransactions transactions: each costs the
-// target a DH key pair and a shared secret (tens of milliseconds for ffdhe8192, on the
-// goroutine that also serves other queues), and the host NQN that gets a queue this far
-// is no secret. An authenticated queue may start at most authMaxReauths
-// re-authentications within AuthTimeout. The next AUTH_Negotiate is answered with
-// Failure1, which fails the queue. Authentication commands run on the transport's
-// goroutine, the admin queue's too (they are not queued for the admin worker).
+// the reason (once per host and interval, as refused Connects are), and the queue is
+// disconnected AuthFailureGrace later, once the host has had the Failure1 message. A new
+// AUTH_Negotiate on an authenticated queue re-authenticates it; the queue stays
+// authenticated while that runs and loses it if it fails; one not ended within
+// AuthTimeout of its AUTH_Negotiate is abandoned, and the queue stays authenticated. A
+// queue not authenticated yet may start at most authMaxTransactions transactions: each
+// costs the target a DH key pair and a shared secret (tens of milliseconds of a CPU for
+// ffdhe8192), and the host NQN that gets a queue this far is no secret. An authenticated
+// queue may start at most authMaxReauths re-authentications within AuthTimeout. The next
+// AUTH_Negotiate is answered with Failure1, which fails the queue.
+//
+// Authentication commands do not run on the transport's goroutine, which serves other
+// queues too (an RDMA poll group serves queues of many hosts): a DH exponentiation of
+// ffdhe8192 takes tens of milliseconds, and an admin queue's re-authentication reads the
+// host's secret file. Execute queues them for the queue's authentication worker, a
+// goroutine that exists while the queue has some queued and runs them one at a time in
+// the order Execute received them (the admin queue's are not queued for the admin worker:
+// they do not wait behind its commands, nor its commands behind them). Each runs holding
+// one of the target's authentication slots (authSlots: half the CPUs, at least two), so
+// that authentication storms leave CPUs to the transports; it waits for a slot as long
+// as it must, or until its queue closes (an unauthenticated queue is closed AuthTimeout
+// after its Connect). It completes through TransportQueue.Complete from the worker, as a
+// backend completes I/O. Begin still answers Authentication Required to the queue's other
+// commands until the transaction that authenticates it has completed.
 //
 // Keys come from AuthKeys: by default the running configuration's hosts section and the
 // subsystems' auth_required, which change at run time (SetHostKeys, RemoveHostKeys,
@@ -90,13 +103,38 @@ const authMaxTransactions = 3
 
 // authMaxReauths bounds the re-authentications (AUTH_Negotiates on an authenticated
 // queue) a queue may start within AuthTimeout. Each costs a DH key pair and a shared
-// secret (about 50 ms for ffdhe8192) on the goroutine that serves other hosts' queues too
-// (an RDMA poll group), and an admin queue's also reads the host's secret file. The Linux
-// host re-authenticates a queue when the operator writes its dhchap_secret or
-// dhchap_ctrl_secret: two for a rotation of both keys; the margin is for a rotation
-// retried. So a host gets at most authMaxReauths × 50 ms of the poll group per
-// AuthTimeout and queue.
+// secret (about 50 ms of a CPU for ffdhe8192) and an authentication slot, and an admin
+// queue's also reads the host's secret file. The Linux host re-authenticates a queue when
+// the operator writes its dhchap_secret or dhchap_ctrl_secret: two for a rotation of both
+// keys; the margin is for a rotation retried. So a host gets at most
+// authMaxReauths × 50 ms of a slot per AuthTimeout and queue.
 const authMaxReauths = 4
+
+// authSlotCount is the number of authentication steps the target runs at once: half the
+// CPUs Go runs on (the other half stay with the transports' goroutines when every slot
+// computes a DH exponentiation), at least two.
+func authSlotCount() int { return max(2, runtime.GOMAXPROCS(0)/2) }
+
+// authSlots bounds the authentication steps running at once in a target: a step holds a
+// token of all while it runs.
+type authSlots struct {
+	all chan struct{}
+}
+
+func newAuthSlots() *authSlots { return &authSlots{all: make(chan struct{}, authSlotCount())} }
+
+// acquire waits for a slot; false when stop closed first.
+func (p *authSlots) acquire(stop <-chan struct{}) bool {
+	select {
+	case p.all <- struct{}{}:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// release gives back a slot acquire took.
+func (p *authSlots) release() { <-p.all }
 
 // ctrlAuth is a controller's authentication state: its host's keys and the sequence
 // numbers of its transactions.
@@ -133,6 +171,16 @@ type queueAuth struct {
 	// the oldest at reauthAt[reauthNext] (zero while fewer were).
 	reauthAt   [authMaxReauths]time.Time
 	reauthNext int
+
+	// The queue's authentication worker (see execAuth): the commands queued for it, in
+	// the order Execute received them, and whether its goroutine runs (it does while work
+	// is not empty, and while it runs the last command taken from it). stopped closes
+	// when the queue closes (stop): a command waiting for a slot then completes with
+	// Command Aborted due to SQ Deletion.
+	workMu  sync.Mutex
+	work    []*Request
+	working bool
+	stopped chan struct{}
 }
 
 // allowReauth records a re-authentication asked for at now, or refuses it when the
@@ -155,7 +203,7 @@ func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &queueAuth{ctl: ctl}
+	a := &queueAuth{ctl: ctl, stopped: make(chan struct{})}
 	timeout := AuthTimeout
 	a.timer = time.AfterFunc(timeout, func() {
 		if !a.ok.Load() {
@@ -173,6 +221,9 @@ func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
 func (a *queueAuth) stop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.closed {
+		close(a.stopped)
+	}
 	a.closed = true
 	a.timer.Stop()
 	a.ctl.Abandon()
@@ -218,8 +269,48 @@ func (q *Queue) beginAuth(r *Request, b *binding) nvmeproto.Status {
 	return nvmeproto.StatusSuccess
 }
 
-// execAuth runs an Authentication Send/Receive that beginAuth accepted.
+// execAuth queues an Authentication Send/Receive that beginAuth accepted for the queue's
+// authentication worker, starting it if it is not running.
 func (q *Queue) execAuth(r *Request, b *binding) {
+	a := b.auth
+	a.workMu.Lock()
+	a.work = append(a.work, r)
+	start := !a.working
+	a.working = true
+	a.workMu.Unlock()
+	if start {
+		go q.authWorker(b)
+	}
+}
+
+// authWorker runs the queue's queued authentication commands in order, each holding an
+// authentication slot, and returns when none is left. A command whose queue closes
+// before it runs is not run: it completes with Command Aborted due to SQ Deletion.
+func (q *Queue) authWorker(b *binding) {
+	a := b.auth
+	for {
+		a.workMu.Lock()
+		if len(a.work) == 0 {
+			a.working = false
+			a.work = nil
+			a.workMu.Unlock()
+			return
+		}
+		r := a.work[0]
+		a.work[0] = nil
+		a.work = a.work[1:]
+		a.workMu.Unlock()
+		if q.closing() || !q.t.authSlots.acquire(a.stopped) {
+			q.finish(r, nvmeproto.StatusAbortSQDeletion)
+			continue
+		}
+		q.runAuth(r, b)
+		q.t.authSlots.release()
+	}
+}
+
+// runAuth runs an Authentication Send/Receive and completes it.
+func (q *Queue) runAuth(r *Request, b *binding) {
 	a, c := b.auth, b.ctrl
 	a.mu.Lock()
 	wasOK, wasInTx := a.ok.Load(), a.ctl.InProgress()

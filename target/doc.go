@@ -112,18 +112,23 @@
 //     on storage. Admin commands that may (Identify, Get Log Page, Get/Set Features) run
 //     on the controller's admin worker goroutine, one at a time in the order Execute got
 //     them, and complete from it; Connect, Property Get/Set (unless queued behind those),
-//     Keep Alive, Abort and Asynchronous Event Request run inline. I/O commands are
-//     handed to the namespace's backend.Executor and complete on a worker goroutine (or
-//     inline for the null and memory backends). A transport with its own event loop may give a queue a
-//     backend.Ring (Queue.SetRing): reads and writes of O_DIRECT files and block devices
-//     then run as asynchronous I/O and complete when the transport reaps the ring.
+//     Keep Alive, Abort and Asynchronous Event Request run inline. Authentication
+//     Send/Receive (DH-HMAC-CHAP: a DH exponentiation takes up to tens of milliseconds)
+//     run on the queue's authentication worker, admin and I/O queues alike, one at a
+//     time per queue in the order Execute got them, and complete from it. I/O commands
+//     are handed to the namespace's backend.Executor and complete on a worker goroutine
+//     (or inline for the null and memory backends). A transport with its own event loop
+//     may give a queue a backend.Ring (Queue.SetRing): reads and writes of O_DIRECT
+//     files and block devices then run as asynchronous I/O and complete when the
+//     transport reaps the ring.
 //     Asynchronous Event Requests are held until an event.
 //   - Fail: transport, instead of Execute, when it cannot move the data.
 //   - TransportQueue.Complete: core, exactly once per Begin, from any goroutine —
-//     inline from Begin/Execute/Fail, from a backend worker or the admin worker, from
-//     the goroutine that raised an asynchronous event or ran Close — possibly concurrently for different
-//     requests of one queue. It must not block on the queue's receive goroutine.
-//     After it returns the core does not touch the Request again.
+//     inline from Begin/Execute/Fail, from a backend worker, the admin worker or an
+//     authentication worker, from the goroutine that raised an asynchronous event or ran
+//     Close — possibly concurrently for different requests of one queue. It must not
+//     block on the queue's receive goroutine. After it returns the core does not touch
+//     the Request again.
 //   - TransportQueue.Disconnect(reason): core, any goroutine, possibly more than once,
 //     must not block: the core wants the connection gone (keep-alive expiry
 //     ErrKeepAliveExpired, no command long after a shutdown ErrShutdownIdle, reset

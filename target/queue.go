@@ -20,8 +20,8 @@ type TransportQueue interface {
 	// controller-to-host command first Data[:Length] to the SGL's host memory, then the
 	// response capsule holding req.CQE. The core calls it exactly once for every
 	// Request passed to Begin, from any goroutine (inline from Begin, Execute or Fail,
-	// from a backend worker, from the controller's admin worker, from the goroutine that
-	// raised an asynchronous event), and
+	// from a backend worker, from the controller's admin worker or a queue's
+	// authentication worker, from the goroutine that raised an asynchronous event), and
 	// possibly concurrently for different requests. After Complete returns the core no
 	// longer touches req, so the transport may reuse it at once. Complete must not wait
 	// for the goroutine that calls Begin/Execute/Close on this queue.
@@ -225,7 +225,9 @@ func (q *Queue) Begin(r *Request) bool {
 // Log Page, Get and Set Features) run on the controller's admin worker goroutine, in the
 // order Execute received them, and complete from it; Keep Alive, Asynchronous Event
 // Request, Abort, Connect and Property Get/Set run inline (a Property Get/Set queues
-// behind admin commands still waiting for the worker). I/O commands are handed to the
+// behind admin commands still waiting for the worker). Nor does it compute:
+// Authentication Send and Receive, on any queue, run on the queue's authentication
+// worker, in the order Execute received them, and complete from it (auth.go). I/O commands are handed to the
 // namespace's backend executor and complete from a worker (or inline for memory
 // backends, or from the transport's asynchronous I/O ring: see SetRing). Either way
 // TransportQueue.Complete is called exactly once.

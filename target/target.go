@@ -93,6 +93,7 @@ type Target struct {
 	openBackend  func(backend.Spec) (backend.Backend, error)
 	workers      int
 	authKeys     AuthKeys       // DH-HMAC-CHAP keys of the hosts: WithAuthKeys, or *configAuthKeys
+	authSlots    *authSlots     // bounds the authentication steps running at once (auth.go)
 	tr           conf.Transport // resolved transport settings; fixed for the Target's life
 	lim          conf.Limits    // resolved limits; fixed for the Target's life
 	adm          admission      // what hosts hold against lim
@@ -156,6 +157,7 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		started:      time.Now(),
 		subsystems:   make(map[string]*subsystem),
 		nextPortID:   1,
+		authSlots:    newAuthSlots(),
 	}
 	for _, o := range opts {
 		o(t)

@@ -255,6 +255,7 @@ func (c *Controller) negotiate(b []byte) error {
 		if err != nil {
 			return c.fail(nvmeproto.AuthFailDHGroupUnusable, err)
 		}
+		beforeDH(group)
 		if c.kp, err = g.GenerateKey(c.rand); err != nil {
 			return c.fail(nvmeproto.AuthFailFailed, err)
 		}
@@ -288,6 +289,7 @@ func (c *Controller) reply(b []byte) error {
 			return c.fail(nvmeproto.AuthFailIncorrectPayload, fmt.Errorf("dhchap: Reply carries a %d-byte DH value in the NULL DH group", len(r.DHValue)))
 		}
 	} else {
+		beforeDH(c.group)
 		skey, err := c.kp.SharedSecret(r.DHValue)
 		if err != nil {
 			return c.fail(nvmeproto.AuthFailDHGroupUnusable, err)
@@ -394,6 +396,25 @@ func (c *Controller) Receive(al int) ([]byte, error) {
 	}
 	c.fail(nvmeproto.AuthFailIncorrectProtocol, fmt.Errorf("dhchap: Authentication Receive while %v", c.step))
 	return c.Receive(al)
+}
+
+// controllerDHHook, when set, runs before each DH exponentiation of a Controller (its key
+// pair in Send of AUTH_Negotiate, the shared secret in Send of the Reply).
+var controllerDHHook atomic.Pointer[func(nvmeproto.AuthDHGroupID)]
+
+func beforeDH(g nvmeproto.AuthDHGroupID) {
+	if f := controllerDHHook.Load(); f != nil {
+		(*f)(g)
+	}
+}
+
+// SetControllerDHHook makes every Controller call f with the group's ID before each of its
+// DH exponentiations, until restore runs. It is for tests: f may block, standing for a
+// computation that takes long (ffdhe8192 takes tens of milliseconds), to show what else
+// runs meanwhile. Host computations are not affected.
+func SetControllerDHHook(f func(nvmeproto.AuthDHGroupID)) (restore func()) {
+	old := controllerDHHook.Swap(&f)
+	return func() { controllerDHHook.Store(old) }
 }
 
 // SeqCounter hands out the sequence numbers (S1, S2) of one entity: starting at a random
