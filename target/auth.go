@@ -45,11 +45,18 @@ import (
 // the order Execute received them (the admin queue's are not queued for the admin worker:
 // they do not wait behind its commands, nor its commands behind them). Each runs holding
 // one of the target's authentication slots (authSlots: half the CPUs, at least two), so
-// that authentication storms leave CPUs to the transports; it waits for a slot as long
-// as it must, or until its queue closes (an unauthenticated queue is closed AuthTimeout
-// after its Connect). It completes through TransportQueue.Complete from the worker, as a
-// backend completes I/O. Begin still answers Authentication Required to the queue's other
-// commands until the transaction that authenticates it has completed.
+// that authentication storms leave CPUs to the transports, and one of its host's (half
+// the target's, at least one), so that one host NQN, whatever number of queues and
+// controllers it authenticates at once, cannot hold them all. It waits for its slots as
+// long as it must, or until its queue closes (an unauthenticated queue is closed
+// AuthTimeout after its Connect). A host over its share waits rather than being answered
+// with an error: the specification has no busy status for authentication (nor does the
+// Linux target, which computes inline without a bound), the Linux host ends the
+// transaction at any NVMe error status of Authentication Send/Receive, without a retry,
+// and it re-authenticates all I/O queues of a controller at once. A command completes
+// through TransportQueue.Complete from the worker, as a backend completes I/O. Begin
+// still answers Authentication Required to the queue's other commands until the
+// transaction that authenticates it has completed.
 //
 // Keys come from AuthKeys: by default the running configuration's hosts section and the
 // subsystems' auth_required, which change at run time (SetHostKeys, RemoveHostKeys,
@@ -112,29 +119,83 @@ const authMaxReauths = 4
 
 // authSlotCount is the number of authentication steps the target runs at once: half the
 // CPUs Go runs on (the other half stay with the transports' goroutines when every slot
-// computes a DH exponentiation), at least two.
-func authSlotCount() int { return max(2, runtime.GOMAXPROCS(0)/2) }
-
-// authSlots bounds the authentication steps running at once in a target: a step holds a
-// token of all while it runs.
-type authSlots struct {
-	all chan struct{}
+// computes a DH exponentiation), at least two. 0 in authSlotsFixed: by GOMAXPROCS.
+func authSlotCount() int {
+	if authSlotsFixed > 0 {
+		return authSlotsFixed
+	}
+	return max(2, runtime.GOMAXPROCS(0)/2)
 }
 
-func newAuthSlots() *authSlots { return &authSlots{all: make(chan struct{}, authSlotCount())} }
+// authSlotsFixed, when not 0, is authSlotCount's answer (tests).
+var authSlotsFixed int
 
-// acquire waits for a slot; false when stop closed first.
-func (p *authSlots) acquire(stop <-chan struct{}) bool {
+// authSlots bounds the authentication steps running at once in a target: in all, and per
+// host NQN. A step holds one of its host's slots (perHost: half of all, at least one)
+// and then one of all while it runs, so that one host — however many queues it
+// authenticates at once, over however many connections — leaves the other half to
+// other hosts; its steps beyond that wait for its own slots, holding none of all.
+type authSlots struct {
+	all     chan struct{}
+	perHost int
+
+	mu    sync.Mutex
+	hosts map[string]*authHostSlots // hosts with steps running or waiting
+}
+
+// authHostSlots are one host's slots.
+type authHostSlots struct {
+	nqn   string
+	slots chan struct{}
+	refs  int // steps running or waiting for a slot (under authSlots.mu)
+}
+
+func newAuthSlots() *authSlots {
+	n := authSlotCount()
+	return &authSlots{all: make(chan struct{}, n), perHost: max(1, n/2), hosts: map[string]*authHostSlots{}}
+}
+
+// acquire waits for a slot of host's and then one of all; false when stop closed first.
+func (p *authSlots) acquire(host string, stop <-chan struct{}) (*authHostSlots, bool) {
+	p.mu.Lock()
+	h := p.hosts[host]
+	if h == nil {
+		h = &authHostSlots{nqn: host, slots: make(chan struct{}, p.perHost)}
+		p.hosts[host] = h
+	}
+	h.refs++
+	p.mu.Unlock()
+	select {
+	case h.slots <- struct{}{}:
+	case <-stop:
+		p.unref(h)
+		return nil, false
+	}
 	select {
 	case p.all <- struct{}{}:
-		return true
+		return h, true
 	case <-stop:
-		return false
+		<-h.slots
+		p.unref(h)
+		return nil, false
 	}
 }
 
-// release gives back a slot acquire took.
-func (p *authSlots) release() { <-p.all }
+// release gives back the slots acquire took.
+func (p *authSlots) release(h *authHostSlots) {
+	<-p.all
+	<-h.slots
+	p.unref(h)
+}
+
+// unref forgets a host with no step running or waiting.
+func (p *authSlots) unref(h *authHostSlots) {
+	p.mu.Lock()
+	if h.refs--; h.refs == 0 {
+		delete(p.hosts, h.nqn)
+	}
+	p.mu.Unlock()
+}
 
 // ctrlAuth is a controller's authentication state: its host's keys and the sequence
 // numbers of its transactions.
@@ -283,8 +344,8 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 	}
 }
 
-// authWorker runs the queue's queued authentication commands in order, each holding an
-// authentication slot, and returns when none is left. A command whose queue closes
+// authWorker runs the queue's queued authentication commands in order, each holding
+// authentication slots (its host's and the target's), and returns when none is left. A command whose queue closes
 // before it runs is not run: it completes with Command Aborted due to SQ Deletion.
 func (q *Queue) authWorker(b *binding) {
 	a := b.auth
@@ -300,12 +361,17 @@ func (q *Queue) authWorker(b *binding) {
 		a.work[0] = nil
 		a.work = a.work[1:]
 		a.workMu.Unlock()
-		if q.closing() || !q.t.authSlots.acquire(a.stopped) {
+		if q.closing() {
+			q.finish(r, nvmeproto.StatusAbortSQDeletion)
+			continue
+		}
+		slots, ok := q.t.authSlots.acquire(b.ctrl.hostNQN, a.stopped)
+		if !ok {
 			q.finish(r, nvmeproto.StatusAbortSQDeletion)
 			continue
 		}
 		q.runAuth(r, b)
-		q.t.authSlots.release()
+		q.t.authSlots.release(slots)
 	}
 }
 

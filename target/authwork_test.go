@@ -2,6 +2,7 @@ package target_test
 
 import (
 	"crypto/rand"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ func (k hostKeys) HostKeys(sub, host string) (*dhchap.HostKeys, bool) {
 }
 
 // heldDH holds the target's DH exponentiations (dhchap.SetControllerDHHook) until
-// released: each reports its group on entered, then waits. The hook is removed, and
+// released: each reports its group on entered, then waits (only those of the groups given
+// to holdDH, if any; the others go on). The hook is removed, and
 // every held computation let go, when the test ends; a test that closes queues in its
 // cleanups (dial) defers release too, so that a command held in the computation does not
 // keep its queue's Close waiting before the hook's cleanup runs.
@@ -32,10 +34,13 @@ type heldDH struct {
 	gate    chan struct{} // closed: computations pass
 }
 
-func holdDH(t *testing.T) *heldDH {
+func holdDH(t *testing.T, groups ...nvmeproto.AuthDHGroupID) *heldDH {
 	h := &heldDH{entered: make(chan nvmeproto.AuthDHGroupID, 64), gate: make(chan struct{})}
 	restore := dhchap.SetControllerDHHook(func(g nvmeproto.AuthDHGroupID) {
 		h.entered <- g
+		if len(groups) > 0 && !slices.Contains(groups, g) {
+			return
+		}
 		h.mu.Lock()
 		gate := h.gate
 		h.mu.Unlock()
@@ -192,4 +197,83 @@ func TestAuthBlockedInDHRunsOffTransport(t *testing.T) {
 	authIO.finishAuth(host)
 	rd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
 	expectOK(t, "read on the authenticated I/O queue", authIO.do(&rd, make([]byte, 4096)))
+}
+
+// TestAuthHostHoldsHalfTheSlots: one host cannot occupy every authentication slot. With
+// two slots, a host's two admin queues each start a transaction; while the first one's
+// DH computation is held, the second waits for its host's only slot (it does not start a
+// computation), and another host's transaction runs in the slot left and completes. Once
+// the computation returns, the waiting transaction runs too: it waited, it was not
+// refused. The old code bounded the slots in all only: the second queue of the first
+// host took the second slot, and the other host waited for the first host's computations.
+func TestAuthHostHoldsHalfTheSlots(t *testing.T) {
+	defer target.SetAuthSlots(2)()
+	const thirdNQN = "nqn.2014-08.org.nvmexpress:uuid:66666666-7777-8888-9999-000000000000"
+	keyA, _ := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	keyB, _ := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	// Host A's transactions compute in ffdhe2048, which is held; host B's in ffdhe3072.
+	keys := hostKeys{
+		otherNQN: {Host: keyA, DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupFFDHE2048}},
+		thirdNQN: {Host: keyB, DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupFFDHE3072}},
+	}
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithAuthKeys(keys))
+	dh := holdDH(t, nvmeproto.AuthDHGroupFFDHE2048)
+	defer dh.release()
+	connect := func(host string) *hostQueue {
+		h := e.dial(32)
+		c := h.connect(0, 31, 0, nvmeproto.CNTLIDDynamic, subNQN, host)
+		expectOK(t, "admin connect", c)
+		if _, atr := nvmeproto.ParseConnectSuccessDW0(c.DW0); atr != nvmeproto.AuthReqATR {
+			t.Fatalf("Connect AUTHREQ %#x, want ATR", atr)
+		}
+		return h
+	}
+	negotiate := func(q *hostQueue, host *dhchap.Host) <-chan nvmeproto.Completion {
+		neg := host.Negotiate()
+		return submitDataOffGoroutine(t, q, authCmd(true, len(neg)), neg, 5*time.Second)
+	}
+	cfgA := dhchap.HostConfig{Secret: keyA, HostNQN: otherNQN, SubNQN: subNQN}
+	a1, a2 := connect(otherNQN), connect(otherNQN)
+	hostA1, _ := dhchap.NewHost(cfgA, 1)
+	hostA2, _ := dhchap.NewHost(cfgA, 2)
+
+	doneA1 := negotiate(a1, hostA1)
+	if g := dh.wait(t); g != nvmeproto.AuthDHGroupFFDHE2048 {
+		t.Fatalf("DH computation in group %v, want host A's %v", g, nvmeproto.AuthDHGroupFFDHE2048)
+	}
+	doneA2 := negotiate(a2, hostA2)
+	select {
+	case g := <-dh.entered:
+		t.Errorf("host A's second transaction started a DH computation (%v) while its first held its only slot", g)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	b := connect(thirdNQN)
+	hostB, _ := dhchap.NewHost(dhchap.HostConfig{Secret: keyB, HostNQN: thirdNQN, SubNQN: subNQN}, 1)
+	doneB := negotiate(b, hostB)
+	select {
+	case c := <-doneB:
+		expectOK(t, "host B's Authentication Send (Negotiate) while host A's computation is held", c)
+	case <-time.After(10 * time.Second):
+		t.Fatal("host B's Negotiate did not complete while host A's computation was held: host A holds every slot")
+	}
+	b.finishAuth(hostB)
+	for _, c := range []<-chan nvmeproto.Completion{doneA1, doneA2} {
+		select {
+		case c := <-c:
+			t.Fatalf("host A's Negotiate completed (status %v) while its computation was held", c.Status)
+		default:
+		}
+	}
+
+	dh.release()
+	expectOK(t, "host A's first Authentication Send (Negotiate)", wait(t, doneA1))
+	expectOK(t, "host A's second Authentication Send (Negotiate), which waited for a slot", wait(t, doneA2))
+	a1.finishAuth(hostA1)
+	a2.finishAuth(hostA2)
+	for _, q := range []*hostQueue{a1, a2, b} {
+		if _, c := q.propGet(nvmeproto.PropVS, false); c.Status.Code() != 0 {
+			t.Errorf("Property Get on an authenticated queue: %v", c.Status)
+		}
+	}
 }

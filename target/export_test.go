@@ -19,3 +19,11 @@ func SetShutdownIdleFloor(d time.Duration) (restore func()) {
 	shutdownIdleFloor = d
 	return func() { shutdownIdleFloor = old }
 }
+
+// SetAuthSlots makes targets created from now on run at most n authentication steps at
+// once, until the returned function runs.
+func SetAuthSlots(n int) (restore func()) {
+	old := authSlotsFixed
+	authSlotsFixed = n
+	return func() { authSlotsFixed = old }
+}
