@@ -133,7 +133,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 			t.cfgMu.Unlock()
 			return
 		}
-		err = s.openReopened(old, cn, attempt)
+		err = s.openReopened(old, cn, true, attempt)
 		t.cfgMu.Unlock()
 		if err == nil || errors.Is(err, ErrNoSuchNamespace) {
 			return

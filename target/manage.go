@@ -152,6 +152,101 @@ func (t *Target) SetRBDCreateSize(subNQN string, nsid uint32, size conf.Size) er
 	}, func(*conf.Config) error { return nil })
 }
 
+// OpenSettings are the settings of a namespace that say how its backend opens its store,
+// not which store it opens: SetNamespaceOpenSettings changes them in place.
+type OpenSettings struct {
+	Shared     bool   // conf.Namespace.Shared: a file or block device others may open too
+	RBDUser    string // conf.RBD.User: the Ceph client an rbd namespace connects as
+	RBDKeyring string // conf.RBD.Keyring: the keyring holding that client's key
+}
+
+// NamespaceOpenSettings returns the OpenSettings of the namespace cn describes.
+func NamespaceOpenSettings(cn conf.Namespace) OpenSettings {
+	return OpenSettings{Shared: cn.Shared, RBDUser: cn.RBD.User, RBDKeyring: cn.RBD.Keyring}
+}
+
+// SetNamespaceOpenSettings changes how a namespace's backend opens its store (validated
+// as the configuration's fields would be). A change its backend uses — shared on a file
+// or block namespace (the file's lock, the device's O_EXCL), rbd.user or rbd.keyring (the
+// RADOS client the image is opened through) — reopens the backend in place, as
+// ReopenNamespace does: the namespace keeps its NSID, identifiers, registrations,
+// reservation, ANA group and a failure (ReopenNamespace clears one), the hosts keep their
+// controllers and connections, their commands meanwhile get Namespace Not Ready without
+// DNR, which they retry, and controllers get a Namespace Attribute Changed event. A change
+// the backend does not use (shared on a null, memory or rbd namespace) changes the
+// running configuration only. rbd.user and rbd.keyring belong to rbd namespaces only.
+//
+// If the backend does not open with the new settings it is opened again with the old
+// ones and the error says why the new ones failed; nothing has changed then but the
+// reopen. If it does not open with the old ones either the namespace stays inactive
+// (Invalid Namespace with DNR), with the old settings, until a reopen succeeds or it is
+// removed.
+func (t *Target) SetNamespaceOpenSettings(subNQN string, nsid uint32, o OpenSettings) error {
+	what := fmt.Sprintf("subsystem %q: namespace %d: shared %t, rbd.user %q, rbd.keyring %q", subNQN, nsid, o.Shared, o.RBDUser, o.RBDKeyring)
+	var s *subsystem
+	var ns *namespace
+	var si, ni int
+	var prev conf.Namespace
+	return t.change(what, true, func(c *conf.Config) (err error) {
+		if s, ns, si, ni, err = t.findNamespace(c, subNQN, nsid); err != nil {
+			return err
+		}
+		cn := &c.Subsystems[si].Namespaces[ni]
+		if cn.Backend != conf.BackendRBD && (o.RBDUser != "" || o.RBDKeyring != "") {
+			return fmt.Errorf("target: %s: the namespace's backend is %s; only an rbd namespace has rbd.user and rbd.keyring", what, cn.Backend)
+		}
+		prev = *cn
+		cn.Shared, cn.RBD.User, cn.RBD.Keyring = o.Shared, o.RBDUser, o.RBDKeyring
+		return nil
+	}, func(c *conf.Config) error {
+		next := c.Subsystems[si].Namespaces[ni]
+		if !reopensFor(prev, next) {
+			return nil
+		}
+		return s.reopenWith(ns, prev, next, what)
+	})
+}
+
+// reopensFor reports whether a namespace's backend must be opened again to run as next
+// instead of prev, which differ only in their OpenSettings: whether its backend uses
+// what changed.
+func reopensFor(prev, next conf.Namespace) bool {
+	usesShared := next.Backend == conf.BackendFile || next.Backend == conf.BackendBlock
+	return prev.Shared != next.Shared && usesShared ||
+		prev.RBD.User != next.RBD.User || prev.RBD.Keyring != next.RBD.Keyring
+}
+
+// reopenWith closes old, which runs as prev, and opens its backend as next in its place,
+// keeping a failure; if that open fails, as prev again (see SetNamespaceOpenSettings).
+func (s *subsystem) reopenWith(old *namespace, prev, next conf.Namespace, what string) error {
+	s.closeToReopen(old)
+	err := s.openReopened(old, next, true, 0)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrNoSuchNamespace) {
+		old.reopening.Store(false)
+		return err
+	}
+	rerr := s.openReopened(old, prev, true, 0)
+	if rerr == nil {
+		s.t.log.Warn("namespace: its backend did not open with the new settings: it runs with its old ones again",
+			"subsystem", s.nqn, "nsid", old.nsid, "err", err)
+		return fmt.Errorf("target: %s: its backend did not open with them, so it was opened again with the old ones (shared %t, rbd.user %q, rbd.keyring %q); fix the settings and try again: %w",
+			what, prev.Shared, prev.RBD.User, prev.RBD.Keyring, err)
+	}
+	old.reopening.Store(false)
+	if errors.Is(rerr, ErrNoSuchNamespace) {
+		return rerr
+	}
+	s.t.log.Error("namespace: its backend opened neither with the new settings nor with its old ones: it stays inactive until a reopen succeeds",
+		"subsystem", s.nqn, "nsid", old.nsid, "err", err, "old_settings_err", rerr,
+		"reopen", fmt.Sprintf("gonvmf ctl ns reopen %s %d", s.nqn, old.nsid))
+	s.notifyNamespaceChanged(old.nsid) // it left the active list: hosts rescan and see it gone
+	return fmt.Errorf("target: %s: its backend did not open with them (%w), nor with the old ones (%v): the namespace stays inactive, with the old settings, until a reopen succeeds or it is removed",
+		what, err, rerr)
+}
+
 // AllowHost adds hostNQN to the hosts allowed to connect to a subsystem (validated as in
 // the configuration file). Allowing a host that is already listed changes nothing. A
 // subsystem that allows any host has no list (ErrAllowsAnyHost): give it one with

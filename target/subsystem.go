@@ -270,7 +270,7 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 // succeeds or it is removed.
 func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 	s.closeToReopen(old)
-	err := s.openReopened(old, cn, 0)
+	err := s.openReopened(old, cn, false, 0)
 	if err == nil {
 		return nil
 	}
@@ -293,12 +293,13 @@ func (s *subsystem) closeToReopen(old *namespace) {
 }
 
 // openReopened opens cn's backend and puts the new namespace in the place of old, which
-// closeToReopen has closed, and tells the controllers. auto is 0 for a reopen an operator
-// asked for, which clears a failure; an automatic reopen (autoReopen; auto is its attempt
-// number) keeps it, since no operator has dealt with the writes that may be lost. The
+// closeToReopen has closed, and tells the controllers. A reopen an operator asked for
+// (ReopenNamespace) clears a failure; one that keepFailure (an automatic reopen, a change
+// of the open settings) keeps it, since no operator has dealt with the writes that may be
+// lost. auto is the attempt of an automatic reopen (autoReopen), 0 for any other. The
 // error wraps ErrNoSuchNamespace if old was removed meanwhile (the subsystem closed), and
 // is the open's otherwise; old stays as it is then.
-func (s *subsystem) openReopened(old *namespace, cn conf.Namespace, auto int) error {
+func (s *subsystem) openReopened(old *namespace, cn conf.Namespace, keepFailure bool, auto int) error {
 	nsid := old.nsid
 	reason := old.failureReason()
 	ns, err := openNamespace(s, cn)
@@ -311,10 +312,10 @@ func (s *subsystem) openReopened(old *namespace, cn conf.Namespace, auto int) er
 	// takes none) is the new namespace's too. Its I/O counters start again, as after
 	// RemoveNamespace and AddNamespace.
 	ns.resv = old.resv
-	if auto > 0 {
+	if keepFailure {
 		ns.failure.Store(old.failure.Load())
-		ns.autoReopens = auto
 	}
+	ns.autoReopens = auto
 	s.mu.Lock()
 	tab := *s.ns.Load()
 	i := slices.Index(tab, old)

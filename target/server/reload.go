@@ -19,16 +19,16 @@ import (
 //
 //  1. listeners that are new start listening; hosts new to the hosts section, or whose
 //     entry changed (secrets, hash functions, DH groups), get their new entry;
-//  2. namespaces that are gone, whose identity changed (backend, path, lba_size, uuid,
-//     nguid, eui64, the rbd image or its cluster: hosts would see another namespace) or
-//     whose backend is to open otherwise (shared, rbd.user, rbd.keyring), are removed,
-//     then subsystems that are gone (their hosts are disconnected);
+//  2. namespaces that are gone, or whose identity changed (backend, path, lba_size, uuid,
+//     nguid, eui64, the rbd image or its cluster: hosts would see another namespace), are
+//     removed, then subsystems that are gone (their hosts are disconnected);
 //  3. new subsystems are added, then new (and re-created) namespaces;
 //  4. subsystems stop requiring authentication, allowed hosts change (hosts taken off
 //     a list are disconnected), subsystems start requiring authentication, namespaces'
-//     rbd.create_size and write protection change (a create_size that goes, before
-//     write protection comes; one that comes, after it goes), namespaces grow to a
-//     larger size;
+//     open settings change (shared, rbd.user, rbd.keyring: the backend is reopened in
+//     place, see target.SetNamespaceOpenSettings), namespaces' rbd.create_size and write
+//     protection change (a create_size that goes, before write protection comes; one that
+//     comes, after it goes), namespaces grow to a larger size;
 //  5. listeners' ANA group states change to states that serve I/O (optimized, then
 //     non-optimized; a group set before and no longer listed goes back to optimized),
 //     namespaces move to another ANA group (ana_group), then listeners' states change to
@@ -38,9 +38,10 @@ import (
 //     (their queues are disconnected).
 //
 // A namespace that changes only in what steps 4 and 5 apply keeps running as it is: its
-// backend and data, its registrations and reservation, the hosts' connections and their
-// commands in flight. One that is removed and added again starts without registrations
-// unless they persist (Persist Through Power Loss, in the state_file).
+// data, its registrations and reservation, the hosts' connections and their commands in
+// flight (those that meet a reopen for new open settings are answered Namespace Not
+// Ready, which hosts retry). One that is removed and added again starts without
+// registrations unless they persist (Persist Through Power Loss, in the state_file).
 //
 // Host key and auth_required changes apply as SetHostKeys and SetAuthRequired do: to
 // new connections and re-authentications; established connections keep working until
@@ -135,7 +136,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 
-	var rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis []step
+	var rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, reopen, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis []step
 	// A memory namespace's data lives in its open backend: removing it early and then
 	// undoing the removal (a later step failed) would bring it back empty under the same
 	// identifiers. Removals that free nothing the other steps need — a memory namespace
@@ -319,6 +320,12 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 				continue
 			}
 			cn := cs.Namespaces[j]
+			if d := openChange(cn, nn); d != "" {
+				from, to := target.NamespaceOpenSettings(cn), target.NamespaceOpenSettings(nn)
+				reopen = append(reopen, step{what: fmt.Sprintf("subsystem %s: namespace %d %s", nqn, nn.NSID, d),
+					do:   func() error { return t.SetNamespaceOpenSettings(nqn, nn.NSID, to) },
+					undo: func() error { return t.SetNamespaceOpenSettings(nqn, nn.NSID, from) }})
+			}
 			if x, y := cn.RBD.CreateSize, nn.RBD.CreateSize; x != y {
 				st := step{what: fmt.Sprintf("subsystem %s: namespace %d rbd.create_size %s → %s", nqn, nn.NSID, createText(x), createText(y)),
 					do:   func() error { return t.SetRBDCreateSize(nqn, nn.NSID, y) },
@@ -355,7 +362,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	var steps []step
-	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis} {
+	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, reopen, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis} {
 		steps = append(steps, group...)
 	}
 	return steps, nil
@@ -488,9 +495,15 @@ func (s *Server) anaSteps(cur, next *conf.Config) (up, down []step) {
 }
 
 // identityChange says why the running namespace a cannot become b in place: a field
-// that makes b another namespace, or one its backend opens with. "" when they differ
-// only in what Reload applies to a running namespace: a larger size, write protection,
-// the ANA group, rbd.create_size (which only a missing image at the next open uses).
+// that makes b another namespace. "" when they differ only in what Reload applies to a
+// running namespace: a larger size, write protection, the ANA group, rbd.create_size
+// (which only a missing image at the next open uses), and the open settings (openChange).
+//
+// Every field that names the store is identity: backend, path and the rbd image's pool,
+// rados_namespace and image (another store holds other data), rbd.ceph_conf (which
+// cluster: a pool and image of the same name elsewhere are another image), lba_size (the
+// blocks hosts address change size) and uuid, nguid, eui64 (hosts would see another
+// namespace).
 func identityChange(a, b conf.Namespace) string {
 	switch {
 	case a.Backend != b.Backend:
@@ -506,13 +519,13 @@ func identityChange(a, b conf.Namespace) string {
 	case a.EUI64 != b.EUI64:
 		return "eui64 changed"
 	}
-	// The rest are compared as a whole: rbd's pool, rados_namespace, image and ceph_conf
-	// (which cluster) name another image; shared, rbd.user and rbd.keyring are how its
-	// backend opens, which only opening it again applies; a field added to conf.Namespace
-	// later re-creates the namespace until Reload knows better.
+	// The rest are compared as a whole: rbd's pool, rados_namespace, image and ceph_conf;
+	// a field added to conf.Namespace later re-creates the namespace until Reload knows
+	// better.
 	x, y := a, b
 	for _, n := range []*conf.Namespace{&x, &y} {
 		n.Size, n.ReadOnly, n.ANAGroup, n.RBD.CreateSize = 0, false, 0, 0
+		n.Shared, n.RBD.User, n.RBD.Keyring = false, "", ""
 	}
 	if d := fieldDiffs("rbd", x.RBD, y.RBD); len(d) > 0 {
 		return strings.Join(d, ", ")
@@ -524,6 +537,22 @@ func identityChange(a, b conf.Namespace) string {
 		return "settings changed"
 	}
 	return ""
+}
+
+// openChange describes how the open settings of a and b (shared, rbd.user, rbd.keyring)
+// differ, "" when they do not.
+func openChange(a, b conf.Namespace) string {
+	var d []string
+	if a.Shared != b.Shared {
+		d = append(d, fmt.Sprintf("shared %t → %t", a.Shared, b.Shared))
+	}
+	if a.RBD.User != b.RBD.User {
+		d = append(d, fmt.Sprintf("rbd.user %q → %q", a.RBD.User, b.RBD.User))
+	}
+	if a.RBD.Keyring != b.RBD.Keyring {
+		d = append(d, fmt.Sprintf("rbd.keyring %q → %q", a.RBD.Keyring, b.RBD.Keyring))
+	}
+	return strings.Join(d, ", ")
 }
 
 func hostsText(s conf.Subsystem) string {

@@ -3,10 +3,14 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -540,9 +544,184 @@ func TestReloadRBDCreateSize(t *testing.T) {
 	if opens != 1 {
 		t.Errorf("the image was opened %d times, want once: the namespace was re-created", opens)
 	}
-	reload("another user", func(n *conf.Namespace) { n.RBD.User = "gonvmf" },
-		"subsystem "+subNQN+": remove namespace 2 (rbd.user: \"\" → \"gonvmf\")", "subsystem "+subNQN+": add namespace 2 (rbd)")
+	reload("another user", func(n *conf.Namespace) { n.RBD.User = "gonvmf" }, what+`rbd.user "" → "gonvmf"`)
 	if opens != 2 {
-		t.Errorf("the image was opened %d times after changing rbd.user, want twice", opens)
+		t.Errorf("the image was opened %d times after changing rbd.user, want twice: the namespace reopened", opens)
 	}
+}
+
+// openRecorder is a backend opener that records every Spec it is given and opens it with
+// backend.Open, except that a file in dir stands in for an rbd image (the build may have
+// no librbd), so that the image's data outlives a reopen; an open of an image whose
+// rbd.user is refuse fails, as a cluster refusing an unknown client does.
+type openRecorder struct {
+	dir, refuse string
+	mu          sync.Mutex
+	specs       []backend.Spec
+}
+
+func (r *openRecorder) open(s backend.Spec) (backend.Backend, error) {
+	r.mu.Lock()
+	r.specs = append(r.specs, s)
+	r.mu.Unlock()
+	if s.Kind == backend.KindRBD {
+		if s.RBD.User == r.refuse && r.refuse != "" {
+			return nil, fmt.Errorf("test: the cluster refuses client.%s: %w", s.RBD.User, syscall.EACCES)
+		}
+		s.Kind, s.Path, s.Size, s.RBD = backend.KindFile, filepath.Join(r.dir, s.RBD.Image+".img"), 1<<20, backend.RBDSpec{}
+	}
+	return backend.Open(s)
+}
+
+// opened returns the Specs of the opens so far.
+func (r *openRecorder) opened() []backend.Spec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.specs)
+}
+
+// resvHosts connects two hosts to s and has the first write a block at LBA 8 of
+// namespace 1, register key 0xA and hold Write Exclusive on it; it returns the hosts and
+// the block.
+func resvHosts(t *testing.T, s *server.Server) (a, b *rawHost, data []byte) {
+	t.Helper()
+	a, b = connectRaw(t, s, 1), connectRaw(t, s, 2)
+	data = make([]byte, 512)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	a.io.ok("write", a.rw(nvmeproto.OpWrite, 8, data))
+	a.io.ok("register", a.resv(nvmeproto.OpReservationRegister, nvmeproto.ResvRegister, 0, 0, 0xA))
+	a.io.ok("acquire", a.resv(nvmeproto.OpReservationAcquire, nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA, 0))
+	return a, b, data
+}
+
+// expectKept fails the test unless namespace 1 of s is the one resvHosts set up: a's
+// block, registration and reservation, b fenced by it, both hosts' queues connected, and
+// ANA group anaGroup.
+func expectKept(t *testing.T, what string, a, b *rawHost, data []byte, anaGroup uint32) {
+	t.Helper()
+	got := make([]byte, 512)
+	a.io.ok(what+": read", a.rw(nvmeproto.OpRead, 8, got))
+	if !slices.Equal(got, data) {
+		t.Errorf("%s: the data written before is gone", what)
+	}
+	if st := a.report(); st.RegCtl != 1 || st.RType != nvmeproto.ResvWriteExclusive || len(st.Controllers) != 1 || st.Controllers[0].RKey != 0xA {
+		t.Errorf("%s: reservation %+v, want host 1 registered (key 0xA) holding Write Exclusive", what, st)
+	}
+	if c := b.rw(nvmeproto.OpWrite, 9, make([]byte, 512)); c.Status.Code() != nvmeproto.StatusReservationConflict.Code() {
+		t.Errorf("%s: host 2 writes: status %v, want Reservation Conflict (the reservation fences it)", what, c.Status)
+	}
+	if g := a.identifyNS(1).ANAGRPID; g != anaGroup {
+		t.Errorf("%s: Identify Namespace ANAGRPID %d, want %d", what, g, anaGroup)
+	}
+	for _, q := range []*rawQueue{a.admin, a.io, b.admin, b.io} {
+		select {
+		case <-q.conn.Done():
+			t.Errorf("%s: a queue was disconnected: %v", what, q.conn.Err())
+		default:
+		}
+	}
+}
+
+// TestReloadReopensForOpenSettings: a reload that changes only how a namespace's backend
+// opens its store — shared, rbd.user, rbd.keyring — opens the backend again in place with
+// the new settings: the namespace keeps its NSID, data, registrations, reservation and ANA
+// group, the hosts their controllers and queues. shared on a memory namespace, which its
+// backend does not use, changes the running configuration only. The old code removed the
+// namespace and added it again: the changes were a removal and an addition, and the
+// registrations and the reservation (and a memory namespace's data) were gone.
+func TestReloadReopensForOpenSettings(t *testing.T) {
+	dir := t.TempDir()
+	img := conf.Namespace{NSID: 1, Backend: conf.BackendRBD, ANAGroup: 2, RBD: conf.RBD{Pool: "rbd", Image: "vol1"}}
+	for _, c := range []struct {
+		name   string
+		ns     conf.Namespace
+		edit   func(*conf.Namespace)
+		change string
+		opens  int                       // opens of the namespace's backend the reload makes
+		check  func(s backend.Spec) bool // of the reopen's Spec
+	}{
+		{"file shared", conf.Namespace{NSID: 1, Backend: conf.BackendFile, Path: filepath.Join(dir, "one.img"), Size: 1 << 20, ANAGroup: 2},
+			func(n *conf.Namespace) { n.Shared = true }, "shared false → true", 1, func(s backend.Spec) bool { return s.Shared }},
+		{"rbd user", img, func(n *conf.Namespace) { n.RBD.User = "gonvmf" }, `rbd.user "" → "gonvmf"`, 1,
+			func(s backend.Spec) bool { return s.RBD.User == "gonvmf" }},
+		{"rbd keyring", img, func(n *conf.Namespace) { n.RBD.Keyring = filepath.Join(dir, "gonvmf.keyring") },
+			`rbd.keyring "" → "` + filepath.Join(dir, "gonvmf.keyring") + `"`, 1,
+			func(s backend.Spec) bool { return s.RBD.Keyring == filepath.Join(dir, "gonvmf.keyring") }},
+		{"memory shared", conf.Namespace{NSID: 1, Backend: conf.BackendMemory, Size: 4 << 20, ANAGroup: 2},
+			func(n *conf.Namespace) { n.Shared = true }, "shared false → true", 0, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &openRecorder{dir: t.TempDir()}
+			base := config("10.99.0.1", 0)
+			base.Subsystems[0].Namespaces[0] = c.ns
+			s := loopServer(t, base, target.WithBackendOpener(r.open))
+			a, b, data := resvHosts(t, s)
+			before := len(r.opened())
+
+			next := s.Config()
+			c.edit(&next.Subsystems[0].Namespaces[0])
+			changes, err := s.Reload(next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"subsystem " + subNQN + ": namespace 1 " + c.change}; !slices.Equal(changes, want) {
+				t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(changes, "\n"), strings.Join(want, "\n"))
+			}
+			specs := r.opened()[before:]
+			if len(specs) != c.opens {
+				t.Fatalf("the reload opened %d backends, want %d", len(specs), c.opens)
+			}
+			if c.check != nil && !c.check(specs[0]) {
+				t.Errorf("the reopen's spec %+v does not have the new setting", specs[0])
+			}
+			expectKept(t, "after the reload", a, b, data, 2)
+			if got, want := s.Config().String(), resolved(t, next).String(); got != want {
+				t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, want)
+			}
+			if c.ns.Backend == conf.BackendFile {
+				// The file is locked shared now: another shared opener gets in.
+				f, err := os.Open(c.ns.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+					t.Errorf("a shared lock on the file after the reload: %v; want it granted (the namespace's lock is shared)", err)
+				}
+			}
+		})
+	}
+}
+
+// TestReloadOpenSettingsRefused: new open settings the backend does not open with fail
+// the reload: the namespace is opened again with the settings it had and keeps running
+// (data, registrations, reservation), the steps before are undone, and the running
+// configuration is the one before the reload.
+func TestReloadOpenSettingsRefused(t *testing.T) {
+	r := &openRecorder{dir: t.TempDir(), refuse: "nobody"}
+	base := config("10.99.0.1", 0)
+	base.Subsystems[0].Namespaces[0] = conf.Namespace{NSID: 1, Backend: conf.BackendRBD, RBD: conf.RBD{Pool: "rbd", Image: "vol1", User: "gonvmf"}}
+	s := loopServer(t, base, target.WithBackendOpener(r.open))
+	a, b, data := resvHosts(t, s)
+	running := s.Config().String()
+	before := len(r.opened())
+
+	next := s.Config()
+	next.Subsystems[0].Namespaces[0].RBD.User = "nobody"
+	next.Subsystems = append(next.Subsystems, conf.Subsystem{NQN: twoNQN, AllowAnyHost: true}) // added first, then undone
+	changes, err := s.Reload(next)
+	if err == nil || !strings.Contains(err.Error(), `namespace 1 rbd.user "gonvmf" → "nobody"`) ||
+		!strings.Contains(err.Error(), "opened again with the old ones") || !strings.Contains(err.Error(), "refuses client.nobody") {
+		t.Fatalf("reload with a user the cluster refuses: %v (changes %v); want the step, the refusal and the old settings back", err, changes)
+	}
+	if got := s.Config().String(); got != running {
+		t.Errorf("running configuration after the refused reload:\n%s\nwant:\n%s", got, running)
+	}
+	specs := r.opened()[before:]
+	if len(specs) != 2 || specs[0].RBD.User != "nobody" || specs[1].RBD.User != "gonvmf" {
+		t.Errorf("opens during the reload %+v, want the refused one as nobody, then one as gonvmf", specs)
+	}
+	expectKept(t, "after the refused reload", a, b, data, 1)
 }
