@@ -321,6 +321,26 @@ var badConfigs = []struct {
 	{"keep alive above the limit", sub(nullNS) + "transport:\n  keep_alive_timeout: 10m # <-\n",
 		"transport.keep_alive_timeout", "10m0s is outside limits.min_keep_alive_timeout..limits.max_keep_alive_timeout (1s..5m0s)", "widen the limits", 0},
 
+	// --- auto_reopen ---
+	{"auto_reopen unknown key", sub(nullNS) + "auto_reopen:\n  retries: 5 # <-\n",
+		"auto_reopen.retries", `"retries"`, "the fields here are attempts, backoff, max_backoff, settle", 0},
+	{"auto_reopen not a mapping", sub(nullNS) + "auto_reopen: 5 # <-\n",
+		"auto_reopen", "expected a mapping of attempts, backoff, max_backoff, settle", "write one 'key: value' per line", 0},
+	{"auto_reopen attempts zero", sub(nullNS) + "auto_reopen:\n  attempts: 0 # <-\n",
+		"auto_reopen.attempts", "0 is out of range", "use 1..100 opens (default 10)", 0},
+	{"auto_reopen attempts too many", sub(nullNS) + "auto_reopen:\n  attempts: 1000 # <-\n",
+		"auto_reopen.attempts", "1000 is out of range", "use 1..100 opens (default 10)", 0},
+	{"auto_reopen backoff too short", sub(nullNS) + "auto_reopen:\n  backoff: 10ms # <-\n",
+		"auto_reopen.backoff", "10ms is out of range", "use 100ms to 10m0s (default 1s)", 0},
+	{"auto_reopen backoff without unit", sub(nullNS) + "auto_reopen:\n  backoff: 5 # <-\n",
+		"auto_reopen.backoff", `"5" has no unit`, "write 5s", 0},
+	{"auto_reopen max_backoff below backoff", sub(nullNS) + "auto_reopen:\n  backoff: 5s\n  max_backoff: 2s # <-\n",
+		"auto_reopen.max_backoff", "2s is less than backoff 5s", "raise max_backoff to backoff or more", 0},
+	{"auto_reopen max_backoff too long", sub(nullNS) + "auto_reopen:\n  max_backoff: 2h # <-\n",
+		"auto_reopen.max_backoff", "2h0m0s is out of range", "use 100ms to 1h0m0s (default 30s)", 0},
+	{"auto_reopen settle too short", sub(nullNS) + "auto_reopen:\n  settle: 0s # <-\n",
+		"auto_reopen.settle", "0s is out of range", "use 1s to 24h0m0s (default 1m0s)", 0},
+
 	// --- limits ---
 	{"limits unknown key", sub(nullNS) + "limits:\n  max_queue: 10 # <-\n",
 		"limits.max_queue", `"max_queue"`, "did you mean max_queues?", 0},

@@ -33,6 +33,9 @@ type Config struct {
 	StateFile string  `yaml:"state_file"`
 	Metrics   Metrics `yaml:"metrics"`
 	Limits    Limits  `yaml:"limits"`
+	// AutoReopen is how the target reopens by itself a namespace whose storage fenced it
+	// off (an rbd image whose RADOS client the cluster blocklisted).
+	AutoReopen AutoReopen `yaml:"auto_reopen"`
 
 	// File is the file the configuration came from ("" when built in code). Errors name
 	// it, and relative namespace paths are resolved against its directory.
@@ -349,6 +352,32 @@ type Limits struct {
 	MaxQueueDataInFlight int `yaml:"max_queue_data_in_flight"`
 }
 
+// AutoReopen is how the target reopens a namespace whose backend reports that it serves
+// nothing more until it is opened again (backend.ErrNeedsReopen: an rbd image whose
+// RADOS client the Ceph cluster blocklisted). The namespace is closed and its backend
+// opened again at once; an open that fails is tried again after Backoff, doubled after
+// every failure up to MaxBackoff, Attempts opens in all; after the last the namespace
+// stays inactive until an operator reopens it (gonvmf ctl ns reopen). Hosts meanwhile get
+// Namespace Not Ready, which they retry. Every field has a default; a reload changes the
+// policy while the target runs, reopens under way included (from their next open on).
+type AutoReopen struct {
+	// Attempts bounds the opens of one namespace in a row: those of one automatic reopen,
+	// and of the reopens that follow it within Settle. 1..MaxReopenAttempts, default
+	// DefaultReopenAttempts.
+	Attempts int `yaml:"attempts"`
+	// Backoff is the wait after the first failed open. MinReopenBackoff..MaxReopenBackoff,
+	// default DefaultReopenBackoff.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff bounds the doubling of Backoff: Backoff..MaxReopenMaxBackoff, default
+	// DefaultReopenMaxBackoff (Backoff when that is longer).
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+	// Settle: a namespace that an automatic reopen opened and that reports again within
+	// Settle (its storage fences it again at once: two targets fighting over an image)
+	// counts its opens and backs off from where that reopen left off, instead of
+	// starting afresh. MinReopenSettle..MaxReopenSettle, default DefaultReopenSettle.
+	Settle time.Duration `yaml:"settle"`
+}
+
 // Defaults and limits. The package documentation explains each choice.
 const (
 	DefaultTransport            = "rdma"
@@ -395,6 +424,16 @@ const (
 	DefaultMaxQueueDataInFlight = 128 << 10
 	MinMaxQueueDataInFlight     = 4 << 10
 	MaxMaxQueueDataInFlight     = 1 << 30
+	DefaultReopenAttempts       = 10
+	MaxReopenAttempts           = 100
+	DefaultReopenBackoff        = time.Second
+	MinReopenBackoff            = 100 * time.Millisecond
+	MaxReopenBackoff            = 10 * time.Minute
+	DefaultReopenMaxBackoff     = 30 * time.Second
+	MaxReopenMaxBackoff         = time.Hour
+	DefaultReopenSettle         = time.Minute
+	MinReopenSettle             = time.Second
+	MaxReopenSettle             = 24 * time.Hour
 	MaxNSID                     = 1024
 	MaxMemorySize               = 1 * TiB
 	MaxNQNLength                = 223 // bytes, not counting the NUL of the 256-byte wire field
@@ -473,6 +512,7 @@ func (c *Config) Clone() *Config {
 		StateFile:  c.StateFile,
 		Metrics:    c.Metrics,
 		Limits:     c.Limits,
+		AutoReopen: c.AutoReopen,
 		File:       c.File,
 	}
 	for i := range n.Subsystems {

@@ -75,6 +75,9 @@ func TestAnnotatedExampleShowsDefaults(t *testing.T) {
 	if c.Limits != d.Limits {
 		t.Errorf("annotated.yaml limits\n%+v\ndiffer from the defaults\n%+v", c.Limits, d.Limits)
 	}
+	if c.AutoReopen != d.AutoReopen {
+		t.Errorf("annotated.yaml auto_reopen %+v differs from the defaults %+v", c.AutoReopen, d.AutoReopen)
+	}
 	l, dl := c.Listeners[0], d.Listeners[0]
 	l.Address, dl.Address = "", ""
 	if l != dl {
@@ -185,6 +188,7 @@ func TestDefaults(t *testing.T) {
 			ResponseTimeout:       10 * time.Second,
 			MaxQueueDataInFlight:  128 << 10,
 		},
+		AutoReopen: AutoReopen{Attempts: 10, Backoff: time.Second, MaxBackoff: 30 * time.Second, Settle: time.Minute},
 	}
 	if got := exported(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
@@ -526,6 +530,7 @@ func TestYAMLTagsMatchDecoder(t *testing.T) {
 	}{
 		{Config{}, configKeys}, {Listener{}, listenerKeys}, {Subsystem{}, subsystemKeys},
 		{Namespace{}, namespaceKeys}, {RBD{}, rbdKeys}, {Transport{}, transportKeys}, {Host{}, hostKeys}, {Control{}, controlKeys}, {Metrics{}, metricsKeys}, {Limits{}, limitsKeys},
+		{AutoReopen{}, autoReopenKeys},
 	} {
 		typ := reflect.TypeOf(tc.v)
 		var tags []string
@@ -546,7 +551,7 @@ func TestReadmeListsEveryField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys, controlKeys, metricsKeys, limitsKeys} {
+	for _, keys := range [][]string{configKeys, listenerKeys, subsystemKeys, namespaceKeys, rbdKeys, transportKeys, hostKeys, controlKeys, metricsKeys, limitsKeys, autoReopenKeys} {
 		for _, k := range keys {
 			if !strings.Contains(string(b), "`"+k+"`") {
 				t.Errorf("README.md does not document `%s`", k)
@@ -912,6 +917,32 @@ hosts:
 	}
 	if n != 2 {
 		t.Errorf("%d warnings about the NQN form, want 2 (subsystem hosts, hosts): %v", n, c.Warnings)
+	}
+}
+
+// TestAutoReopen: the auto_reopen section sets the policy field by field (the others keep
+// their defaults), a longer backoff raises max_backoff's default with it, and the resolved
+// section prints as YAML that parses back to the same policy.
+func TestAutoReopen(t *testing.T) {
+	c := mustParse(t, minimal+"auto_reopen:\n  attempts: 3\n  settle: 10m\n")
+	if want := (AutoReopen{Attempts: 3, Backoff: time.Second, MaxBackoff: 30 * time.Second, Settle: 10 * time.Minute}); c.AutoReopen != want {
+		t.Errorf("auto_reopen %+v, want %+v", c.AutoReopen, want)
+	}
+	c = mustParse(t, minimal+"auto_reopen:\n  backoff: 2m\n")
+	if c.AutoReopen.MaxBackoff != 2*time.Minute {
+		t.Errorf("max_backoff %v with backoff 2m and no max_backoff, want 2m", c.AutoReopen.MaxBackoff)
+	}
+	again := mustParse(t, c.String())
+	if again.AutoReopen != c.AutoReopen {
+		t.Errorf("auto_reopen %+v printed and parsed again is %+v", c.AutoReopen, again.AutoReopen)
+	}
+	// In code: zero fields take the defaults.
+	code := &Config{AutoReopen: AutoReopen{Backoff: 200 * time.Millisecond}}
+	if err := code.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (AutoReopen{Attempts: 10, Backoff: 200 * time.Millisecond, MaxBackoff: 30 * time.Second, Settle: time.Minute}); code.AutoReopen != want {
+		t.Errorf("auto_reopen resolved in code %+v, want %+v", code.AutoReopen, want)
 	}
 }
 

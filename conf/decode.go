@@ -44,7 +44,7 @@ type decoder struct {
 
 // Known YAML keys of each mapping, in the order the documentation lists them.
 var (
-	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file", "metrics", "limits"}
+	configKeys    = []string{"listeners", "subsystems", "transport", "hosts", "control", "state_file", "metrics", "limits", "auto_reopen"}
 	listenerKeys  = []string{"transport", "address", "port", "ana_states"}
 	subsystemKeys = []string{"nqn", "serial", "model", "cntlid_min", "cntlid_max", "allow_any_host", "hosts", "auth_required", "namespaces"}
 	namespaceKeys = []string{"nsid", "backend", "path", "size", "rbd", "lba_size", "read_only", "uuid", "nguid", "eui64",
@@ -57,6 +57,7 @@ var (
 	limitsKeys  = []string{"max_queues", "max_queues_per_address", "max_controllers_per_host", "max_queues_per_host",
 		"connect_timeout", "min_keep_alive_timeout", "max_keep_alive_timeout", "response_timeout",
 		"max_queue_data_in_flight"}
+	autoReopenKeys = []string{"attempts", "backoff", "max_backoff", "settle"}
 )
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -132,6 +133,8 @@ func decode(data []byte, file string) (*Config, []*FieldError) {
 			d.metrics(v, p, &c.Metrics)
 		case "limits":
 			d.limits(v, p, &c.Limits)
+		case "auto_reopen":
+			d.autoReopen(v, p, &c.AutoReopen)
 		}
 	})
 	// The defaults a file gets that a Config built in Go does not: there a zero
@@ -435,6 +438,21 @@ func (d *decoder) limits(n *yaml.Node, path string, l *Limits) {
 			d.duration(v, p, &l.ResponseTimeout)
 		case "max_queue_data_in_flight":
 			d.intSize(v, p, &l.MaxQueueDataInFlight, dataInFlightRange)
+		}
+	})
+}
+
+func (d *decoder) autoReopen(n *yaml.Node, path string, a *AutoReopen) {
+	d.mapping(n, path, autoReopenKeys, func(key string, v *yaml.Node, p string) {
+		switch key {
+		case "attempts":
+			d.int(v, p, &a.Attempts, reopenAttemptsRange)
+		case "backoff":
+			d.duration(v, p, &a.Backoff)
+		case "max_backoff":
+			d.duration(v, p, &a.MaxBackoff)
+		case "settle":
+			d.duration(v, p, &a.Settle)
 		}
 	})
 }

@@ -112,6 +112,12 @@
 //     with nothing large on the wire (not counted: QD128 reads 5,495 → 7,387 IOPS; same
 //     way of measuring, medians of 8). A 4k write from the Linux host comes in the
 //     command capsule (transport.in_capsule_data_size) and moves no RDMA data.
+//   - auto_reopen attempts 10, backoff 1s, max_backoff 30s, settle 1m: a blocklisted rbd
+//     client is replaced by a new one at the first open, which usually succeeds within a
+//     second; opens that keep failing (a cluster that refuses or does not answer) are
+//     tried for about 2.5 minutes of waits before an operator is needed, and two targets
+//     fencing each other's clients over one image back off instead of reopening as fast
+//     as they are fenced.
 //
 // # Limits
 //

@@ -203,6 +203,12 @@ func (c *Config) String() string {
 	w(1, "max_keep_alive_timeout: "+l.MaxKeepAliveTimeout.String(), "")
 	w(1, "response_timeout: "+l.ResponseTimeout.String(), "")
 	w(1, "max_queue_data_in_flight: "+sizeText(l.MaxQueueDataInFlight), "")
+	a := c.AutoReopen
+	w(0, "auto_reopen:", "a namespace whose storage fenced it off (rbd blocklist)")
+	w(1, fmt.Sprintf("attempts: %d", a.Attempts), "")
+	w(1, "backoff: "+a.Backoff.String(), "")
+	w(1, "max_backoff: "+a.MaxBackoff.String(), "")
+	w(1, "settle: "+a.Settle.String(), "")
 	return b.String()
 }
 

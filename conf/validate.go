@@ -88,6 +88,10 @@ func queuesPerHostRange(v string) (string, string) {
 	return v + " is out of range", fmt.Sprintf("use 2..max_queues queues per host NQN (default %d): an admin queue and at least one I/O queue", DefaultMaxQueuesPerHost)
 }
 
+func reopenAttemptsRange(v string) (string, string) {
+	return v + " is out of range", fmt.Sprintf("use 1..%d opens (default %d)", MaxReopenAttempts, DefaultReopenAttempts)
+}
+
 type validator struct {
 	c     *Config
 	src   *source
@@ -108,6 +112,7 @@ func (c *Config) resolve() (errs, warns []*FieldError) {
 	v.control()
 	v.metrics()
 	v.limits()
+	v.autoReopen()
 	v.listeners()
 	v.hosts()
 	v.subsystems()
@@ -331,6 +336,39 @@ func (v *validator) limits() {
 		v.fail(kp, kato.String(),
 			fmt.Sprintf("%v is outside limits.min_keep_alive_timeout..limits.max_keep_alive_timeout (%v..%v)", kato, l.MinKeepAliveTimeout, l.MaxKeepAliveTimeout),
 			"choose a keep_alive_timeout within the limits, or widen the limits")
+	}
+}
+
+// --- auto_reopen ---
+
+func (v *validator) autoReopen() {
+	a := &v.c.AutoReopen
+	const ap = "auto_reopen."
+	defaultZero(v, &a.Attempts, ap+"attempts", DefaultReopenAttempts)
+	defaultZero(v, &a.Backoff, ap+"backoff", DefaultReopenBackoff)
+	// The default follows a longer backoff: a file that raises backoff need not also
+	// write max_backoff.
+	defaultZero(v, &a.MaxBackoff, ap+"max_backoff", max(DefaultReopenMaxBackoff, a.Backoff))
+	defaultZero(v, &a.Settle, ap+"settle", DefaultReopenSettle)
+	if (a.Attempts < 1 || a.Attempts > MaxReopenAttempts) && !v.skip(ap+"attempts") {
+		v.failRange(ap+"attempts", strconv.Itoa(a.Attempts), reopenAttemptsRange)
+	}
+	durRange := func(name string, d, lo, hi, def time.Duration) bool {
+		if v.skip(ap + name) {
+			return false
+		}
+		if d < lo || d > hi {
+			v.fail(ap+name, d.String(), d.String()+" is out of range", fmt.Sprintf("use %v to %v (default %v)", lo, hi, def))
+			return false
+		}
+		return true
+	}
+	bOK := durRange("backoff", a.Backoff, MinReopenBackoff, MaxReopenBackoff, DefaultReopenBackoff)
+	mOK := durRange("max_backoff", a.MaxBackoff, MinReopenBackoff, MaxReopenMaxBackoff, DefaultReopenMaxBackoff)
+	durRange("settle", a.Settle, MinReopenSettle, MaxReopenSettle, DefaultReopenSettle)
+	if bOK && mOK && a.MaxBackoff < a.Backoff {
+		v.fail(ap+"max_backoff", a.MaxBackoff.String(), fmt.Sprintf("%v is less than backoff %v", a.MaxBackoff, a.Backoff),
+			"raise max_backoff to backoff or more (it bounds the doubling of backoff), or lower backoff")
 	}
 }
 

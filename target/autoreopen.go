@@ -10,56 +10,39 @@ import (
 	"github.com/gonvmf/gonvmf/conf"
 )
 
-// AutoReopen says how the target reopens a namespace whose backend reports that it serves
-// nothing more until it is reopened (backend.ErrNeedsReopen: an rbd image whose RADOS
-// client the cluster blocklisted). The namespace is closed at once and its backend opened
-// again, as ReopenNamespace does: commands meanwhile get Namespace Not Ready without DNR,
-// which hosts retry, and a command the backend failed with ErrNeedsReopen answers the
-// same. An open that fails is tried again after Backoff, doubled after every failure up
-// to MaxBackoff; after Attempts opens the namespace stays inactive (Invalid Namespace with
-// DNR), as after a failed ReopenNamespace, until an operator reopens it. A failure of the
-// namespace (writes reported complete may be lost: the backend's report wraps
+// An automatic reopen follows the running configuration's conf.AutoReopen: it closes a
+// namespace whose backend reports that it serves nothing more until it is reopened
+// (backend.ErrNeedsReopen: an rbd image whose RADOS client the cluster blocklisted) at
+// once and opens its backend again, as ReopenNamespace does: commands meanwhile get
+// Namespace Not Ready without DNR, which hosts retry, and a command the backend failed
+// with ErrNeedsReopen answers the same. An open that fails is tried again after the
+// policy's backoff; after Attempts opens the namespace stays inactive (Invalid Namespace
+// with DNR), as after a failed ReopenNamespace, until an operator reopens it. A failure of
+// the namespace (writes reported complete may be lost: the backend's report wraps
 // backend.ErrSync) survives an automatic reopen: writes and flushes keep failing, reads
-// are served, until an operator's ReopenNamespace.
-type AutoReopen struct {
-	// Attempts bounds the opens of one namespace in a row: those of one automatic reopen,
-	// and of the reopens that follow it within Settle.
-	Attempts int
-	// Backoff is the wait after the first failed open; MaxBackoff bounds the doubling.
-	Backoff, MaxBackoff time.Duration
-	// Settle: a namespace that an automatic reopen opened and that reports again within
-	// Settle (its storage fences it again at once: two targets fighting over an image)
-	// counts its opens and backs off from where that reopen left off, instead of
-	// starting afresh.
-	Settle time.Duration
+// are served, until an operator's ReopenNamespace. The policy is read afresh before every
+// open, so that a changed one (SetAutoReopen, a reload) applies to reopens under way.
+
+// SetAutoReopen changes how namespaces are reopened when their backend asks for it
+// (validated as the configuration's auto_reopen would be; zero fields take the defaults).
+// Reopens under way follow the new policy from their next open on.
+func (t *Target) SetAutoReopen(p conf.AutoReopen) error {
+	what := fmt.Sprintf("auto_reopen: attempts %d, backoff %v, max_backoff %v, settle %v", p.Attempts, p.Backoff, p.MaxBackoff, p.Settle)
+	return t.change(what, true, func(c *conf.Config) error {
+		c.AutoReopen = p
+		return nil
+	}, func(*conf.Config) error { return nil })
 }
 
-// DefaultAutoReopen is the policy of a Target without WithAutoReopen: 10 opens, 1 s
-// doubling to 30 s in between (about 2.5 minutes, plus the opens' own timeouts), and a
-// minute to settle.
-var DefaultAutoReopen = AutoReopen{Attempts: 10, Backoff: time.Second, MaxBackoff: 30 * time.Second, Settle: time.Minute}
-
-// WithAutoReopen sets how namespaces are reopened when their backend asks for it; zero
-// fields keep DefaultAutoReopen's values.
-func WithAutoReopen(p AutoReopen) Option {
-	return func(t *Target) {
-		if p.Attempts > 0 {
-			t.autoReopen.Attempts = p.Attempts
-		}
-		if p.Backoff > 0 {
-			t.autoReopen.Backoff = p.Backoff
-		}
-		if p.MaxBackoff > 0 {
-			t.autoReopen.MaxBackoff = p.MaxBackoff
-		}
-		if p.Settle > 0 {
-			t.autoReopen.Settle = p.Settle
-		}
-	}
+// reopenPolicy is the running configuration's auto_reopen.
+func (t *Target) reopenPolicy() conf.AutoReopen {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg.AutoReopen
 }
 
-// backoff is the wait before open number attempt+1, after attempt opens.
-func (p AutoReopen) backoff(attempt int) time.Duration {
+// reopenBackoff is the wait before open number attempt+1 of p, after attempt opens.
+func reopenBackoff(p conf.AutoReopen, attempt int) time.Duration {
 	d := p.Backoff
 	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
 		d *= 2
@@ -96,11 +79,11 @@ func (ns *namespace) needsReopen(err error) {
 }
 
 // autoReopen closes old, whose backend asked to be reopened (cause), and opens its
-// backend again in its place, following the target's AutoReopen policy. It gives up
-// without a word if old is removed or reopened by someone else meanwhile, or the target
-// closes.
+// backend again in its place, following the running configuration's auto_reopen. It
+// gives up without a word if old is removed or reopened by someone else meanwhile, or the
+// target closes.
 func (s *subsystem) autoReopen(old *namespace, cause error) {
-	t, p := s.t, s.t.autoReopen
+	t, p := s.t, s.t.reopenPolicy()
 	log := t.log.With("subsystem", s.nqn, "nsid", old.nsid)
 	attempt := 0 // opens so far
 	if old.autoReopens > 0 && time.Since(old.opened) < p.Settle {
@@ -117,7 +100,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 	t.cfgMu.Unlock()
 	var err error
 	for attempt < p.Attempts {
-		if attempt > 0 && !t.sleep(p.backoff(attempt)) {
+		if attempt > 0 && !t.sleep(reopenBackoff(p, attempt)) {
 			return
 		}
 		attempt++
@@ -125,6 +108,11 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		if !s.holds(old) {
 			t.cfgMu.Unlock()
 			return
+		}
+		if p = t.cfg.AutoReopen; attempt > p.Attempts { // lowered meanwhile
+			t.cfgMu.Unlock()
+			attempt--
+			break
 		}
 		// From the running configuration, as ReopenNamespace does; it lists the subsystem
 		// already while New adds it, when t.subsystem does not yet.
@@ -140,7 +128,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		}
 		if attempt < p.Attempts {
 			log.Warn("reopening namespace failed: trying again", "attempt", attempt, "attempts", p.Attempts,
-				"retry_in", p.backoff(attempt), "err", err)
+				"retry_in", reopenBackoff(p, attempt), "err", err)
 		}
 	}
 	if err == nil { // it came back and was fenced again, Attempts times in a row

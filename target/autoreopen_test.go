@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 )
@@ -138,10 +140,16 @@ func (b *fenceable) Deallocate(slba, nlb uint64) error {
 
 func (b *fenceable) Info() backend.Info { return backend.Describe(b.Backend) }
 
-// fastReopen is an AutoReopen policy for tests: short waits, a settle time longer than
+// fastReopen is an auto_reopen policy for tests: short waits, a settle time longer than
 // any test.
-var fastReopen = target.WithAutoReopen(target.AutoReopen{Attempts: 3, Backoff: 100 * time.Millisecond,
-	MaxBackoff: 200 * time.Millisecond, Settle: time.Hour})
+var fastReopen = conf.AutoReopen{Attempts: 3, Backoff: 100 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, Settle: time.Hour}
+
+// reopenConfig is baseConfig with the auto_reopen policy p.
+func reopenConfig(p conf.AutoReopen, nss ...conf.Namespace) *conf.Config {
+	c := baseConfig(nss...)
+	c.AutoReopen = p
+	return c
+}
 
 // until retries cmd until it succeeds, for at most 10 s, and returns the statuses it got
 // before.
@@ -168,7 +176,7 @@ func until(t *testing.T, what string, q *hostQueue, cmd nvmeproto.Command, data 
 // recovered from after the backoff.
 func TestAutoReopenAfterFence(t *testing.T) {
 	f := &fencing{}
-	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	e := newEnv(t, reopenConfig(fastReopen, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
 	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
 	q := e.ioConnect(1, cntlid, 8)
 	a := pattern(4096, 1)
@@ -222,7 +230,7 @@ func TestAutoReopenAfterFence(t *testing.T) {
 // command of its own meeting it.
 func TestAutoReopenOnReport(t *testing.T) {
 	f := &fencing{}
-	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	e := newEnv(t, reopenConfig(fastReopen, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
 	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
 	q := e.ioConnect(1, cntlid, 8)
 	f.fence(false, true)
@@ -239,7 +247,7 @@ func TestAutoReopenOnReport(t *testing.T) {
 // namespace is there, with no command meeting it.
 func TestAutoReopenReportedDuringOpen(t *testing.T) {
 	f := &fencing{fenceAt: 1}
-	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	e := newEnv(t, reopenConfig(fastReopen, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
 	f.waitOpens(t, 2)
 	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
 	q := e.ioConnect(1, cntlid, 8)
@@ -258,7 +266,7 @@ func TestAutoReopenKeepsFailure(t *testing.T) {
 	for _, report := range []bool{false, true} {
 		t.Run(fmt.Sprintf("report=%v", report), func(t *testing.T) {
 			f := &fencing{}
-			e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+			e := newEnv(t, reopenConfig(fastReopen, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
 			_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
 			q := e.ioConnect(1, cntlid, 8)
 			data := pattern(4096, 4)
@@ -296,7 +304,7 @@ func TestAutoReopenKeepsFailure(t *testing.T) {
 // until an operator reopens it. Namespace Not Ready is answered until then.
 func TestAutoReopenGivesUp(t *testing.T) {
 	f := &fencing{}
-	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	e := newEnv(t, reopenConfig(fastReopen, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
 	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
 	q := e.ioConnect(1, cntlid, 8)
 	data := pattern(4096, 5)
@@ -347,7 +355,7 @@ func TestAutoReopenGivesUp(t *testing.T) {
 // reopening as fast as it is fenced.
 func TestAutoReopenFlapping(t *testing.T) {
 	f := &fencing{}
-	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open), fastReopen)
+	e := newEnv(t, reopenConfig(fastReopen, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
 	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
 	q := e.ioConnect(1, cntlid, 8)
 	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
@@ -381,8 +389,7 @@ func TestAutoReopenFlapping(t *testing.T) {
 // reopen whose opens fail.
 func TestAutoReopenStopsAtClose(t *testing.T) {
 	f := &fencing{}
-	e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open),
-		target.WithAutoReopen(target.AutoReopen{Backoff: time.Minute}))
+	e := newEnv(t, reopenConfig(conf.AutoReopen{Backoff: time.Minute}, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
 	f.failOpens(100)
 	f.fence(false, true)
 	f.waitOpens(t, 2)
@@ -392,5 +399,34 @@ func TestAutoReopenStopsAtClose(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Close took %s during an automatic reopen's backoff of a minute", d)
+	}
+}
+
+// TestAutoReopenPolicyChangesLive: SetAutoReopen changes the running configuration's
+// auto_reopen, validated as a file's would be, and a reopen under way follows the new
+// policy from its next open: raising attempts while a namespace's opens keep failing lets
+// it try that many before it gives up.
+func TestAutoReopenPolicyChangesLive(t *testing.T) {
+	f := &fencing{}
+	slow := conf.AutoReopen{Attempts: 2, Backoff: 500 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Settle: time.Hour}
+	e := newEnv(t, reopenConfig(slow, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
+	if err := e.tgt.SetAutoReopen(conf.AutoReopen{Attempts: 1000}); err == nil ||
+		!strings.Contains(err.Error(), "auto_reopen.attempts: 1000 is out of range; use 1..100") {
+		t.Errorf("SetAutoReopen with 1000 attempts: %v; want the field, the range and the fix", err)
+	}
+	f.failOpens(100)
+	f.fence(false, true)
+	f.waitOpens(t, 2) // the first attempt failed; the second waits 500 ms
+	more := conf.AutoReopen{Attempts: 4, Backoff: 100 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Settle: time.Hour}
+	if err := e.tgt.SetAutoReopen(more); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.tgt.Config().AutoReopen; got != more {
+		t.Errorf("the running configuration's auto_reopen %+v, want %+v", got, more)
+	}
+	f.waitOpens(t, 5) // the namespace's and 4 attempts
+	time.Sleep(time.Second)
+	if n := len(f.openTimes()); n != 5 {
+		t.Errorf("%d backend opens, want 5: the namespace's and the 4 attempts of the new policy", n)
 	}
 }

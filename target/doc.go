@@ -48,9 +48,10 @@
 // storage has fenced off (backend.ErrNeedsReopen: an rbd image whose RADOS client the
 // cluster blocklisted), reported by a command's error or by the backend itself
 // (Spec.OnNeedsReopen), is reopened by the target as ReopenNamespace would, with bounded
-// retries and backoff (AutoReopen, WithAutoReopen; autoreopen.go): the host retries the
-// failed command and those meanwhile (Namespace Not Ready), and they succeed on the new
-// backend with no operator involved.
+// retries and backoff (the configuration's auto_reopen, conf.AutoReopen, which
+// SetAutoReopen changes; autoreopen.go): the host retries the failed command and those
+// meanwhile (Namespace Not Ready), and they succeed on the new backend with no operator
+// involved.
 //
 // A transport registers one Port per listener it serves. Advertised ports are what the
 // discovery log lists (one entry per subsystem the connecting host may access × port).
@@ -226,9 +227,9 @@
 // A backend error wrapping backend.ErrSync (fdatasync failed: writes reported complete may
 // be lost, and the kernel says so only once) fails the namespace: writes, write zeroes,
 // deallocate and flushes get Write Fault with DNR until ReopenNamespace (or a restart);
-// reads still work. An automatic reopen (AutoReopen) keeps the failure: a fenced backend
-// reports ErrSync with ErrNeedsReopen when writes it reported complete may have been lost
-// with the fenced client. FailedNamespaces lists such namespaces. A CC.SHN shutdown whose flush
+// reads still work. An automatic reopen (conf.AutoReopen) keeps the failure: a fenced
+// backend reports ErrSync with ErrNeedsReopen when writes it reported complete may have
+// been lost with the fenced client. FailedNamespaces lists such namespaces. A CC.SHN shutdown whose flush
 // fails sets CSTS.CFS with SHST complete. With the volatile write cache disabled every
 // write, write zeroes and deallocate is durable before it completes. An unknown
 // subsystem, a host not admitted and a host lacking a required secret get the same

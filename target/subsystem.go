@@ -400,7 +400,7 @@ type namespace struct {
 	// reopenAsked is set by the backend's first report that it must be reopened
 	// (backend.ErrNeedsReopen), which starts autoReopen. opened is when the backend was
 	// opened; autoReopens is the attempt of the automatic reopen that opened it (0: it
-	// was not), which a report soon after continues from (see AutoReopen.Settle).
+	// was not), which a report soon after continues from (see conf.AutoReopen.Settle).
 	reopenAsked atomic.Bool
 	opened      time.Time
 	autoReopens int

@@ -103,7 +103,6 @@ type Target struct {
 	mdts         uint8         // log2(mdtsBytes / 4 KiB)
 	started      time.Time
 	resv         *resvStore     // the state file of persistent reservations; nil: no PTPL
-	autoReopen   AutoReopen     // how namespaces whose backend asks for it are reopened
 	done         chan struct{}  // closed by Close
 	bg           sync.WaitGroup // automatic reopens running (Close waits for them)
 
@@ -151,7 +150,6 @@ func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 		tr:           rc.Transport,
 		lim:          rc.Limits,
 		closeTimeout: DefaultQueueCloseTimeout,
-		autoReopen:   DefaultAutoReopen,
 		done:         make(chan struct{}),
 		cfg:          rc,
 		started:      time.Now(),
@@ -503,7 +501,7 @@ func (t *Target) Quiesce() { t.quiesced.Store(true) }
 // Namespace Attribute Changed event. If the backend cannot be opened the namespace stays
 // inactive, its commands getting Invalid Namespace with DNR, until a later reopen
 // succeeds or it is removed. A namespace whose backend asks to be reopened
-// (backend.ErrNeedsReopen) is reopened without it (see AutoReopen), keeping a failure;
+// (backend.ErrNeedsReopen) is reopened without it (see conf.AutoReopen), keeping a failure;
 // ReopenNamespace also puts one back whose automatic reopen gave up.
 func (t *Target) ReopenNamespace(subNQN string, nsid uint32) error {
 	t.cfgMu.Lock() // serialized with configuration changes (RemoveNamespace, ...)

@@ -18,7 +18,8 @@ import (
 // intermediate state valid —
 //
 //  1. listeners that are new start listening; hosts new to the hosts section, or whose
-//     entry changed (secrets, hash functions, DH groups), get their new entry;
+//     entry changed (secrets, hash functions, DH groups), get their new entry; the
+//     auto_reopen policy changes (reopens under way follow it from their next open);
 //  2. namespaces that are gone, or whose identity changed (backend, path, lba_size, uuid,
 //     nguid, eui64, the rbd image or its cluster: hosts would see another namespace), are
 //     removed, then subsystems that are gone (their hosts are disconnected);
@@ -129,7 +130,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		a, b := *cur.Clone(), *next.Clone()
 		for _, c := range []*conf.Config{&a, &b} {
 			c.Listeners, c.Subsystems, c.Hosts, c.Transport, c.Control, c.File, c.Warnings = nil, nil, nil, conf.Transport{}, conf.Control{}, "", nil
-			c.Metrics = conf.Metrics{}
+			c.Metrics, c.AutoReopen = conf.Metrics{}, conf.AutoReopen{}
 		}
 		if d := fieldDiffs("", a, b); len(d) > 0 {
 			errs = append(errs, strings.Join(d, ", ")+": cannot change while gonvmf runs; restart it")
@@ -203,6 +204,12 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		}
 	}
 	t := s.t
+	if d := fieldDiffs("auto_reopen", cur.AutoReopen, next.AutoReopen); len(d) > 0 {
+		from, to := cur.AutoReopen, next.AutoReopen
+		setKeys = append(setKeys, step{what: strings.Join(d, ", "),
+			do:   func() error { return t.SetAutoReopen(to) },
+			undo: func() error { return t.SetAutoReopen(from) }})
+	}
 	// The hosts section (descriptions show secrets redacted).
 	for _, nh := range next.Hosts {
 		i := slices.IndexFunc(cur.Hosts, func(x conf.Host) bool { return x.NQN == nh.NQN })

@@ -59,6 +59,7 @@ func TestReload(t *testing.T) {
 	}
 
 	next := base.Clone()
+	next.AutoReopen.Attempts, next.AutoReopen.MaxBackoff = 3, time.Minute // changes in place
 	sub := &next.Subsystems[0]
 	sub.AllowAnyHost, sub.Hosts = false, []string{"nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"}
 	sub.Namespaces[0].ReadOnly = true                          // 1: write-protected
@@ -72,6 +73,7 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
+		"auto_reopen.attempts: 10 → 3, auto_reopen.max_backoff: 30s → 1m0s",
 		"remove namespace 3 (path",
 		"add subsystem " + twoNQN,
 		"add namespace 3 (file",
@@ -117,6 +119,8 @@ func TestReload(t *testing.T) {
 		// The limits section is named field by field, as the transport section is.
 		{"limits", func(c *conf.Config) { c.Limits.MaxQueues, c.Limits.ConnectTimeout = 512, 20*time.Second },
 			"limits.max_queues: 1024 → 512, limits.connect_timeout: 10s → 20s: cannot change while gonvmf runs; restart it"},
+		{"invalid auto_reopen", func(c *conf.Config) { c.AutoReopen.Backoff = time.Hour },
+			"auto_reopen.backoff: 1h0m0s is out of range; use 100ms to 10m0s"},
 		{"state file", func(c *conf.Config) { c.StateFile = filepath.Join(dir, "other.state.json") },
 			`state_file: "" → "` + filepath.Join(dir, "other.state.json") + `": cannot change`},
 		{"serial", func(c *conf.Config) { c.Subsystems[0].Serial = "X1" }, `serial "` + conf.DeriveSerial(subNQN) + `" → "X1"`},
@@ -269,6 +273,7 @@ func TestReloadRemovalReleaseFails(t *testing.T) {
 	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: doomed})
 	s := loopServer(t, base, target.WithBackendOpener(opener))
 	next := base.Clone()
+	next.AutoReopen.Attempts, next.AutoReopen.MaxBackoff = 3, time.Minute // changes in place
 	sub := &next.Subsystems[0]
 	sub.AllowAnyHost, sub.Hosts = false, []string{"nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"}
 	sub.Namespaces = sub.Namespaces[:1]
