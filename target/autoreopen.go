@@ -80,8 +80,13 @@ func (ns *namespace) needsReopen(err error) {
 
 // autoReopen closes old, whose backend asked to be reopened (cause), and opens its
 // backend again in its place, following the running configuration's auto_reopen. It
-// gives up without a word if old is removed or reopened by someone else meanwhile, or the
-// target closes.
+// holds the configuration lock (cfgMu) to close old, to read the configuration before an
+// open and to install what it opened, never across an open or a backoff: an open may
+// take minutes (an rbd cluster that does not answer), and control calls and reloads must
+// not wait for it. A backend opened for a namespace that was removed or replaced
+// meanwhile (a reload, an operator's reopen) is closed unused, one opened from a
+// configuration that changed meanwhile is closed and opened again. It gives up without a
+// word if old is removed or reopened by someone else, or the target closes.
 func (s *subsystem) autoReopen(old *namespace, cause error) {
 	t, p := s.t, s.t.reopenPolicy()
 	log := t.log.With("subsystem", s.nqn, "nsid", old.nsid)
@@ -99,10 +104,12 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 	s.closeToReopen(old)
 	t.cfgMu.Unlock()
 	var err error
+	again := false // open again at once: the configuration changed during the last open
 	for attempt < p.Attempts {
-		if attempt > 0 && !t.sleep(reopenBackoff(p, attempt)) {
+		if attempt > 0 && !again && !t.sleep(reopenBackoff(p, attempt)) {
 			return
 		}
+		again = false
 		attempt++
 		t.cfgMu.Lock()
 		if !s.holds(old) {
@@ -117,12 +124,37 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		// From the running configuration, as ReopenNamespace does; it lists the subsystem
 		// already while New adds it, when t.subsystem does not yet.
 		cn, ok := runningNamespace(t.cfg, s.nqn, old.nsid)
+		t.cfgMu.Unlock()
 		if !ok { // removed
-			t.cfgMu.Unlock()
 			return
 		}
-		err = s.openReopened(old, cn, true, attempt)
-		t.cfgMu.Unlock()
+		// The open runs without the configuration lock (an rbd open can take its connect
+		// timeout): control calls and reloads go on meanwhile, and what they did is
+		// checked before the result is installed under the lock.
+		var ns *namespace
+		if ns, err = openNamespace(s, cn); err == nil {
+			t.cfgMu.Lock()
+			cur, ok := runningNamespace(t.cfg, s.nqn, old.nsid)
+			switch {
+			case !ok || !s.holds(old):
+				// Removed, reopened by another (an operator, a reload's open settings), or
+				// the target closed: the namespace needs no backend from this reopen.
+				t.cfgMu.Unlock()
+				s.discard(ns, "the namespace was removed or reopened while it was being reopened")
+				return
+			case cur != cn:
+				// Its configuration changed (a resize, write protection, the ANA group,
+				// create_size): open it again, from the new one, at once. Only a change by
+				// an operator does that, so it does not count as an attempt.
+				t.cfgMu.Unlock()
+				s.discard(ns, "the namespace's configuration changed while it was being reopened: opening it again")
+				attempt--
+				again = true
+				continue
+			}
+			err = s.installReopened(old, ns, true, attempt)
+			t.cfgMu.Unlock()
+		}
 		if err == nil || errors.Is(err, ErrNoSuchNamespace) {
 			return
 		}
@@ -143,6 +175,15 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 	log.Error("reopening namespace failed: it stays inactive (Invalid Namespace) until an operator reopens it",
 		"attempts", attempt, "err", err, "reopen", fmt.Sprintf("gonvmf ctl ns reopen %s %d", s.nqn, old.nsid))
 	s.notifyNamespaceChanged(old.nsid) // it left the active list: hosts rescan and see it gone
+}
+
+// discard closes ns, opened by a reopen that does not install it (why); it was never
+// published, so nothing but its backend and executor knew it.
+func (s *subsystem) discard(ns *namespace, why string) {
+	s.t.log.Info("reopened namespace discarded: "+why, "subsystem", s.nqn, "nsid", ns.nsid)
+	if err := ns.close(); err != nil {
+		s.t.log.Warn("closing a discarded namespace", "subsystem", s.nqn, "nsid", ns.nsid, "err", err)
+	}
 }
 
 // runningNamespace returns namespace nsid of subsystem nqn in c.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -428,5 +429,148 @@ func TestAutoReopenPolicyChangesLive(t *testing.T) {
 	time.Sleep(time.Second)
 	if n := len(f.openTimes()); n != 5 {
 		t.Errorf("%d backend opens, want 5: the namespace's and the 4 attempts of the new policy", n)
+	}
+}
+
+// closeSpy is a backend that records its Close.
+type closeSpy struct {
+	backend.Backend
+	closed atomic.Bool
+}
+
+func (b *closeSpy) Close() error {
+	b.closed.Store(true)
+	return b.Backend.Close()
+}
+
+func (b *closeSpy) Info() backend.Info { return backend.Describe(b.Backend) }
+
+// heldFencing is fencing whose third open (the first reopen, after the namespaces'
+// opens) signals opening and waits for release before it opens, and records the backend
+// it returns (held) and the Spec of every open.
+type heldFencing struct {
+	fencing
+	opening, release chan struct{}
+	mu               sync.Mutex
+	n                int
+	specs            []backend.Spec
+	held             *closeSpy
+}
+
+func newHeldFencing() *heldFencing {
+	return &heldFencing{opening: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *heldFencing) open(s backend.Spec) (backend.Backend, error) {
+	h.mu.Lock()
+	h.n++
+	n := h.n
+	h.specs = append(h.specs, s)
+	h.mu.Unlock()
+	if n == 3 {
+		close(h.opening)
+		<-h.release
+	}
+	b, err := h.fencing.open(s)
+	if err != nil || n != 3 {
+		return b, err
+	}
+	spy := &closeSpy{Backend: b}
+	h.mu.Lock()
+	h.held = spy
+	h.mu.Unlock()
+	return spy, nil
+}
+
+// opened returns the Specs of the opens so far.
+func (h *heldFencing) opened() []backend.Spec {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.specs)
+}
+
+// quickly runs call and fails the test unless it returns within 2 s.
+func quickly(t *testing.T, what string, call func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("%s did not return within 2 s of an automatic reopen's backend open: it waits for the open", what)
+	}
+}
+
+// TestAutoReopenOpensWithoutConfigLock: an automatic reopen's backend open, which can
+// take minutes for an rbd image, does not hold up the configuration: control calls made
+// meanwhile return at once. What they change is seen before the opened backend is put in
+// place: a namespace removed meanwhile stays removed and the backend opened for it is
+// closed unused; one whose configuration changed meanwhile (write protection) is opened
+// again from the new configuration and the first backend closed. The old code held the
+// configuration lock across the open: those calls waited for it.
+func TestAutoReopenOpensWithoutConfigLock(t *testing.T) {
+	for _, c := range []string{"removed", "changed"} {
+		t.Run(c, func(t *testing.T) {
+			h := newHeldFencing()
+			// Namespace 1 opens last: fencing fences the backend last opened.
+			e := newEnv(t, reopenConfig(fastReopen, memNS(2, 1<<20), fileNS(t, 1, 1<<20)), target.WithBackendOpener(h.open))
+			_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+			q := e.ioConnect(1, cntlid, 8)
+			t.Cleanup(func() {
+				select {
+				case <-h.release:
+				default:
+					close(h.release)
+				}
+			})
+			h.fence(false, true)
+			select {
+			case <-h.opening:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no automatic reopen within 10 s of the fence")
+			}
+			quickly(t, "write-protecting another namespace", func() error { return e.tgt.SetNamespaceReadOnly(subNQN, 2, true) })
+			switch c {
+			case "removed":
+				quickly(t, "removing the namespace being reopened", func() error { return e.tgt.RemoveNamespace(subNQN, 1) })
+			case "changed":
+				quickly(t, "write-protecting the namespace being reopened", func() error { return e.tgt.SetNamespaceReadOnly(subNQN, 1, true) })
+			}
+			close(h.release)
+			waitFor(t, func() bool {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return h.held != nil && h.held.closed.Load()
+			})
+			w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+			switch c {
+			case "removed":
+				expectDNR(t, "a write to the removed namespace", q.do(&w, pattern(4096, 1)), nvmeproto.StatusInvalidNamespace)
+				time.Sleep(300 * time.Millisecond) // longer than any backoff of fastReopen
+				if n := len(h.opened()); n != 3 {  // the two namespaces' and the discarded reopen's
+					t.Errorf("%d backend opens, want 3: nothing opened after the discarded reopen", n)
+				}
+				if ns := e.tgt.Namespaces(); len(ns) != 1 || ns[0].NSID != 2 {
+					t.Errorf("namespaces %+v, want namespace 2 only", ns)
+				}
+			case "changed":
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+					st := q.do(&w, pattern(4096, 1)).Status
+					if st.Code() == nvmeproto.StatusNSWriteProtected.Code() {
+						break
+					}
+					if st.Code() != nvmeproto.StatusNSNotReady.Code() || time.Now().After(deadline) {
+						t.Fatalf("a write after the reopen: %v, want Namespace Not Ready until Namespace is Write Protected", st)
+					}
+				}
+				specs := h.opened()
+				if len(specs) != 4 || specs[2].ReadOnly || !specs[3].ReadOnly {
+					t.Errorf("opens %+v: want the namespaces', the discarded writable reopen, and a read-only one", specs)
+				}
+			}
+		})
 	}
 }

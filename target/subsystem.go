@@ -300,12 +300,19 @@ func (s *subsystem) closeToReopen(old *namespace) {
 // error wraps ErrNoSuchNamespace if old was removed meanwhile (the subsystem closed), and
 // is the open's otherwise; old stays as it is then.
 func (s *subsystem) openReopened(old *namespace, cn conf.Namespace, keepFailure bool, auto int) error {
-	nsid := old.nsid
-	reason := old.failureReason()
 	ns, err := openNamespace(s, cn)
 	if err != nil {
 		return err
 	}
+	return s.installReopened(old, ns, keepFailure, auto)
+}
+
+// installReopened is openReopened's second half: it puts ns, just opened and not yet
+// published, in the place of old. If old is no longer in the table it closes ns and
+// returns an error wrapping ErrNoSuchNamespace.
+func (s *subsystem) installReopened(old, ns *namespace, keepFailure bool, auto int) error {
+	nsid := old.nsid
+	reason := old.failureReason()
 	// A reopen is not a power loss: the new namespace takes over old's reservation state
 	// itself, not a copy, so that a change made through old by a command that found it
 	// before the swap (one whose reference outlived the close timeout, a Set Features that
