@@ -358,8 +358,11 @@ type Limits struct {
 // opened again at once; an open that fails is tried again after Backoff, doubled after
 // every failure up to MaxBackoff, Attempts opens in all; after the last the namespace
 // stays inactive until an operator reopens it (gonvmf ctl ns reopen). Hosts meanwhile get
-// Namespace Not Ready, which they retry. Every field has a default; a reload changes the
-// policy while the target runs, reopens under way included (from their next open on).
+// Namespace Not Ready, which they retry; the target's Identify Controller CRDT2, how long
+// a host that enabled ACRE waits before retrying a command of a reopen that lasts, is the
+// policy's waits between its opens over 4 retries. Every field has a default; a reload
+// changes the policy while the target runs, reopens under way included (from their next
+// open on).
 type AutoReopen struct {
 	// Attempts bounds the opens of one namespace in a row: those of one automatic reopen,
 	// and of the reopens that follow it within Settle. 1..MaxReopenAttempts, default

@@ -296,6 +296,7 @@ func (c *controller) identifyController() *nvmeproto.IdentifyController {
 	id.CNTRLTYPE = nvmeproto.ControllerTypeIO
 	id.RTD3E = rtd3e
 	id.CRDT1 = crdtReopen
+	id.CRDT2 = retryDelayLong(c.t.reopenPolicy())
 	id.OAES = nvmeproto.OAESNamespaceAttr | nvmeproto.OAESANAChange
 	id.NN = conf.MaxNSID
 	// ANA (see ana.go). The Linux host needs MNAN (1..NN) to enable it and sizes its ANA

@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -48,6 +49,20 @@ func reopenBackoff(p conf.AutoReopen, attempt int) time.Duration {
 		d *= 2
 	}
 	return min(d, p.MaxBackoff)
+}
+
+// retryDelayLong is Identify Controller CRDT2 (100 ms units) under the auto_reopen
+// policy p: the waits between p.Attempts opens divided by longRetries, rounded up, at
+// least CRDT1 and at most what the field holds. At the defaults 151 s of waits make 378
+// (37.8 s).
+func retryDelayLong(p conf.AutoReopen) uint16 {
+	var span time.Duration
+	for a := 1; a < p.Attempts; a++ {
+		span += reopenBackoff(p, a)
+	}
+	const unit = 100 * time.Millisecond
+	d := (span + longRetries*unit - 1) / (longRetries * unit)
+	return uint16(min(max(d, crdtReopen), math.MaxUint16))
 }
 
 // needsReopen handles the backend's report that it serves nothing more until it is
@@ -158,6 +173,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		if err == nil || errors.Is(err, ErrNoSuchNamespace) {
 			return
 		}
+		old.reopenLongAt.Store(time.Now().UnixNano()) // it waits for a backoff, at least
 		if attempt < p.Attempts {
 			log.Warn("reopening namespace failed: trying again", "attempt", attempt, "attempts", p.Attempts,
 				"retry_in", reopenBackoff(p, attempt), "err", err)

@@ -32,17 +32,31 @@ const rtd3e = 60_000_000
 
 // Command Retry Delay. A namespace being reopened answers Namespace Not Ready without DNR
 // (see controller.unavailable); a host that enabled ACRE (Host Behavior Support, which
-// the Linux host does when Identify Controller reports a non-zero CRDT1) gets CRD 1 with
-// it and waits CRDT1 before each retry. The Linux host retries such a command up to
-// nvme_max_retries (5) times, so it gives a reopen 5 × CRDT1 to finish before the error
-// reaches the file system: 1 s each, 5 s in all, is many times what closing a file, block
-// or rbd backend after its commands in flight and opening it again takes on healthy
-// storage (milliseconds; an rbd image whose cluster does not answer can take up to its
-// connect timeout, and its commands then fail as before), while a command caught by a
-// reopen waits at most one delay longer than the reopen.
+// the Linux host does when Identify Controller reports a non-zero CRDT1) gets a CRD with
+// it and waits that CRDT before its retry; one that did not gets CRD 0, and the Linux
+// host then retries at once. The Linux host retries such a command up to
+// nvme_max_retries (5) times (nvme_decide_disposition, nvme_retry_req: the delay is
+// crdt[CRD-1] × 100 ms, read from Identify Controller when it connects), so the 5
+// delays a command gets are the time a reopen has before the error reaches the file
+// system.
+//
+// A reopen starts with CRD 1 (CRDT1, 1 s): closing a file, block or rbd backend and
+// opening it again takes milliseconds on healthy storage, and a command it catches waits
+// at most a second longer. Once it has lasted reopenLongAfter (half of CRDT1, so that the
+// first retry of a command caught at its start is already past it), or an automatic
+// reopen's open has failed (it now waits for its backoff), the status carries CRD 2:
+// CRDT2 is the auto_reopen policy's waits between all its opens spread over the 4 retries
+// left (retryDelayLong), so that a command caught at the start — one retry after CRDT1,
+// 4 after CRDT2 — is retried past the last of them. The price is that a command caught by
+// a long reopen waits up to CRDT2 after the reopen ends. The opens' own time is not
+// counted: an rbd open that waits for its connect timeout (30 s) each time outlasts it.
 const (
-	crdtReopen = 10 // Identify Controller CRDT1, in 100 ms units
-	crdReopen  = 1  // the CRD of Namespace Not Ready: CRDT1
+	crdtReopen      = 10 // Identify Controller CRDT1, in 100 ms units
+	crdReopen       = 1  // the CRD of Namespace Not Ready while a reopen is short: CRDT1
+	crdReopenLong   = 2  // the CRD once it is long: CRDT2 (retryDelayLong)
+	reopenLongAfter = crdtReopen * 100 * time.Millisecond / 2
+	// longRetries are the retries of a command caught at a reopen's start that get CRDT2.
+	longRetries = 4
 )
 
 // Asynchronous Event Configuration (feature 0Bh) bits this target implements.

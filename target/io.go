@@ -33,23 +33,28 @@ const (
 
 // unavailable is the status of a command that meets ns closed or closing: Namespace Not
 // Ready without DNR while a reopen will put a fresh namespace in its place (a transient
-// state: the host retries, with CRD selecting CRDT1 if it enabled ACRE), Invalid
+// state: the host retries, after the delay CRD selects if it enabled ACRE), Invalid
 // Namespace with DNR when the namespace is gone for good (removed, or inactive after a
 // reopen failed). nil, a namespace that does not exist, is Invalid Namespace too.
 func (c *controller) unavailable(ns *namespace) nvmeproto.Status {
 	if ns == nil || !ns.reopening.Load() {
 		return nvmeproto.StatusInvalidNamespace.WithDNR()
 	}
-	return c.notReady()
+	return c.notReady(ns)
 }
 
-// notReady is Namespace Not Ready without DNR, with CRD selecting CRDT1 if the host
-// enabled ACRE: a namespace about to be reopened, or being reopened.
-func (c *controller) notReady() nvmeproto.Status {
-	if c.acre.Load() {
-		return nvmeproto.StatusNSNotReady.WithCRD(crdReopen)
+// notReady is Namespace Not Ready without DNR for ns, about to be reopened or being
+// reopened. If the host enabled ACRE it carries CRD 1 (CRDT1) while the reopen is short,
+// CRD 2 (CRDT2) once it has lasted long (see crdReopenLong); without ACRE CRD is 0, as
+// the specification wants.
+func (c *controller) notReady(ns *namespace) nvmeproto.Status {
+	switch {
+	case !c.acre.Load():
+		return nvmeproto.StatusNSNotReady
+	case ns.reopenLong():
+		return nvmeproto.StatusNSNotReady.WithCRD(crdReopenLong)
 	}
-	return nvmeproto.StatusNSNotReady
+	return nvmeproto.StatusNSNotReady.WithCRD(crdReopen)
 }
 
 // beginIO validates a command on an I/O queue.
@@ -277,7 +282,7 @@ func (r *Request) ioDone(br *backend.Request) {
 			// (Status: Namespace Not Ready without DNR, unless writes may be lost).
 			ns.needsReopen(br.Err)
 			if st == nvmeproto.StatusNSNotReady {
-				st = q.bind.Load().ctrl.notReady()
+				st = q.bind.Load().ctrl.notReady(ns)
 			}
 		}
 	}

@@ -3,12 +3,14 @@ package target_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 )
@@ -46,8 +48,8 @@ func expectRetryable(t *testing.T, what string, c nvmeproto.Completion, want nvm
 	}
 }
 
-// TestHostBehaviorSupport: an I/O controller reports CRDT1 (so that the Linux host enables
-// ACRE), and Set/Get Features Host Behavior Support (16h) keep ACRE per controller with
+// TestHostBehaviorSupport: an I/O controller reports CRDT1 and CRDT2 (so that the Linux
+// host enables ACRE; see TestReopenRetryDelays), and Set/Get Features Host Behavior Support (16h) keep ACRE per controller with
 // the 512-byte data the feature moves: reserved values, fields for what the controller
 // does not advertise and the wrong data length are refused and change nothing; reserved
 // bytes are ignored; a controller reset disables ACRE again; a discovery controller has
@@ -56,8 +58,8 @@ func TestHostBehaviorSupport(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
 	id := admin.identifyController()
-	if id.CRDT1 != 10 || id.CRDT2 != 0 || id.CRDT3 != 0 {
-		t.Errorf("CRDT1..3 = %d, %d, %d; want 10 (1 s), 0, 0", id.CRDT1, id.CRDT2, id.CRDT3)
+	if id.CRDT1 != 10 || id.CRDT2 != 378 || id.CRDT3 != 0 {
+		t.Errorf("CRDT1..3 = %d, %d, %d; want 10 (1 s), 378 (37.8 s), 0", id.CRDT1, id.CRDT2, id.CRDT3)
 	}
 
 	if v := getACRE(t, admin, nvmeproto.SelCurrent); v != 0 {
@@ -120,8 +122,8 @@ func TestHostBehaviorSupport(t *testing.T) {
 	}
 
 	disc, _ := e.adminConnect(nvmeproto.DiscoveryNQN, hostNQN, 0)
-	if id := disc.identifyController(); id.CRDT1 != 0 {
-		t.Errorf("discovery controller CRDT1 %d, want 0", id.CRDT1)
+	if id := disc.identifyController(); id.CRDT1 != 0 || id.CRDT2 != 0 {
+		t.Errorf("discovery controller CRDT1 %d, CRDT2 %d; want 0, 0", id.CRDT1, id.CRDT2)
 	}
 	expectDNR(t, "host behavior support on a discovery controller",
 		disc.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})), nvmeproto.StatusInvalidField)
@@ -322,6 +324,86 @@ func TestReopenKeepsNamespaceActive(t *testing.T) {
 	if tn := tnvmcap(); tn != 1<<20 {
 		t.Errorf("TNVMCAP after the failed reopen of 2: %d, want %d", tn, 1<<20)
 	}
+}
+
+// TestReopenRetryDelays: the delays after which a host retries Namespace Not Ready span a
+// reopen that lasts. Identify Controller reports CRDT1 1 s and CRDT2 the auto_reopen
+// policy's waits between its opens over 4 retries (37.8 s at the defaults; it follows a
+// policy SetAutoReopen sets, and is never below CRDT1); a reopen's commands get CRD 1 at
+// first and CRD 2 once it has lasted more than 500 ms (CRD 0 without ACRE), and an
+// automatic reopen whose open failed answers CRD 2 at once. The Linux host retries a
+// command 5 times, each after crdt[CRD-1] × 100 ms: with CRD 1 throughout, a reopen had
+// 5 s before the file system saw an error, an rbd automatic reopen up to 2.5 minutes. The
+// old code reported CRDT2 0 and answered CRD 1 however long the reopen lasted.
+func TestReopenRetryDelays(t *testing.T) {
+	t.Run("identify", func(t *testing.T) {
+		e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+		admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+		for _, c := range []struct {
+			p     conf.AutoReopen
+			crdt2 uint16
+		}{
+			{conf.AutoReopen{}, 378}, // 1+2+4+8+16+4×30 s = 151 s, over 4 retries
+			{conf.AutoReopen{Attempts: 3, Backoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, 50}, // 20 s
+			{conf.AutoReopen{Attempts: 2, Backoff: 100 * time.Millisecond}, 10},                         // 100 ms: CRDT1 at least
+			{conf.AutoReopen{Attempts: 100, Backoff: 10 * time.Minute, MaxBackoff: time.Hour}, 65535},   // past the field
+		} {
+			if err := e.tgt.SetAutoReopen(c.p); err != nil {
+				t.Fatal(err)
+			}
+			id := admin.identifyController()
+			if id.CRDT1 != 10 || id.CRDT2 != c.crdt2 || id.CRDT3 != 0 {
+				t.Errorf("auto_reopen %+v: CRDT1..3 = %d, %d, %d; want 10, %d, 0", c.p, id.CRDT1, id.CRDT2, id.CRDT3, c.crdt2)
+			}
+		}
+	})
+	t.Run("reopen", func(t *testing.T) {
+		opening, release := make(chan struct{}), make(chan struct{})
+		opens := 0
+		opener := func(s backend.Spec) (backend.Backend, error) {
+			if opens++; opens == 2 { // the reopen
+				close(opening)
+				<-release
+			}
+			return backend.Open(s)
+		}
+		e := newEnv(t, baseConfig(fileNS(t, 1, 1<<20)), target.WithBackendOpener(opener))
+		admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+		q := e.ioConnect(1, cntlid, 8)
+		expectOK(t, "enable ACRE", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})))
+		got := make([]byte, 4096)
+		r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+		began := time.Now()
+		finish := heldReopen(t, e, 1, opening, release)
+		c := q.do(&r, got)
+		if time.Since(began) < 400*time.Millisecond { // else the machine is too slow to tell
+			expectRetryable(t, "read as the reopen begins", c, nvmeproto.StatusNSNotReady, 1)
+		}
+		time.Sleep(time.Until(began.Add(600 * time.Millisecond)))
+		expectRetryable(t, "read 600 ms into the reopen", q.do(&r, got), nvmeproto.StatusNSNotReady, 2)
+		expectOK(t, "disable ACRE", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{})))
+		expectRetryable(t, "read 600 ms into the reopen, ACRE disabled", q.do(&r, got), nvmeproto.StatusNSNotReady, 0)
+		if err := finish(); err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		expectOK(t, "read after the reopen", q.do(&r, got))
+	})
+	t.Run("automatic reopen retrying", func(t *testing.T) {
+		f := &fencing{}
+		p := conf.AutoReopen{Attempts: 3, Backoff: 5 * time.Second, MaxBackoff: 5 * time.Second, Settle: time.Hour}
+		e := newEnv(t, reopenConfig(p, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
+		admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+		q := e.ioConnect(1, cntlid, 8)
+		expectOK(t, "enable ACRE", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{ACRE: 1})))
+		f.failOpens(100)
+		fenced := time.Now()
+		f.fence(false, true)
+		f.waitOpens(t, 2) // the first open failed: 5 s to the next
+		r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+		c := q.do(&r, make([]byte, 4096))
+		expectRetryable(t, fmt.Sprintf("read %v after the fence, the reopen's first open failed", time.Since(fenced).Round(time.Millisecond)),
+			c, nvmeproto.StatusNSNotReady, 2)
+	})
 }
 
 // heldReopen starts ReopenNamespace of nsid and returns once the reopen has closed the

@@ -264,7 +264,8 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 // running configuration: a fresh start of its backend that clears a failure (see
 // namespace.fail); its reservations are kept.
 // Commands that arrive meanwhile get Namespace Not Ready without DNR, so that hosts retry
-// them (after CRDT1 where they enabled ACRE); controllers are told the namespace changed.
+// them (after CRDT1, or CRDT2 once it lasts, where they enabled ACRE: see notReady);
+// controllers are told the namespace changed.
 // If the backend cannot be opened the namespace stays inactive (listed in the
 // configuration, refusing commands with Invalid Namespace and DNR) until a reopen
 // succeeds or it is removed.
@@ -286,6 +287,9 @@ func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 // closeToReopen closes old's backend so that a new one takes its place: commands that
 // meet old answer Namespace Not Ready from now on (see reopening).
 func (s *subsystem) closeToReopen(old *namespace) {
+	if !old.reopening.Load() { // a reopen begins, not one that takes over from another
+		old.reopenLongAt.Store(time.Now().Add(reopenLongAfter).UnixNano())
+	}
 	old.reopening.Store(true) // before close: whoever sees it closing sees why
 	if err := old.close(); err != nil {
 		s.t.log.Warn("closing namespace to reopen it", "subsystem", s.nqn, "nsid", old.nsid, "err", err)
@@ -404,6 +408,10 @@ type namespace struct {
 	// closed namespace answers Namespace Not Ready, which the host retries, instead of
 	// Invalid Namespace with DNR (see controller.unavailable).
 	reopening atomic.Bool
+	// reopenLongAt is when the reopen under way counts as long (Unix nanoseconds):
+	// reopenLongAfter after it began, or as soon as an automatic reopen's open failed.
+	// Its Namespace Not Ready carries CRD 2 from then on (see crdReopenLong).
+	reopenLongAt atomic.Int64
 	// reopenAsked is set by the backend's first report that it must be reopened
 	// (backend.ErrNeedsReopen), which starts autoReopen. opened is when the backend was
 	// opened; autoReopens is the attempt of the automatic reopen that opened it (0: it
@@ -438,6 +446,12 @@ func (ns *namespace) closing() bool { return ns.users.Closed() }
 // not being reopened (removed, or left inactive by a reopen that failed). A namespace
 // being reopened is active but not ready.
 func (ns *namespace) inactive() bool { return ns.closing() && !ns.reopening.Load() }
+
+// reopenLong reports whether the reopen under way has lasted long (see reopenLongAt).
+func (ns *namespace) reopenLong() bool {
+	at := ns.reopenLongAt.Load()
+	return at != 0 && time.Now().UnixNano() >= at
+}
 
 // failed reports whether a sync failure made the namespace refuse writes and flushes.
 func (ns *namespace) failed() bool { return ns.failure.Load() != nil }

@@ -496,8 +496,9 @@ func (t *Target) Quiesce() { t.quiesced.Store(true) }
 // sync of its backend failed, so it refuses writes and flushes with Write Fault (DNR)
 // because writes it reported complete may be lost — is put back into service once the
 // operator has dealt with the storage and the possible loss; a restart does the same.
-// Commands that arrive during the reopen get Namespace Not Ready without DNR (with CRD 1
-// where the host enabled ACRE), which hosts retry, and the subsystem's controllers get a
+// Commands that arrive during the reopen get Namespace Not Ready without DNR (with a CRD
+// where the host enabled ACRE: 1, then 2 once the reopen lasts), which hosts retry, and
+// the subsystem's controllers get a
 // Namespace Attribute Changed event. If the backend cannot be opened the namespace stays
 // inactive, its commands getting Invalid Namespace with DNR, until a later reopen
 // succeeds or it is removed. A namespace whose backend asks to be reopened
