@@ -53,8 +53,8 @@ func reopenBackoff(p conf.AutoReopen, attempt int) time.Duration {
 
 // retryDelayLong is Identify Controller CRDT2 (100 ms units) under the auto_reopen
 // policy p: the waits between p.Attempts opens divided by longRetries, rounded up, at
-// least CRDT1 and at most what the field holds. At the defaults 151 s of waits make 378
-// (37.8 s).
+// least CRDT1 and at most what the field holds. At the defaults 151 s of waits make 504
+// (50.4 s).
 func retryDelayLong(p conf.AutoReopen) uint16 {
 	var span time.Duration
 	for a := 1; a < p.Attempts; a++ {

@@ -42,21 +42,22 @@ const rtd3e = 60_000_000
 //
 // A reopen starts with CRD 1 (CRDT1, 1 s): closing a file, block or rbd backend and
 // opening it again takes milliseconds on healthy storage, and a command it catches waits
-// at most a second longer. Once it has lasted reopenLongAfter (half of CRDT1, so that the
-// first retry of a command caught at its start is already past it), or an automatic
-// reopen's open has failed (it now waits for its backoff), the status carries CRD 2:
-// CRDT2 is the auto_reopen policy's waits between all its opens spread over the 4 retries
-// left (retryDelayLong), so that a command caught at the start — one retry after CRDT1,
-// 4 after CRDT2 — is retried past the last of them. The price is that a command caught by
-// a long reopen waits up to CRDT2 after the reopen ends. The opens' own time is not
+// at most a second longer. Once it has lasted reopenLongAfter (1.5 × CRDT1: a reopen
+// shorter than that, as an rbd image's open on a healthy cluster, costs its commands at
+// most one CRDT1; and the second retry of a command caught at its start is past it), or
+// an automatic reopen's open has failed (it now waits for its backoff), the status
+// carries CRD 2: CRDT2 is the auto_reopen policy's waits between all its opens spread
+// over the 3 retries left (retryDelayLong), so that a command caught at the start — two
+// retries after CRDT1, 3 after CRDT2 — is retried past the last of them. The price is
+// that a command caught by a long reopen waits up to CRDT2 after the reopen ends. The opens' own time is not
 // counted: an rbd open that waits for its connect timeout (30 s) each time outlasts it.
 const (
 	crdtReopen      = 10 // Identify Controller CRDT1, in 100 ms units
 	crdReopen       = 1  // the CRD of Namespace Not Ready while a reopen is short: CRDT1
 	crdReopenLong   = 2  // the CRD once it is long: CRDT2 (retryDelayLong)
-	reopenLongAfter = crdtReopen * 100 * time.Millisecond / 2
+	reopenLongAfter = crdtReopen * 100 * time.Millisecond * 3 / 2
 	// longRetries are the retries of a command caught at a reopen's start that get CRDT2.
-	longRetries = 4
+	longRetries = 3
 )
 
 // Asynchronous Event Configuration (feature 0Bh) bits this target implements.

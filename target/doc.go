@@ -41,10 +41,10 @@
 // those that meet a namespace ReopenNamespace is reopening get Namespace Not Ready
 // without DNR, which hosts retry; such a namespace stays in the Active Namespace ID list,
 // described as before (CNS 08h NSTAT: not ready), so that a host's rescan keeps it. I/O
-// controllers report CRDT1 (1 s) and CRDT2 (the auto_reopen policy's waits over 4
+// controllers report CRDT1 (1 s) and CRDT2 (the auto_reopen policy's waits over 3
 // retries) in Identify Controller and implement Host Behavior Support (feature 16h); once
 // a host has enabled ACRE there the status carries CRD 1, or CRD 2 when the reopen has
-// lasted over 500 ms or an automatic reopen's open failed, and the Linux host waits that
+// lasted over 1.5 s or an automatic reopen's open failed, and the Linux host waits that
 // delay before each of its 5 retries (see crdReopenLong). A backend that learns of a new size of its own store (an image
 // resized elsewhere) reports it with ResizeNamespace(nqn, nsid, 0). A backend that its
 // storage has fenced off (backend.ErrNeedsReopen: an rbd image whose RADOS client the

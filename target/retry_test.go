@@ -58,8 +58,8 @@ func TestHostBehaviorSupport(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
 	id := admin.identifyController()
-	if id.CRDT1 != 10 || id.CRDT2 != 378 || id.CRDT3 != 0 {
-		t.Errorf("CRDT1..3 = %d, %d, %d; want 10 (1 s), 378 (37.8 s), 0", id.CRDT1, id.CRDT2, id.CRDT3)
+	if id.CRDT1 != 10 || id.CRDT2 != 504 || id.CRDT3 != 0 {
+		t.Errorf("CRDT1..3 = %d, %d, %d; want 10 (1 s), 504 (50.4 s), 0", id.CRDT1, id.CRDT2, id.CRDT3)
 	}
 
 	if v := getACRE(t, admin, nvmeproto.SelCurrent); v != 0 {
@@ -328,9 +328,9 @@ func TestReopenKeepsNamespaceActive(t *testing.T) {
 
 // TestReopenRetryDelays: the delays after which a host retries Namespace Not Ready span a
 // reopen that lasts. Identify Controller reports CRDT1 1 s and CRDT2 the auto_reopen
-// policy's waits between its opens over 4 retries (37.8 s at the defaults; it follows a
+// policy's waits between its opens over 3 retries (50.4 s at the defaults; it follows a
 // policy SetAutoReopen sets, and is never below CRDT1); a reopen's commands get CRD 1 at
-// first and CRD 2 once it has lasted more than 500 ms (CRD 0 without ACRE), and an
+// first and CRD 2 once it has lasted more than 1.5 s (CRD 0 without ACRE), and an
 // automatic reopen whose open failed answers CRD 2 at once. The Linux host retries a
 // command 5 times, each after crdt[CRD-1] × 100 ms: with CRD 1 throughout, a reopen had
 // 5 s before the file system saw an error, an rbd automatic reopen up to 2.5 minutes. The
@@ -343,8 +343,8 @@ func TestReopenRetryDelays(t *testing.T) {
 			p     conf.AutoReopen
 			crdt2 uint16
 		}{
-			{conf.AutoReopen{}, 378}, // 1+2+4+8+16+4×30 s = 151 s, over 4 retries
-			{conf.AutoReopen{Attempts: 3, Backoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, 50}, // 20 s
+			{conf.AutoReopen{}, 504}, // 1+2+4+8+16+4×30 s = 151 s, over 3 retries
+			{conf.AutoReopen{Attempts: 3, Backoff: 10 * time.Second, MaxBackoff: 10 * time.Second}, 67}, // 20 s
 			{conf.AutoReopen{Attempts: 2, Backoff: 100 * time.Millisecond}, 10},                         // 100 ms: CRDT1 at least
 			{conf.AutoReopen{Attempts: 100, Backoff: 10 * time.Minute, MaxBackoff: time.Hour}, 65535},   // past the field
 		} {
@@ -376,13 +376,18 @@ func TestReopenRetryDelays(t *testing.T) {
 		began := time.Now()
 		finish := heldReopen(t, e, 1, opening, release)
 		c := q.do(&r, got)
-		if time.Since(began) < 400*time.Millisecond { // else the machine is too slow to tell
+		if time.Since(began) < 1400*time.Millisecond { // else the machine is too slow to tell
 			expectRetryable(t, "read as the reopen begins", c, nvmeproto.StatusNSNotReady, 1)
 		}
-		time.Sleep(time.Until(began.Add(600 * time.Millisecond)))
-		expectRetryable(t, "read 600 ms into the reopen", q.do(&r, got), nvmeproto.StatusNSNotReady, 2)
+		time.Sleep(time.Until(began.Add(900 * time.Millisecond)))
+		c = q.do(&r, got)
+		if time.Since(began) < 1400*time.Millisecond {
+			expectRetryable(t, "read 0.9 s into the reopen", c, nvmeproto.StatusNSNotReady, 1)
+		}
+		time.Sleep(time.Until(began.Add(1600 * time.Millisecond)))
+		expectRetryable(t, "read 1.6 s into the reopen", q.do(&r, got), nvmeproto.StatusNSNotReady, 2)
 		expectOK(t, "disable ACRE", admin.setFeature(fidHostBehavior, 0, hostBehavior(nvmeproto.HostBehavior{})))
-		expectRetryable(t, "read 600 ms into the reopen, ACRE disabled", q.do(&r, got), nvmeproto.StatusNSNotReady, 0)
+		expectRetryable(t, "read 1.6 s into the reopen, ACRE disabled", q.do(&r, got), nvmeproto.StatusNSNotReady, 0)
 		if err := finish(); err != nil {
 			t.Fatalf("reopen: %v", err)
 		}
