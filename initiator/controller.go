@@ -589,9 +589,10 @@ func (c *Controller) Done() <-chan struct{} { return c.done }
 // Close shuts the controller down (Shutdown, bounded by the admin timeout) and frees
 // everything. It is idempotent.
 //
-// After Close, GetBuffer fails with ErrClosed. Pool buffers still held stay valid until
-// released: the pool's memory, the transport and the dedicated buffers (AllocBuffer) are
-// freed when the last pool buffer is returned, at once when none is out.
+// After Close, GetBuffer and AllocBuffer fail with ErrClosed. Buffers still held, from the
+// pool or dedicated (AllocBuffer), stay valid until released: the pool's memory and the
+// transport they are registered with (on RDMA the protection domain and the device) are
+// freed when the last of them is released, at once when none is out.
 func (c *Controller) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.opts.AdminTimeout, 30*time.Second))
 	defer cancel()
@@ -674,8 +675,8 @@ func (c *Controller) teardown() {
 		return
 	}
 	// A caller may still hold a pool buffer (or be copying into one it got before
-	// Close): the pool memory, and the transport it is registered with, are freed when
-	// the last one is returned.
+	// Close) or a dedicated buffer: the pool memory, and the transport they are
+	// registered with, are freed when the last one is released.
 	c.pool.close(func() {
 		if err := c.pool.reg.release(); err != nil {
 			c.log.Debug("releasing the buffer pool", "err", err)
@@ -733,27 +734,39 @@ func (c *Controller) BufferChunkSize() int { return c.pool.ChunkSize() }
 
 // AllocBuffer allocates n bytes of dedicated registered memory (page aligned; on RDMA
 // pinned and registered with remote access). Release frees it once no command uses it;
-// Close frees it in any case (see Close): do not use it afterwards.
+// it stays valid across Close until then (see Close). Once Close or Shutdown began it
+// fails with an error wrapping ErrClosed; on a failed controller, with the controller's
+// error.
 func (c *Controller) AllocBuffer(n int) (*Buffer, error) {
 	if n <= 0 {
-		return nil, fmt.Errorf("initiator: buffer of %d bytes", n)
+		return nil, fmt.Errorf("initiator: dedicated buffer of %d bytes: want a positive size", n)
+	}
+	// A dedicated buffer is a user of the pool's gate, as a pool buffer is: the
+	// transport it is registered with is closed after the last one is released, and
+	// none is registered once the gate closed.
+	if c.closing.Load() || !c.pool.users.Enter() {
+		return nil, fmt.Errorf("initiator: dedicated buffer of %d bytes: %w", n, ErrClosed)
 	}
 	if err := c.Err(); err != nil {
-		return nil, err
+		c.pool.leave()
+		return nil, fmt.Errorf("initiator: dedicated buffer of %d bytes: %w", n, err)
 	}
 	reg, err := c.tr.newRegion(n)
 	if err != nil {
-		return nil, err
+		c.pool.leave()
+		return nil, fmt.Errorf("initiator: dedicated buffer of %d bytes: %w", n, err)
 	}
 	size := int64(len(reg.mem))
 	c.allocated.Add(size)
 	free := reg.close
 	reg.close = func() error {
 		c.allocated.Add(-size)
+		var err error
 		if free != nil {
-			return free()
+			err = free()
 		}
-		return nil
+		c.pool.leave()
+		return err
 	}
 	b := &Buffer{reg: reg, b: reg.mem[:n:n]}
 	b.refs.Store(1)
@@ -762,9 +775,9 @@ func (c *Controller) AllocBuffer(n int) (*Buffer, error) {
 
 // AllocatedBytes returns the size of the dedicated memory (AllocBuffer, page rounded on
 // RDMA) not freed yet: a buffer counts until its last reference is dropped (Release, its
-// Slices' Release, and the completion of every command that used it). A count that does
-// not return to its earlier value after the work that allocated is done is a leak. Close
-// frees the memory regardless without counting it out.
+// Slices' Release, and the completion of every command that used it), also after Close.
+// A count that does not return to its earlier value after the work that allocated is done
+// is a leak.
 func (c *Controller) AllocatedBytes() int64 { return c.allocated.Load() }
 
 // AdminCommand runs an admin command and returns its completion. buf, if not nil, holds

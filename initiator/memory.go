@@ -104,10 +104,12 @@ func (b *Buffer) addr(i int) uint64 { return b.reg.base + uint64(b.off+i) }
 
 // BufferPool hands out fixed-size chunks of one registered region.
 //
-// The region outlives every buffer handed out: users counts the pool's users (a Get in
-// progress, a buffer handed out and not yet returned) and close closes it. Get admits no
-// user after close, so the memory is released exactly once, by close or by the last put
-// after it, whichever finds the gate drained.
+// The region, and the transport it is registered with, outlive every registered buffer:
+// users counts the pool's users (a Get in progress, a buffer handed out and not yet
+// returned, a dedicated buffer of Controller.AllocBuffer not yet freed) and close closes
+// it. Neither Get nor AllocBuffer admits a user after close, so the memory is released
+// exactly once, by close or by the last user to leave after it, whichever finds the gate
+// drained.
 type BufferPool struct {
 	reg     *region
 	chunk   int

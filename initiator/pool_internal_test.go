@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -167,5 +169,147 @@ func TestPoolCloseUnderIO(t *testing.T) {
 	wg.Wait()
 	if !untouched(c) {
 		t.Error("pool memory written after it was released")
+	}
+}
+
+// pdTransport stands in for the RDMA transport's protection domain around c's loop
+// transport, for dedicated buffers: closing it frees every region still registered (their
+// memory overwritten with poison), as closing a protection domain closes its arenas, and
+// it refuses new regions afterwards with an error of its own, as rdmacm does.
+type pdTransport struct {
+	transport
+	mu     sync.Mutex
+	closed int
+	regs   map[*region]bool
+}
+
+var errPDClosed = errors.New("test: protection domain closed")
+
+func withPD(c *Controller) *pdTransport {
+	pd := &pdTransport{transport: c.tr, regs: map[*region]bool{}}
+	c.tr = pd
+	return pd
+}
+
+func (t *pdTransport) newRegion(n int) (*region, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed > 0 {
+		return nil, errPDClosed
+	}
+	r := goRegion(n)
+	t.regs[r] = true
+	r.close = func() error {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		delete(t.regs, r)
+		return nil
+	}
+	return r, nil
+}
+
+func (t *pdTransport) close() error {
+	t.mu.Lock()
+	t.closed++
+	for r := range t.regs {
+		for i := range r.mem {
+			r.mem[i] = poison
+		}
+	}
+	t.mu.Unlock()
+	return t.transport.close()
+}
+
+func (t *pdTransport) closes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// TestAllocBufferAcrossClose: a dedicated buffer held across Close stays valid (Close does
+// not free the transport it is registered with) until it is released; AllocBuffer after
+// Close fails with ErrClosed and registers nothing.
+func TestAllocBufferAcrossClose(t *testing.T) {
+	c := dialLoop(t, loopDialer(t), nil)
+	pd := withPD(c)
+	b, err := c.AllocBuffer(8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b.Bytes() {
+		b.Bytes()[i] = 0x5A
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(b.Bytes(), []byte{0x5A}) != len(b.Bytes()) || pd.closes() != 0 {
+		t.Fatalf("Close freed the transport (%d closes) and the memory of a dedicated buffer still held", pd.closes())
+	}
+	if nb, err := c.AllocBuffer(4096); !errors.Is(err, ErrClosed) {
+		t.Errorf("AllocBuffer after Close: buffer %t, %v; want ErrClosed", nb != nil, err)
+	}
+	if len(pd.regs) != 1 {
+		t.Errorf("%d regions registered after AllocBuffer after Close, want 1 (the held buffer)", len(pd.regs))
+	}
+	b.Release()
+	if pd.closes() != 1 || c.AllocatedBytes() != 0 {
+		t.Errorf("after the last buffer's Release: transport closed %d times, %d bytes allocated; want 1, 0", pd.closes(), c.AllocatedBytes())
+	}
+}
+
+// TestAllocBufferFailedThenClosed: AllocBuffer on a failed controller reports the failure;
+// once it is closed, ErrClosed.
+func TestAllocBufferFailedThenClosed(t *testing.T) {
+	c := dialLoop(t, loopDialer(t), nil)
+	c.fail(fmt.Errorf("%w: test", ErrDisconnected))
+	if _, err := c.AllocBuffer(4096); !errors.Is(err, ErrDisconnected) {
+		t.Errorf("AllocBuffer on a failed controller: %v, want ErrDisconnected", err)
+	}
+	c.Close()
+	if _, err := c.AllocBuffer(4096); !errors.Is(err, ErrClosed) {
+		t.Errorf("AllocBuffer on a failed controller after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestAllocBufferCloseRace: goroutines allocating dedicated buffers while Close runs get
+// either a buffer that stays valid until they release it or ErrClosed; the transport is
+// closed once, after the last release.
+func TestAllocBufferCloseRace(t *testing.T) {
+	c := dialLoop(t, loopDialer(t), nil)
+	pd := withPD(c)
+	var wg sync.WaitGroup
+	var allocs atomic.Int64
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				b, err := c.AllocBuffer(4096)
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						t.Errorf("goroutine %d: AllocBuffer during Close: %v, want ErrClosed", g, err)
+					}
+					return
+				}
+				allocs.Add(1)
+				p := b.Bytes()
+				for i := range p {
+					p[i] = byte(g + 1)
+				}
+				runtime.Gosched()
+				if bytes.Count(p, []byte{byte(g + 1)}) != len(p) {
+					t.Errorf("goroutine %d: a dedicated buffer was freed while held", g)
+				}
+				b.Release()
+			}
+		}()
+	}
+	for allocs.Load() < 100 {
+		time.Sleep(time.Millisecond)
+	}
+	c.Close()
+	wg.Wait()
+	if pd.closes() != 1 || c.AllocatedBytes() != 0 {
+		t.Errorf("transport closed %d times, %d bytes allocated; want 1, 0", pd.closes(), c.AllocatedBytes())
 	}
 }
