@@ -127,13 +127,19 @@ func (c *Controller) connect(ctx context.Context) error {
 	c.closeMu.Lock()
 	c.admin = aq
 	c.closeMu.Unlock()
-	// Registered memory for admin data (authentication's included) and bounce buffers.
-	reg, err := c.tr.newRegion(o.BufferPoolSize)
-	if err != nil {
-		return err
-	}
+	// Registered memory for admin data (authentication's included) and bounce buffers,
+	// a region per chunk.
 	chunk := min(128<<10, o.BufferPoolSize/8) &^ 4095
-	c.pool = newBufferPool(reg, chunk)
+	regs := make([]*region, o.BufferPoolSize/chunk)
+	for i := range regs {
+		if regs[i], err = c.tr.newRegion(chunk); err != nil {
+			for _, r := range regs[:i] {
+				r.release()
+			}
+			return fmt.Errorf("initiator: buffer pool chunk %d of %d (%d bytes each): %w", i+1, len(regs), chunk, err)
+		}
+	}
+	c.pool = newBufferPool(regs, chunk)
 	if c.cntlid, err = c.fabricsConnect(ctx, aq, nvmeproto.CNTLIDDynamic); err != nil {
 		return err
 	}
@@ -678,8 +684,10 @@ func (c *Controller) teardown() {
 	// Close) or a dedicated buffer: the pool memory, and the transport they are
 	// registered with, are freed when the last one is released.
 	c.pool.close(func() {
-		if err := c.pool.reg.release(); err != nil {
-			c.log.Debug("releasing the buffer pool", "err", err)
+		for _, r := range c.pool.regs {
+			if err := r.release(); err != nil {
+				c.log.Debug("releasing the buffer pool", "err", err)
+			}
 		}
 		c.closeTransport()
 	})
@@ -733,10 +741,10 @@ func (c *Controller) GetBuffer(ctx context.Context, n int) (*Buffer, error) {
 func (c *Controller) BufferChunkSize() int { return c.pool.ChunkSize() }
 
 // AllocBuffer allocates n bytes of dedicated registered memory (page aligned; on RDMA
-// pinned and registered with remote access). Release frees it once no command uses it;
-// it stays valid across Close until then (see Close). Once Close or Shutdown began it
-// fails with an error wrapping ErrClosed; on a failed controller, with the controller's
-// error.
+// pinned and registered with remote access: see the package documentation for what that
+// exposes). Release frees it once no command uses it; it stays valid across Close until
+// then (see Close). Once Close or Shutdown began it fails with an error wrapping
+// ErrClosed; on a failed controller, with the controller's error.
 func (c *Controller) AllocBuffer(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("initiator: dedicated buffer of %d bytes: want a positive size", n)

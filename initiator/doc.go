@@ -51,6 +51,35 @@
 // registered memory (AllocBuffer, cut with Slice). They are reference counted, so memory
 // is never reused while a command could still transfer into it.
 //
+// # Memory registration
+//
+// On RDMA each region of registered memory is one memory region (MR) with one remote
+// key, and a command's keyed SGL carries its buffer's address and length with the key of
+// the region the buffer lies in. What the key lets the target do is wider than the
+// command:
+//
+//   - data regions (each pool chunk, each AllocBuffer) are registered for remote read and
+//     remote write, whatever the direction of the command that hands out their key: a
+//     target serving a Write can also write the buffer, one serving a Read can read it;
+//   - the key covers the whole region, not only the command's bytes: a command on a Slice
+//     of a dedicated buffer exposes all of that buffer (pool chunks are regions of their
+//     own, so a pool buffer exposes its chunk only);
+//   - the key is valid for as long as the region is registered (until the buffer is
+//     freed, the pool at Close), not only while the command is outstanding: nothing
+//     invalidates it when the command completes, and a pool chunk's key is handed out
+//     again with the chunk.
+//
+// The Linux host registers each request's pages in a fast-registration MR of their own,
+// for remote read and write, and has the target invalidate its key with the response
+// (drivers/nvme/host/rdma.c, nvme_rdma_map_sg_fr): its keys are as wide as the request,
+// and no wider in time. Doing that here needs fast-registration work requests in package
+// rdmacm, which it lacks. What this host narrows: a queue's control memory (Connect data,
+// Dataset Management ranges, capsules, responses) is registered for remote read only,
+// and the pool is one region per chunk. A program that wants buffers out of one
+// another's reach allocates them with separate AllocBuffer calls instead of slicing one.
+// Each Controller registers its memory in a protection domain of its own, so no key of
+// one Controller reaches another's memory.
+//
 // # Failure
 //
 // Every command has a timeout (CommandTimeout, AdminTimeout). A command that times out,

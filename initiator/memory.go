@@ -10,9 +10,10 @@ import (
 	"github.com/gonvmf/gonvmf/internal/usegate"
 )
 
-// region is memory the controller can read and write: on RDMA an rdmacm.Arena registered
-// with remote read and write access (commands carry base+offset and rkey in a keyed SGL),
-// on the loop transport plain memory addressed by offset (base 0).
+// region is memory the controller can reach: on RDMA an rdmacm.Arena registered with
+// remote read and write access (a queue's control region: remote read only; commands
+// carry base+offset and rkey in a keyed SGL), on the loop transport plain memory
+// addressed by offset (base 0).
 type region struct {
 	mem   []byte
 	base  uint64 // transport address of mem[0]
@@ -102,31 +103,35 @@ func (b *Buffer) unref() {
 // addr returns the transport address of byte i of the buffer.
 func (b *Buffer) addr(i int) uint64 { return b.reg.base + uint64(b.off+i) }
 
-// BufferPool hands out fixed-size chunks of one registered region.
+// BufferPool hands out fixed-size chunks of registered memory, each its own region: a
+// command on a pool buffer exposes that chunk to the controller, not the others (see the
+// package documentation on memory registration).
 //
-// The region, and the transport it is registered with, outlive every registered buffer:
+// The regions, and the transport they are registered with, outlive every registered buffer:
 // users counts the pool's users (a Get in progress, a buffer handed out and not yet
 // returned, a dedicated buffer of Controller.AllocBuffer not yet freed) and close closes
 // it. Neither Get nor AllocBuffer admits a user after close, so the memory is released
 // exactly once, by close or by the last user to leave after it, whichever finds the gate
 // drained.
 type BufferPool struct {
-	reg     *region
+	regs    []*region // one per chunk
 	chunk   int
 	bufs    []Buffer
 	free    chan int32
 	closed  chan struct{}
 	users   usegate.Gate
-	release func() // set by close; frees reg (and what must outlive it)
+	release func() // set by close; frees regs (and what must outlive them)
 }
 
-func newBufferPool(reg *region, chunk int) *BufferPool {
-	n := len(reg.mem) / chunk
-	p := &BufferPool{reg: reg, chunk: chunk, bufs: make([]Buffer, n), free: make(chan int32, n), closed: make(chan struct{})}
-	for i := range p.bufs {
+// newBufferPool makes a pool of one chunk per region; every region has at least chunk
+// bytes.
+func newBufferPool(regs []*region, chunk int) *BufferPool {
+	n := len(regs)
+	p := &BufferPool{regs: regs, chunk: chunk, bufs: make([]Buffer, n), free: make(chan int32, n), closed: make(chan struct{})}
+	for i, reg := range regs {
 		b := &p.bufs[i]
-		b.reg, b.off, b.pool, b.idx = reg, i*chunk, p, int32(i)
-		b.b = reg.mem[i*chunk : (i+1)*chunk : (i+1)*chunk]
+		b.reg, b.pool, b.idx = reg, p, int32(i)
+		b.b = reg.mem[:chunk:chunk]
 		p.free <- int32(i)
 	}
 	return p
@@ -160,7 +165,7 @@ func (p *BufferPool) Get(ctx context.Context, n int) (*Buffer, error) {
 		}
 	}
 	b := &p.bufs[i]
-	b.b = p.reg.mem[b.off : b.off+n : b.off+n]
+	b.b = b.reg.mem[:n:n]
 	b.refs.Store(1)
 	return b, nil
 }

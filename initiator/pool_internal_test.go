@@ -57,23 +57,33 @@ func dialLoop(t *testing.T, dial LoopDialer, mut func(*Options)) *Controller {
 const poison = 0xEE
 
 // poisonPool makes releasing c's pool memory overwrite it with poison (standing in for
-// the unmapping of an RDMA arena) and returns a flag set when that happened.
+// the unmapping of an RDMA arena) and returns a flag set when all of it was released.
 func poisonPool(c *Controller) *atomic.Bool {
-	reg := c.pool.reg
 	var released atomic.Bool
-	reg.close = func() error {
-		for i := range reg.mem {
-			reg.mem[i] = poison
+	var left atomic.Int32
+	left.Store(int32(len(c.pool.regs)))
+	for _, reg := range c.pool.regs {
+		reg.close = func() error {
+			for i := range reg.mem {
+				reg.mem[i] = poison
+			}
+			if left.Add(-1) == 0 {
+				released.Store(true)
+			}
+			return nil
 		}
-		released.Store(true)
-		return nil
 	}
 	return &released
 }
 
 // untouched reports whether the pool memory is still all poison.
 func untouched(c *Controller) bool {
-	return bytes.Count(c.pool.reg.mem, []byte{poison}) == len(c.pool.reg.mem)
+	for _, reg := range c.pool.regs {
+		if bytes.Count(reg.mem, []byte{poison}) != len(reg.mem) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestPoolAfterClose: once Close released the pool memory, no method hands it out or
@@ -311,5 +321,34 @@ func TestAllocBufferCloseRace(t *testing.T) {
 	wg.Wait()
 	if pd.closes() != 1 || c.AllocatedBytes() != 0 {
 		t.Errorf("transport closed %d times, %d bytes allocated; want 1, 0", pd.closes(), c.AllocatedBytes())
+	}
+}
+
+// TestPoolChunkRegions: every pool chunk is a region of its own, so a command on a pool
+// buffer carries the memory key of that chunk only: the controller it goes to cannot reach
+// the other chunks (other commands' bounce buffers, admin and authentication data)
+// through it.
+func TestPoolChunkRegions(t *testing.T) {
+	c := dialLoop(t, loopDialer(t), nil)
+	p := c.pool
+	var held []*Buffer
+	seen := map[*region]bool{}
+	for range len(p.bufs) {
+		b, err := c.GetBuffer(context.Background(), p.ChunkSize())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+		if seen[b.reg] || len(b.reg.mem) != p.ChunkSize() || b.off != 0 {
+			t.Fatalf("pool buffer %d: region of %d bytes at offset %d (shared: %v), want a region of its own of %d bytes",
+				len(held), len(b.reg.mem), b.off, seen[b.reg], p.ChunkSize())
+		}
+		seen[b.reg] = true
+	}
+	if len(held)*p.ChunkSize() != DefaultBufferPoolSize {
+		t.Errorf("%d chunks of %d bytes, want %d bytes in all", len(held), p.ChunkSize(), DefaultBufferPoolSize)
+	}
+	for _, b := range held {
+		b.Release()
 	}
 }

@@ -263,7 +263,10 @@ func (rq *rdmaQueue) setup() error {
 	}
 	rq.capOff = alignUp(ctlSize(depth), 64)
 	rq.respOff = rq.capOff + depth*nvmeproto.SQESize
-	if rq.arena, err = t.pd.NewArena(rq.respOff+depth*nvmeproto.CQESize, rdmacm.AccessRemoteRead|rdmacm.AccessRemoteWrite); err != nil {
+	// The target only RDMA READs this memory (the Connect data, Dataset Management
+	// ranges); capsules go out by SEND and responses come in by RECV, which need no remote
+	// access: it gets no remote write.
+	if rq.arena, err = t.pd.NewArena(rq.respOff+depth*nvmeproto.CQESize, rdmacm.AccessRemoteRead); err != nil {
 		return err
 	}
 	a := rq.arena
