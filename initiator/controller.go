@@ -46,6 +46,8 @@ type Controller struct {
 	maxXfer int // bytes per command (MDTS)
 	icd     int // in-capsule data bytes on I/O queues
 	kato    time.Duration
+	crdt    [3]time.Duration // Command Retry Delay Times (Identify CRDT1..3)
+	acre    bool             // Host Behavior Support ACRE enabled: failed statuses carry CRD
 
 	authMu  sync.Mutex        // serializes Reauthenticate
 	authTID atomic.Uint32     // transaction IDs of in-band authentication
@@ -150,6 +152,9 @@ func (c *Controller) connect(ctx context.Context) error {
 	if err := c.identify(ctx); err != nil {
 		return err
 	}
+	if err := c.enableACRE(ctx); err != nil {
+		return err
+	}
 	if c.kato > 0 {
 		c.bg.Add(1)
 		go c.keepAlive()
@@ -166,7 +171,7 @@ func (c *Controller) connect(ctx context.Context) error {
 		}
 	}
 	c.log.Info("controller connected", "cntlid", c.cntlid, "io_queues", len(c.io), "queue_size", c.ioDepth(),
-		"mdts", c.maxXfer, "in_capsule", c.icd, "kato", c.kato)
+		"mdts", c.maxXfer, "in_capsule", c.icd, "kato", c.kato, "acre", c.acre, "crdt1", c.crdt[0])
 	return nil
 }
 
@@ -333,6 +338,49 @@ func (c *Controller) identify(ctx context.Context) error {
 		c.icd = int(min(id.IOCCSZ*16-nvmeproto.SQESize, 1<<20))
 	}
 	return nil
+}
+
+// enableACRE sets Advanced Command Retry Enable (Set Features Host Behavior Support, 16h)
+// when Identify Controller reports a Command Retry Delay Time (CRDT1 not 0), as the
+// Linux host's nvme_configure_host_options does: the controller then sets CRD in the
+// statuses a host may retry, and retry waits the delay it selects. A controller that
+// refuses the feature leaves CRD 0 (retries without delay), and the connection goes on,
+// as the Linux host's does.
+func (c *Controller) enableACRE(ctx context.Context) error {
+	id := &c.id
+	c.crdt = [3]time.Duration{time.Duration(id.CRDT1) * 100 * time.Millisecond,
+		time.Duration(id.CRDT2) * 100 * time.Millisecond, time.Duration(id.CRDT3) * 100 * time.Millisecond}
+	if id.CRDT1 == 0 {
+		return nil
+	}
+	buf, err := c.pool.Get(ctx, nvmeproto.HostBehaviorSize)
+	if err != nil {
+		return err
+	}
+	defer buf.Release()
+	hb := nvmeproto.HostBehavior{ACRE: nvmeproto.HostBehaviorEnable}
+	hb.Marshal(buf.Bytes())
+	sf := nvmeproto.SetFeaturesCommand{FID: nvmeproto.FIDHostBehaviorSupport}
+	err = c.adminData(ctx, "Set Features (Host Behavior Support)", func(cmd *nvmeproto.Command) { sf.ToCommand(cmd) }, buf, nvmeproto.DirHostToCtrl)
+	var se *StatusError
+	if errors.As(err, &se) {
+		c.log.Info("controller refused advanced command retry (ACRE): failed commands are retried without its delays", "err", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.acre = true
+	return nil
+}
+
+// retryDelay is the Command Retry Delay a status's CRD selects: none for 0, CRDT1..3
+// for 1..3.
+func (c *Controller) retryDelay(crd uint8) time.Duration {
+	if crd == 0 || crd > 3 {
+		return 0
+	}
+	return c.crdt[crd-1]
 }
 
 // ioDepth returns the I/O queue size to connect with.
@@ -606,8 +654,10 @@ func (c *Controller) Close() error {
 }
 
 // Shutdown refuses new I/O (IOQueue.Submit and the Namespace methods fail with
-// ErrClosed), waits for outstanding I/O to complete (for at most half the time left
-// before ctx's deadline, so the rest remains for the controller shutdown), disconnects
+// ErrClosed), stops retries (an attempt that fails from now on ends the command with its
+// status; a command waiting for a retry delay ends with ErrClosed), waits for outstanding
+// I/O to complete (for at most half the time left before ctx's deadline, so the rest
+// remains for the controller shutdown), disconnects
 // the I/O queues, shuts the controller down (CC.SHN normal, then CSTS.SHST complete),
 // disconnects the admin queue and frees the memory (see Close). It is idempotent.
 func (c *Controller) Shutdown(ctx context.Context) error {
@@ -628,7 +678,9 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 			drainEnd = time.Now().Add(time.Until(dl) / 2)
 		}
 		for _, q := range c.io {
-			for len(q.free) < q.usable && !q.dead.Load() && ctx.Err() == nil && (drainEnd.IsZero() || time.Now().Before(drainEnd)) {
+			// Commands waiting for a retry delay are not waited for: closing stops
+			// retries, and the queue's teardown ends them with ErrClosed.
+			for len(q.free)+int(q.waiting.Load()) < q.usable && !q.dead.Load() && ctx.Err() == nil && (drainEnd.IsZero() || time.Now().Before(drainEnd)) {
 				time.Sleep(time.Millisecond)
 			}
 		}

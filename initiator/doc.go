@@ -51,6 +51,24 @@
 // registered memory (AllocBuffer, cut with Slice). They are reference counted, so memory
 // is never reused while a command could still transfer into it.
 //
+// # Retries
+//
+// A command the controller fails without Do Not Retry is sent again, as the Linux host
+// does for block I/O (nvme_decide_disposition, nvme_retry_req in drivers/nvme/host/core.c):
+// I/O commands (Read, Write, Flush, Write Zeroes, Deallocate; not admin and Fabrics
+// commands, which the Linux host fails fast), at most Options.MaxRetries times (default
+// 5, the Linux host's max_retries), each after the Command Retry Delay its status selects:
+// CRD 1..3 the Identify Controller CRDT1..3 (100 ms units), CRD 0 none. Dial enables
+// Advanced Command Retry (Set Features Host Behavior Support, ACRE) on a controller that
+// reports CRDT1, as the Linux host does, so that the controller sets CRD: gonvmf's target
+// answers Namespace Not Ready with CRD 1 while it reopens a namespace. Path-related
+// statuses (SCT 3h: ANA states, path errors) are not retried: this host has a single
+// path, and failing over is its caller's business. A command waiting for its delay keeps
+// its slot and its buffer; Done and the synchronous calls see only the last attempt. A
+// synchronous call's context stops the retries (a waiting retry ends at once with the
+// last status), and so does Close (a waiting retry ends with ErrClosed). Retries allocate
+// nothing: a queue's slots keep their timers.
+//
 // # Memory registration
 //
 // On RDMA each region of registered memory is one memory region (MR) with one remote

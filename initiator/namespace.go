@@ -12,7 +12,7 @@ import (
 // spreads commands over the controller's I/O queues. Its methods are safe for concurrent
 // use; every one takes a context: when it ends first the call returns its error while the
 // command itself stays outstanding until the controller completes it (the buffers it uses
-// stay referenced until then).
+// stay referenced until then), and is not retried any more (see Options.MaxRetries).
 type Namespace struct {
 	ctrl *Controller
 	NSID uint32

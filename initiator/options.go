@@ -30,6 +30,8 @@ const (
 	DefaultConnectTimeout = 10 * time.Second // per queue transport connection
 	AdminQueueSize        = 32               // admin queue entries (hsqsize 31), as the Linux host
 	MaxQueueSize          = 1024             // largest I/O queue (the Linux host's range is 16..1024)
+	DefaultMaxRetries     = 5                // retries of an I/O command, the Linux host's nvme_core.max_retries
+	MaxRetriesLimit       = 255              // largest MaxRetries (nvme_core.max_retries is a byte too)
 )
 
 // maxKeepAlive is the longest KeepAlive: Connect carries KATO in 32 bits of milliseconds.
@@ -94,6 +96,15 @@ type Options struct {
 	// host's error recovery does (without reconnecting).
 	CommandTimeout time.Duration
 	AdminTimeout   time.Duration
+	// MaxRetries bounds how often an I/O command (Read, Write, Flush, Write Zeroes,
+	// Deallocate) that the controller failed without Do Not Retry is sent again, as the
+	// Linux host's nvme_core.max_retries does: 0 means DefaultMaxRetries (5), negative
+	// disables retries, at most MaxRetriesLimit. Each retry waits the Command Retry Delay
+	// the status selects (CRD 1..3: Identify Controller CRDT1..3, in 100 ms units; CRD 0:
+	// none); Dial enables ACRE so that controllers that report CRDT1 set CRD. Admin,
+	// Fabrics and path-related (SCT 3h) statuses are never retried: see the package
+	// documentation.
+	MaxRetries int
 	// NoInCapsuleData disables in-capsule data for small writes even when the controller
 	// offers it (Identify SGLS bit 20 and IOCCSZ).
 	NoInCapsuleData bool
@@ -190,6 +201,13 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ConnectTimeout == 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = DefaultMaxRetries
+	}
+	if o.MaxRetries > MaxRetriesLimit {
+		return o, fmt.Errorf("initiator: Options.MaxRetries %d: want at most %d retries (0: the default %d, negative: none)",
+			o.MaxRetries, MaxRetriesLimit, DefaultMaxRetries)
 	}
 	if o.CommandTimeout < 0 || o.AdminTimeout < 0 || o.ConnectTimeout < 0 {
 		return o, errors.New("initiator: negative command timeout")

@@ -73,11 +73,20 @@ type slot struct {
 
 	cmd     nvmeproto.Command
 	req     *Request
-	buf     *Buffer // data buffer (one reference held while busy)
+	buf     *Buffer // data buffer (one reference held while busy, retries included)
 	reg     *region // the memory the keyed SGL addresses (buf's region, or the control region)
 	icd     bool    // buf travels in the capsule
 	cqe     nvmeproto.Completion
 	gotResp bool
+
+	// Retries (see queue.retry). While a failed attempt waits for its Command Retry
+	// Delay the slot stays busy with no deadline, its request in retryReq; whoever takes
+	// the request out of retryReq owns the slot from then on: retryDue (which sends the
+	// command again, or ends it when its caller stopped it), or abortAll once the queue
+	// is dead.
+	retries  uint8 // attempts sent again for the current command
+	retryReq atomic.Pointer[Request]
+	timer    *time.Timer // runs retryDue; created stopped with the queue, so retries allocate no timer
 
 	x any // transport's per-slot state
 }
@@ -98,12 +107,13 @@ type queue struct {
 	nevents int32
 	usable  int // slots in use (≤ depth)
 
-	active atomic.Int32 // submitters between the dead check and their post
-	dead   atomic.Bool
-	deadCh chan struct{}
-	errMu  sync.Mutex
-	err    error
-	exited chan struct{} // run returned
+	active  atomic.Int32 // submitters between the dead check and their post
+	waiting atomic.Int32 // busy slots waiting for a retry delay (slot.retryReq set)
+	dead    atomic.Bool
+	deadCh  chan struct{}
+	errMu   sync.Mutex
+	err     error
+	exited  chan struct{} // run returned
 }
 
 func newQueue(c *Controller, qid uint16, depth int, timeout time.Duration) *queue {
@@ -113,7 +123,10 @@ func newQueue(c *Controller, qid uint16, depth int, timeout time.Duration) *queu
 		timeout: timeout, deadCh: make(chan struct{}), exited: make(chan struct{}),
 	}
 	for i := range q.slots {
-		q.slots[i].q, q.slots[i].idx = q, uint16(i)
+		s := &q.slots[i]
+		s.q, s.idx = q, uint16(i)
+		s.timer = time.AfterFunc(time.Hour, s.retryDue)
+		s.timer.Stop()
 	}
 	return q
 }
@@ -207,19 +220,12 @@ func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 		q.free <- idx
 		return err
 	}
-	s.req = r
+	s.req, r.slot = r, s
 	if s.buf != nil {
 		s.buf.ref()
 	}
-	s.gotResp = false
-	s.pending.Store(q.nevents)
-	if r.noTimeout || q.timeout <= 0 {
-		s.deadline.Store(0)
-	} else {
-		s.deadline.Store(deadlineAfter(monoNow(q.ctrl), q.timeout))
-	}
-	s.info.Store(uint32(s.cmd.Opcode) | uint32(s.cmd.CID)<<16)
-	s.state.Store(slotBusy)
+	s.retries = 0
+	q.arm(s)
 	if err := q.tr.post(s); err != nil {
 		s.state.Store(slotFree)
 		s.deadline.Store(0)
@@ -233,6 +239,27 @@ func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 		return err
 	}
 	return nil
+}
+
+// arm readies a busy slot whose SQE is built for an attempt: the events to wait for, the
+// deadline, and the state store that publishes the slot to the completion goroutine.
+func (q *queue) arm(s *slot) {
+	s.gotResp = false
+	s.pending.Store(q.nevents)
+	if s.req.noTimeout || q.timeout <= 0 {
+		s.deadline.Store(0)
+	} else {
+		s.deadline.Store(deadlineAfter(monoNow(q.ctrl), q.timeout))
+	}
+	s.info.Store(uint32(s.cmd.Opcode) | uint32(s.cmd.CID)<<16)
+	s.state.Store(slotBusy)
+}
+
+// newCID gives the slot's command a command ID not used by its previous attempt or
+// command, so that a stale completion matches nothing.
+func (s *slot) newCID() {
+	s.gen++
+	s.cmd.CID = s.idx | s.gen<<cidBits(s.q.depth)
 }
 
 // build fills the slot's SQE for r and decides how its data travels.
@@ -297,8 +324,7 @@ func (q *queue) build(s *slot, r *Request) error {
 	default:
 		return fmt.Errorf("initiator: unknown operation %v", r.Op)
 	}
-	s.gen++
-	cmd.CID = s.idx | s.gen<<cidBits(q.depth)
+	s.newCID()
 	cmd.Flags = nvmeproto.PSDTSGL << 6
 	switch {
 	case r.Op == OpDeallocate:
@@ -338,9 +364,12 @@ func (q *queue) response(cqe *nvmeproto.Completion) (*slot, error) {
 // event counts one of the command's completion events; true when it was the last.
 func (s *slot) event() bool { return s.pending.Add(-1) == 0 }
 
-// finish completes the slot's command: it frees the slot, then calls Done. err (a
-// transport failure) overrides the response.
+// finish completes the slot's attempt: unless retry sends the command again, it frees the
+// slot, then calls Done. err (a transport failure) overrides the response.
 func (q *queue) finish(s *slot, err error) {
+	if err == nil && s.gotResp && !s.cqe.Status.Success() && q.retry(s) {
+		return
+	}
 	r := s.req
 	buf := s.buf
 	cqe := s.cqe
@@ -368,6 +397,94 @@ func (q *queue) finish(s *slot, err error) {
 	r.Done(r)
 }
 
+// retry decides whether a command whose attempt failed with status st is sent again, as
+// the Linux host's nvme_decide_disposition and nvme_retry_req do for block I/O: an I/O
+// command (not an admin or Fabrics command: the Linux host fails those fast) whose status
+// lacks Do Not Retry, at most Options.MaxRetries times, after the Command Retry Delay the
+// status's CRD selects (retryDelay). Path-related statuses (SCT 3h: ANA states, path
+// errors) go to the caller at once, as the Linux host's multipath sends them to another
+// path: this host has one path, and failing over is its caller's business. A stopped
+// request (its caller's context ended), a closing controller (as the Linux host fails
+// requests of a dying queue) and a dead queue end the command instead.
+//
+// It keeps the slot busy with its request and buffer reference, with no deadline while
+// waiting, and arms the slot's timer (retryDue). Called on the completion goroutine.
+func (q *queue) retry(s *slot) bool {
+	r, st := s.req, s.cqe.Status
+	if r.Op == opCommand || st.DNR() || st.SCT() == nvmeproto.SCTPathRelated ||
+		int(s.retries) >= q.ctrl.opts.MaxRetries || r.stop.Load() || q.ctrl.closing.Load() || q.dead.Load() {
+		return false
+	}
+	s.retries++
+	s.deadline.Store(0)
+	s.wait(r)
+	s.timer.Reset(q.ctrl.retryDelay(st.CRD()))
+	if r.stop.Load() {
+		s.timer.Reset(0) // stopped meanwhile: see stopRetries
+	}
+	return true
+}
+
+// wait puts the slot's request r in retryReq: the slot waits for a retry delay.
+func (s *slot) wait(r *Request) {
+	s.q.waiting.Add(1)
+	s.retryReq.Store(r)
+}
+
+// take takes the request out of retryReq, and with it the waiting slot; nil if another
+// took it.
+func (s *slot) take() *Request {
+	r := s.retryReq.Swap(nil)
+	if r != nil {
+		s.q.waiting.Add(-1)
+	}
+	return r
+}
+
+// retryDue runs on the timer's goroutine when a retry's delay is over, or at once when
+// stopRetries kicked it. Like submit it counts itself in active before it looks at dead,
+// so abortAll (which runs after quiesce) cannot run while it holds the slot. A request it
+// takes from a dead queue it leaves busy: abortAll has not visited the slot (it would have
+// taken the request itself), and finishes it when it does. Once the controller is closing
+// it puts the request back for the same reason: Shutdown does not wait for retries, and
+// its teardown's abortAll ends them.
+func (s *slot) retryDue() {
+	q := s.q
+	q.active.Add(1)
+	defer q.active.Add(-1)
+	r := s.take()
+	if r == nil || q.dead.Load() {
+		return
+	}
+	if r.stop.Load() {
+		q.finish(s, nil) // Done gets the last attempt's status; a stopped request's Done runs anywhere
+		return
+	}
+	if q.ctrl.closing.Load() {
+		s.wait(r)
+		return
+	}
+	s.newCID()
+	q.arm(s)
+	if err := q.tr.post(s); err != nil {
+		// Not posted, so the slot is still this goroutine's; it stays busy, and abortAll
+		// finishes it.
+		q.fail(fmt.Errorf("%w: posting %s on queue %d again (retry %d): %v", ErrDisconnected, r.opName(), q.qid, s.retries, err))
+	}
+}
+
+// stopRetries ends r's retries once its caller's context ended: no attempt is sent after
+// it, and a retry waiting for its delay ends now, not when the delay is over. With
+// retry's check of stop after arming the timer, at least one of the two sees the other
+// and sets the timer to fire now (a second firing finds retryReq empty). A kick that
+// lands on a later command of the slot only sends that command's retry early.
+func (q *queue) stopRetries(r *Request) {
+	r.stop.Store(true)
+	if s := r.slot; s != nil && s.retryReq.Load() == r {
+		s.timer.Reset(0)
+	}
+}
+
 // abortAll completes every outstanding command with the queue's error. Called by run
 // once the queue is dead, quiesced and drained.
 func (q *queue) abortAll() {
@@ -378,6 +495,8 @@ func (q *queue) abortAll() {
 	for i := range q.slots {
 		s := &q.slots[i]
 		if s.state.Load() == slotBusy {
+			s.take() // a retry waiting for its delay ends here (see slot.retryReq)
+			s.timer.Stop()
 			q.finish(s, fmt.Errorf("initiator: %s on queue %d aborted: %w", s.req.opName(), q.qid, err))
 		}
 	}
@@ -403,7 +522,8 @@ func (q *queue) expired(now int64) string {
 }
 
 // exec submits r (waiting for a slot) and waits for its completion or ctx. If ctx ends
-// first the command stays outstanding (its buffers stay referenced) and exec returns.
+// first, r is sent no more (no retry), the command stays outstanding (its buffers stay
+// referenced) and exec returns.
 func (q *queue) exec(ctx context.Context, r *Request) error {
 	_, err := q.execWait(ctx, r)
 	return err
@@ -421,6 +541,7 @@ func (q *queue) execWait(ctx context.Context, r *Request) (bool, error) {
 	case <-done:
 		return true, r.Err
 	case <-ctx.Done():
+		q.stopRetries(r)
 		return false, fmt.Errorf("initiator: %s on queue %d: %w", r.opName(), q.qid, ctx.Err())
 	}
 }
@@ -439,7 +560,8 @@ func (q *IOQueue) Depth() int { return q.q.usable }
 // Submit starts r without blocking. It returns ErrQueueFull when Depth commands are
 // outstanding, an error wrapping ErrClosed once Close or Shutdown began, or the
 // controller's error once it failed, or an error when r.Done is nil; then r.Done is not
-// called. Otherwise r.Done is called exactly once.
+// called. Otherwise r.Done is called exactly once, after the command's retries (see
+// Request.Done); a command waiting for a retry occupies its slot.
 func (q *IOQueue) Submit(r *Request) error { return q.q.submit(nil, r, false) }
 
 // SubmitWait is Submit, but waits for a free slot until ctx ends.

@@ -2,6 +2,7 @@ package initiator
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
@@ -54,7 +55,9 @@ type Request struct {
 	Buf *Buffer
 	// Done is called once per successful Submit, when the command completed or failed,
 	// on the queue's completion goroutine. It must not block; it may Submit (also this
-	// Request again).
+	// Request again). A command the controller failed without Do Not Retry is retried
+	// (Options.MaxRetries) before Done is called: Done sees the last attempt's result, and
+	// Buf stays the command's, unchanged by the host, until then.
 	Done func(*Request)
 	// User is free for the caller (e.g. a pointer to its own per-I/O state).
 	User any
@@ -69,6 +72,14 @@ type Request struct {
 	dir       nvmeproto.Direction
 	noTimeout bool   // held by the controller indefinitely (Asynchronous Event Request)
 	name      string // opCommand: the command's name for errors
+
+	// The synchronous API's (queue.execWait) bookkeeping; the asynchronous API leaves it
+	// alone. stop ends retries: its caller's context ended, so no attempt is sent after
+	// it is set, and a retry waiting for its delay ends at once (see slot.retryDue). Only
+	// execWait sets it, whose Done may run on any goroutine: finish runs off the
+	// completion goroutine only for stopped requests.
+	stop atomic.Bool
+	slot *slot // the slot submit put the request in; read only by execWait
 }
 
 // opName returns the name errors use for the request.

@@ -107,13 +107,23 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, text string
 // host connects a Go host to the loop server; it rescans namespaces on change events.
 func host(t *testing.T, s *server.Server, nqn string, events chan<- initiator.AsyncEvent) *initiator.Controller {
 	t.Helper()
-	c, err := initiator.Dial(ctx(t), initiator.Options{Transport: initiator.TransportLoop, SubNQN: nqn, HostNQN: hostNQN, Logger: quiet,
+	return hostWith(t, s, nqn, events, nil)
+}
+
+// hostWith is host with mut changing the options first.
+func hostWith(t *testing.T, s *server.Server, nqn string, events chan<- initiator.AsyncEvent, mut func(*initiator.Options)) *initiator.Controller {
+	t.Helper()
+	o := initiator.Options{Transport: initiator.TransportLoop, SubNQN: nqn, HostNQN: hostNQN, Logger: quiet,
 		Loop: func(depth int) (initiator.LoopConn, error) { return s.Loop().Dial(depth) },
 		OnAsyncEvent: func(ev initiator.AsyncEvent) {
 			if events != nil {
 				events <- ev
 			}
-		}})
+		}}
+	if mut != nil {
+		mut(&o)
+	}
+	c, err := initiator.Dial(ctx(t), o)
 	if err != nil {
 		t.Fatal(err)
 	}

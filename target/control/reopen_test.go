@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -164,7 +165,9 @@ func TestReopenFailedNamespace(t *testing.T) {
 // FailedPrecondition naming the cause, the namespace shows inactive and refuses commands
 // (Invalid Namespace with DNR: nothing brings it back by itself), and a later reopen puts
 // it back; while that reopen is opening the backend, commands get Namespace Not Ready
-// without DNR, which a host retries (the Go initiator leaves ACRE off: CRD 0).
+// without DNR and with CRD 1 (the Go initiator enables ACRE, as the Linux host does), and
+// a host that retries (the Go initiator's default) gets its write through once the reopen
+// is done.
 func TestReopenCannotOpen(t *testing.T) {
 	cfg := testConfig(socketPath(t))
 	cfg.Subsystems[0].Namespaces[0] = conf.Namespace{NSID: 1, Backend: conf.BackendFile, Path: filepath.Join(t.TempDir(), "ns1.img"), Size: 1 << 20}
@@ -210,10 +213,37 @@ func TestReopenCannotOpen(t *testing.T) {
 		t.Fatalf("second reopen returned %v without opening the backend", err)
 	}
 	holdOpen.Store(false)
-	_, err = ns.WriteAt(c, make([]byte, 4096), 0, 0)
+	raw := hostWith(t, s, subNQN, nil, func(o *initiator.Options) { o.MaxRetries = -1 })
+	rawNS, _ := raw.Namespace(1)
+	_, err = rawNS.WriteAt(c, make([]byte, 4096), 0, 0)
+	if !errors.As(err, &se) || se.Status.Code() != nvmeproto.StatusNSNotReady || se.Status.DNR() || se.Status.CRD() != 1 {
+		t.Errorf("write during the reopen (no retries): %v (status %v), want Namespace Not Ready without DNR, CRD 1", err, se.Status)
+	}
+	// A host that retries: its write is refused while the reopen holds, then goes through.
+	refused := make(chan struct{}, 1)
+	retrying := hostWith(t, s, subNQN, nil, func(o *initiator.Options) {
+		dial := o.Loop
+		o.Loop = func(depth int) (initiator.LoopConn, error) {
+			conn, err := dial(depth)
+			return notReadySpy{conn, refused}, err
+		}
+	})
+	retryNS, _ := retrying.Namespace(1)
+	written := make(chan error, 1)
+	go func() {
+		_, err := retryNS.WriteAt(c, make([]byte, 4096), 0, 0)
+		written <- err
+	}()
+	select {
+	case <-refused:
+	case err := <-written:
+		t.Errorf("write during the reopen ended (%v) before the target refused it", err)
+	case <-time.After(10 * time.Second):
+		t.Error("write during the reopen not refused within 10 s")
+	}
 	close(release)
-	if !errors.As(err, &se) || se.Status.Code() != nvmeproto.StatusNSNotReady || se.Status.DNR() || se.Status.CRD() != 0 {
-		t.Errorf("write during the reopen: %v, want Namespace Not Ready without DNR, CRD 0", err)
+	if err := <-written; err != nil {
+		t.Errorf("write during the reopen, retried by the host: %v", err)
 	}
 	if err := <-reopened; err != nil {
 		t.Fatalf("second reopen: %v", err)
@@ -221,4 +251,26 @@ func TestReopenCannotOpen(t *testing.T) {
 	if _, err := ns.WriteAt(c, make([]byte, 4096), 0, 0); err != nil {
 		t.Errorf("write after the second reopen: %v", err)
 	}
+}
+
+// notReadySpy signals refused (without blocking) when a write completes with Namespace
+// Not Ready.
+type notReadySpy struct {
+	initiator.LoopConn
+	refused chan<- struct{}
+}
+
+func (s notReadySpy) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeproto.Completion)) error {
+	if cmd.Opcode != nvmeproto.OpWrite || cmd.IsFabrics() {
+		return s.LoopConn.Submit(cmd, data, done)
+	}
+	return s.LoopConn.Submit(cmd, data, func(cqe nvmeproto.Completion) {
+		if cqe.Status.Code() == nvmeproto.StatusNSNotReady {
+			select {
+			case s.refused <- struct{}{}:
+			default:
+			}
+		}
+		done(cqe)
+	})
 }
