@@ -843,9 +843,11 @@ func (c *Controller) AllocatedBytes() int64 { return c.allocated.Load() }
 // AdminCommand runs an admin command and returns its completion. buf, if not nil, holds
 // the data (direction from the opcode); CID, flags and SGL are set here. A completion with
 // an error status is returned together with a *StatusError. When the command did not
-// complete (ctx ended first, it could not be submitted) the Completion is zero.
+// complete (ctx ended first, it could not be submitted) the Completion is zero. With a
+// buf, AdminCommand returns only once the command has ended, also when ctx ends first,
+// as Namespace.Read does: until then the controller may transfer into buf.
 func (c *Controller) AdminCommand(ctx context.Context, cmd *nvmeproto.Command, buf *Buffer) (nvmeproto.Completion, error) {
-	r := &Request{Op: opCommand, name: nvmeproto.AdminOpName(cmd.Opcode), cmd: *cmd, Buf: buf, dir: cmd.DataDirection()}
+	r := &Request{Op: opCommand, name: nvmeproto.AdminOpName(cmd.Opcode), cmd: *cmd, Buf: buf, dir: cmd.DataDirection(), ownBuf: buf != nil}
 	completed, err := c.admin.execWait(ctx, r)
 	if !completed {
 		return nvmeproto.Completion{}, err // r may still complete later: do not read it

@@ -49,7 +49,28 @@
 //
 // Buffers come from the controller's pool (GetBuffer, recycled) or from dedicated
 // registered memory (AllocBuffer, cut with Slice). They are reference counted, so memory
-// is never reused while a command could still transfer into it.
+// is never reused while a command could still transfer into it. The caller's part:
+//
+//   - A buffer is the command's from Submit until Done, or for the whole synchronous
+//     call: do not touch its bytes meanwhile. Read, Write and AdminCommand with a buffer
+//     return only once their command has ended, also when their context ended first
+//     (they then wait at most the command timeout, after which the controller fails and
+//     aborts the command): they never hand a buffer back while the controller may still
+//     transfer into it. The copying calls (ReadAt, WriteAt) return when their context
+//     ends, and their bounce buffer is not reused until the command has ended.
+//   - Release may come at any time: the memory is freed, or returned to the pool, once
+//     the last command using it has ended.
+//   - Buffers stay valid across Close until released; GetBuffer and AllocBuffer fail
+//     with ErrClosed once Close began.
+//
+// A command has ended when its completion arrived or its queue's teardown aborted it. On
+// RDMA the teardown first moves the queue pair to the error state, after which the
+// target's RDMA transfers into this host's memory fail. On the loop transport a command
+// the in-process target has not finished 3 s after its queue died is aborted without
+// it: the target may still write into the buffer when its backend returns; the buffer
+// stays referenced (not freed, not reused by the pool) until then, but a caller that must
+// not see such a write releases a buffer whose command failed with ErrDisconnected,
+// ErrTimeout or ErrClosed on the loop transport rather than reusing it.
 //
 // # Retries
 //
@@ -115,8 +136,9 @@
 // arrived), responses are RECEIVED into registered buffers that are reposted in batches.
 //
 // Loop: cmd/gonvmf (or a test) passes a LoopDialer that opens target/loop Conns on an
-// in-process target; host memory is addressed by offset, completions are handed to the
-// queue's completion goroutine, so the target's command path can be measured natively.
+// in-process target; host memory is addressed by offset into the buffer's region (the
+// target is handed that region's memory), completions are handed to the queue's
+// completion goroutine, so the target's command path can be measured natively.
 // The initiator never imports the target: LoopConn is the structural interface
 // target/loop's *Conn satisfies.
 package initiator

@@ -27,7 +27,8 @@ func (t *loopTransport) openQueue(_ context.Context, q *queue, _ uint16) (int, e
 		return 0, err
 	}
 	lq := &loopQueue{q: q, conn: conn, wakeCh: make(chan struct{}, 1),
-		ring: make([]loopCompletion, 0, q.depth), spare: make([]loopCompletion, 0, q.depth)}
+		ring: make([]loopCompletion, 0, q.depth), spare: make([]loopCompletion, 0, q.depth),
+		posted: make([]atomic.Bool, q.depth), held: make([]*Buffer, q.depth)}
 	q.ctl = goRegion(ctlSize(q.depth))
 	for i := range q.slots {
 		i := uint16(i)
@@ -45,6 +46,12 @@ type loopCompletion struct {
 // loopQueue is one loop Conn. Completions arrive on whatever goroutine the target
 // finishes a command on (often inline in Submit); push queues them and run delivers them
 // on the queue's completion goroutine, so Done functions never run inside Submit.
+//
+// The target addresses the command's buffer directly, for as long as it holds the
+// command: posted tells which slots' commands it holds. When run gives up waiting for
+// the target (loopCloseWait) it aborts those commands, but keeps a reference to each one's
+// buffer in held until the target's late completion drops it: the memory is not freed or
+// reused by the pool while the target may still write into it.
 type loopQueue struct {
 	q        *queue
 	conn     LoopConn
@@ -53,6 +60,9 @@ type loopQueue struct {
 	spare    []loopCompletion
 	sleeping atomic.Bool
 	wakeCh   chan struct{}
+	posted   []atomic.Bool // by slot: Submit accepted the command and done has not been called
+	gone     bool          // under mu: run gave up on the target; completions from now on are late
+	held     []*Buffer     // under mu, by slot: the buffer of a command the target held when run gave up
 }
 
 func (t *loopQueue) events() int32 { return 1 }
@@ -65,11 +75,26 @@ func (t *loopQueue) post(s *slot) error {
 	case s.reg != nil:
 		data = s.reg.mem
 	}
-	return t.conn.Submit(&s.cmd, data, s.x.(func(nvmeproto.Completion)))
+	t.posted[s.idx].Store(true)
+	if err := t.conn.Submit(&s.cmd, data, s.x.(func(nvmeproto.Completion))); err != nil {
+		t.posted[s.idx].Store(false)
+		return err
+	}
+	return nil
 }
 
 func (t *loopQueue) push(idx uint16, cqe nvmeproto.Completion) {
 	t.mu.Lock()
+	t.posted[idx].Store(false)
+	if t.gone {
+		b := t.held[idx]
+		t.held[idx] = nil
+		t.mu.Unlock()
+		if b != nil {
+			b.unref()
+		}
+		return
+	}
 	t.ring = append(t.ring, loopCompletion{idx, cqe})
 	t.mu.Unlock()
 	if t.sleeping.Load() {
@@ -157,12 +182,23 @@ func (t *loopQueue) run() {
 		}
 		break
 	}
-	t.deliver(t.take())
+	t.mu.Lock()
+	t.gone = true
+	rest := t.ring
+	t.ring = nil
+	for i := range q.slots {
+		if b := q.slots[i].buf; b != nil && t.posted[i].Load() {
+			b.ref()
+			t.held[i] = b
+		}
+	}
+	t.mu.Unlock()
+	t.deliver(rest)
 	q.abortAll()
 }
 
 // loopCloseWait bounds how long a dead loop queue waits for the target to finish the
-// commands it accepted.
+// commands it accepted (then it aborts them, see loopQueue).
 const loopCloseWait = 3 * time.Second
 
 func (t *loopQueue) close() error { return nil }

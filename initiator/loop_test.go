@@ -964,3 +964,86 @@ func TestLoopInCapsuleData(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestLoopReadContextKeepsBuffer: a zero-copy Read whose context ends while the target
+// still holds the command does not hand the buffer back: it returns once the command
+// completed (here successfully, with the data in the buffer), and nothing writes the
+// buffer after it returned.
+func TestLoopReadContextKeepsBuffer(t *testing.T) {
+	var sb *stallBackend
+	e := newEnv(t, nil, stallBackends(&sb))
+	c := e.dial(t, nil)
+	var unstall sync.Once
+	release := func() { unstall.Do(func() { close(sb.release) }) }
+	t.Cleanup(release) // before Close, which waits for the read
+	ns := c.Namespaces()[0]
+	want := bytes.Repeat([]byte{0xC3}, 4096)
+	if _, err := ns.WriteAt(ctx(t), want, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	buf, err := c.AllocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release()
+	sb.stalled.Store(true)
+	cx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	read := make(chan error, 1)
+	go func() { read <- ns.Read(cx, buf, 0) }()
+	select {
+	case err := <-read:
+		t.Fatalf("Read returned (%v) while the target still held the command: the target may write into the buffer after", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	sb.stalled.Store(false)
+	release()
+	select {
+	case err := <-read:
+		if err != nil {
+			t.Errorf("Read completed after its context ended: %v, want nil (the data arrived)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Read not done after the target completed it")
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Error("Read returned without the data")
+	}
+}
+
+// TestLoopReadAbandonedHeld: a read the target holds past the command timeout fails the
+// controller; the loop queue gives up waiting for the target after a while and aborts the
+// read, which then returns ErrTimeout; but its buffer stays referenced (not freed, not
+// reused) until the target completes the command, since until then it may write into it.
+func TestLoopReadAbandonedHeld(t *testing.T) {
+	var sb *stallBackend
+	e := newEnv(t, nil, stallBackends(&sb))
+	var unstall sync.Once
+	release := func() { unstall.Do(func() { close(sb.release) }) }
+	t.Cleanup(release)
+	c := e.dial(t, func(o *initiator.Options) { o.CommandTimeout = 300 * time.Millisecond })
+	ns := c.Namespaces()[0]
+	buf, err := c.AllocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.stalled.Store(true)
+	cx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := ns.Read(cx, buf, 0); !errors.Is(err, initiator.ErrTimeout) {
+		t.Fatalf("read the target holds past the command timeout: %v, want ErrTimeout", err)
+	}
+	buf.Release()
+	if got := c.AllocatedBytes(); got != 4096 {
+		t.Fatalf("the buffer of a read the target still holds: %d bytes allocated after its Release, want 4096", got)
+	}
+	sb.stalled.Store(false)
+	release()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.AllocatedBytes() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := c.AllocatedBytes(); got != 0 {
+		t.Errorf("the target completed the abandoned read: %d bytes still allocated, want 0", got)
+	}
+}

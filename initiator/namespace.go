@@ -10,9 +10,18 @@ import (
 
 // Namespace is an active namespace of a controller, with a synchronous I/O API that
 // spreads commands over the controller's I/O queues. Its methods are safe for concurrent
-// use; every one takes a context: when it ends first the call returns its error while the
-// command itself stays outstanding until the controller completes it (the buffers it uses
-// stay referenced until then), and is not retried any more (see Options.MaxRetries).
+// use; every one takes a context. When it ends first, the command is not retried any
+// more (see Options.MaxRetries), and:
+//
+//   - the copying and buffer-less methods (ReadAt, WriteAt, Flush, WriteZeroes,
+//     Deallocate) return its error at once, while the command itself stays outstanding
+//     until the controller completes it; the bounce buffers it uses stay referenced (not
+//     reused, not freed) until then;
+//   - the zero-copy methods (Read, Write) return only once the command has ended, since
+//     until then the controller may still transfer into (or out of) the caller's buffer:
+//     when the call returns, the buffer is the caller's again. The wait after ctx ended
+//     is bounded by the command timeout (Options.CommandTimeout), after which the
+//     controller fails and its queues are torn down.
 type Namespace struct {
 	ctrl *Controller
 	NSID uint32
@@ -87,23 +96,25 @@ func (ns *Namespace) blocks(what string, n int) (uint32, error) {
 }
 
 // Read reads buf.Len() bytes (whole blocks, at most MaxTransferSize) at lba into buf
-// without copying.
+// without copying. It returns once the command has ended, also when ctx ends first (see
+// Namespace): a read whose context ended returns nil if the command still completed
+// successfully, and an error wrapping both its status and ctx.Err() if not.
 func (ns *Namespace) Read(ctx context.Context, buf *Buffer, lba uint64) error {
 	n, err := ns.blocks("Read", buf.Len())
 	if err != nil {
 		return err
 	}
-	return ns.exec(ctx, &Request{Op: OpRead, LBA: lba, Blocks: n, Buf: buf})
+	return ns.exec(ctx, &Request{Op: OpRead, LBA: lba, Blocks: n, Buf: buf, ownBuf: true})
 }
 
 // Write writes buf (whole blocks, at most MaxTransferSize) at lba without copying; flags
-// may hold FUA.
+// may hold FUA. Like Read, it returns once the command has ended.
 func (ns *Namespace) Write(ctx context.Context, buf *Buffer, lba uint64, flags IOFlags) error {
 	n, err := ns.blocks("Write", buf.Len())
 	if err != nil {
 		return err
 	}
-	return ns.exec(ctx, &Request{Op: OpWrite, LBA: lba, Blocks: n, Buf: buf, Flags: flags})
+	return ns.exec(ctx, &Request{Op: OpWrite, LBA: lba, Blocks: n, Buf: buf, Flags: flags, ownBuf: true})
 }
 
 // ReadAt reads len(p) bytes at byte offset off (both multiples of the block size) through

@@ -522,8 +522,9 @@ func (q *queue) expired(now int64) string {
 }
 
 // exec submits r (waiting for a slot) and waits for its completion or ctx. If ctx ends
-// first, r is sent no more (no retry), the command stays outstanding (its buffers stay
-// referenced) and exec returns.
+// first, r is sent no more (no retry), and exec returns at once unless r.ownBuf: then it
+// waits for the command to end (see execWait). A command exec left behind keeps its
+// buffers referenced until it ends.
 func (q *queue) exec(ctx context.Context, r *Request) error {
 	_, err := q.execWait(ctx, r)
 	return err
@@ -531,6 +532,13 @@ func (q *queue) exec(ctx context.Context, r *Request) error {
 
 // execWait is exec, and reports whether r completed. Only then may the caller read r's
 // results: otherwise the completion goroutine may still write them.
+//
+// A request with ownBuf holds the caller's buffer, which the controller may write into
+// (or read) for as long as the command is outstanding: execWait then returns only once
+// the command ended, its context notwithstanding — completed, aborted at its retry time,
+// or aborted by the queue's teardown, which comes at the latest when the command times
+// out (CommandTimeout, AdminTimeout) and the controller fails. On RDMA the teardown has
+// moved the queue pair to the error state first, so no late transfer reaches the buffer.
 func (q *queue) execWait(ctx context.Context, r *Request) (bool, error) {
 	done := make(chan struct{})
 	r.Done = func(*Request) { close(done) }
@@ -541,9 +549,16 @@ func (q *queue) execWait(ctx context.Context, r *Request) (bool, error) {
 	case <-done:
 		return true, r.Err
 	case <-ctx.Done():
-		q.stopRetries(r)
+	}
+	q.stopRetries(r)
+	if !r.ownBuf {
 		return false, fmt.Errorf("initiator: %s on queue %d: %w", r.opName(), q.qid, ctx.Err())
 	}
+	<-done
+	if r.Err != nil {
+		return true, fmt.Errorf("%w (the command ended after its caller's context: %w)", r.Err, ctx.Err())
+	}
+	return true, nil
 }
 
 // IOQueue is one I/O queue of a controller, for asynchronous I/O: Submit requests and

@@ -78,8 +78,9 @@ type Request struct {
 	// it is set, and a retry waiting for its delay ends at once (see slot.retryDue). Only
 	// execWait sets it, whose Done may run on any goroutine: finish runs off the
 	// completion goroutine only for stopped requests.
-	stop atomic.Bool
-	slot *slot // the slot submit put the request in; read only by execWait
+	stop   atomic.Bool
+	slot   *slot // the slot submit put the request in; read only by execWait
+	ownBuf bool  // Buf is the caller's: execWait returns only once the command ended
 }
 
 // opName returns the name errors use for the request.

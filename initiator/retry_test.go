@@ -264,8 +264,9 @@ func TestLoopRetryKeepsBuffer(t *testing.T) {
 }
 
 // TestLoopRetryContext: a retry waiting for a long delay (CRDT1 5 s) ends as soon as its
-// caller's context does: ReadAt returns the context's error at once, and the read is not
-// sent again.
+// caller's context does: ReadAt returns the context's error at once, Read returns once the
+// command ended (its buffer free again), with an error that says both, and neither sends
+// the command again.
 func TestLoopRetryContext(t *testing.T) {
 	e := newEnv(t, nil)
 	c, f := e.dialFaults(t, [3]uint16{50}, nil)
@@ -280,6 +281,26 @@ func TestLoopRetryContext(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("ReadAt returned %v after its 300 ms context ended", d)
+	}
+
+	f.inject(isOp(nvmeproto.OpRead), true, notReady.WithCRD(1))
+	buf, err := c.AllocBuffer(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	err = ns.Read(cx, buf, 0)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, &initiator.StatusError{Status: notReady}) {
+		t.Errorf("Read whose retry waits 5 s, with a 300 ms context: %v, want Namespace Not Ready and DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Read returned %v after its 300 ms context ended", d)
+	}
+	buf.Release()
+	if got := c.AllocatedBytes(); got != 0 {
+		t.Errorf("Read returned, buffer released: %d bytes allocated, want 0 (the command has ended)", got)
 	}
 	time.Sleep(300 * time.Millisecond)
 	if cids, _ := f.attempts(); len(cids) != 1 {
