@@ -1,8 +1,14 @@
 package target
 
 import (
+	"cmp"
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -22,6 +28,48 @@ import (
 // every namespace added, removed or moved to another group at run time (which changes a
 // group's NSID list); a group descriptor's CHGCNT is the count of the last change of that
 // group as this port reports it.
+//
+// A change that leaves a group serving no I/O on a port (inaccessible, persistent loss,
+// change), or a namespace in a group that serves none on some port, is complete only once
+// the I/O commands that passed the ANA check under the old state have completed: until
+// then a write admitted before the change may still reach the storage, after a failover
+// orchestrator has made another target serve the group (a split-brain write). Each such
+// change returns an ANAFence over the queues and namespaces it concerns, whose Wait
+// drains them with the I/O fence (fence.go):
+//
+//   - a port's group set to a state that serves no I/O: the I/O queues connected through
+//     the port, for the NSIDs of the namespaces in the group. Commands to namespaces of
+//     other groups, which the change does not stop, are not waited for (another group's
+//     backend may be slow or hung);
+//   - a namespace moved into a group that serves no I/O on some port: its subsystem's I/O
+//     queues connected through those ports, for its NSID.
+//
+// With moves concurrent to state changes: a port's change reads the namespaces' groups
+// after it has published the new state, a move reads the ports' states after it has
+// published the new group, and a command counts itself before it reads either. A Wait
+// that returns nil therefore guarantees:
+//
+//   - a port's fence (group g): no command admitted through the port before the change,
+//     to a namespace that was in g when the change read the groups, still executes;
+//   - a move's fence (into g): no command to the namespace admitted before the move,
+//     through a port where g served no I/O when the move read the states, still executes.
+//
+// A namespace moved into g while g is set to a state that serves no I/O on a port is
+// covered by at least one of the two (a move that read the port's state before the
+// change published it published the group before the change read it): once both Waits
+// have returned nil, none of its commands admitted through that port under the old group
+// or state still executes. A namespace that a concurrent move takes out of g is the
+// move's: waited for when its new group serves no I/O on the port; when that group serves
+// I/O there, its commands are that group's to serve, and none is waited for. The
+// commands of a removed namespace are its removal's to wait for (RemoveNamespace: at
+// most the queue-close timeout, logging those it gave up on), not a port's fence's, which
+// reads the groups of the namespaces the subsystem has.
+//
+// SetANAState and SetNamespaceANAGroup change, then wait; a caller that serializes
+// changes with a lock of its own changes with ChangeANAState or MoveNamespaceANAGroup
+// under it and waits after. The change stands whether or not the wait succeeds. This is
+// what SPDK's nvmf_subsystem_listener_set_ana_state does by pausing the subsystem, which
+// waits for its I/O in flight; the Linux target stores the state and returns.
 
 // Identify Controller ANA fields.
 const (
@@ -136,23 +184,47 @@ func (p *Port) ANAStates() [conf.MaxANAGroup + 1]conf.ANAState {
 }
 
 // SetANAState changes the state this port reports for ANA group g (1..conf.MaxANAGroup).
-// I/O commands that begin afterwards see the new state; commands already executing
-// finish. When the state changes, the ANA change count goes up and every I/O controller
-// connected through this port gets an ANA Change event (when it enabled them), after which
-// the host rereads the ANA log. Setting the state a group already has changes nothing
-// (but the group is listed in the log from then on, as one that was set). The empty
-// state unsets the group: optimized, as a group never set (ANAStates leaves it out, and
-// the log lists it only while a namespace is in it).
-func (p *Port) SetANAState(g uint32, state conf.ANAState) error {
+// I/O commands that begin afterwards see the new state. When the state changes, the ANA
+// change count goes up and every I/O controller connected through this port gets an ANA
+// Change event (when it enabled them), after which the host rereads the ANA log. Setting
+// the state a group already has changes nothing (but the group is listed in the log from
+// then on, as one that was set). The empty state unsets the group: optimized, as a group
+// never set (ANAStates leaves it out, and the log lists it only while a namespace is in
+// it).
+//
+// When the new state serves no I/O (inaccessible, persistent loss, change) SetANAState
+// returns only once every I/O command to the group's namespaces that the port's I/O
+// queues admitted before the change has completed (see ANAFence.Wait): from then on no
+// command sent through this port for the group's namespaces reaches their storage, and
+// another target may serve the group. Commands to the namespaces of other groups are not
+// waited for. It waits also when the group already had the state, so that a caller whose
+// wait ended in an error can call again to wait again. The wait ends with ctx (at the
+// latest after the queue-close timeout when ctx has no deadline): then the state is
+// changed all the same, and the error (ErrANAInFlight, an *ANAInFlightError) says how
+// many commands still execute, on which controllers.
+func (p *Port) SetANAState(ctx context.Context, g uint32, state conf.ANAState) error {
+	f, err := p.ChangeANAState(g, state)
+	if err != nil {
+		return err
+	}
+	return f.Wait(ctx)
+}
+
+// ChangeANAState is SetANAState without the wait: it changes the state, raises the
+// events, and returns the fence that the change is complete after (nil when the new state
+// serves I/O: nothing to wait for). For callers that change ANA states under a lock they
+// must not hold while waiting (target/server); until the fence's Wait returns nil, I/O
+// commands admitted under the old state may still reach the storage.
+func (p *Port) ChangeANAState(g uint32, state conf.ANAState) (*ANAFence, error) {
 	if g == 0 || g > conf.MaxANAGroup {
-		return fmt.Errorf("%w: group %d out of range 1..%d", ErrInvalidANA, g, conf.MaxANAGroup)
+		return nil, fmt.Errorf("%w: group %d out of range 1..%d", ErrInvalidANA, g, conf.MaxANAGroup)
 	}
 	set := state != ""
 	if !set {
 		state = conf.ANAOptimized
 	}
 	if !state.Valid() {
-		return fmt.Errorf("%w: %q is not an ANA state", ErrInvalidANA, state)
+		return nil, fmt.Errorf("%w: %q is not an ANA state", ErrInvalidANA, state)
 	}
 	t := p.t
 	w := uint32(anaWire(state))
@@ -161,7 +233,7 @@ func (p *Port) SetANAState(g uint32, state conf.ANAState) error {
 	old := p.ana[g].Load()
 	if old == w {
 		p.anaMu.Unlock()
-		return nil
+		return p.anaFence(g, state), nil
 	}
 	cnt := t.anaChanged()
 	p.anaChg[g] = cnt
@@ -172,22 +244,62 @@ func (p *Port) SetANAState(g uint32, state conf.ANAState) error {
 	for _, c := range t.portControllers(p) {
 		c.raiseEvent(eventANAChange)
 	}
-	return nil
+	return p.anaFence(g, state), nil
+}
+
+// anaFence returns the fence a change of group g to state on this port owes: nil when
+// state serves I/O, else over the port's I/O queues for the namespaces in g (both read
+// after the change was published: a queue is listed before it admits its first command,
+// and a namespace moved into g since is the move's to wait for).
+func (p *Port) anaFence(g uint32, state conf.ANAState) *ANAFence {
+	if anaServes(anaWire(state)) {
+		return nil
+	}
+	where := p.cfg.TrAddr
+	if p.cfg.TrSvcID != "" {
+		where = net.JoinHostPort(p.cfg.TrAddr, p.cfg.TrSvcID)
+	}
+	return &ANAFence{t: p.t, change: fmt.Sprintf("port %d (%s): ANA group %d set to %s", p.id, where, g, state),
+		waits: p.t.portGroupWaits(p, g)}
+}
+
+// anaServes reports whether a group in state s serves I/O.
+func anaServes(s nvmeproto.ANAState) bool {
+	return s == nvmeproto.ANAOptimized || s == nvmeproto.ANANonOptimized
 }
 
 // SetNamespaceANAGroup moves a namespace to ANA group g (1..conf.MaxANAGroup) while hosts
 // use it: from then on each port reports the namespace in g, with g's state (Identify
 // Namespace ANAGRPID, the ANA log, the Asymmetric Access status of I/O commands that begin
-// afterwards; commands already executing finish). The namespace is otherwise untouched —
-// its backend, registrations and reservation, its controllers and their queues. When the
-// group changes, the ANA change count goes up (the count of both groups' descriptors) and
-// every controller of the subsystem gets an ANA Change event (when it enabled them), after
-// which the host rereads the ANA log and finds the namespace under g. Moving a namespace
-// to the group it is in changes nothing.
-func (t *Target) SetNamespaceANAGroup(subNQN string, nsid, g uint32) error {
+// afterwards). The namespace is otherwise untouched — its backend, registrations and
+// reservation, its controllers and their queues. When the group changes, the ANA change
+// count goes up (the count of both groups' descriptors) and every controller of the
+// subsystem gets an ANA Change event (when it enabled them), after which the host
+// rereads the ANA log and finds the namespace under g. Moving a namespace to the group it
+// is in changes nothing.
+//
+// When g serves no I/O on some port, SetNamespaceANAGroup returns only once every I/O
+// command to the namespace that the subsystem's I/O queues connected through those ports
+// admitted before the move has completed; as SetANAState, also when the namespace was in
+// g already, and bounded by ctx (or the queue-close timeout) with the move standing and
+// an *ANAInFlightError when the wait ends first. An unknown subsystem or namespace is
+// ErrNoSuchSubsystem or ErrNoSuchNamespace, a group out of range ErrInvalidANA; then
+// nothing changes.
+func (t *Target) SetNamespaceANAGroup(ctx context.Context, subNQN string, nsid, g uint32) error {
+	f, err := t.MoveNamespaceANAGroup(subNQN, nsid, g)
+	if err != nil {
+		return err
+	}
+	return f.Wait(ctx)
+}
+
+// MoveNamespaceANAGroup is SetNamespaceANAGroup without the wait: it moves the namespace,
+// raises the events, and returns the fence that the move is complete after (nil when g
+// serves I/O on every port), as ChangeANAState does.
+func (t *Target) MoveNamespaceANAGroup(subNQN string, nsid, g uint32) (*ANAFence, error) {
 	what := fmt.Sprintf("subsystem %q: namespace %d: ana_group %d", subNQN, nsid, g)
 	if g == 0 || g > conf.MaxANAGroup {
-		return fmt.Errorf("target: %s: %w: group %d out of range 1..%d", what, ErrInvalidANA, g, conf.MaxANAGroup)
+		return nil, fmt.Errorf("target: %s: %w: group %d out of range 1..%d", what, ErrInvalidANA, g, conf.MaxANAGroup)
 	}
 	var s *subsystem
 	var ns *namespace
@@ -211,14 +323,148 @@ func (t *Target) SetNamespaceANAGroup(subNQN string, nsid, g uint32) error {
 		}
 		return nil
 	})
-	if err != nil || from == g {
-		return err
+	if err != nil {
+		return nil, err
 	}
-	t.log.Info("namespace moved to another ANA group", "subsystem", subNQN, "nsid", nsid, "from", from, "to", g, "change_count", cnt)
-	for _, c := range s.controllers() {
-		c.raiseEvent(eventANAChange)
+	if from != g {
+		t.log.Info("namespace moved to another ANA group", "subsystem", subNQN, "nsid", nsid, "from", from, "to", g, "change_count", cnt)
+		for _, c := range s.controllers() {
+			c.raiseEvent(eventANAChange)
+		}
 	}
-	return nil
+	// The ports' states are read after the move was published: a state changed to one
+	// that serves no I/O since is that change's fence's to wait for.
+	nsids := []uint32{nsid}
+	var ws []fenceWait
+	s.ioqMu.Lock()
+	for q := range s.ioQueues {
+		if !anaServes(nvmeproto.ANAState(q.port.ana[g].Load())) {
+			ws = append(ws, fenceWait{q, nsids})
+		}
+	}
+	s.ioqMu.Unlock()
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	return &ANAFence{t: t, change: fmt.Sprintf("subsystem %q: namespace %d: ana_group %d → %d", subNQN, nsid, from, g), waits: ws}, nil
+}
+
+// ErrANAInFlight: an ANA change took effect, but I/O commands admitted under the previous
+// state were still executing when the wait for them ended (an *ANAInFlightError).
+var ErrANAInFlight = errors.New("target: I/O commands admitted under the previous ANA state are still executing")
+
+// An ANAFence is what an ANA change (ChangeANAState, MoveNamespaceANAGroup) is complete
+// after: the completion of the I/O commands to the namespaces it concerns that the queues
+// it concerns admitted under the old state. A nil *ANAFence has nothing to wait for.
+type ANAFence struct {
+	t      *Target
+	change string // for the error
+	waits  []fenceWait
+}
+
+// Wait waits until every namespace data command (Read, Write, Compare, Flush, Write
+// Zeroes, Dataset Management; reservation commands change no storage) to the fence's
+// namespaces that the fence's queues admitted before Wait was called has completed, or
+// until ctx is done — at the latest after the target's queue-close timeout when ctx has
+// no deadline. Then it returns an *ANAInFlightError (errors.Is ErrANAInFlight and ctx's
+// error) naming the controllers whose commands still execute; the change stands. Wait
+// may be called again, to wait again.
+func (f *ANAFence) Wait(ctx context.Context) error {
+	if f == nil || len(f.waits) == 0 {
+		return nil
+	}
+	start := time.Now()
+	ctx, cancel := f.t.fenceContext(ctx)
+	defer cancel()
+	stuck := fenceQueues(ctx, f.waits)
+	if len(stuck) == 0 {
+		return nil
+	}
+	e := &ANAInFlightError{Change: f.change, Waited: since(start), Err: ctx.Err()}
+	type key struct {
+		sub string
+		id  uint16
+	}
+	at := map[key]int{}
+	for _, sq := range stuck {
+		var k key
+		var host string
+		if b := sq.q.bind.Load(); b != nil {
+			k, host = key{b.ctrl.subsys.nqn, b.ctrl.cntlid}, b.ctrl.hostNQN
+		}
+		i, ok := at[k]
+		if !ok {
+			i = len(e.Controllers)
+			at[k] = i
+			e.Controllers = append(e.Controllers, ControllerInFlight{Subsystem: k.sub, ID: k.id, HostNQN: host})
+		}
+		e.Controllers[i].Commands += sq.commands
+	}
+	slices.SortFunc(e.Controllers, func(a, b ControllerInFlight) int {
+		return cmp.Or(strings.Compare(a.Subsystem, b.Subsystem), cmp.Compare(a.ID, b.ID))
+	})
+	return e
+}
+
+// ANAInFlightError is the error of an ANAFence's Wait that ended with I/O commands
+// admitted under the previous ANA state still executing.
+type ANAInFlightError struct {
+	Change      string               // what changed: the port and group and new state, or the namespace and its groups
+	Waited      time.Duration        // how long Wait waited
+	Controllers []ControllerInFlight // the controllers whose commands still execute, by subsystem and ID
+	Err         error                // why the wait ended: the context's error
+}
+
+// ControllerInFlight counts one controller's I/O commands an ANAFence still waited for.
+type ControllerInFlight struct {
+	Subsystem string
+	ID        uint16 // CNTLID
+	HostNQN   string
+	Commands  int64
+}
+
+// Commands returns the number of commands still executing, on every controller.
+func (e *ANAInFlightError) Commands() int64 {
+	var n int64
+	for _, c := range e.Controllers {
+		n += c.Commands
+	}
+	return n
+}
+
+func (e *ANAInFlightError) Error() string {
+	var b strings.Builder
+	n := e.Commands()
+	verb := "execute"
+	if n == 1 {
+		verb = "executes"
+	}
+	fmt.Fprintf(&b, "target: %s: the change took effect, but %s admitted under the previous state still %s after %v (%v): ",
+		e.Change, plural(n, "I/O command"), verb, e.Waited, e.Err)
+	for i, c := range e.Controllers {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d on controller %d of %s (host %s)", c.Commands, c.ID, c.Subsystem, c.HostNQN)
+	}
+	they := "they"
+	if n == 1 {
+		they = "it"
+	}
+	fmt.Fprintf(&b, "; %s may still reach the storage: before another target serves the group, repeat the change to wait "+
+		"again, and check the backend, whose requests do not complete", they)
+	return b.String()
+}
+
+// Unwrap makes errors.Is match ErrANAInFlight and the context's error.
+func (e *ANAInFlightError) Unwrap() []error { return []error{ErrANAInFlight, e.Err} }
+
+// plural is "1 thing" or "n things".
+func plural(n int64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // anaChanged bumps the ANA change count and returns the new value.
@@ -247,6 +493,36 @@ func (t *Target) portControllers(p *Port) []*controller {
 		}
 	}
 	return out
+}
+
+// portGroupWaits returns, for every subsystem with namespaces in group g, its I/O queues
+// connected through p that may still have commands in flight (its ioQueues: also those
+// of controllers being reset or torn down, and queues closed without draining), each for
+// the NSIDs of those namespaces. Each namespace's group is read once, now.
+func (t *Target) portGroupWaits(p *Port, g uint32) []fenceWait {
+	t.mu.Lock()
+	subs := slices.Clone(t.order)
+	t.mu.Unlock()
+	var ws []fenceWait
+	for _, s := range subs {
+		var nsids []uint32
+		for _, ns := range s.namespaces() { // also inactive ones: a failed reopen's stragglers
+			if ns.anaGroup.Load() == g {
+				nsids = append(nsids, ns.nsid)
+			}
+		}
+		if len(nsids) == 0 {
+			continue
+		}
+		s.ioqMu.Lock()
+		for q := range s.ioQueues {
+			if q.port == p {
+				ws = append(ws, fenceWait{q, nsids})
+			}
+		}
+		s.ioqMu.Unlock()
+	}
+	return ws
 }
 
 // anaLog builds the ANA log page for this controller: its port's state of every group

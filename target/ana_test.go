@@ -1,6 +1,7 @@
 package target_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"testing"
@@ -215,7 +216,7 @@ func TestANAStatusPerState(t *testing.T) {
 		{conf.ANAPersistentLoss, nvmeproto.StatusANAPersistentLoss},
 		{conf.ANAChange, nvmeproto.StatusANATransition},
 	} {
-		if err := p.SetANAState(2, tc.state); err != nil {
+		if err := p.SetANAState(context.Background(), 2, tc.state); err != nil {
 			t.Fatal(err)
 		}
 		if got := p.ANAState(2); got != tc.state {
@@ -286,7 +287,7 @@ func TestANAChangeEvent(t *testing.T) {
 	oaer := sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
 	oev := otherAdmin.submit(&oaer, nil)
 
-	if err := p.SetANAState(2, conf.ANAInaccessible); err != nil {
+	if err := p.SetANAState(context.Background(), 2, conf.ANAInaccessible); err != nil {
 		t.Fatal(err)
 	}
 	c := wait(t, ev)
@@ -305,7 +306,7 @@ func TestANAChangeEvent(t *testing.T) {
 	}
 	aer = sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
 	ev = admin.submit(&aer, nil)
-	if err := p.SetANAState(2, conf.ANAChange); err != nil {
+	if err := p.SetANAState(context.Background(), 2, conf.ANAChange); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -317,7 +318,7 @@ func TestANAChangeEvent(t *testing.T) {
 	if l.ChangeCount != 2 || l.Groups[1].State != nvmeproto.ANAChange {
 		t.Errorf("after the second change: count %d, state %v", l.ChangeCount, l.Groups[1].State)
 	}
-	if err := p.SetANAState(2, conf.ANAChange); err != nil { // no change
+	if err := p.SetANAState(context.Background(), 2, conf.ANAChange); err != nil { // no change
 		t.Fatal(err)
 	}
 	select {
@@ -325,7 +326,7 @@ func TestANAChangeEvent(t *testing.T) {
 		t.Fatalf("setting the same state raised %v", nvmeproto.AsyncEvent(c.DW0))
 	case <-time.After(50 * time.Millisecond):
 	}
-	if err := p.SetANAState(2, conf.ANAOptimized); err != nil {
+	if err := p.SetANAState(context.Background(), 2, conf.ANAOptimized); err != nil {
 		t.Fatal(err)
 	}
 	c = wait(t, ev)
@@ -340,7 +341,7 @@ func TestANAChangeEvent(t *testing.T) {
 	expectOK(t, "AEC namespace attribute only", admin.setFeature(0x0B, uint32(nvmeproto.AECNamespaceAttr), nil))
 	aer = sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
 	ev = admin.submit(&aer, nil)
-	if err := p.SetANAState(2, conf.ANAInaccessible); err != nil {
+	if err := p.SetANAState(context.Background(), 2, conf.ANAInaccessible); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -399,7 +400,7 @@ func TestANANamespaceMove(t *testing.T) {
 	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
 	expectOK(t, "write in group 1", io.do(&w, make([]byte, 512)))
 
-	if err := e.tgt.SetNamespaceANAGroup(subNQN, 1, 7); err != nil {
+	if err := e.tgt.SetNamespaceANAGroup(context.Background(), subNQN, 1, 7); err != nil {
 		t.Fatal(err)
 	}
 	for name, ch := range map[string]<-chan nvmeproto.Completion{"this port": ev, "the other port": oev} {
@@ -435,7 +436,7 @@ func TestANANamespaceMove(t *testing.T) {
 	// Its own group: no event, no count.
 	aer = sglCmd(nvmeproto.OpAsyncEventRequest, 0, 0)
 	ev = admin.submit(&aer, nil)
-	if err := e.tgt.SetNamespaceANAGroup(subNQN, 1, 7); err != nil {
+	if err := e.tgt.SetNamespaceANAGroup(context.Background(), subNQN, 1, 7); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -458,7 +459,7 @@ func TestANANamespaceMove(t *testing.T) {
 		{subNQN, 9, 2, target.ErrNoSuchNamespace},
 		{"nqn.2024-01.io.gonvmf:none", 1, 2, target.ErrNoSuchSubsystem},
 	} {
-		if err := e.tgt.SetNamespaceANAGroup(tc.sub, tc.nsid, tc.g); !errors.Is(err, tc.want) {
+		if err := e.tgt.SetNamespaceANAGroup(context.Background(), tc.sub, tc.nsid, tc.g); !errors.Is(err, tc.want) {
 			t.Errorf("SetNamespaceANAGroup(%q, %d, %d) = %v, want %v", tc.sub, tc.nsid, tc.g, err, tc.want)
 		}
 	}
@@ -476,7 +477,7 @@ func TestANASetErrors(t *testing.T) {
 		g  uint32
 		st conf.ANAState
 	}{{0, conf.ANAOptimized}, {129, conf.ANAOptimized}, {1, "standby"}, {0, ""}} { // "" unsets (TestANAStateUnset)
-		if err := p.SetANAState(tc.g, tc.st); !errors.Is(err, target.ErrInvalidANA) {
+		if err := p.SetANAState(context.Background(), tc.g, tc.st); !errors.Is(err, target.ErrInvalidANA) {
 			t.Errorf("SetANAState(%d, %q) = %v, want ErrInvalidANA", tc.g, tc.st, err)
 		}
 	}
@@ -485,7 +486,7 @@ func TestANASetErrors(t *testing.T) {
 	if _, err := loop.New(e.tgt, loop.Options{ANAStates: bad}); !errors.Is(err, target.ErrInvalidANA) {
 		t.Errorf("a port with state %q: %v", bad[3], err)
 	}
-	if err := p.SetANAState(5, conf.ANAPersistentLoss); err != nil {
+	if err := p.SetANAState(context.Background(), 5, conf.ANAPersistentLoss); err != nil {
 		t.Fatal(err)
 	}
 	if st := p.ANAStates(); st[5] != conf.ANAPersistentLoss || st[1] != "" {
@@ -535,13 +536,13 @@ func TestANAStateUnset(t *testing.T) {
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
 	p := e.port.Target()
-	if err := p.SetANAState(5, conf.ANAInaccessible); err != nil {
+	if err := p.SetANAState(context.Background(), 5, conf.ANAInaccessible); err != nil {
 		t.Fatal(err)
 	}
 	if st := p.ANAStates(); st[5] != conf.ANAInaccessible {
 		t.Fatalf("group 5 after setting it: %q", st[5])
 	}
-	if err := p.SetANAState(5, ""); err != nil {
+	if err := p.SetANAState(context.Background(), 5, ""); err != nil {
 		t.Fatal(err)
 	}
 	if st := p.ANAStates(); st[5] != "" {

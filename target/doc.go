@@ -179,9 +179,13 @@
 // listener's ana_states; Port.SetANAState changes one at run time, raising an ANA Change
 // event on the port's controllers). Controllers report their own port's states in the ANA
 // log page (0Ch) and refuse I/O for groups whose state serves none with the Asymmetric
-// Access status of that state (SCT 3h, no DNR); see ana.go. Identify Controller reports
-// CMIC multi-port, multi-controller and ANA, and the ANA limits the Linux host sizes its
-// log buffer by. Controller IDs come from the subsystem's cntlid_min..cntlid_max, so that
+// Access status of that state (SCT 3h, no DNR); see ana.go. A change to a state that
+// serves no I/O, or a namespace moved into a group in such a state, returns once the I/O
+// commands to the namespaces it stops that were admitted under the old state have
+// completed (ANAFence, bounded by a context; fence.go), so that a failover orchestrator
+// may then let another target serve the group. Identify Controller reports CMIC
+// multi-port, multi-controller and ANA, and the ANA limits the Linux host sizes its log
+// buffer by. Controller IDs come from the subsystem's cntlid_min..cntlid_max, so that
 // two targets serving one subsystem (high availability) never give a host the same ID.
 //
 // # Performance
@@ -190,11 +194,12 @@
 // requests are preallocated by the transport, the backend request and its completion
 // callback are embedded in the Request and bound once, the namespace table is an
 // immutable snapshot read with one atomic load, in-flight accounting is one atomic
-// counter per queue (plus, for Preempt and Abort, one per queue and namespace, found in
-// the queue's immutable table sorted by NSID and created on the queue's first command to
-// the namespace, and one atomic load of the namespace's reservation snapshot, nil unless
-// a host registered), the ANA check is one atomic load of the port's state of the
-// namespace's group, and success paths use neither fmt nor errors.
+// counter per queue plus, for the I/O fence of ANA changes and Preempt and Abort
+// (fence.go), one per queue and namespace, found in the queue's immutable table sorted by
+// NSID and created on the queue's first command to the namespace, the ANA check is one
+// atomic load of the port's state of the namespace's group, the reservation check one
+// atomic load of the namespace's reservation snapshot (nil unless a host registered), and
+// success paths use neither fmt nor errors.
 // Admin commands may allocate.
 //
 // Every I/O command is counted where it completes, in its namespace's own memory: commands

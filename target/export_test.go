@@ -27,3 +27,17 @@ func SetAuthSlots(n int) (restore func()) {
 	authSlotsFixed = n
 	return func() { authSlotsFixed = old }
 }
+
+// HoldANAStates holds p's ANA state changes, before they publish the new state, until the
+// returned function runs.
+func HoldANAStates(p *Port) (release func()) {
+	p.anaMu.Lock()
+	return p.anaMu.Unlock
+}
+
+// HoldChanges holds t's configuration changes (SetNamespaceANAGroup among them), before
+// they apply, until the returned function runs.
+func HoldChanges(t *Target) (release func()) {
+	t.cfgMu.Lock()
+	return t.cfgMu.Unlock
+}

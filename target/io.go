@@ -97,6 +97,12 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	if q.t.timing.Load() {
 		r.start = nanotime()
 	}
+	if !isResvOpcode(cmd.Opcode) {
+		// Counted before the ANA and reservation checks: a fence of an ANA change or a
+		// Preempt and Abort of this namespace published after this command read the old
+		// state waits for it.
+		q.fenceEnter(r, ns.nsid)
+	}
 	// An Asymmetric Access status (never with DNR: a multipath host retries elsewhere).
 	if st := q.port.anaStatus(ns.anaGroup.Load()); st != nvmeproto.StatusSuccess {
 		return st
@@ -175,7 +181,7 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 	}
 	// The read and write command groups are subject to the namespace's reservation.
 	write := cmd.Opcode != nvmeproto.OpRead && cmd.Opcode != nvmeproto.OpCompare
-	return q.resvAccess(r, c, ns, write)
+	return c.resvAccess(ns, write)
 }
 
 // execIO runs a validated I/O command through the namespace's executor.

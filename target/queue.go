@@ -70,10 +70,10 @@ type Queue struct {
 
 	ring *backend.Ring // asynchronous I/O for Execute's reads and writes (SetRing)
 
-	// Preempt and Abort bookkeeping (see reservation.go): the queue's I/O commands in
-	// flight per namespace, sorted by NSID; replaced (under resvMu), never modified.
-	resvMu sync.Mutex
-	resvNS atomic.Pointer[[]*resvInflight]
+	// The I/O fence (fence.go): the queue's namespace data commands in flight per
+	// namespace, sorted by NSID; replaced (under fenceMu), never modified.
+	fenceMu sync.Mutex
+	fenceNS atomic.Pointer[[]*nsFence]
 
 	peer         string      // the host's address, for logs before Connect (SetPeer)
 	expectQID    int32       // the qid the transport connected the queue as, -1: any (ExpectQID)
@@ -186,7 +186,7 @@ func (q *Queue) Begin(r *Request) bool {
 	r.Dir = r.Cmd.DataDirection()
 	r.Length, r.InCapsule, r.SGL, r.Data = 0, false, nil, nil
 	r.ns, r.start = nil, 0
-	r.resvIn = nil
+	r.fenceIn = nil
 	if !q.acquire() {
 		q.complete(r, nvmeproto.StatusAbortSQDeletion)
 		return false
@@ -354,7 +354,7 @@ func (q *Queue) markClosing() {
 }
 
 // setDrained marks a closing queue's last command complete: drained closes, and an I/O
-// queue leaves its subsystem's list of queues a preempt-and-abort waits for.
+// queue leaves its subsystem's list of queues a fence waits for.
 func (q *Queue) setDrained() {
 	close(q.drained)
 	if b := q.bind.Load(); b != nil && b.qid != 0 {
@@ -408,10 +408,7 @@ func (q *Queue) complete(r *Request, st nvmeproto.Status) {
 
 // finish completes a command Begin accepted.
 func (q *Queue) finish(r *Request, st nvmeproto.Status) {
-	if r.resvIn != nil {
-		r.resvIn.done(r.resvPar)
-		r.resvIn = nil
-	}
+	fenceLeave(r)
 	q.complete(r, st)
 	q.release()
 }

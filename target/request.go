@@ -71,8 +71,8 @@ type Request struct {
 	ranges   []backend.Range
 	compare  bool
 	bounced  bool
-	resvIn   *resvInflight // where the command is counted for Preempt and Abort; nil: nowhere
-	resvPar  uint8         // which of resvIn's two counters
+	fenceIn  *nsFence // where the command is counted for the I/O fence (fence.go); nil: nowhere
+	fencePar uint8    // which of fenceIn's two counters
 	fua      bool
 }
 

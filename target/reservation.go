@@ -24,35 +24,25 @@ import (
 // Preempt and Abort: commands cannot be taken back from a backend once submitted, so
 // "abort" means the command completes only after every I/O command of the preempted
 // hosts to the namespace that was checked against the old state has completed (as the
-// Linux target does). Commands to other namespaces are not waited for: another
-// namespace's backend may be slow or hung, and its commands cannot reach this one.
-//
-// Every namespace I/O command counts itself, while in flight, in its queue's
-// resvInflight of the command's NSID (created on the queue's first command to that
-// namespace), in one of two counters chosen by the parity of that resvInflight's abort
-// epoch, before it reads the reservation state. A preempt-and-abort publishes the new
-// state, then for every I/O queue of the preempted hosts that may still have commands in
-// flight (the subsystem's ioQueues: also those of controllers being reset or torn down,
-// and queues closed without draining) waits until each counter of the queue's
-// resvInflight of the namespace has read zero at some moment after the publication; a
-// command that read the old state had counted itself before, so it has completed by
-// then. A queue without a resvInflight of the namespace had no command to it before the
-// publication (a command creates it before reading the state). Before waiting on a
-// counter it flips the epoch, so that commands beginning meanwhile count in the other
-// one and cannot keep it from draining. Counting is keyed by NSID, not by namespace
-// object, so that commands still in a backend a reopen gave up on are waited for too.
+// Linux target does). A preempt-and-abort publishes the new state, then fences
+// (fence.go) the namespace's NSID on every I/O queue of the preempted hosts that may still
+// have commands in flight (the subsystem's ioQueues: also those of controllers being
+// reset or torn down, and queues closed without draining); every namespace data command
+// counted itself in its queue's fence of its NSID before it read the reservation state.
+// Their commands to other namespaces are not waited for: another namespace's backend may
+// be slow or hung, and its commands cannot reach this one.
 //
 // The wait is bounded by the target's queue-close timeout (a backend request that never
 // completes): then the preemption stands (the state is published), but the command fails
 // with Internal Error and DNR, so that the host is not told its victim is fenced while
 // one of the victim's writes may still reach the namespace. Not Command Interrupted,
-// which asks the host to retry: a retry finds the victims unregistered
-// and would either fail with Reservation Conflict or, where it preempts no one (a
-// preemptor whose key is the victims', PRKEY 0 of an All Registrants reservation),
-// succeed without waiting. A command that never completes keeps its queue listed, and
-// every later preempt-and-abort of its host on that namespace waits for it again and
-// fails again: its write may still land. That listing pins nothing the stuck command does
-// not already hold (its Request holds the queue), and ends when the command completes.
+// which asks the host to retry: a retry finds the victims unregistered and would either
+// fail with Reservation Conflict or, where it preempts no one (a preemptor whose key is
+// the victims', PRKEY 0 of an All Registrants reservation), succeed without waiting. A
+// command that never completes keeps its queue listed, and every later preempt-and-abort
+// of its host on that namespace waits for it again and fails again: its write may still
+// land. That listing pins nothing the stuck command does not already hold (its Request
+// holds the queue), and ends when the command completes.
 
 // resvRegistrant is one registered host.
 type resvRegistrant struct {
@@ -208,70 +198,6 @@ func (s *subsystem) resvNotify(nsid uint32, n resvNotice) {
 	}
 }
 
-// resvInflight counts one queue's I/O commands in flight to one namespace (by NSID), by
-// the parity of its abort epoch when they began (see Preempt and Abort above).
-type resvInflight struct {
-	nsid  uint32
-	epoch atomic.Uint32
-	n     [2]atomic.Int64
-	// A preempt-and-abort draining the counters holds sem (one at a time) and sets
-	// waiting; finish then signals wake when a count reaches zero.
-	waiting atomic.Bool
-	wake    chan struct{} // capacity 1
-	sem     chan struct{} // capacity 1
-}
-
-// resvInflightOf returns the queue's counters of namespace nsid, creating them on the
-// queue's first command to it: the I/O path allocates at most once per namespace a queue
-// reaches (its table is bounded by the subsystem's namespaces).
-func (q *Queue) resvInflightOf(nsid uint32) *resvInflight {
-	if in := q.findResvInflight(nsid); in != nil {
-		return in
-	}
-	q.resvMu.Lock()
-	defer q.resvMu.Unlock()
-	var tab []*resvInflight
-	if p := q.resvNS.Load(); p != nil {
-		tab = *p
-	}
-	i := resvInflightIndex(tab, nsid)
-	if i < len(tab) && tab[i].nsid == nsid {
-		return tab[i]
-	}
-	in := &resvInflight{nsid: nsid, wake: make(chan struct{}, 1), sem: make(chan struct{}, 1)}
-	tab = slices.Insert(slices.Clone(tab), i, in)
-	q.resvNS.Store(&tab)
-	return in
-}
-
-// findResvInflight returns the queue's counters of namespace nsid, or nil if no command
-// of the queue has reached it.
-func (q *Queue) findResvInflight(nsid uint32) *resvInflight {
-	p := q.resvNS.Load()
-	if p == nil {
-		return nil
-	}
-	tab := *p
-	if i := resvInflightIndex(tab, nsid); i < len(tab) && tab[i].nsid == nsid {
-		return tab[i]
-	}
-	return nil
-}
-
-// resvInflightIndex returns where nsid is, or belongs, in tab (sorted by NSID).
-func resvInflightIndex(tab []*resvInflight, nsid uint32) int {
-	i, j := 0, len(tab)
-	for i < j {
-		h := int(uint(i+j) >> 1)
-		if tab[h].nsid < nsid {
-			i = h + 1
-		} else {
-			j = h
-		}
-	}
-	return i
-}
-
 // hostIOQueues returns the I/O queues of the given hosts that may still have commands
 // in flight.
 func (s *subsystem) hostIOQueues(hosts [][16]byte) []*Queue {
@@ -288,7 +214,7 @@ func (s *subsystem) hostIOQueues(hosts [][16]byte) []*Queue {
 
 // abortWait waits until every I/O command the given hosts began to namespace nsid before
 // the caller published its preemption has completed, at most the queue-close timeout. It
-// reports whether they did; if not, it has logged the queue they are stuck on.
+// reports whether they did; if not, it has logged the queues they are stuck on.
 func (s *subsystem) abortWait(nsid uint32, hosts [][16]byte) bool {
 	if len(hosts) == 0 {
 		return true
@@ -296,64 +222,27 @@ func (s *subsystem) abortWait(nsid uint32, hosts [][16]byte) bool {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.t.closeTimeout)
 	defer cancel()
+	nsids := []uint32{nsid}
+	var ws []fenceWait
 	for _, q := range s.hostIOQueues(hosts) {
-		in := q.findResvInflight(nsid)
-		if in == nil {
-			continue // none of its commands has reached the namespace
-		}
-		if !in.drain(ctx.Done()) {
-			s.t.log.Error("preempt and abort failed: a preempted host's command to the namespace is still executing; "+
-				"the preemption took effect, but the command fails with Internal Error because the host's "+
-				"write may still reach the namespace (a backend request that does not complete: check the backend)",
-				"subsystem", s.nqn, "nsid", nsid, "qid", q.QID(), "cntlid", q.ControllerID(), "host", q.HostNQN(),
-				"commands", in.n[0].Load()+in.n[1].Load(), "waited", time.Since(start).Round(time.Millisecond))
-			return false
-		}
+		ws = append(ws, fenceWait{q, nsids})
 	}
-	return true
+	stuck := fenceQueues(ctx, ws)
+	for _, f := range stuck {
+		q := f.q
+		s.t.log.Error("preempt and abort failed: a preempted host's command to the namespace is still executing; "+
+			"the preemption took effect, but the command fails with Internal Error because the host's "+
+			"write may still reach the namespace (a backend request that does not complete: check the backend)",
+			"subsystem", s.nqn, "nsid", nsid, "qid", q.QID(), "cntlid", q.ControllerID(), "host", q.HostNQN(),
+			"commands", f.commands, "waited", since(start))
+	}
+	return len(stuck) == 0
 }
 
-// drain waits until each of the two abort epoch counters has read zero, or until expired
-// is closed (then it reports false). Preempt-and-aborts drain one resvInflight at a time.
-func (in *resvInflight) drain(expired <-chan struct{}) bool {
-	select {
-	case in.sem <- struct{}{}:
-	case <-expired:
-		return false
-	}
-	defer func() { <-in.sem }()
-	in.waiting.Store(true)
-	defer in.waiting.Store(false)
-	for range 2 {
-		old := (in.epoch.Add(1) - 1) & 1
-		for in.n[old].Load() != 0 {
-			select {
-			case <-in.wake:
-			case <-expired:
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// done uncounts a command counted in parity par (see resvAccess).
-func (in *resvInflight) done(par uint8) {
-	if in.n[par].Add(-1) == 0 && in.waiting.Load() {
-		select {
-		case in.wake <- struct{}{}:
-		default: // a wake-up is already pending
-		}
-	}
-}
-
-// resvAccess checks a namespace I/O command against the namespace's reservation, after
-// counting it in the queue's abort epoch counter of the namespace (undone by finish).
-func (q *Queue) resvAccess(r *Request, c *controller, ns *namespace, write bool) nvmeproto.Status {
-	in := q.resvInflightOf(ns.nsid)
-	e := in.epoch.Load() & 1
-	in.n[e].Add(1)
-	r.resvIn, r.resvPar = in, uint8(e)
+// resvAccess checks a namespace I/O command of this controller against the namespace's
+// reservation. The command has counted itself in its queue's fence of the namespace
+// (fenceEnter) before.
+func (c *controller) resvAccess(ns *namespace, write bool) nvmeproto.Status {
 	if s := ns.resv.state.Load(); s != nil && !s.allows(&c.hostID, write) {
 		return nvmeproto.StatusReservationConflict.WithDNR()
 	}

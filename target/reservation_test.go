@@ -537,8 +537,8 @@ func TestResvPreemptAndAbortVictimTornDown(t *testing.T) {
 }
 
 // TestResvPreemptAndAbortEarlierCommand: the preempted host's write began before an
-// earlier preempt-and-abort (of another host) flipped the abort epoch; the second
-// preempt-and-abort still waits for it.
+// earlier preempt-and-abort (of another host) drained the fences of the namespace on
+// the queues it waited for; the second preempt-and-abort still waits for it.
 func TestResvPreemptAndAbortEarlierCommand(t *testing.T) {
 	g := newGate()
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)), gatedBackend(g))

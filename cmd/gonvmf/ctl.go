@@ -60,7 +60,7 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 			&cli.StringFlag{Name: "tls-key", Usage: "with --tcp: its PEM private key `FILE`"},
 			&cli.StringFlag{Name: "tls-ca", Usage: "with --tcp: PEM `FILE` of the CA that signed the target's certificate"},
 			&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute,
-				Usage: "give up on a call after `DURATION` (removing a namespace waits for its commands in flight)"},
+				Usage: "give up on a call after `DURATION` (removing a namespace waits for its commands in flight, and an ANA state that serves no I/O for the commands admitted before it)"},
 		},
 		Subcommands: []*cli.Command{
 			{Name: "subsystem", Aliases: []string{"subsys"}, Usage: "list, add and remove subsystems", Subcommands: []*cli.Command{
@@ -125,7 +125,8 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 			}},
 			{Name: "ana", Usage: "list and set the ANA group states each listener reports", Subcommands: []*cli.Command{
 				leaf("ls", "list each listener's ANA group states (groups not listed are optimized)", "", ctlANALs),
-				leaf("set", "set the state of an ANA group on a listener (port 4420 unless given): optimized, non-optimized, inaccessible, persistent-loss or change; its hosts follow at once", "ADDRESS [PORT] GROUP STATE", ctlANASet),
+				described(leaf("set", "set the state of an ANA group on a listener (port 4420 unless given): optimized, non-optimized, inaccessible, persistent-loss or change; its hosts follow at once", "ADDRESS [PORT] GROUP STATE", ctlANASet),
+					anaWaitHelp),
 			}},
 			{Name: "ctrl", Aliases: []string{"controller"}, Usage: "list the connected controllers", Subcommands: []*cli.Command{
 				leaf("ls", "list controllers (of one subsystem, or all): host, address, queues, keep-alive, connected since", "[NQN]", ctlCtrlLs),
@@ -136,6 +137,21 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 					Usage: "write it to `FILE` instead of standard output: replaced whole, once the target has answered, with mode 0600 (it may hold secrets); use it rather than > FILE, which empties FILE even when the target cannot be reached"}),
 		},
 	}
+}
+
+// anaWaitHelp describes the wait of ctl ana set.
+const anaWaitHelp = `A state that serves no I/O (inaccessible, persistent-loss, change) returns
+once every I/O command to the group's namespaces that the listener's queues admitted before
+it has completed: from then on nothing sent through that listener reaches the group's
+storage, and another target may serve the group. When --timeout ends the wait first (the
+target answers a little before it), the state stays set but the command fails (exit 1) and
+says how many commands still execute, on which controllers: run it again to wait again
+before another target serves the group.`
+
+// described sets c's description (its help text).
+func described(c *cli.Command, text string) *cli.Command {
+	c.Description = text
+	return c
 }
 
 // leaf builds a subcommand that takes args (for the usage line), --json, and runs action
@@ -205,7 +221,9 @@ func (x *ctlCtx) wrap(err error) error {
 		}
 		msg = fmt.Sprintf("cannot reach gonvmf's control API at %s: %s (is gonvmf serve running?)", where, msg)
 	case codes.DeadlineExceeded:
-		msg = fmt.Sprintf("no answer within --timeout %v: %s", x.c.Duration("timeout"), msg)
+		if x.ctx.Err() != nil { // the target's own answer, an ANA change's wait that ended first, is said as it is
+			msg = fmt.Sprintf("no answer within --timeout %v: %s", x.c.Duration("timeout"), msg)
+		}
 	}
 	return cli.Exit(fmt.Sprintf("%s: %s", x.name(), msg), exitFailure)
 }

@@ -1,7 +1,7 @@
 // Package testutil holds what the tests of several packages share: a logger that shows
 // the code's log in the test's output, completion checks, a target with a loop port, a
-// backend opener that holds one open, and benchmarks' CPU time per operation. Only tests
-// import it.
+// backend opener that holds one open, one whose backends hold writes, and benchmarks' CPU
+// time per operation. Only tests import it.
 package testutil
 
 import (
@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -118,6 +119,62 @@ func HeldOpener(size uint64) (open func(backend.Spec) (backend.Backend, error), 
 		return backend.Open(s)
 	}
 	return open, signal, func() { once.Do(func() { close(gate) }) }
+}
+
+// WriteGate holds the writes of the backends its Opener opens until Open is called: a
+// backend whose requests do not complete, released at a chosen point. Those backends run
+// requests on worker goroutines, so a held write holds up nothing else.
+type WriteGate struct {
+	gate chan struct{}
+	once sync.Once
+	held atomic.Int64
+}
+
+// NewWriteGate returns a closed gate.
+func NewWriteGate() *WriteGate { return &WriteGate{gate: make(chan struct{})} }
+
+// Opener opens backends with backend.Open and wraps them (target.WithBackendOpener).
+func (g *WriteGate) Opener() func(backend.Spec) (backend.Backend, error) {
+	return func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		return &gatedWrites{Backend: b, g: g}, nil
+	}
+}
+
+// WaitHeld waits until n writes are held at the gate.
+func (g *WriteGate) WaitHeld(t testing.TB, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for g.held.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes held at the gate after 10 s, want %d", g.held.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Open lets every write through, held or to come. It may be called more than once.
+func (g *WriteGate) Open() { g.once.Do(func() { close(g.gate) }) }
+
+type gatedWrites struct {
+	backend.Backend
+	g *WriteGate
+}
+
+func (b *gatedWrites) WriteBlocks(buf []byte, slba uint64, fua bool) error {
+	b.g.held.Add(1)
+	<-b.g.gate
+	b.g.held.Add(-1)
+	return b.Backend.WriteBlocks(buf, slba, fua)
+}
+
+func (b *gatedWrites) Info() backend.Info {
+	i := backend.Describe(b.Backend)
+	i.Inline, i.Workers = false, 8
+	return i
 }
 
 // CPUTime is the process's CPU time (user and system, every thread). Benchmarks report CPU

@@ -44,6 +44,9 @@ func errStatus(err error) error {
 	}
 	code := codes.FailedPrecondition
 	switch {
+	case errors.Is(err, target.ErrANAInFlight):
+		// Applied, but not complete: gRPC's code for a change whose deadline passed first.
+		code = codes.DeadlineExceeded
 	case errors.Is(err, target.ErrNoSuchSubsystem), errors.Is(err, target.ErrNoSuchNamespace),
 		errors.Is(err, target.ErrNoSuchHost), errors.Is(err, target.ErrNoHostKeys), errors.Is(err, server.ErrNoSuchListener):
 		code = codes.NotFound
@@ -57,6 +60,17 @@ func errStatus(err error) error {
 		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())
+}
+
+// answerContext is ctx with its deadline brought forward by a tenth of the time left, at
+// most a second, for a wait that ends with an error the client should still receive
+// before its own deadline passes (an ANA state's wait for the I/O admitted before it).
+func answerContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, d.Add(-min(time.Until(d)/10, time.Second)))
 }
 
 func invalid(format string, args ...any) error {
@@ -351,7 +365,7 @@ func (s *Service) RemoveListener(_ context.Context, r *pb.RemoveListenerRequest)
 }
 
 // SetANAState sets one ANA group's state on one listener (server.Server.SetANAState).
-func (s *Service) SetANAState(_ context.Context, r *pb.SetANAStateRequest) (*pb.Listener, error) {
+func (s *Service) SetANAState(ctx context.Context, r *pb.SetANAStateRequest) (*pb.Listener, error) {
 	l, err := ListenerFromPB(r.Listener)
 	if err != nil {
 		return nil, invalid("%v", err)
@@ -371,7 +385,9 @@ func (s *Service) SetANAState(_ context.Context, r *pb.SetANAStateRequest) (*pb.
 		return nil, invalid("%v", err)
 	}
 	addr := netip.AddrPortFrom(ip, l.Port)
-	err = s.srv.SetANAState(addr, r.Group, st)
+	wctx, cancel := answerContext(ctx)
+	defer cancel()
+	err = s.srv.SetANAState(wctx, addr, r.Group, st)
 	if err := s.logged("ANA state set", err, "listener", addr.String(), "group", r.Group, "state", st); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -34,7 +35,10 @@ import (
 //     non-optimized; a group set before and no longer listed goes back to optimized),
 //     namespaces move to another ANA group (ana_group), then listeners' states change to
 //     those that do not serve I/O: a switchover within one target never leaves a group,
-//     or a namespace moving between groups, without a path;
+//     or a namespace moving between groups, without a path. A change that leaves a group
+//     serving no I/O on a listener waits, at most the target's queue-close timeout, for
+//     the I/O commands admitted before it (target.ANAFence); when some still execute
+//     then, the change stays applied and the reload goes on, logging which;
 //  6. entries gone from the hosts section are removed, listeners that are gone stop
 //     (their queues are disconnected).
 //
@@ -75,9 +79,14 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	var done []string
 	for i, st := range steps {
 		err := st.do()
-		if errors.Is(err, target.ErrRemovedUnclean) {
+		switch {
+		case errors.Is(err, target.ErrRemovedUnclean):
 			// The removal took effect: it is applied, and nothing is undone for it.
 			s.log.Warn("reload: applied, but releasing what it held failed", "change", st.what, "err", err)
+			err = nil
+		case errors.Is(err, target.ErrANAInFlight):
+			// The ANA change took effect; undoing it would not call back the commands.
+			s.log.Warn("reload: applied, but I/O commands admitted under the previous ANA state still execute", "change", st.what, "err", err)
 			err = nil
 		}
 		if err != nil {
@@ -347,8 +356,8 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 			}
 			if cn.ANAGroup != nn.ANAGroup {
 				move = append(move, step{what: fmt.Sprintf("subsystem %s: namespace %d ana_group %d → %d", nqn, nn.NSID, cn.ANAGroup, nn.ANAGroup),
-					do:   func() error { return t.SetNamespaceANAGroup(nqn, nn.NSID, nn.ANAGroup) },
-					undo: func() error { return t.SetNamespaceANAGroup(nqn, nn.NSID, cn.ANAGroup) }})
+					do:   func() error { return t.SetNamespaceANAGroup(context.Background(), nqn, nn.NSID, nn.ANAGroup) },
+					undo: func() error { return t.SetNamespaceANAGroup(context.Background(), nqn, nn.NSID, cn.ANAGroup) }})
 			}
 			if cn.ReadOnly != nn.ReadOnly {
 				ro = append(ro, step{what: fmt.Sprintf("subsystem %s: namespace %d read_only %t → %t", nqn, nn.NSID, cn.ReadOnly, nn.ReadOnly),
@@ -486,8 +495,8 @@ func (s *Server) anaSteps(cur, next *conf.Config) (up, down []step) {
 					map[bool]string{true: "now set", false: "no longer set"}[rawTo != ""])
 			}
 			changes = append(changes, change{rank, step{what: what,
-				do:   func() error { return s.setANAState(addr, g, rawTo) },
-				undo: func() error { return s.setANAState(addr, g, rawFrom) }}})
+				do:   func() error { return s.setANAStateWait(addr, g, rawTo) },
+				undo: func() error { return s.setANAStateWait(addr, g, rawFrom) }}})
 		}
 	}
 	slices.SortStableFunc(changes, func(a, b change) int { return a.rank - b.rank })
@@ -499,6 +508,16 @@ func (s *Server) anaSteps(cur, next *conf.Config) (up, down []step) {
 		}
 	}
 	return up, down
+}
+
+// setANAStateWait is setANAState and the wait for the commands admitted before it, at
+// most the target's queue-close timeout: a reload step.
+func (s *Server) setANAStateWait(listener netip.AddrPort, group uint32, state conf.ANAState) error {
+	f, err := s.setANAState(listener, group, state)
+	if err != nil {
+		return err
+	}
+	return f.Wait(context.Background())
 }
 
 // identityChange says why the running namespace a cannot become b in place: a field

@@ -20,6 +20,7 @@ import (
 	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/loop"
 	"github.com/gonvmf/gonvmf/target/server"
 )
 
@@ -496,6 +497,64 @@ func TestReloadMovesNamespaceToANAGroup(t *testing.T) {
 	}
 	if l := a.anaLog(); len(l.Groups) != 1 || l.Groups[0].GroupID != 1 || l.ChangeCount <= after.ChangeCount {
 		t.Errorf("ANA log after moving back: %+v", l)
+	}
+}
+
+// TestReloadANAMoveWaits: a reload that moves a namespace into a group serving no I/O on
+// a port waits for a write that port admitted before, at most the queue-close timeout;
+// when the write is still in the backend then, the move stays applied and the reload
+// succeeds (undoing it would not call the write back).
+func TestReloadANAMoveWaits(t *testing.T) {
+	const closeTimeout = 300 * time.Millisecond
+	base := config("10.99.0.1", 0) // namespace 1: memory, ana_group 1
+
+	gate := testutil.NewWriteGate()
+	defer gate.Open() // before the cleanups, which wait for the held write
+	s := loopServer(t, base, target.WithBackendOpener(gate.Opener()), target.WithQueueCloseTimeout(closeTimeout))
+	var states [conf.MaxANAGroup + 1]conf.ANAState
+	states[2] = conf.ANAInaccessible
+	lp, err := loop.New(s.Target(), loop.Options{Name: "b", ANAStates: states})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lp.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: subNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f", Logger: quiet,
+		Loop: func(depth int) (initiator.LoopConn, error) { return lp.Dial(depth) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ns, _ := h.Namespace(1)
+	written := make(chan error, 1)
+	go func() {
+		_, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0)
+		written <- err
+	}()
+	gate.WaitHeld(t, 1)
+
+	next := base.Clone()
+	next.Subsystems[0].Namespaces[0].ANAGroup = 2
+	start := time.Now()
+	changes, err := s.Reload(next)
+	if d := time.Since(start); d < closeTimeout {
+		t.Errorf("the reload returned after %v, before the close timeout %v, with a write admitted before the move in the backend", d, closeTimeout)
+	}
+	if err != nil || len(changes) != 1 || !strings.Contains(changes[0], "ana_group 1 → 2") {
+		t.Fatalf("reload: %v %v; want the move applied", changes, err)
+	}
+	if g := s.Config().Subsystems[0].Namespaces[0].ANAGroup; g != 2 {
+		t.Errorf("ana_group %d after the reload, want 2", g)
+	}
+	gate.Open()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Errorf("the write admitted before the move: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write did not complete within 10 s of the gate opening")
 	}
 }
 

@@ -24,7 +24,8 @@
 // The Server's own operations (manage.go: the target's, plus AddListener and
 // RemoveListener) are serialized with one another and with Reload, which applies a new
 // configuration's difference with them (SIGHUP); the control API (package target/control)
-// calls them.
+// calls them. An ANA change's wait for the I/O commands admitted before it (SetANAState)
+// runs after the change, outside that serialization.
 package server
 
 import (
@@ -237,24 +238,39 @@ func (s *Server) portLocked(addr netip.AddrPort) *target.Port {
 // namespaces of that group is served or refused by the new state from the next command
 // on. Config shows the new state; the empty state unsets the group (optimized, as one
 // never set). ErrNoSuchListener when no listener is served there.
-func (s *Server) SetANAState(listener netip.AddrPort, group uint32, state conf.ANAState) error {
+//
+// A state that serves no I/O (inaccessible, persistent-loss, change) is complete, and
+// SetANAState returns, once the I/O commands to the group's namespaces that the
+// listener's queues admitted before it have completed (target.Port.SetANAState): then
+// another target may serve the group.
+// The wait ends with ctx (or after the target's queue-close timeout when ctx has no
+// deadline) with the state changed all the same and an error that is target.ErrANAInFlight
+// and says which controllers still have commands executing. It runs after the change, out
+// of the serialization of changes: other changes, and SetANAState of other groups, go on
+// meanwhile.
+func (s *Server) SetANAState(ctx context.Context, listener netip.AddrPort, group uint32, state conf.ANAState) error {
 	s.chg.Lock()
-	defer s.chg.Unlock()
-	return s.setANAState(listener, group, state)
+	f, err := s.setANAState(listener, group, state)
+	s.chg.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.Wait(ctx)
 }
 
-func (s *Server) setANAState(listener netip.AddrPort, group uint32, state conf.ANAState) error {
+// setANAState changes the state and returns the fence the change is complete after.
+func (s *Server) setANAState(listener netip.AddrPort, group uint32, state conf.ANAState) (*target.ANAFence, error) {
 	s.mu.Lock()
 	closed := s.closed
 	p := s.portLocked(listener)
 	s.mu.Unlock()
 	switch {
 	case closed:
-		return ErrClosed
+		return nil, ErrClosed
 	case p == nil:
-		return fmt.Errorf("%w: %v (served: %s)", ErrNoSuchListener, listener, s.listenerList())
+		return nil, fmt.Errorf("%w: %v (served: %s)", ErrNoSuchListener, listener, s.listenerList())
 	}
-	return p.SetANAState(group, state)
+	return p.ChangeANAState(group, state)
 }
 
 // listenerList names the listeners being served, for error messages.

@@ -398,7 +398,7 @@ func TestRDMAServerANA(t *testing.T) {
 	}
 
 	// Fail over: A inaccessible, B optimized.
-	if err := s.SetANAState(a, 1, conf.ANAInaccessible); err != nil {
+	if err := s.SetANAState(context.Background(), a, 1, conf.ANAInaccessible); err != nil {
 		t.Fatal(err)
 	}
 	next := cfg.Clone()
@@ -423,7 +423,7 @@ func TestRDMAServerANA(t *testing.T) {
 	if got := s.Config().String(); got != next.String() {
 		t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, next)
 	}
-	if err := s.SetANAState(a, 1, conf.ANAInaccessible); err != nil {
+	if err := s.SetANAState(context.Background(), a, 1, conf.ANAInaccessible); err != nil {
 		t.Fatal(err)
 	}
 	if got := anaStates(t, ip, port); got[1] != nvmeproto.ANAInaccessible {
@@ -436,7 +436,7 @@ func TestRDMAServerANA(t *testing.T) {
 	if rc.Listeners[0].State(1) != conf.ANAInaccessible || rc.Listeners[1].State(1) != conf.ANAOptimized || rc.Listeners[1].State(4) != conf.ANAChange {
 		t.Errorf("running configuration:\n%s", rc)
 	}
-	if err := s.SetANAState(netip.AddrPortFrom(ip, port+7), 1, conf.ANAOptimized); !errors.Is(err, server.ErrNoSuchListener) {
+	if err := s.SetANAState(context.Background(), netip.AddrPortFrom(ip, port+7), 1, conf.ANAOptimized); !errors.Is(err, server.ErrNoSuchListener) {
 		t.Errorf("SetANAState on a listener not served: %v", err)
 	}
 }

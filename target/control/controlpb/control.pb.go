@@ -6,8 +6,9 @@
 // Every mutating RPC is one atomic change of the running configuration: it is validated
 // as the configuration file would be, against what runs, and either fully applies or
 // changes nothing. Errors carry a gRPC status code (NotFound, AlreadyExists,
-// InvalidArgument, FailedPrecondition, Unavailable, Internal) and a message that names
-// the object and the reason, in the configuration's error style.
+// InvalidArgument, FailedPrecondition, Unavailable, Internal; DeadlineExceeded for an ANA
+// state that was set but whose wait for the I/O admitted before it ended first) and
+// a message that names the object and the reason, in the configuration's error style.
 //
 // Sizes are bytes. Field names follow the YAML configuration's keys.
 //

@@ -6,8 +6,9 @@
 // Every mutating RPC is one atomic change of the running configuration: it is validated
 // as the configuration file would be, against what runs, and either fully applies or
 // changes nothing. Errors carry a gRPC status code (NotFound, AlreadyExists,
-// InvalidArgument, FailedPrecondition, Unavailable, Internal) and a message that names
-// the object and the reason, in the configuration's error style.
+// InvalidArgument, FailedPrecondition, Unavailable, Internal; DeadlineExceeded for an ANA
+// state that was set but whose wait for the I/O admitted before it ended first) and
+// a message that names the object and the reason, in the configuration's error style.
 //
 // Sizes are bytes. Field names follow the YAML configuration's keys.
 //
@@ -101,6 +102,16 @@ type ControlClient interface {
 	// where it is inaccessible, persistent-loss or change fails with the Asymmetric Access
 	// status of that state, and a multipath host retries it on another path). This is how a
 	// subsystem served by two targets fails over. It returns the listener with its states.
+	//
+	// A state that serves no I/O (inaccessible, persistent-loss, change) returns only once
+	// every I/O command to the group's namespaces that the listener's queues admitted
+	// before the change has completed: from then on nothing sent through this listener
+	// reaches the group's storage, and another target may serve the group. The wait ends
+	// with the call's deadline (a little before it, so that the answer arrives in time;
+	// without one, after the target's queue-close timeout, 30 s by default): then the state
+	// is changed all the same, and the call fails with DeadlineExceeded and a message that
+	// says how many commands still execute, on which controllers. Setting the state again
+	// waits again.
 	SetANAState(ctx context.Context, in *SetANAStateRequest, opts ...grpc.CallOption) (*Listener, error)
 	// Inspection.
 	ListControllers(ctx context.Context, in *ListControllersRequest, opts ...grpc.CallOption) (*ListControllersResponse, error)
@@ -404,6 +415,16 @@ type ControlServer interface {
 	// where it is inaccessible, persistent-loss or change fails with the Asymmetric Access
 	// status of that state, and a multipath host retries it on another path). This is how a
 	// subsystem served by two targets fails over. It returns the listener with its states.
+	//
+	// A state that serves no I/O (inaccessible, persistent-loss, change) returns only once
+	// every I/O command to the group's namespaces that the listener's queues admitted
+	// before the change has completed: from then on nothing sent through this listener
+	// reaches the group's storage, and another target may serve the group. The wait ends
+	// with the call's deadline (a little before it, so that the answer arrives in time;
+	// without one, after the target's queue-close timeout, 30 s by default): then the state
+	// is changed all the same, and the call fails with DeadlineExceeded and a message that
+	// says how many commands still execute, on which controllers. Setting the state again
+	// waits again.
 	SetANAState(context.Context, *SetANAStateRequest) (*Listener, error)
 	// Inspection.
 	ListControllers(context.Context, *ListControllersRequest) (*ListControllersResponse, error)
