@@ -46,6 +46,7 @@ namespace changes without reconnecting, and discovery log changes as they happen
   gonvmf ctl host deny nqn.2024-01.com.example:vol7 <host NQN>
   nvme gen-dhchap-key --nqn <host NQN> | gonvmf ctl host key set <host NQN> --dhchap-secret -
   gonvmf ctl ana set 10.99.0.1 4421 1 optimized
+  gonvmf ctl ns ana-group nqn.2024-01.com.example:vol7 1 2
   gonvmf ctl ctrl ls
   gonvmf ctl save -o /etc/gonvmf/target.yaml
 
@@ -79,7 +80,7 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("rm", "remove a subsystem (its controllers are disconnected first)", "NQN", ctlSubsystemRm),
 				leaf("auth", "require in-band authentication of new connections (on: only hosts with keys, see host key) or stop requiring it (off)", "NQN on|off", ctlSubsystemAuth),
 			}},
-			{Name: "ns", Aliases: []string{"namespace"}, Usage: "list, add, remove, resize, write-protect and reopen namespaces", Subcommands: []*cli.Command{
+			{Name: "ns", Aliases: []string{"namespace"}, Usage: "list, add, remove, resize, write-protect and reopen namespaces, and move them to another ANA group", Subcommands: []*cli.Command{
 				leaf("ls", "list namespaces (of one subsystem, or all) with their I/O counters", "[NQN]", ctlNsLs),
 				leaf("add", "add a namespace to a subsystem", "NQN", ctlNsAdd,
 					&cli.UintFlag{Name: "nsid", DefaultText: "none", Usage: "namespace `ID`, 1..1024 (required)"},
@@ -98,6 +99,8 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("resize", "grow a namespace to SIZE, or without SIZE take its file's or device's current size", "NQN NSID [SIZE]", ctlNsResize),
 				leaf("ro", "write-protect a namespace (on) or lift the protection (off)", "NQN NSID on|off", ctlNsRO),
 				leaf("reopen", "close a namespace's backend and open it again: puts a failed namespace (a sync failed) back into service", "NQN NSID", ctlNsReopen),
+				described(leaf("ana-group", "move a namespace to another ANA group (1..128) while hosts use it; its hosts follow at once", "NQN NSID GROUP", ctlNsANAGroup),
+					anaWaitHelp),
 			}},
 			{Name: "host", Usage: "allow and deny hosts; their authentication keys", Subcommands: []*cli.Command{
 				leaf("ls", "list the hosts allowed on each subsystem", "[NQN]", ctlHostLs),
@@ -123,7 +126,7 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("add", "listen on another address (port 4420 unless given)", "ADDRESS [PORT]", ctlListenerAdd),
 				leaf("rm", "stop a listener; the queues connected through it are disconnected", "ADDRESS [PORT]", ctlListenerRm),
 			}},
-			{Name: "ana", Usage: "list and set the ANA group states each listener reports", Subcommands: []*cli.Command{
+			{Name: "ana", Usage: "list and set the ANA group states each listener reports (a namespace's group: ns ana-group)", Subcommands: []*cli.Command{
 				leaf("ls", "list each listener's ANA group states (groups not listed are optimized)", "", ctlANALs),
 				described(leaf("set", "set the state of an ANA group on a listener (port 4420 unless given): optimized, non-optimized, inaccessible, persistent-loss or change; its hosts follow at once", "ADDRESS [PORT] GROUP STATE", ctlANASet),
 					anaWaitHelp),
@@ -139,14 +142,15 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 	}
 }
 
-// anaWaitHelp describes the wait of ctl ana set.
-const anaWaitHelp = `A state that serves no I/O (inaccessible, persistent-loss, change) returns
-once every I/O command to the group's namespaces that the listener's queues admitted before
-it has completed: from then on nothing sent through that listener reaches the group's
-storage, and another target may serve the group. When --timeout ends the wait first (the
-target answers a little before it), the state stays set but the command fails (exit 1) and
-says how many commands still execute, on which controllers: run it again to wait again
-before another target serves the group.`
+// anaWaitHelp describes the wait of ctl ana set and ctl ns ana-group.
+const anaWaitHelp = `A change that leaves a group serving no I/O on a listener (inaccessible,
+persistent-loss, change; or a namespace moved into such a group) returns once every I/O
+command to the group's namespaces (to the moved namespace) that the listener's queues
+admitted before it has completed: from then on nothing sent through that listener reaches
+the group's storage, and another target may serve the group. When --timeout ends the wait
+first (the target answers a little before it), the change stays made but the command fails
+(exit 1) and says how many commands still execute, on which controllers: run it again to
+wait again before another target serves the group.`
 
 // described sets c's description (its help text).
 func described(c *cli.Command, text string) *cli.Command {
@@ -644,6 +648,24 @@ func ctlNsRO(x *ctlCtx) error {
 			mode = "write-protected"
 		}
 		fmt.Fprintf(w, "namespace %d of %s is %s\n", nsid, a[0], mode)
+	})
+}
+
+func ctlNsANAGroup(x *ctlCtx) error {
+	a, nsid, err := x.nsArgs(3, 3)
+	if err != nil {
+		return err
+	}
+	g, err := strconv.ParseUint(a[2], 10, 32)
+	if err != nil || g == 0 || g > conf.MaxANAGroup {
+		return usageError("%q is not an ANA group; use 1..%d", a[2], conf.MaxANAGroup)
+	}
+	r, err := x.cl.SetNamespaceANAGroup(x.ctx, &pb.SetNamespaceANAGroupRequest{Subsystem: a[0], Nsid: nsid, AnaGroup: uint32(g)})
+	if err != nil {
+		return err
+	}
+	return x.print(r, func(w io.Writer) {
+		fmt.Fprintf(w, "namespace %d of %s is in ANA group %d\n", nsid, a[0], r.AnaGroup)
 	})
 }
 

@@ -17,9 +17,11 @@ import (
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/internal/dhchap"
+	"github.com/gonvmf/gonvmf/internal/testutil"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/control"
+	"github.com/gonvmf/gonvmf/target/loop"
 	"github.com/gonvmf/gonvmf/target/server"
 )
 
@@ -178,6 +180,23 @@ func TestCtl(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &added); err != nil || added.AnaGroup != 9 {
 		t.Errorf("ns add --ana-group 9: %v\n%s", err, out)
 	}
+	out, _ = ctl(0, "ns", "ana-group", two, "5", "12")
+	contains("ns ana-group", out, "namespace 5 of "+two+" is in ANA group 12")
+	out, _ = ctl(0, "ns", "ana-group", two, "5", "3", "--json")
+	if err := json.Unmarshal([]byte(out), &added); err != nil || added.AnaGroup != 3 {
+		t.Errorf("ns ana-group --json: %v\n%s", err, out)
+	}
+	if g := s.Config().Subsystems[1].Namespaces[2].ANAGroup; g != 3 {
+		t.Errorf("the running configuration's ana_group %d, want 3", g)
+	}
+	_, errOut = ctl(1, "ns", "ana-group", two, "7", "3")
+	contains("ns ana-group of a namespace that does not exist", errOut, "gonvmf: ctl ns ana-group:", "no such namespace")
+	_, errOut = ctl(1, "ns", "ana-group", "nqn.2024-01.io.gonvmf:none", "1", "3")
+	contains("ns ana-group in a subsystem that does not exist", errOut, "no such subsystem")
+	_, errOut = ctl(2, "ns", "ana-group", two, "5", "129")
+	contains("ns ana-group 129", errOut, `"129" is not an ANA group; use 1..128`)
+	_, errOut = ctl(2, "ns", "ana-group", two, "5")
+	contains("ns ana-group without a group", errOut, "usage: gonvmf ctl ns ana-group NQN NSID GROUP")
 	out, _ = ctl(0, "subsystem", "add", "nqn.2024-01.io.gonvmf:ctl-three", "--allow-any-host", "--cntlid-min", "100", "--cntlid-max", "200", "--json")
 	var three struct {
 		Min uint32 `json:"cntlid_min"`
@@ -217,6 +236,87 @@ func TestCtl(t *testing.T) {
 	code, _, errOut := gonvmf(t, "ctl", "--socket", filepath.Join(dir, "none.sock"), "subsystem", "ls")
 	if code != 1 || !strings.Contains(errOut, "is gonvmf serve running?") {
 		t.Errorf("no target: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestCtlANAWait: ctl ns ana-group into a group that serves no I/O on the port of a host
+// whose write is held in the backend fails when --timeout ends the target's wait for it,
+// with the target's message — the move was made, which controller still has how many
+// commands — and not as a target that did not answer; run again, it waits for the write
+// and succeeds.
+func TestCtlANAWait(t *testing.T) {
+	gate := testutil.NewWriteGate()
+	defer gate.Open() // before the cleanups, which wait for the held write
+	s, sock := ctlTargetWith(t, ctlConfig(t, ""), server.Options{Target: []target.Option{target.WithBackendOpener(gate.Opener())}})
+	var states [conf.MaxANAGroup + 1]conf.ANAState
+	states[4] = conf.ANAChange
+	lp, err := loop.New(s.Target(), loop.Options{Name: "b", ANAStates: states})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lp.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: ctlNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f", Logger: slog.New(slog.DiscardHandler),
+		Loop: func(depth int) (initiator.LoopConn, error) { return lp.Dial(depth) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	ns, _ := h.Namespace(1)
+	written := make(chan error, 1)
+	go func() {
+		_, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0)
+		written <- err
+	}()
+	gate.WaitHeld(t, 1)
+
+	code, out, errOut := gonvmf(t, "ctl", "--socket", sock, "--timeout", "500ms", "ns", "ana-group", ctlNQN, "1", "4")
+	if code != 1 {
+		t.Fatalf("ctl ns ana-group with a write held: exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"gonvmf: ctl ns ana-group:", "ana_group 1 → 4", "the change took effect",
+		"1 I/O command admitted under the previous state still executes", "on controller 1 of " + ctlNQN} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("ctl's error does not say %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "no answer within --timeout") {
+		t.Errorf("ctl reports the target's answer as no answer:\n%s", errOut)
+	}
+	if g := s.Config().Subsystems[0].Namespaces[0].ANAGroup; g != 4 {
+		t.Errorf("ana_group %d after the wait ended, want 4 (the move stands)", g)
+	}
+	type result struct {
+		code     int
+		out, err string
+	}
+	again := make(chan result, 1)
+	go func() {
+		code, out, errOut := gonvmf(t, "ctl", "--socket", sock, "ns", "ana-group", ctlNQN, "1", "4")
+		again <- result{code, out, errOut}
+	}()
+	select {
+	case r := <-again:
+		t.Fatalf("ctl ns ana-group again returned (exit %d) with the write held\n%s%s", r.code, r.out, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	gate.Open()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Errorf("the write admitted before the move: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write did not complete within 10 s of the gate opening")
+	}
+	select {
+	case r := <-again:
+		if r.code != 0 || !strings.Contains(r.out, "namespace 1 of "+ctlNQN+" is in ANA group 4") {
+			t.Errorf("ctl ns ana-group again: exit %d\n%s%s", r.code, r.out, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ctl ns ana-group again did not return within 10 s of the write completing")
 	}
 }
 

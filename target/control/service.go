@@ -47,6 +47,8 @@ func errStatus(err error) error {
 	case errors.Is(err, target.ErrANAInFlight):
 		// Applied, but not complete: gRPC's code for a change whose deadline passed first.
 		code = codes.DeadlineExceeded
+	case errors.Is(err, target.ErrInvalidANA):
+		code = codes.InvalidArgument
 	case errors.Is(err, target.ErrNoSuchSubsystem), errors.Is(err, target.ErrNoSuchNamespace),
 		errors.Is(err, target.ErrNoSuchHost), errors.Is(err, target.ErrNoHostKeys), errors.Is(err, server.ErrNoSuchListener):
 		code = codes.NotFound
@@ -64,7 +66,7 @@ func errStatus(err error) error {
 
 // answerContext is ctx with its deadline brought forward by a tenth of the time left, at
 // most a second, for a wait that ends with an error the client should still receive
-// before its own deadline passes (an ANA state's wait for the I/O admitted before it).
+// before its own deadline passes (an ANA change's wait for the I/O admitted before it).
 func answerContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d, ok := ctx.Deadline()
 	if !ok {
@@ -222,6 +224,21 @@ func (s *Service) ResizeNamespace(_ context.Context, r *pb.ResizeNamespaceReques
 func (s *Service) SetNamespaceReadOnly(_ context.Context, r *pb.SetNamespaceReadOnlyRequest) (*pb.Namespace, error) {
 	err := s.srv.SetNamespaceReadOnly(r.Subsystem, r.Nsid, r.ReadOnly)
 	if err := s.logged("namespace write protection set", err, "subsystem", r.Subsystem, "nsid", r.Nsid, "read_only", r.ReadOnly); err != nil {
+		return nil, err
+	}
+	return s.namespace(r.Subsystem, r.Nsid)
+}
+
+// SetNamespaceANAGroup moves a namespace to another ANA group
+// (server.Server.SetNamespaceANAGroup).
+func (s *Service) SetNamespaceANAGroup(ctx context.Context, r *pb.SetNamespaceANAGroupRequest) (*pb.Namespace, error) {
+	if r.AnaGroup == 0 || r.AnaGroup > conf.MaxANAGroup {
+		return nil, invalid("subsystem %q: namespace %d: ana_group %d is not a group ID; use 1..%d", r.Subsystem, r.Nsid, r.AnaGroup, conf.MaxANAGroup)
+	}
+	wctx, cancel := answerContext(ctx)
+	defer cancel()
+	err := s.srv.SetNamespaceANAGroup(wctx, r.Subsystem, r.Nsid, r.AnaGroup)
+	if err := s.logged("namespace moved to another ANA group", err, "subsystem", r.Subsystem, "nsid", r.Nsid, "ana_group", r.AnaGroup); err != nil {
 		return nil, err
 	}
 	return s.namespace(r.Subsystem, r.Nsid)

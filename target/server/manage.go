@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/target"
 )
@@ -54,6 +56,21 @@ func (s *Server) SetNamespaceReadOnly(nqn string, nsid uint32, readOnly bool) er
 	s.chg.Lock()
 	defer s.chg.Unlock()
 	return s.t.SetNamespaceReadOnly(nqn, nsid, readOnly)
+}
+
+// SetNamespaceANAGroup moves a namespace to another ANA group
+// (target.Target.SetNamespaceANAGroup). When the group serves no I/O on some listener, it
+// returns once the I/O commands to the namespace that the subsystem's queues through those
+// listeners admitted before the move have completed, as SetANAState does: bounded by ctx,
+// after the move, out of the serialization of changes.
+func (s *Server) SetNamespaceANAGroup(ctx context.Context, nqn string, nsid, group uint32) error {
+	s.chg.Lock()
+	f, err := s.t.MoveNamespaceANAGroup(nqn, nsid, group)
+	s.chg.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.Wait(ctx)
 }
 
 // SetAllowedHosts sets who may connect to a subsystem (target.Target.SetAllowedHosts).

@@ -24,8 +24,8 @@
 // The Server's own operations (manage.go: the target's, plus AddListener and
 // RemoveListener) are serialized with one another and with Reload, which applies a new
 // configuration's difference with them (SIGHUP); the control API (package target/control)
-// calls them. An ANA change's wait for the I/O commands admitted before it (SetANAState)
-// runs after the change, outside that serialization.
+// calls them. An ANA change's wait for the I/O commands admitted before it (SetANAState,
+// SetNamespaceANAGroup) runs after the change, outside that serialization.
 package server
 
 import (

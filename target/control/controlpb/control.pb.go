@@ -7,7 +7,7 @@
 // as the configuration file would be, against what runs, and either fully applies or
 // changes nothing. Errors carry a gRPC status code (NotFound, AlreadyExists,
 // InvalidArgument, FailedPrecondition, Unavailable, Internal; DeadlineExceeded for an ANA
-// state that was set but whose wait for the I/O admitted before it ended first) and
+// change that was made but whose wait for the I/O admitted before it ended first) and
 // a message that names the object and the reason, in the configuration's error style.
 //
 // Sizes are bytes. Field names follow the YAML configuration's keys.
@@ -2545,6 +2545,66 @@ func (x *SetANAStateRequest) GetState() string {
 	return ""
 }
 
+type SetNamespaceANAGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subsystem     string                 `protobuf:"bytes,1,opt,name=subsystem,proto3" json:"subsystem,omitempty"`
+	Nsid          uint32                 `protobuf:"varint,2,opt,name=nsid,proto3" json:"nsid,omitempty"`
+	AnaGroup      uint32                 `protobuf:"varint,3,opt,name=ana_group,json=anaGroup,proto3" json:"ana_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetNamespaceANAGroupRequest) Reset() {
+	*x = SetNamespaceANAGroupRequest{}
+	mi := &file_control_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetNamespaceANAGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetNamespaceANAGroupRequest) ProtoMessage() {}
+
+func (x *SetNamespaceANAGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetNamespaceANAGroupRequest.ProtoReflect.Descriptor instead.
+func (*SetNamespaceANAGroupRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SetNamespaceANAGroupRequest) GetSubsystem() string {
+	if x != nil {
+		return x.Subsystem
+	}
+	return ""
+}
+
+func (x *SetNamespaceANAGroupRequest) GetNsid() uint32 {
+	if x != nil {
+		return x.Nsid
+	}
+	return 0
+}
+
+func (x *SetNamespaceANAGroupRequest) GetAnaGroup() uint32 {
+	if x != nil {
+		return x.AnaGroup
+	}
+	return 0
+}
+
 type ListControllersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Subsystem     string                 `protobuf:"bytes,1,opt,name=subsystem,proto3" json:"subsystem,omitempty"`
@@ -2554,7 +2614,7 @@ type ListControllersRequest struct {
 
 func (x *ListControllersRequest) Reset() {
 	*x = ListControllersRequest{}
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2626,7 @@ func (x *ListControllersRequest) String() string {
 func (*ListControllersRequest) ProtoMessage() {}
 
 func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2639,7 @@ func (x *ListControllersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersRequest.ProtoReflect.Descriptor instead.
 func (*ListControllersRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{38}
+	return file_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListControllersRequest) GetSubsystem() string {
@@ -2598,7 +2658,7 @@ type ListControllersResponse struct {
 
 func (x *ListControllersResponse) Reset() {
 	*x = ListControllersResponse{}
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2670,7 @@ func (x *ListControllersResponse) String() string {
 func (*ListControllersResponse) ProtoMessage() {}
 
 func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2683,7 @@ func (x *ListControllersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListControllersResponse.ProtoReflect.Descriptor instead.
 func (*ListControllersResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{39}
+	return file_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListControllersResponse) GetControllers() []*Controller {
@@ -2652,7 +2712,7 @@ type HostKeys struct {
 
 func (x *HostKeys) Reset() {
 	*x = HostKeys{}
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2724,7 @@ func (x *HostKeys) String() string {
 func (*HostKeys) ProtoMessage() {}
 
 func (x *HostKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2737,7 @@ func (x *HostKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostKeys.ProtoReflect.Descriptor instead.
 func (*HostKeys) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{40}
+	return file_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HostKeys) GetNqn() string {
@@ -2737,7 +2797,7 @@ type ListHostKeysRequest struct {
 
 func (x *ListHostKeysRequest) Reset() {
 	*x = ListHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2809,7 @@ func (x *ListHostKeysRequest) String() string {
 func (*ListHostKeysRequest) ProtoMessage() {}
 
 func (x *ListHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2822,7 @@ func (x *ListHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{41}
+	return file_control_proto_rawDescGZIP(), []int{42}
 }
 
 type ListHostKeysResponse struct {
@@ -2774,7 +2834,7 @@ type ListHostKeysResponse struct {
 
 func (x *ListHostKeysResponse) Reset() {
 	*x = ListHostKeysResponse{}
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2846,7 @@ func (x *ListHostKeysResponse) String() string {
 func (*ListHostKeysResponse) ProtoMessage() {}
 
 func (x *ListHostKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2859,7 @@ func (x *ListHostKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListHostKeysResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{42}
+	return file_control_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListHostKeysResponse) GetHosts() []*HostKeys {
@@ -2826,7 +2886,7 @@ type SetHostKeysRequest struct {
 
 func (x *SetHostKeysRequest) Reset() {
 	*x = SetHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +2898,7 @@ func (x *SetHostKeysRequest) String() string {
 func (*SetHostKeysRequest) ProtoMessage() {}
 
 func (x *SetHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +2911,7 @@ func (x *SetHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*SetHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{43}
+	return file_control_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetHostKeysRequest) GetNqn() string {
@@ -2899,7 +2959,7 @@ type Names struct {
 
 func (x *Names) Reset() {
 	*x = Names{}
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +2971,7 @@ func (x *Names) String() string {
 func (*Names) ProtoMessage() {}
 
 func (x *Names) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +2984,7 @@ func (x *Names) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Names.ProtoReflect.Descriptor instead.
 func (*Names) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{44}
+	return file_control_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Names) GetNames() []string {
@@ -2943,7 +3003,7 @@ type RemoveHostKeysRequest struct {
 
 func (x *RemoveHostKeysRequest) Reset() {
 	*x = RemoveHostKeysRequest{}
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3015,7 @@ func (x *RemoveHostKeysRequest) String() string {
 func (*RemoveHostKeysRequest) ProtoMessage() {}
 
 func (x *RemoveHostKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3028,7 @@ func (x *RemoveHostKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostKeysRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostKeysRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{45}
+	return file_control_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveHostKeysRequest) GetNqn() string {
@@ -2986,7 +3046,7 @@ type RemoveHostKeysResponse struct {
 
 func (x *RemoveHostKeysResponse) Reset() {
 	*x = RemoveHostKeysResponse{}
-	mi := &file_control_proto_msgTypes[46]
+	mi := &file_control_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3058,7 @@ func (x *RemoveHostKeysResponse) String() string {
 func (*RemoveHostKeysResponse) ProtoMessage() {}
 
 func (x *RemoveHostKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[46]
+	mi := &file_control_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3071,7 @@ func (x *RemoveHostKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostKeysResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostKeysResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{46}
+	return file_control_proto_rawDescGZIP(), []int{47}
 }
 
 type SetAuthRequiredRequest struct {
@@ -3024,7 +3084,7 @@ type SetAuthRequiredRequest struct {
 
 func (x *SetAuthRequiredRequest) Reset() {
 	*x = SetAuthRequiredRequest{}
-	mi := &file_control_proto_msgTypes[47]
+	mi := &file_control_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3096,7 @@ func (x *SetAuthRequiredRequest) String() string {
 func (*SetAuthRequiredRequest) ProtoMessage() {}
 
 func (x *SetAuthRequiredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[47]
+	mi := &file_control_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3109,7 @@ func (x *SetAuthRequiredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAuthRequiredRequest.ProtoReflect.Descriptor instead.
 func (*SetAuthRequiredRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{47}
+	return file_control_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetAuthRequiredRequest) GetSubsystem() string {
@@ -3074,7 +3134,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_control_proto_msgTypes[48]
+	mi := &file_control_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3146,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[48]
+	mi := &file_control_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3159,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{48}
+	return file_control_proto_rawDescGZIP(), []int{49}
 }
 
 type SaveConfigRequest struct {
@@ -3110,7 +3170,7 @@ type SaveConfigRequest struct {
 
 func (x *SaveConfigRequest) Reset() {
 	*x = SaveConfigRequest{}
-	mi := &file_control_proto_msgTypes[49]
+	mi := &file_control_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3182,7 @@ func (x *SaveConfigRequest) String() string {
 func (*SaveConfigRequest) ProtoMessage() {}
 
 func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[49]
+	mi := &file_control_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3195,7 @@ func (x *SaveConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigRequest.ProtoReflect.Descriptor instead.
 func (*SaveConfigRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{49}
+	return file_control_proto_rawDescGZIP(), []int{50}
 }
 
 type SaveConfigResponse struct {
@@ -3147,7 +3207,7 @@ type SaveConfigResponse struct {
 
 func (x *SaveConfigResponse) Reset() {
 	*x = SaveConfigResponse{}
-	mi := &file_control_proto_msgTypes[50]
+	mi := &file_control_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3219,7 @@ func (x *SaveConfigResponse) String() string {
 func (*SaveConfigResponse) ProtoMessage() {}
 
 func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[50]
+	mi := &file_control_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3232,7 @@ func (x *SaveConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveConfigResponse.ProtoReflect.Descriptor instead.
 func (*SaveConfigResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{50}
+	return file_control_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SaveConfigResponse) GetYaml() string {
@@ -3389,7 +3449,11 @@ const file_control_proto_rawDesc = "" +
 	"\x12SetANAStateRequest\x127\n" +
 	"\blistener\x18\x01 \x01(\v2\x1b.gonvmf.control.v1.ListenerR\blistener\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\rR\x05group\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\"6\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\"l\n" +
+	"\x1bSetNamespaceANAGroupRequest\x12\x1c\n" +
+	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\x12\x12\n" +
+	"\x04nsid\x18\x02 \x01(\rR\x04nsid\x12\x1b\n" +
+	"\tana_group\x18\x03 \x01(\rR\banaGroup\"6\n" +
 	"\x16ListControllersRequest\x12\x1c\n" +
 	"\tsubsystem\x18\x01 \x01(\tR\tsubsystem\"Z\n" +
 	"\x17ListControllersResponse\x12?\n" +
@@ -3426,7 +3490,7 @@ const file_control_proto_rawDesc = "" +
 	"\x0fGetStatsRequest\"\x13\n" +
 	"\x11SaveConfigRequest\"(\n" +
 	"\x12SaveConfigResponse\x12\x12\n" +
-	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\xe6\x10\n" +
+	"\x04yaml\x18\x01 \x01(\tR\x04yaml2\xcc\x11\n" +
 	"\aControl\x12e\n" +
 	"\x0eListSubsystems\x12(.gonvmf.control.v1.ListSubsystemsRequest\x1a).gonvmf.control.v1.ListSubsystemsResponse\x12T\n" +
 	"\fAddSubsystem\x12&.gonvmf.control.v1.AddSubsystemRequest\x1a\x1c.gonvmf.control.v1.Subsystem\x12h\n" +
@@ -3443,7 +3507,8 @@ const file_control_proto_rawDesc = "" +
 	"\rListListeners\x12'.gonvmf.control.v1.ListListenersRequest\x1a(.gonvmf.control.v1.ListListenersResponse\x12Q\n" +
 	"\vAddListener\x12%.gonvmf.control.v1.AddListenerRequest\x1a\x1b.gonvmf.control.v1.Listener\x12e\n" +
 	"\x0eRemoveListener\x12(.gonvmf.control.v1.RemoveListenerRequest\x1a).gonvmf.control.v1.RemoveListenerResponse\x12Q\n" +
-	"\vSetANAState\x12%.gonvmf.control.v1.SetANAStateRequest\x1a\x1b.gonvmf.control.v1.Listener\x12h\n" +
+	"\vSetANAState\x12%.gonvmf.control.v1.SetANAStateRequest\x1a\x1b.gonvmf.control.v1.Listener\x12d\n" +
+	"\x14SetNamespaceANAGroup\x12..gonvmf.control.v1.SetNamespaceANAGroupRequest\x1a\x1c.gonvmf.control.v1.Namespace\x12h\n" +
 	"\x0fListControllers\x12).gonvmf.control.v1.ListControllersRequest\x1a*.gonvmf.control.v1.ListControllersResponse\x12H\n" +
 	"\bGetStats\x12\".gonvmf.control.v1.GetStatsRequest\x1a\x18.gonvmf.control.v1.Stats\x12Y\n" +
 	"\n" +
@@ -3465,7 +3530,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_control_proto_goTypes = []any{
 	(*Subsystem)(nil),                   // 0: gonvmf.control.v1.Subsystem
 	(*Namespace)(nil),                   // 1: gonvmf.control.v1.Namespace
@@ -3505,19 +3570,20 @@ var file_control_proto_goTypes = []any{
 	(*RemoveListenerRequest)(nil),       // 35: gonvmf.control.v1.RemoveListenerRequest
 	(*RemoveListenerResponse)(nil),      // 36: gonvmf.control.v1.RemoveListenerResponse
 	(*SetANAStateRequest)(nil),          // 37: gonvmf.control.v1.SetANAStateRequest
-	(*ListControllersRequest)(nil),      // 38: gonvmf.control.v1.ListControllersRequest
-	(*ListControllersResponse)(nil),     // 39: gonvmf.control.v1.ListControllersResponse
-	(*HostKeys)(nil),                    // 40: gonvmf.control.v1.HostKeys
-	(*ListHostKeysRequest)(nil),         // 41: gonvmf.control.v1.ListHostKeysRequest
-	(*ListHostKeysResponse)(nil),        // 42: gonvmf.control.v1.ListHostKeysResponse
-	(*SetHostKeysRequest)(nil),          // 43: gonvmf.control.v1.SetHostKeysRequest
-	(*Names)(nil),                       // 44: gonvmf.control.v1.Names
-	(*RemoveHostKeysRequest)(nil),       // 45: gonvmf.control.v1.RemoveHostKeysRequest
-	(*RemoveHostKeysResponse)(nil),      // 46: gonvmf.control.v1.RemoveHostKeysResponse
-	(*SetAuthRequiredRequest)(nil),      // 47: gonvmf.control.v1.SetAuthRequiredRequest
-	(*GetStatsRequest)(nil),             // 48: gonvmf.control.v1.GetStatsRequest
-	(*SaveConfigRequest)(nil),           // 49: gonvmf.control.v1.SaveConfigRequest
-	(*SaveConfigResponse)(nil),          // 50: gonvmf.control.v1.SaveConfigResponse
+	(*SetNamespaceANAGroupRequest)(nil), // 38: gonvmf.control.v1.SetNamespaceANAGroupRequest
+	(*ListControllersRequest)(nil),      // 39: gonvmf.control.v1.ListControllersRequest
+	(*ListControllersResponse)(nil),     // 40: gonvmf.control.v1.ListControllersResponse
+	(*HostKeys)(nil),                    // 41: gonvmf.control.v1.HostKeys
+	(*ListHostKeysRequest)(nil),         // 42: gonvmf.control.v1.ListHostKeysRequest
+	(*ListHostKeysResponse)(nil),        // 43: gonvmf.control.v1.ListHostKeysResponse
+	(*SetHostKeysRequest)(nil),          // 44: gonvmf.control.v1.SetHostKeysRequest
+	(*Names)(nil),                       // 45: gonvmf.control.v1.Names
+	(*RemoveHostKeysRequest)(nil),       // 46: gonvmf.control.v1.RemoveHostKeysRequest
+	(*RemoveHostKeysResponse)(nil),      // 47: gonvmf.control.v1.RemoveHostKeysResponse
+	(*SetAuthRequiredRequest)(nil),      // 48: gonvmf.control.v1.SetAuthRequiredRequest
+	(*GetStatsRequest)(nil),             // 49: gonvmf.control.v1.GetStatsRequest
+	(*SaveConfigRequest)(nil),           // 50: gonvmf.control.v1.SaveConfigRequest
+	(*SaveConfigResponse)(nil),          // 51: gonvmf.control.v1.SaveConfigResponse
 }
 var file_control_proto_depIdxs = []int32{
 	1,  // 0: gonvmf.control.v1.Subsystem.namespaces:type_name -> gonvmf.control.v1.Namespace
@@ -3543,9 +3609,9 @@ var file_control_proto_depIdxs = []int32{
 	6,  // 20: gonvmf.control.v1.RemoveListenerRequest.listener:type_name -> gonvmf.control.v1.Listener
 	6,  // 21: gonvmf.control.v1.SetANAStateRequest.listener:type_name -> gonvmf.control.v1.Listener
 	8,  // 22: gonvmf.control.v1.ListControllersResponse.controllers:type_name -> gonvmf.control.v1.Controller
-	40, // 23: gonvmf.control.v1.ListHostKeysResponse.hosts:type_name -> gonvmf.control.v1.HostKeys
-	44, // 24: gonvmf.control.v1.SetHostKeysRequest.dhchap_hashes:type_name -> gonvmf.control.v1.Names
-	44, // 25: gonvmf.control.v1.SetHostKeysRequest.dhchap_dhgroups:type_name -> gonvmf.control.v1.Names
+	41, // 23: gonvmf.control.v1.ListHostKeysResponse.hosts:type_name -> gonvmf.control.v1.HostKeys
+	45, // 24: gonvmf.control.v1.SetHostKeysRequest.dhchap_hashes:type_name -> gonvmf.control.v1.Names
+	45, // 25: gonvmf.control.v1.SetHostKeysRequest.dhchap_dhgroups:type_name -> gonvmf.control.v1.Names
 	15, // 26: gonvmf.control.v1.Control.ListSubsystems:input_type -> gonvmf.control.v1.ListSubsystemsRequest
 	17, // 27: gonvmf.control.v1.Control.AddSubsystem:input_type -> gonvmf.control.v1.AddSubsystemRequest
 	18, // 28: gonvmf.control.v1.Control.RemoveSubsystem:input_type -> gonvmf.control.v1.RemoveSubsystemRequest
@@ -3562,38 +3628,40 @@ var file_control_proto_depIdxs = []int32{
 	34, // 39: gonvmf.control.v1.Control.AddListener:input_type -> gonvmf.control.v1.AddListenerRequest
 	35, // 40: gonvmf.control.v1.Control.RemoveListener:input_type -> gonvmf.control.v1.RemoveListenerRequest
 	37, // 41: gonvmf.control.v1.Control.SetANAState:input_type -> gonvmf.control.v1.SetANAStateRequest
-	38, // 42: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
-	48, // 43: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
-	49, // 44: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
-	41, // 45: gonvmf.control.v1.Control.ListHostKeys:input_type -> gonvmf.control.v1.ListHostKeysRequest
-	43, // 46: gonvmf.control.v1.Control.SetHostKeys:input_type -> gonvmf.control.v1.SetHostKeysRequest
-	45, // 47: gonvmf.control.v1.Control.RemoveHostKeys:input_type -> gonvmf.control.v1.RemoveHostKeysRequest
-	47, // 48: gonvmf.control.v1.Control.SetAuthRequired:input_type -> gonvmf.control.v1.SetAuthRequiredRequest
-	16, // 49: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
-	0,  // 50: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
-	19, // 51: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
-	21, // 52: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
-	1,  // 53: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
-	24, // 54: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
-	1,  // 55: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
-	1,  // 56: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
-	28, // 57: gonvmf.control.v1.Control.ReopenNamespace:output_type -> gonvmf.control.v1.ReopenNamespaceResponse
-	0,  // 58: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 59: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
-	0,  // 60: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
-	33, // 61: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
-	6,  // 62: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
-	36, // 63: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
-	6,  // 64: gonvmf.control.v1.Control.SetANAState:output_type -> gonvmf.control.v1.Listener
-	39, // 65: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
-	10, // 66: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
-	50, // 67: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
-	42, // 68: gonvmf.control.v1.Control.ListHostKeys:output_type -> gonvmf.control.v1.ListHostKeysResponse
-	40, // 69: gonvmf.control.v1.Control.SetHostKeys:output_type -> gonvmf.control.v1.HostKeys
-	46, // 70: gonvmf.control.v1.Control.RemoveHostKeys:output_type -> gonvmf.control.v1.RemoveHostKeysResponse
-	0,  // 71: gonvmf.control.v1.Control.SetAuthRequired:output_type -> gonvmf.control.v1.Subsystem
-	49, // [49:72] is the sub-list for method output_type
-	26, // [26:49] is the sub-list for method input_type
+	38, // 42: gonvmf.control.v1.Control.SetNamespaceANAGroup:input_type -> gonvmf.control.v1.SetNamespaceANAGroupRequest
+	39, // 43: gonvmf.control.v1.Control.ListControllers:input_type -> gonvmf.control.v1.ListControllersRequest
+	49, // 44: gonvmf.control.v1.Control.GetStats:input_type -> gonvmf.control.v1.GetStatsRequest
+	50, // 45: gonvmf.control.v1.Control.SaveConfig:input_type -> gonvmf.control.v1.SaveConfigRequest
+	42, // 46: gonvmf.control.v1.Control.ListHostKeys:input_type -> gonvmf.control.v1.ListHostKeysRequest
+	44, // 47: gonvmf.control.v1.Control.SetHostKeys:input_type -> gonvmf.control.v1.SetHostKeysRequest
+	46, // 48: gonvmf.control.v1.Control.RemoveHostKeys:input_type -> gonvmf.control.v1.RemoveHostKeysRequest
+	48, // 49: gonvmf.control.v1.Control.SetAuthRequired:input_type -> gonvmf.control.v1.SetAuthRequiredRequest
+	16, // 50: gonvmf.control.v1.Control.ListSubsystems:output_type -> gonvmf.control.v1.ListSubsystemsResponse
+	0,  // 51: gonvmf.control.v1.Control.AddSubsystem:output_type -> gonvmf.control.v1.Subsystem
+	19, // 52: gonvmf.control.v1.Control.RemoveSubsystem:output_type -> gonvmf.control.v1.RemoveSubsystemResponse
+	21, // 53: gonvmf.control.v1.Control.ListNamespaces:output_type -> gonvmf.control.v1.ListNamespacesResponse
+	1,  // 54: gonvmf.control.v1.Control.AddNamespace:output_type -> gonvmf.control.v1.Namespace
+	24, // 55: gonvmf.control.v1.Control.RemoveNamespace:output_type -> gonvmf.control.v1.RemoveNamespaceResponse
+	1,  // 56: gonvmf.control.v1.Control.ResizeNamespace:output_type -> gonvmf.control.v1.Namespace
+	1,  // 57: gonvmf.control.v1.Control.SetNamespaceReadOnly:output_type -> gonvmf.control.v1.Namespace
+	28, // 58: gonvmf.control.v1.Control.ReopenNamespace:output_type -> gonvmf.control.v1.ReopenNamespaceResponse
+	0,  // 59: gonvmf.control.v1.Control.AllowHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 60: gonvmf.control.v1.Control.DenyHost:output_type -> gonvmf.control.v1.Subsystem
+	0,  // 61: gonvmf.control.v1.Control.SetHosts:output_type -> gonvmf.control.v1.Subsystem
+	33, // 62: gonvmf.control.v1.Control.ListListeners:output_type -> gonvmf.control.v1.ListListenersResponse
+	6,  // 63: gonvmf.control.v1.Control.AddListener:output_type -> gonvmf.control.v1.Listener
+	36, // 64: gonvmf.control.v1.Control.RemoveListener:output_type -> gonvmf.control.v1.RemoveListenerResponse
+	6,  // 65: gonvmf.control.v1.Control.SetANAState:output_type -> gonvmf.control.v1.Listener
+	1,  // 66: gonvmf.control.v1.Control.SetNamespaceANAGroup:output_type -> gonvmf.control.v1.Namespace
+	40, // 67: gonvmf.control.v1.Control.ListControllers:output_type -> gonvmf.control.v1.ListControllersResponse
+	10, // 68: gonvmf.control.v1.Control.GetStats:output_type -> gonvmf.control.v1.Stats
+	51, // 69: gonvmf.control.v1.Control.SaveConfig:output_type -> gonvmf.control.v1.SaveConfigResponse
+	43, // 70: gonvmf.control.v1.Control.ListHostKeys:output_type -> gonvmf.control.v1.ListHostKeysResponse
+	41, // 71: gonvmf.control.v1.Control.SetHostKeys:output_type -> gonvmf.control.v1.HostKeys
+	47, // 72: gonvmf.control.v1.Control.RemoveHostKeys:output_type -> gonvmf.control.v1.RemoveHostKeysResponse
+	0,  // 73: gonvmf.control.v1.Control.SetAuthRequired:output_type -> gonvmf.control.v1.Subsystem
+	50, // [50:74] is the sub-list for method output_type
+	26, // [26:50] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -3604,14 +3672,14 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[43].OneofWrappers = []any{}
+	file_control_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

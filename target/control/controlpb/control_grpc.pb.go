@@ -7,7 +7,7 @@
 // as the configuration file would be, against what runs, and either fully applies or
 // changes nothing. Errors carry a gRPC status code (NotFound, AlreadyExists,
 // InvalidArgument, FailedPrecondition, Unavailable, Internal; DeadlineExceeded for an ANA
-// state that was set but whose wait for the I/O admitted before it ended first) and
+// change that was made but whose wait for the I/O admitted before it ended first) and
 // a message that names the object and the reason, in the configuration's error style.
 //
 // Sizes are bytes. Field names follow the YAML configuration's keys.
@@ -51,6 +51,7 @@ const (
 	Control_AddListener_FullMethodName          = "/gonvmf.control.v1.Control/AddListener"
 	Control_RemoveListener_FullMethodName       = "/gonvmf.control.v1.Control/RemoveListener"
 	Control_SetANAState_FullMethodName          = "/gonvmf.control.v1.Control/SetANAState"
+	Control_SetNamespaceANAGroup_FullMethodName = "/gonvmf.control.v1.Control/SetNamespaceANAGroup"
 	Control_ListControllers_FullMethodName      = "/gonvmf.control.v1.Control/ListControllers"
 	Control_GetStats_FullMethodName             = "/gonvmf.control.v1.Control/GetStats"
 	Control_SaveConfig_FullMethodName           = "/gonvmf.control.v1.Control/SaveConfig"
@@ -113,6 +114,15 @@ type ControlClient interface {
 	// says how many commands still execute, on which controllers. Setting the state again
 	// waits again.
 	SetANAState(ctx context.Context, in *SetANAStateRequest, opts ...grpc.CallOption) (*Listener, error)
+	// SetNamespaceANAGroup moves a namespace to another ANA group (its ana_group) while
+	// hosts use it: every controller of its subsystem gets an ANA Change event and finds
+	// the namespace under the new group in the ANA log; its I/O through each listener
+	// follows the new group's state there. The namespace is otherwise untouched. When the
+	// new group serves no I/O on some listener, the call waits for the I/O commands to the
+	// namespace that the subsystem's queues through those listeners admitted before the
+	// move, as SetANAState does. It returns the namespace. An unknown subsystem or
+	// namespace is NotFound, a group out of 1..128 InvalidArgument.
+	SetNamespaceANAGroup(ctx context.Context, in *SetNamespaceANAGroupRequest, opts ...grpc.CallOption) (*Namespace, error)
 	// Inspection.
 	ListControllers(ctx context.Context, in *ListControllersRequest, opts ...grpc.CallOption) (*ListControllersResponse, error)
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*Stats, error)
@@ -303,6 +313,16 @@ func (c *controlClient) SetANAState(ctx context.Context, in *SetANAStateRequest,
 	return out, nil
 }
 
+func (c *controlClient) SetNamespaceANAGroup(ctx context.Context, in *SetNamespaceANAGroupRequest, opts ...grpc.CallOption) (*Namespace, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Namespace)
+	err := c.cc.Invoke(ctx, Control_SetNamespaceANAGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *controlClient) ListControllers(ctx context.Context, in *ListControllersRequest, opts ...grpc.CallOption) (*ListControllersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListControllersResponse)
@@ -426,6 +446,15 @@ type ControlServer interface {
 	// says how many commands still execute, on which controllers. Setting the state again
 	// waits again.
 	SetANAState(context.Context, *SetANAStateRequest) (*Listener, error)
+	// SetNamespaceANAGroup moves a namespace to another ANA group (its ana_group) while
+	// hosts use it: every controller of its subsystem gets an ANA Change event and finds
+	// the namespace under the new group in the ANA log; its I/O through each listener
+	// follows the new group's state there. The namespace is otherwise untouched. When the
+	// new group serves no I/O on some listener, the call waits for the I/O commands to the
+	// namespace that the subsystem's queues through those listeners admitted before the
+	// move, as SetANAState does. It returns the namespace. An unknown subsystem or
+	// namespace is NotFound, a group out of 1..128 InvalidArgument.
+	SetNamespaceANAGroup(context.Context, *SetNamespaceANAGroupRequest) (*Namespace, error)
 	// Inspection.
 	ListControllers(context.Context, *ListControllersRequest) (*ListControllersResponse, error)
 	GetStats(context.Context, *GetStatsRequest) (*Stats, error)
@@ -503,6 +532,9 @@ func (UnimplementedControlServer) RemoveListener(context.Context, *RemoveListene
 }
 func (UnimplementedControlServer) SetANAState(context.Context, *SetANAStateRequest) (*Listener, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetANAState not implemented")
+}
+func (UnimplementedControlServer) SetNamespaceANAGroup(context.Context, *SetNamespaceANAGroupRequest) (*Namespace, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetNamespaceANAGroup not implemented")
 }
 func (UnimplementedControlServer) ListControllers(context.Context, *ListControllersRequest) (*ListControllersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListControllers not implemented")
@@ -834,6 +866,24 @@ func _Control_SetANAState_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Control_SetNamespaceANAGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetNamespaceANAGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).SetNamespaceANAGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_SetNamespaceANAGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).SetNamespaceANAGroup(ctx, req.(*SetNamespaceANAGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Control_ListControllers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListControllersRequest)
 	if err := dec(in); err != nil {
@@ -1030,6 +1080,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetANAState",
 			Handler:    _Control_SetANAState_Handler,
+		},
+		{
+			MethodName: "SetNamespaceANAGroup",
+			Handler:    _Control_SetNamespaceANAGroup_Handler,
 		},
 		{
 			MethodName: "ListControllers",
