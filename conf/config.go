@@ -311,8 +311,9 @@ type Metrics struct {
 // or lock out the others. Every field has a default; none can be switched off.
 type Limits struct {
 	// MaxQueues is the most queues (queue pairs: admin and I/O, of every host on every
-	// listener, connected or not) the target holds at once; a connection request beyond
-	// it is rejected (nvme-rdma NO_RSC). 2..65536, default 1024.
+	// listener, connected or not) the target holds at once — a closed queue until the
+	// commands it left executing in a backend complete; a connection request beyond it is
+	// rejected (nvme-rdma NO_RSC). 2..65536, default 1024.
 	MaxQueues int `yaml:"max_queues"`
 	// MaxQueuesPerAddress is the most queues from one source IP address, counted from the
 	// connection request on — before the Fabrics Connect names the host. Beyond it
@@ -323,7 +324,8 @@ type Limits struct {
 	// Controller Busy. 1..65536, default 64.
 	MaxControllersPerHost int `yaml:"max_controllers_per_host"`
 	// MaxQueuesPerHost is the most connected queues (admin and I/O) one host NQN may have
-	// at once over all its controllers. Number of Queues grants a controller no more I/O
+	// at once over all its controllers, its closed ones counting until the commands they
+	// left executing in a backend complete. Number of Queues grants a controller no more I/O
 	// queues than the host has left, and a Connect beyond it fails with Controller Busy.
 	// 2..MaxQueues, default 256.
 	MaxQueuesPerHost int `yaml:"max_queues_per_host"`

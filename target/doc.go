@@ -146,7 +146,8 @@
 //     destroys its controller and disconnects the controller's I/O queues. The wait is
 //     bounded (WithQueueCloseTimeout, 30 s): when a backend request never completes,
 //     Close logs it and returns false, and the transport must keep the memory that
-//     request uses (Request, Data, ICD) until its Complete arrives, if ever. Closing a
+//     request uses (Request, Data, ICD) until its Complete arrives, if ever; until then
+//     the queue keeps its place in the limits below (Target.StuckQueues). Closing a
 //     namespace (RemoveNamespace, ReopenNamespace, Close) waits as long for its commands,
 //     then goes on (Close returns ErrNamespaceBusy) and closes its backend once they
 //     complete.
@@ -160,9 +161,13 @@
 // and limits.max_queues_per_host connected queues (Connect fails with Controller Busy,
 // without DNR; Number of Queues grants no more I/O queues than the host has left), and a
 // keep-alive timeout within limits.min/max_keep_alive_timeout (KATO 0:
-// transport.keep_alive_timeout). Limits that need the transport's view (per source
-// address, response progress) are the transport's. Refusals are logged once per host and
-// interval.
+// transport.keep_alive_timeout). A queue counts against max_queues and its host's limits
+// until it has closed and its last command has completed: one whose commands are stuck
+// in a backend (Queue.Close gave up waiting) still holds the transport's memory they use,
+// so a host reconnecting to a hung backend again and again is refused (NewQueue's
+// ErrTooManyQueues, Controller Busy) rather than piling up such queues and their buffers
+// for every host. Limits that need the transport's view (per source address, response
+// progress) are the transport's. Refusals are logged once per host and interval.
 //
 // Buffer ownership: Cmd, ICD and Data belong to the transport, which keeps them valid
 // from Begin until Complete returns. The core reads Data for host-to-controller commands

@@ -25,8 +25,9 @@ const DefaultQueueCloseTimeout = 30 * time.Second
 
 // WithQueueCloseTimeout bounds how long Queue.Close waits for commands still executing
 // (a backend request that never completes: a hung disk or network file system). After it
-// Close logs the commands left and returns; they complete later or never, and the
-// transport keeps the memory they use until they do (default DefaultQueueCloseTimeout).
+// Close logs the commands left and returns; they complete later or never, and until they
+// do the transport keeps the memory they use and the queue counts against the limits
+// (Target.StuckQueues; default DefaultQueueCloseTimeout).
 // Closing a namespace (RemoveNamespace, ReopenNamespace, Close) waits as long for its
 // commands, then goes on — Close returns an error wrapping ErrNamespaceBusy — and leaves
 // its backend open until they complete. A Reservation Acquire with Preempt and Abort waits
@@ -39,30 +40,39 @@ func WithQueueCloseTimeout(d time.Duration) Option { return func(t *Target) { t.
 func (t *Target) Limits() conf.Limits { return t.lim }
 
 // admission counts what hosts hold against the limits: queues in total, and controllers
-// and connected queues per host NQN.
+// and connected queues per host NQN. A queue counts from Port.NewQueue (its host's part
+// from its Connect) until it has closed and its last command has completed
+// (Queue.settle): a closed queue whose commands are still executing in a backend (stuck)
+// still holds what they use — the transport's buffers, the backend's requests — so it
+// keeps its place, and a host that reconnects again and again to a hung backend runs into
+// its limits instead of piling up such queues for everyone.
 type admission struct {
 	mu     sync.Mutex
-	queues int // queues created by Port.NewQueue and not closed
+	queues int // queues created by Port.NewQueue and not yet settled
+	stuck  int // of those, closed queues that wait for commands still executing
 	hosts  map[string]*hostUse
 }
 
 // hostUse is what one host NQN holds.
 type hostUse struct {
 	ctrls, queues int
+	stuck         int // of queues, closed ones that wait for commands still executing
 }
 
-// takeQueue counts a new queue against limits.max_queues.
-func (t *Target) takeQueue() bool {
+// takeQueue counts a new queue against limits.max_queues. Refused, it returns how many
+// of the queues the target holds are stuck.
+func (t *Target) takeQueue() (ok bool, stuck int) {
 	a := &t.adm
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.queues >= t.lim.MaxQueues {
-		return false
+		return false, a.stuck
 	}
 	a.queues++
-	return true
+	return true, 0
 }
 
+// releaseQueue undoes takeQueue for a queue that never served a command.
 func (t *Target) releaseQueue() {
 	a := &t.adm
 	a.mu.Lock()
@@ -70,11 +80,64 @@ func (t *Target) releaseQueue() {
 	a.mu.Unlock()
 }
 
-// QueueCount returns the number of queues the target holds (created, not yet closed).
+// noteStuck counts a closed queue of host ("": not connected) whose commands are still
+// executing as stuck; it returns the stuck queues of the target and of the host.
+func (t *Target) noteStuck(host string) (total, ofHost int) {
+	a := &t.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stuck++
+	if u := a.hosts[host]; u != nil && host != "" {
+		u.stuck++
+		ofHost = u.stuck
+	}
+	return a.stuck, ofHost
+}
+
+// settleQueue gives back what a closed queue whose commands have all completed held:
+// its place in limits.max_queues, its host's queue (and controller, for an admin queue)
+// when it was connected (b), and its count as stuck when noteStuck(stuckHost) counted it.
+// It returns the stuck queues left.
+func (t *Target) settleQueue(b *binding, stuck bool, stuckHost string) (stuckLeft int) {
+	a := &t.adm
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queues--
+	if stuck {
+		a.stuck--
+		if u := a.hosts[stuckHost]; u != nil && stuckHost != "" {
+			u.stuck--
+		}
+	}
+	if b != nil {
+		t.hostReleaseLocked(b.ctrl.hostNQN, b.qid == 0)
+	}
+	return a.stuck
+}
+
+// QueueCount returns the number of queues the target holds: created and not yet closed,
+// and closed ones whose commands are still executing (StuckQueues).
 func (t *Target) QueueCount() int {
 	t.adm.mu.Lock()
 	defer t.adm.mu.Unlock()
 	return t.adm.queues
+}
+
+// StuckQueues returns the number of closed queues whose commands are still executing in a
+// backend (Queue.Close gave up waiting for them). Each still counts against
+// limits.max_queues and its host's limits until its last command completes.
+func (t *Target) StuckQueues() int {
+	t.adm.mu.Lock()
+	defer t.adm.mu.Unlock()
+	return t.adm.stuck
+}
+
+// stuckNote says, for a refusal, how many of the queues counted are stuck.
+func stuckNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d of them closed but still counted until the commands they left executing in a backend complete", n)
 }
 
 // hostTake counts a controller (ctrl) and a connected queue for host against the
@@ -89,9 +152,9 @@ func (t *Target) hostTake(host string, ctrl bool) string {
 	}
 	switch {
 	case ctrl && u.ctrls >= t.lim.MaxControllersPerHost:
-		return fmt.Sprintf("the host has %d controllers, limits.max_controllers_per_host (raise it if the host needs more)", u.ctrls)
+		return fmt.Sprintf("the host has %d controllers, limits.max_controllers_per_host (raise it if the host needs more)%s", u.ctrls, stuckNote(u.stuck))
 	case u.queues >= t.lim.MaxQueuesPerHost:
-		return fmt.Sprintf("the host has %d connected queues, limits.max_queues_per_host (raise it if the host needs more)", u.queues)
+		return fmt.Sprintf("the host has %d queues, limits.max_queues_per_host (raise it if the host needs more)%s", u.queues, stuckNote(u.stuck))
 	}
 	if a.hosts == nil {
 		a.hosts = make(map[string]*hostUse)
@@ -106,9 +169,14 @@ func (t *Target) hostTake(host string, ctrl bool) string {
 
 // hostRelease undoes hostTake.
 func (t *Target) hostRelease(host string, ctrl bool) {
+	t.adm.mu.Lock()
+	defer t.adm.mu.Unlock()
+	t.hostReleaseLocked(host, ctrl)
+}
+
+// hostReleaseLocked is hostRelease with adm.mu held.
+func (t *Target) hostReleaseLocked(host string, ctrl bool) {
 	a := &t.adm
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	u := a.hosts[host]
 	if u == nil {
 		return
@@ -134,7 +202,8 @@ func (t *Target) hostQueuesLeft(host string) int {
 	return max(t.lim.MaxQueuesPerHost-n, 0)
 }
 
-// HostUsage returns the controllers and connected queues host holds.
+// HostUsage returns the controllers and queues host holds: connected ones, and closed
+// ones whose commands are still executing (see StuckQueues).
 func (t *Target) HostUsage(host string) (ctrls, queues int) {
 	a := &t.adm
 	a.mu.Lock()

@@ -3,6 +3,7 @@ package target_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,8 +167,8 @@ func TestLimitKeepAlive(t *testing.T) {
 
 // TestQueueCloseBounded: a backend request that never completes does not make closing
 // its queue wait forever: Close returns after the close timeout reporting it, the
-// controller and the host's accounting are released, and the request still completes
-// (to the transport) when the backend finally finishes it.
+// controller is released, and the request still completes (to the transport) when the
+// backend finally finishes it. Until then the queue counts against the limits, as stuck.
 func TestQueueCloseBounded(t *testing.T) {
 	e, io, gate, done := stuckRead(t, 500*time.Millisecond, nil)
 	closed := make(chan struct{})
@@ -178,14 +179,21 @@ func TestQueueCloseBounded(t *testing.T) {
 		close(gate)
 		t.Fatal("closing a queue waited for a backend request that does not complete")
 	}
-	if _, q := e.tgt.HostUsage(hostNQN); q != 1 {
-		t.Errorf("host holds %d queues after its I/O queue closed, want 1 (the admin queue)", q)
+	if _, q := e.tgt.HostUsage(hostNQN); q != 2 {
+		t.Errorf("host holds %d queues after its I/O queue closed with a stuck read, want 2 (the admin queue and the stuck one)", q)
+	}
+	if n := e.tgt.StuckQueues(); n != 1 {
+		t.Errorf("%d stuck queues, want 1", n)
 	}
 	close(gate)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the late request never completed")
+	}
+	waitFor(t, func() bool { _, q := e.tgt.HostUsage(hostNQN); return q == 1 })
+	if n, q := e.tgt.StuckQueues(), e.tgt.QueueCount(); n != 0 || q != 1 {
+		t.Errorf("after the late request completed: %d stuck queues, %d queues; want 0, 1 (the admin queue)", n, q)
 	}
 }
 
@@ -194,40 +202,54 @@ func TestQueueCloseBounded(t *testing.T) {
 // a controller with one I/O queue and leaves a read of namespace 1 stuck in its backend.
 func stuckRead(t *testing.T, closeTimeout time.Duration, closes *atomic.Int32) (e *env, io *hostQueue, gate chan struct{}, done <-chan nvmeproto.Completion) {
 	t.Helper()
-	gate = make(chan struct{})
-	open := func(s backend.Spec) (backend.Backend, error) {
-		b, err := backend.Open(s)
-		if err != nil {
-			return nil, err
-		}
-		return &stuckBackend{Backend: b, gate: gate, closes: closes}, nil
-	}
-	e = newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithBackendOpener(open), target.WithQueueCloseTimeout(closeTimeout))
+	sb := &stuckBackends{gate: make(chan struct{}), closes: closes}
+	e = newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithBackendOpener(sb.open), target.WithQueueCloseTimeout(closeTimeout))
 	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
 	io = e.ioConnect(1, cntlid, 32)
 	cmd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
 	done = io.submit(&cmd, make([]byte, 4096))
-	time.Sleep(100 * time.Millisecond) // the read is in the backend
-	return e, io, gate, done
+	sb.waitReads(t, 1)
+	return e, io, sb.gate, done
 }
 
-// stuckBackend blocks reads until gate closes and counts its Close calls in closes (if
-// not nil).
-type stuckBackend struct {
-	backend.Backend
+// stuckBackends opens backends that block reads until gate closes; it counts the reads
+// that reached them and (in closes, if not nil) their Close calls.
+type stuckBackends struct {
 	gate   chan struct{}
 	closes *atomic.Int32
+	reads  atomic.Int32
+}
+
+func (sb *stuckBackends) open(s backend.Spec) (backend.Backend, error) {
+	b, err := backend.Open(s)
+	if err != nil {
+		return nil, err
+	}
+	return &stuckBackend{Backend: b, sb: sb}, nil
+}
+
+// waitReads waits until n reads have reached the backends.
+func (sb *stuckBackends) waitReads(t testing.TB, n int32) {
+	t.Helper()
+	waitFor(t, func() bool { return sb.reads.Load() >= n })
+}
+
+// stuckBackend is a backend of a stuckBackends.
+type stuckBackend struct {
+	backend.Backend
+	sb *stuckBackends
 }
 
 func (b *stuckBackend) Close() error {
-	if b.closes != nil {
-		b.closes.Add(1)
+	if b.sb.closes != nil {
+		b.sb.closes.Add(1)
 	}
 	return b.Backend.Close()
 }
 
 func (b *stuckBackend) ReadBlocks(buf []byte, slba uint64) error {
-	<-b.gate
+	b.sb.reads.Add(1)
+	<-b.sb.gate
 	return b.Backend.ReadBlocks(buf, slba)
 }
 
@@ -235,6 +257,175 @@ func (b *stuckBackend) Info() backend.Info {
 	i := backend.Describe(b.Backend)
 	i.Inline = false // through the executor's workers, as a file would
 	return i
+}
+
+// reconnectStuck is one association of a host against a hung backend, as the Linux host
+// makes one every reconnect_delay: it dials and connects an admin queue of host and an
+// I/O queue, sends a read that gets stuck in the backend, then tears both queues down
+// (the I/O queue's Close gives up on the read after the close timeout). It returns the
+// read's completion channel, or where the target refused: the error of a Dial, or the
+// status of a Connect (the refused association's queues are closed).
+func (e *env) reconnectStuck(sb *stuckBackends, host string) (done <-chan nvmeproto.Completion, dialErr error, refused nvmeproto.Completion) {
+	e.t.Helper()
+	ac, err := e.port.Dial(32)
+	if err != nil {
+		return nil, err, refused
+	}
+	a := &hostQueue{t: e.t, conn: ac}
+	defer ac.Close()
+	c := a.connect(0, 31, 0, nvmeproto.CNTLIDDynamic, subNQN, host)
+	if !c.Status.Success() {
+		return nil, nil, c
+	}
+	cntlid, _ := nvmeproto.ParseConnectSuccessDW0(c.DW0)
+	a.enable()
+	ic, err := e.port.Dial(32)
+	if err != nil {
+		return nil, err, refused
+	}
+	io := &hostQueue{t: e.t, conn: ic}
+	defer ic.Close()
+	if c := io.connect(1, 31, 0, cntlid, subNQN, host); !c.Status.Success() {
+		return nil, nil, c
+	}
+	before := sb.reads.Load()
+	cmd := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	done = io.submit(&cmd, make([]byte, 4096))
+	sb.waitReads(e.t, before+1)
+	return done, nil, refused
+}
+
+// TestStuckQueuesHoldHostLimit: a host whose I/O queue closes with a read stuck in a hung
+// backend, and which reconnects again and again (each time a read gets stuck again), runs
+// into limits.max_queues_per_host: the closed queues keep counting while their reads
+// execute, so its Connect fails with Controller Busy (no DNR: it clears) instead of each
+// reconnect taking fresh queues — and the buffers their stuck commands hold. Another host
+// still connects. Once the backend completes the reads, their places are free again.
+func TestStuckQueuesHoldHostLimit(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Limits.MaxQueues = 16
+	cfg.Limits.MaxQueuesPerHost = 4
+	sb := &stuckBackends{gate: make(chan struct{})}
+	e := newEnv(t, cfg, target.WithBackendOpener(sb.open), target.WithQueueCloseTimeout(100*time.Millisecond))
+	var dones []<-chan nvmeproto.Completion
+	var refused nvmeproto.Completion
+	rounds := 0
+	for ; rounds < 10; rounds++ {
+		done, err, c := e.reconnectStuck(sb, hostNQN)
+		if err != nil {
+			close(sb.gate)
+			t.Fatalf("round %d: Dial: %v; the host's limit should refuse it first", rounds, err)
+		}
+		if done == nil {
+			refused = c
+			break
+		}
+		dones = append(dones, done)
+	}
+	// Each association leaves one stuck I/O queue: with 3 the admin queue of the fourth
+	// takes the host's last place and its I/O queue is refused.
+	if rounds != 3 {
+		close(sb.gate)
+		t.Fatalf("the host reconnected %d times, each leaving a queue with a stuck read, before a Connect was refused; "+
+			"limits.max_queues_per_host is 4: want the I/O Connect of the fourth refused", rounds)
+	}
+	expect(t, "I/O Connect of a host holding 3 stuck queues", refused, nvmeproto.StatusConnectControllerBusy)
+	if refused.Status.DNR() {
+		t.Errorf("Controller Busy with DNR: the host would not retry once the reads complete")
+	}
+	if n := e.tgt.ConnectRejects()[target.RejectHostLimit]; n != 1 {
+		t.Errorf("connect rejects for host_limit: %d, want 1", n)
+	}
+	waitFor(t, func() bool { _, q := e.tgt.HostUsage(hostNQN); return q == 3 }) // the refused association's admin queue is gone
+	if n := e.tgt.StuckQueues(); n != 3 {
+		t.Errorf("%d stuck queues, want 3", n)
+	}
+	// Another host keeps its share.
+	o, cntlid := e.adminConnect(subNQN, otherNQN, 0)
+	oio := e.dial(32)
+	expectOK(t, "another host's I/O Connect", oio.connect(1, 31, 0, cntlid, subNQN, otherNQN))
+
+	close(sb.gate)
+	for i, d := range dones {
+		select {
+		case <-d:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stuck read %d never completed once the backend did", i)
+		}
+	}
+	waitFor(t, func() bool { c, q := e.tgt.HostUsage(hostNQN); return c == 0 && q == 0 })
+	if n, q := e.tgt.StuckQueues(), e.tgt.QueueCount(); n != 0 || q != 2 {
+		t.Errorf("after the reads completed: %d stuck queues, %d queues; want 0, 2 (the other host's)", n, q)
+	}
+	done, err, c := e.reconnectStuck(sb, hostNQN) // the backend completes reads now
+	if err != nil || done == nil {
+		t.Fatalf("the host reconnecting after its stuck reads completed: Dial %v, Connect %v", err, c.Status)
+	}
+	expectOK(t, "read once the backend completes", wait(t, done))
+	o.conn.Close()
+}
+
+// TestStuckQueuesHoldMaxQueues: queues closed with reads stuck in a hung backend keep
+// counting against limits.max_queues, so a host reconnecting again and again is refused
+// a new queue (ErrTooManyQueues: the RDMA transport rejects the connection with NO_RSC)
+// once they fill it; once the reads complete the target takes queues again.
+func TestStuckQueuesHoldMaxQueues(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Limits.MaxQueues = 4
+	cfg.Limits.MaxQueuesPerAddress = 4
+	cfg.Limits.MaxQueuesPerHost = 4
+	sb := &stuckBackends{gate: make(chan struct{})}
+	e := newEnv(t, cfg, target.WithBackendOpener(sb.open), target.WithQueueCloseTimeout(100*time.Millisecond))
+	other, _ := e.adminConnect(subNQN, otherNQN, 0)
+	var dones []<-chan nvmeproto.Completion
+	var dialErr error
+	rounds := 0
+	for ; rounds < 10; rounds++ {
+		done, err, c := e.reconnectStuck(sb, hostNQN)
+		if err != nil {
+			dialErr = err
+			break
+		}
+		if done == nil {
+			close(sb.gate)
+			t.Fatalf("round %d: Connect refused with %v; the target's limit should refuse the queue first", rounds, c.Status)
+		}
+		dones = append(dones, done)
+	}
+	// The other host's admin queue and two stuck ones: the third association's admin
+	// queue takes the last place, its I/O queue is refused.
+	if rounds != 2 {
+		close(sb.gate)
+		t.Fatalf("the host reconnected %d times, each leaving a queue with a stuck read, before a queue was refused; "+
+			"limits.max_queues is 4: want the I/O queue of the third refused", rounds)
+	}
+	if !errors.Is(dialErr, target.ErrTooManyQueues) {
+		t.Errorf("Dial with the target full of stuck queues: %v, want ErrTooManyQueues", dialErr)
+	} else if !strings.Contains(dialErr.Error(), "2 of them closed but still counted") {
+		t.Errorf("the refusal does not say that 2 of the queues are stuck: %v", dialErr)
+	}
+	waitFor(t, func() bool { return e.tgt.QueueCount() == 3 }) // the refused association's admin queue is gone
+	if n := e.tgt.StuckQueues(); n != 2 {
+		t.Errorf("%d stuck queues, want 2", n)
+	}
+	close(sb.gate)
+	for i, d := range dones {
+		select {
+		case <-d:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stuck read %d never completed once the backend did", i)
+		}
+	}
+	waitFor(t, func() bool { return e.tgt.QueueCount() == 1 })
+	if n := e.tgt.StuckQueues(); n != 0 {
+		t.Errorf("%d stuck queues after the reads completed, want 0", n)
+	}
+	done, err, c := e.reconnectStuck(sb, hostNQN)
+	if err != nil || done == nil {
+		t.Fatalf("the host reconnecting after its stuck reads completed: Dial %v, Connect %v", err, c.Status)
+	}
+	expectOK(t, "read once the backend completes", wait(t, done))
+	other.conn.Close()
 }
 
 // TestLimitRefusedConnectNotCounted: an admin Connect refused after the per-host limits

@@ -78,6 +78,16 @@ type Queue struct {
 	peer         string      // the host's address, for logs before Connect (SetPeer)
 	expectQID    int32       // the qid the transport connected the queue as, -1: any (ExpectQID)
 	connectTimer *time.Timer // limits.connect_timeout
+
+	// What the queue holds against the limits goes back (settle) once both Close has
+	// detached it and its last command has completed: settleRefs counts the two. Close
+	// sets the rest before it counts: the binding it detached, and whether it gave up
+	// waiting for the commands (stuck, counted by noteStuck for stuckHost).
+	settleRefs atomic.Int32
+	closeBind  *binding
+	stuck      bool
+	stuckHost  string
+	stuckPeer  string
 }
 
 var queueSeq atomic.Uint32
@@ -106,8 +116,8 @@ func (p *Port) NewQueue(tq TransportQueue, depth int) (*Queue, error) {
 		shard:     uint8(queueSeq.Add(1) % statShards),
 		expectQID: -1,
 	}
-	if !p.t.takeQueue() {
-		return nil, fmt.Errorf("%w: the target holds limits.max_queues (%d) queues", ErrTooManyQueues, p.t.lim.MaxQueues)
+	if ok, stuck := p.t.takeQueue(); !ok {
+		return nil, fmt.Errorf("%w: the target holds limits.max_queues (%d) queues%s", ErrTooManyQueues, p.t.lim.MaxQueues, stuckNote(stuck))
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -269,9 +279,13 @@ func (q *Queue) Fail(r *Request, st nvmeproto.Status) {
 // The wait is bounded (WithQueueCloseTimeout): a command whose backend request never
 // completes is logged, and Close returns without it. Close then reports false, and the
 // transport must keep what that command uses (its Request, data and in-capsule buffers)
-// until Complete is called for it, which may be never. Otherwise Close reports true and
-// the core makes no more calls for this queue. Close is idempotent (later calls report
-// true).
+// until Complete is called for it, which may be never. Until the last such command has
+// completed the queue still counts against limits.max_queues and its host's
+// limits.max_queues_per_host (and, an admin queue, max_controllers_per_host), as the
+// transport's memory it holds does against the transport's: Target.StuckQueues counts
+// these queues. Otherwise Close reports true, the queue's place in the limits is free,
+// and the core makes no more calls for this queue. Close is idempotent (later calls
+// report true).
 func (q *Queue) Close() (drained bool) {
 	drained = true
 	q.closeOnce.Do(func() {
@@ -288,18 +302,14 @@ func (q *Queue) Close() (drained bool) {
 			b.ctrl.adminQueueClosed()
 		}
 		drained = q.waitDrained()
-		// A Connect still executing when Close began may have bound the queue meanwhile.
-		if late := q.bind.Load(); late != nil && b == nil {
-			b = late
-			if b.qid == 0 {
-				b.ctrl.adminQueueClosed()
-			}
-		}
 		if b != nil {
 			b.ctrl.queueClosed(q, b.qid)
-			q.t.hostRelease(b.ctrl.hostNQN, b.qid == 0)
 		}
-		q.t.releaseQueue()
+		q.closeBind = b
+		if !drained {
+			q.markStuck()
+		}
+		q.settleStep()
 	})
 	return drained
 }
@@ -318,15 +328,54 @@ func (q *Queue) waitDrained() bool {
 	case <-q.drained:
 		return true
 	case <-t.C:
+		return false
 	}
-	n := q.users.Users()
+}
+
+// markStuck counts the closing queue, whose commands Close gave up waiting for, as stuck
+// until settle, and logs it.
+func (q *Queue) markStuck() {
+	q.stuck = true
+	b := q.bind.Load()
+	if b != nil {
+		q.stuckHost = b.ctrl.hostNQN
+	}
 	q.connectMu.Lock()
-	peer := q.peer
+	q.stuckPeer = q.peer
 	q.connectMu.Unlock()
-	q.log.Error("commands still executing after the queue closed: it is released without them; "+
-		"their memory stays allocated until the backend completes them",
-		"qid", q.QID(), "cntlid", q.ControllerID(), "peer", peer, "commands", n, "waited", q.t.closeTimeout)
-	return false
+	total, ofHost := q.t.noteStuck(q.stuckHost)
+	q.log.Error("commands still executing after the queue closed: it is released without them, but it counts "+
+		"against limits.max_queues and the host's limits, and their memory stays allocated, until the backend completes them",
+		"qid", q.QID(), "cntlid", q.ControllerID(), "host", q.stuckHost, "peer", q.stuckPeer, "commands", q.users.Users(),
+		"waited", q.t.closeTimeout, "stuck_queues", total, "host_stuck_queues", ofHost)
+}
+
+// settleStep is one of the two events settle waits for: Close done, or the closing
+// queue's last command completed.
+func (q *Queue) settleStep() {
+	if q.settleRefs.Add(1) == 2 {
+		q.settle()
+	}
+}
+
+// settle gives back what the queue held against the limits, once it is closed and no
+// command runs on it any more. It runs in Close, or — when Close gave up waiting — on the
+// goroutine that completed the last command; it must not take connectMu (a Connect
+// completing holds it).
+func (q *Queue) settle() {
+	// A Connect still executing when Close looked may have bound the queue meanwhile.
+	b := q.bind.Load()
+	if b != nil && b != q.closeBind {
+		if b.qid == 0 {
+			b.ctrl.adminQueueClosed()
+		}
+		b.ctrl.queueClosed(q, b.qid)
+	}
+	left := q.t.settleQueue(b, q.stuck, q.stuckHost)
+	if q.stuck {
+		q.log.Info("the commands a closed queue left executing have completed: its place in the limits is free again",
+			"qid", q.QID(), "cntlid", q.ControllerID(), "host", q.stuckHost, "peer", q.stuckPeer, "stuck_queues", left)
+	}
 }
 
 // disconnect stops the queue accepting commands and asks the transport to tear it down.
@@ -353,13 +402,15 @@ func (q *Queue) markClosing() {
 	}
 }
 
-// setDrained marks a closing queue's last command complete: drained closes, and an I/O
-// queue leaves its subsystem's list of queues a fence waits for.
+// setDrained marks a closing queue's last command complete: drained closes, an I/O queue
+// leaves its subsystem's list of queues a fence waits for, and a queue already closed is
+// settled.
 func (q *Queue) setDrained() {
 	close(q.drained)
 	if b := q.bind.Load(); b != nil && b.qid != 0 {
 		b.ctrl.subsys.dropIOQueue(q)
 	}
+	q.settleStep()
 }
 
 // closing reports whether the queue no longer accepts commands.

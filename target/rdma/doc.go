@@ -182,5 +182,6 @@
 // QP, CM ID and memory are released. Other connections are not affected. If the core gives
 // up waiting for a command whose backend never completes it (target.Queue.Close's bound),
 // the QP and its completion queue share are released, and the connection's memory once
-// that command completes.
+// that command completes; until then the connection counts against limits.max_queues and
+// max_queues_per_address here, and its queue against the core's limits.
 package rdma

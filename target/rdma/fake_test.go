@@ -512,6 +512,7 @@ type engineOpts struct {
 	ioQueues  int           // transport.max_io_queues (0: default)
 	window    int           // I/O queues' limits.max_queue_data_in_flight (0: no bound)
 	noSendInv bool          // a device without SEND with Invalidate
+	limits    conf.Limits   // the configuration's limits (zero fields: defaults)
 
 	srq        int                    // > 0: I/O queues share a receive queue of at most this many buffers
 	targetOpts []target.Option        // more options for target.New (a backend opener, ...)
@@ -565,6 +566,7 @@ func newEngine(t testing.TB, o engineOpts) *engine {
 		Subsystems: []conf.Subsystem{{NQN: testSubNQN, AllowAnyHost: true, Namespaces: o.nss}},
 		Transport: conf.Transport{MaxIOSize: o.maxIO, InCapsuleDataSize: o.icd, BufferPoolSize: conf.Size(o.poolSize),
 			QueueDepth: o.qd, MaxIOQueues: o.ioQueues},
+		Limits: o.limits,
 	}
 	log := testLogger(t)
 	tgt, err := target.New(cfg, append([]target.Option{target.WithLogger(log)}, o.targetOpts...)...)

@@ -131,6 +131,111 @@ func TestEngineStuckBackendClose(t *testing.T) {
 	e.closeAll(a)
 }
 
+// TestEngineStuckQueuesHoldHostLimit: a host that reconnects again and again to a hung
+// backend, each association leaving an I/O queue pair whose read is stuck in the backend
+// with its pool buffer, is refused (Controller Busy) once those queues fill
+// limits.max_queues_per_host: the pool pages held for it stop growing there, and another
+// host still connects. When the backend completes the reads every stuck connection is
+// released, the pool is whole, and the host connects again.
+func TestEngineStuckQueuesHoldHostLimit(t *testing.T) {
+	gb, open := gatedMemory()
+	e := newEngine(t, engineOpts{icd: 8192, limits: conf.Limits{MaxQueuesPerHost: 4}, targetOpts: []target.Option{
+		target.WithBackendOpener(open), target.WithQueueCloseTimeout(100 * time.Millisecond)}})
+	// hangUp tears fc down as the host's disconnect does.
+	hangUp := func(fc *fconn) {
+		fc.ep.Disconnect()
+		fc.c.requestClose(errHostDisconnect)
+	}
+	var stuck []*fconn
+	var refused nvmeproto.Completion
+	rounds := 0
+	for ; rounds < 10; rounds++ {
+		a := e.dial(0, 32)
+		c := a.h.connect(0, 0, nvmeproto.CNTLIDDynamic, testSubNQN, testHostNQN)
+		if !c.Status.Success() {
+			refused = c
+			hangUp(a)
+			a.waitDead(t)
+			break
+		}
+		cntlid, _ := nvmeproto.ParseConnectSuccessDW0(c.DW0)
+		a.h.enable()
+		io := e.dial(1, 16)
+		if c := io.h.connect(1, 0, cntlid, testSubNQN, testHostNQN); !c.Status.Success() {
+			refused = c
+			hangUp(io)
+			hangUp(a)
+			io.waitDead(t)
+			a.waitDead(t)
+			break
+		}
+		cmd := io.h.begin()
+		r := rw(nvmeproto.OpRead, 1, 0, 8)
+		r.SGL = cmd.keyedAt(0, 4096)
+		if err := cmd.submit(&r, nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-gb.in:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the read never reached the backend")
+		}
+		hangUp(io)
+		hangUp(a)
+		a.waitDead(t)
+		// The core gave up waiting for the read: the queue pair is destroyed, its memory kept.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			io.ep.mu.Lock()
+			destroyed := io.ep.dead
+			io.ep.mu.Unlock()
+			if destroyed {
+				break
+			}
+			if time.Now().After(deadline) {
+				close(gb.gate)
+				t.Fatalf("round %d: the I/O queue pair with a stuck read was not destroyed", rounds)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		stuck = append(stuck, io)
+	}
+	if rounds != 3 {
+		close(gb.gate)
+		t.Fatalf("the host reconnected %d times, each leaving a queue pair with a stuck read, before a Connect was refused; "+
+			"limits.max_queues_per_host is 4: want the I/O Connect of the fourth refused", rounds)
+	}
+	if refused.Status.Code() != nvmeproto.StatusConnectControllerBusy.Code() || refused.Status.DNR() {
+		t.Errorf("Connect of a host holding 3 stuck queues: %v, want Controller Busy without DNR", refused.Status)
+	}
+	if free, total, _ := e.pool.stats(); total-free != 3 {
+		t.Errorf("the stuck reads hold %d pool pages, want 3 (one 4 KiB read each)", total-free)
+	}
+	// Another host keeps its share.
+	o := e.dial(0, 32)
+	c := o.h.connect(0, 0, nvmeproto.CNTLIDDynamic, testSubNQN, "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000aa")
+	expectOK(t, "another host's admin Connect", c)
+
+	close(gb.gate)
+	for _, fc := range stuck {
+		fc.waitDead(t) // released once its read completed
+	}
+	if free, total, _ := e.pool.stats(); free != total {
+		t.Errorf("pool: %d of %d pages free after the stuck reads completed", free, total)
+	}
+	if n := e.tgt.StuckQueues(); n != 0 {
+		t.Errorf("%d stuck queues after the reads completed, want 0", n)
+	}
+	if ctrls, queues := e.tgt.HostUsage(testHostNQN); ctrls != 0 || queues != 0 {
+		t.Errorf("host usage after its stuck reads completed: %d controllers, %d queues; want 0, 0", ctrls, queues)
+	}
+	a, cntlid := e.adminConnect(0)
+	io := e.ioConnect(1, cntlid, 16)
+	c, _ = io.h.exec(rw(nvmeproto.OpRead, 1, 0, 8), nil, 4096)
+	expectOK(t, "read after the stuck reads completed", c)
+	e.closeAll(io, a, o)
+}
+
 // TestRDMALimits: connection requests beyond limits.max_queues_per_address are rejected
 // with NO_RSC, and queue pairs that never send a Connect are torn down after
 // limits.connect_timeout, which makes room again.
