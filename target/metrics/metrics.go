@@ -1,8 +1,9 @@
 // Package metrics serves a running gonvmf target's counters as Prometheus metrics
 // (github.com/prometheus/client_golang): I/O per namespace (commands and bytes by class,
 // errors by status, latency histograms), connections per subsystem, the RDMA poll groups
-// and buffer pools, and refused connections. The README's "Metrics" section lists every
-// metric; names follow the Prometheus conventions (base units, _total, _seconds, _bytes).
+// and buffer pools, refused connections, and closed queues still held by commands stuck in
+// a backend. The README's "Metrics" section lists every metric; names follow the
+// Prometheus conventions (base units, _total, _seconds, _bytes).
 //
 //	m, err := metrics.Start(srv, cfg.Metrics.Address, log) // HTTP on address, /metrics
 //	// with metrics.WithProfiling(), also /debug/pprof/ (conf.Metrics.Profiling);
@@ -266,6 +267,8 @@ var (
 	poolPeak  = desc("buffer_pool_in_use_peak_bytes", "The most bytes of the buffer pool in use at once since the device was set up.", "device")
 	poolWaits = desc("buffer_pool_waits_total", "Commands that waited for buffer pool memory.", "device")
 
+	stuckQueues = desc("stuck_queues", "Closed queues whose commands are still executing in a backend (a hung disk or network file system): each still counts against limits.max_queues and its host's limits, and holds the memory its commands use, until they complete.")
+
 	rdmaRejects    = desc("rdma_connect_rejects_total", "RDMA connection requests rejected, by nvme-rdma reject status.", "reason")
 	connectRejects = desc("connect_rejects_total", "Queues refused by the target: Connect commands failed, or in-band authentication failed, by reason.", "reason")
 )
@@ -275,7 +278,7 @@ var allDescs = []*prometheus.Desc{
 	subControllers, subQueues, subErrors,
 	pgQueuePairs, pgPolls, pgIdlePolls, pgCompletions, pgSleeps, pgWakeups, pgReadWaits, pgSendWaits, pgStalled,
 	poolSize, poolInUse, poolPeak, poolWaits,
-	rdmaRejects, connectRejects,
+	stuckQueues, rdmaRejects, connectRejects,
 }
 
 // Describe implements prometheus.Collector.
@@ -339,6 +342,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(subErrors, e.Count, s.NQN, e.Class.String(), target.StatusLabel(e.Status))
 		}
 	}
+	gauge(stuckQueues, float64(t.StuckQueues()))
 	for r, n := range t.ConnectRejects() {
 		counter(connectRejects, n, target.ConnectReject(r).String())
 	}

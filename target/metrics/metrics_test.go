@@ -25,6 +25,7 @@ import (
 	"github.com/gonvmf/gonvmf/initiator"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 	"github.com/gonvmf/gonvmf/target"
+	"github.com/gonvmf/gonvmf/target/loop"
 	"github.com/gonvmf/gonvmf/target/metrics"
 	"github.com/gonvmf/gonvmf/target/server"
 )
@@ -434,6 +435,108 @@ func TestNamespaceFailedGauge(t *testing.T) {
 	if v := value(find(scrape(t, m), "gonvmf_namespace_failed", id)); v != 0 {
 		t.Errorf("after the reopen: gonvmf_namespace_failed %v, want 0", v)
 	}
+}
+
+// TestStuckQueuesGauge: gonvmf_stuck_queues counts a queue that closed while a read was
+// stuck in its backend, until the read completes.
+func TestStuckQueuesGauge(t *testing.T) {
+	gate := make(chan struct{})
+	in := make(chan struct{}, 1)
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: subNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{
+			{NSID: 1, Backend: conf.BackendMemory, Size: 1 << 20},
+		}}},
+		Transport: conf.Transport{InCapsuleDataSize: conf.DefaultInCapsuleDataSize},
+	}
+	s, err := server.New(cfg, server.Options{Loop: true, Logger: quiet, Target: []target.Option{
+		target.WithQueueCloseTimeout(100 * time.Millisecond),
+		target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+			b, err := backend.Open(spec)
+			if err != nil {
+				return nil, err
+			}
+			return &gatedReads{Backend: b, gate: gate, in: in}, nil
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	m, err := metrics.Start(s, "127.0.0.1:0", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	var conns []*loop.Conn // the controller's: the admin queue, then its one I/O queue
+	c, err := initiator.Dial(ctx(t), initiator.Options{Transport: initiator.TransportLoop, SubNQN: subNQN, HostNQN: hostNQN, Logger: quiet,
+		Queues: 1, Loop: func(depth int) (initiator.LoopConn, error) {
+			lc, err := s.Loop().Dial(depth)
+			if err == nil {
+				conns = append(conns, lc)
+			}
+			return lc, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	n1, err := c.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := value(find(scrape(t, m), "gonvmf_stuck_queues", nil)); v != 0 {
+		t.Errorf("gonvmf_stuck_queues %v before any queue closed, want 0", v)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := n1.ReadAt(ctx(t), make([]byte, 4096), 0)
+		read <- err
+	}()
+	select {
+	case <-in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the read never reached the backend")
+	}
+	conns[len(conns)-1].Close() // the I/O queue goes; Close gives up on the read after 100 ms
+	if v := value(find(scrape(t, m), "gonvmf_stuck_queues", nil)); v != 1 {
+		close(gate)
+		t.Fatalf("gonvmf_stuck_queues %v with a queue closed on a stuck read, want 1", v)
+	}
+	close(gate)
+	<-read
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := value(find(scrape(t, m), "gonvmf_stuck_queues", nil))
+		if v == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gonvmf_stuck_queues %v 10 s after the stuck read completed, want 0", v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gatedReads holds reads until gate closes, signalling in when one arrives.
+type gatedReads struct {
+	backend.Backend
+	gate chan struct{}
+	in   chan struct{}
+}
+
+func (b *gatedReads) ReadBlocks(buf []byte, slba uint64) error {
+	select {
+	case b.in <- struct{}{}:
+	default:
+	}
+	<-b.gate
+	return b.Backend.ReadBlocks(buf, slba)
+}
+
+func (b *gatedReads) Info() backend.Info {
+	i := backend.Describe(b.Backend)
+	i.Inline = false // through the executor's workers, as a file would
+	return i
 }
 
 // TestProfiling: with WithProfiling the Go runtime's profiles are served under
