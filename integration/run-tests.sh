@@ -24,8 +24,14 @@
 #   --no-build         use the binaries already in $GONVMF_BUILD
 #   -v, --verbose      stream the guests' consoles
 #   -l, --list         list the suites and exit
-# Exit status: 0 if every selected suite passed (or was skipped), 1 otherwise, 2 if the
-# setup failed.
+#
+# Output: a line per suite as it ends; then the summary table (also in <out>/summary.txt);
+# then, for each suite that did not pass, its failed checks and why
+# (vm/run-tests-lib.sh: failure_report; also in <out>/failures.txt). The end of the
+# output says what failed and why.
+# Exit status: 0 if every selected suite passed (or was skipped: no TestRDMA tests for
+# go-tests), 1 if a suite failed, 2 if the setup failed or the options are wrong, 130 if
+# interrupted.
 
 # One { } block, parsed before it runs: editing this file cannot disturb a running copy.
 {
@@ -36,6 +42,9 @@ SRC=$(cd "$INTEG/.." && pwd)
 VM=$INTEG/vm/vm.sh
 export GONVMF_VM_DIR=${GONVMF_VM_DIR:-${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}/.cache/gonvmf-vm}
 export GONVMF_BUILD=${GONVMF_BUILD:-$SRC/build}
+
+# shellcheck source-path=SCRIPTDIR source=vm/run-tests-lib.sh
+. "$INTEG/vm/run-tests-lib.sh"
 
 keep_going=0 timeout=900 out="" build=1 verbose=0 list=0
 names=()
@@ -257,6 +266,10 @@ done
 			"$([ -d "$out/$s" ] && echo "$out/$s")"
 	done
 } | tee "$out/summary.txt"
+report=$(for s in "${selected[@]}"; do failure_report "$s" "${result[$s]}" "$out/$s"; done)
+if [ -n "$report" ]; then
+	printf "\nWHAT FAILED (all of it is in each suite's results directory):\n%s\n" "$report" | tee "$out/failures.txt"
+fi
 [ $interrupted = 1 ] && { say "interrupted"; exit 130; }
 exit $failed
 }

@@ -6,7 +6,9 @@
 #   -test.run "${GONVMF_TEST_RUN:-^TestRDMA}" -test.v -test.timeout "${GONVMF_TEST_TIMEOUT:-10m}"
 # and GONVMF_REQUIRE_RDMA=1, which turns an RDMA test's "no RDMA here" skip into a failure.
 # Each top-level test becomes a RESULT line named <name>/<TestName>; each binary's output is
-# in $OUT/<name>.log.
+# in $OUT/<name>.log. A binary that ends without a failed test but with a non-zero status
+# (a panic, -test.timeout, a Go fatal error or signal) fails the check <name>, which names
+# the tests still running and the crash's first line.
 
 # One { } block, parsed before it runs: editing this file cannot disturb a running copy.
 {
@@ -40,10 +42,11 @@ while read -r name pkg; do
 		esac
 	done < <(sed -n -E 's/^--- (PASS|FAIL|SKIP): ([^ ]+) (.*)$/\1 \2 \3/p' "$OUT/$name.log")
 	if [ "$rc" != 0 ] && ! grep -q '^--- FAIL' "$OUT/$name.log"; then
-		# a panic or -test.timeout: name the test that was running
+		# a panic, -test.timeout, a fatal error or signal: name the tests that were running
 		running=$(awk '/^=== (RUN|CONT)/ { r[$3] = 1 } /^ *--- (PASS|FAIL|SKIP):/ { delete r[$3] }
 			END { for (t in r) if (t !~ /\//) print t }' "$OUT/$name.log" | tr '\n' ' ')
-		fail "$name" "test binary exited $rc${running:+ while running $running}: $(grep -m 1 '^panic: ' "$OUT/$name.log" || tail -n 1 "$OUT/$name.log")"
+		running=${running% }
+		fail "$name" "test binary exited $rc${running:+ while running $running}: $(grep -m 1 -E '^(panic: |fatal error: |SIG[A-Z]+: )' "$OUT/$name.log" || tail -n 1 "$OUT/$name.log")"
 	elif [ "$reported" = 0 ]; then
 		skip "$name" "no test matched -test.run '$run'"
 	fi
