@@ -20,18 +20,26 @@
 # Options:
 #   -k, --keep-going   run the remaining suites after a failure (default: stop)
 #   --timeout SEC      per-suite time limit for suites without their own (default 900)
+#   --deadline-min N   a deadline N minutes after the start (see Deadline)
 #   --out DIR          results (default $GONVMF_VM_DIR/out/tests-<time>); one directory per suite
 #   --no-build         use the binaries already in $GONVMF_BUILD
 #   -v, --verbose      stream the guests' consoles
 #   -l, --list         list the suites and exit
 #
+# Deadline: GONVMF_TESTS_DEADLINE=<unix seconds>, or --deadline-min (the earlier of the two
+# wins). A suite starts only if it would end before the deadline even if it ran to its
+# vm.sh --timeout; vm.sh may take 30 s more than that (RUN_TESTS_SUITE_OVERHEAD). A suite
+# that would not end in time is SKIPPED(deadline), and the ones after it are still
+# considered. A run killed from outside prints no summary, and this avoids that. .ci/run
+# sets the deadline 10 minutes before the CI's time is up.
+#
 # Output: a line per suite as it ends; then the summary table (also in <out>/summary.txt);
 # then, for each suite that did not pass, its failed checks and why
-# (vm/run-tests-lib.sh: failure_report; also in <out>/failures.txt). The end of the
-# output says what failed and why.
+# (vm/run-tests-lib.sh: failure_report; also in <out>/failures.txt); then a line on the
+# suites the deadline left out, if any. The end of the output says what failed and why.
 # Exit status: 0 if every selected suite passed (or was skipped: no TestRDMA tests for
-# go-tests), 1 if a suite failed, 2 if the setup failed or the options are wrong, 130 if
-# interrupted.
+# go-tests), 1 if a suite failed or the deadline left one out, 2 if the setup failed or
+# the options are wrong, 130 if interrupted.
 
 # One { } block, parsed before it runs: editing this file cannot disturb a running copy.
 {
@@ -46,12 +54,13 @@ export GONVMF_BUILD=${GONVMF_BUILD:-$SRC/build}
 # shellcheck source-path=SCRIPTDIR source=vm/run-tests-lib.sh
 . "$INTEG/vm/run-tests-lib.sh"
 
-keep_going=0 timeout=900 out="" build=1 verbose=0 list=0
+keep_going=0 timeout=900 out="" build=1 verbose=0 list=0 deadline_min=""
 names=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	-k | --keep-going) keep_going=1; shift ;;
 	--timeout) timeout=${2:?--timeout needs seconds}; shift 2 ;;
+	--deadline-min) deadline_min=${2:?--deadline-min needs minutes}; shift 2 ;;
 	--out) out=${2:?--out needs a directory}; shift 2 ;;
 	--no-build) build=0; shift ;;
 	-v | --verbose) verbose=1; shift ;;
@@ -62,6 +71,17 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [[ $timeout =~ ^[0-9]+$ ]] || { echo "run-tests.sh: --timeout must be whole seconds" >&2; exit 2; }
+# deadline: unix seconds, 0 for none
+deadline=${GONVMF_TESTS_DEADLINE:-0}
+[[ $deadline =~ ^[0-9]+$ ]] || {
+	echo "run-tests.sh: GONVMF_TESTS_DEADLINE='$deadline' is not a time in unix seconds (e.g. \$((\$(date +%s) + 3600)) for an hour from now); unset it for no deadline" >&2
+	exit 2
+}
+if [ -n "$deadline_min" ]; then
+	[[ $deadline_min =~ ^[0-9]+$ ]] || { echo "run-tests.sh: --deadline-min must be whole minutes, got '$deadline_min'" >&2; exit 2; }
+	d=$(($(date +%s) + deadline_min * 60))
+	[ "$deadline" != 0 ] && [ "$deadline" -lt $d ] || deadline=$d
+fi
 
 say() { echo "run-tests: $*"; }
 setup_failed() {
@@ -182,18 +202,25 @@ out=$(cd "$out" && pwd)
 declare -A result wall checks
 interrupted=0
 vm_pid=
+late=() # "<suite>: <why>" for each suite the deadline left out
 trap 'interrupted=1; [ -n "$vm_pid" ] && kill -TERM "$vm_pid" 2>/dev/null' INT TERM
 
-run_suite() { # <name> <guest script> <default vm.sh options...>
+# suite_opts <script> <default vm.sh options...>: sets SUITE_OPTS to the vm.sh run options
+# of a suite. Its own "# vm: ..." header line comes after the defaults, and so wins.
+suite_opts() {
+	local script=$1 header
+	shift
+	SUITE_OPTS=("$@")
+	header=$(suite_header "$script")
+	# shellcheck disable=SC2206 # header options are plain words
+	[ -n "$header" ] && SUITE_OPTS+=($header)
+	[ $verbose = 1 ] || SUITE_OPTS+=(--quiet)
+}
+
+run_suite() { # <name> <guest script> <vm.sh options...>
 	local name=$1 script=$2 dir=$out/$1 t0 rc opts=()
 	shift 2
 	opts=("$@")
-	# the suite's own "# vm: ..." header line wins over the defaults
-	local header
-	header=$(suite_header "$script")
-	# shellcheck disable=SC2206 # header options are plain words
-	[ -n "$header" ] && opts+=($header)
-	[ $verbose = 1 ] || opts+=(--quiet)
 	say "== $name"
 	t0=$(date +%s)
 	local attempt
@@ -212,9 +239,14 @@ run_suite() { # <name> <guest script> <default vm.sh options...>
 		# qemu (TCG) has crashed at start-up on these machines (a segmentation fault
 		# 1.5 s in) before the guest printed anything: nothing of the suite ran, so it
 		# runs once more; the first attempt's files are kept next to it. A guest that
-		# printed anything, a timeout (124) or a usage error (2) is not retried.
+		# printed anything, a timeout (124) or a usage error (2) is not retried; nor is
+		# a suite that would not end before the deadline.
 		case $rc in 0 | 2 | 124) break ;; esac
 		if [ $interrupted = 1 ] || [ $attempt = 2 ] || [ -s "$dir/console.log" ]; then
+			break
+		fi
+		if ! fits_deadline "$deadline" "$(vm_timeout_of "${opts[@]}")"; then
+			say "$name: qemu stopped before the guest printed anything; not run once more: the deadline is near (it $DEADLINE_WHY)"
 			break
 		fi
 		say "$name: qemu stopped before the guest printed anything (see $dir.attempt1/harness.log); running it once more"
@@ -240,6 +272,7 @@ run_suite() { # <name> <guest script> <default vm.sh options...>
 	return "$rc"
 }
 
+[ "$deadline" = 0 ] || say "deadline $(date -d "@$deadline" '+%F %T %Z'), $((deadline - $(date +%s))) s from now"
 failed=0
 for s in "${selected[@]}"; do
 	if [ $interrupted = 1 ] || { [ $failed = 1 ] && [ $keep_going = 0 ]; }; then
@@ -252,17 +285,28 @@ for s in "${selected[@]}"; do
 			say "== go-tests: SKIP (no package has a func TestRDMA... test)"
 			continue
 		fi
-		run_suite go-tests "$INTEG/vm/guest-go-tests.sh" --timeout "$((timeout > 1200 ? timeout : 1200))" --disk 1G || failed=1
+		script=$INTEG/vm/guest-go-tests.sh
+		suite_opts "$script" --timeout "$((timeout > 1200 ? timeout : 1200))" --disk 1G
 	else
-		run_suite "$s" "$INTEG/tests/$s.sh" --timeout "$timeout" || failed=1
+		script=$INTEG/tests/$s.sh
+		suite_opts "$script" --timeout "$timeout"
 	fi
+	if ! fits_deadline "$deadline" "$(vm_timeout_of "${SUITE_OPTS[@]}")"; then
+		result[$s]="SKIPPED(deadline)"
+		late+=("$s: $DEADLINE_WHY")
+		say "== $s: SKIPPED(deadline): it $DEADLINE_WHY"
+		continue
+	fi
+	run_suite "$s" "$script" "${SUITE_OPTS[@]}" || failed=1
 done
 
 {
-	printf '\n%-28s %-10s %7s %8s  %s\n' SUITE RESULT CHECKS WALL RESULTS
+	rw=10 # the RESULT column: wider only for a longer result
+	for s in "${selected[@]}"; do [ "${#result[$s]}" -le "$rw" ] || rw=${#result[$s]}; done
+	printf "\n%-28s %-${rw}s %7s %8s  %s\n" SUITE RESULT CHECKS WALL RESULTS
 	for s in "${selected[@]}"; do
 		w=${wall[$s]:-}
-		printf '%-28s %-10s %7s %8s  %s\n' "$s" "${result[$s]}" "${checks[$s]:--}" "${w:+${w}s}" \
+		printf "%-28s %-${rw}s %7s %8s  %s\n" "$s" "${result[$s]}" "${checks[$s]:--}" "${w:+${w}s}" \
 			"$([ -d "$out/$s" ] && echo "$out/$s")"
 	done
 } | tee "$out/summary.txt"
@@ -271,5 +315,10 @@ if [ -n "$report" ]; then
 	printf "\nWHAT FAILED (all of it is in each suite's results directory):\n%s\n" "$report" | tee "$out/failures.txt"
 fi
 [ $interrupted = 1 ] && { say "interrupted"; exit 130; }
+if [ ${#late[@]} -gt 0 ]; then
+	say "DEADLINE: ${#late[@]} suite(s) not run, as they might have run past the deadline ($(date -d "@$deadline" '+%F %T %Z'), from GONVMF_TESTS_DEADLINE or --deadline-min):"
+	printf '    %s\n' "${late[@]}"
+	exit 1
+fi
 exit $failed
 }

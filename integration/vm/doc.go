@@ -5,6 +5,6 @@
 // the guest, guest-init.sh sets it up, guest-lib.sh has the helpers for guest scripts.
 // Tests that need no guest check the shell side where a mistake would pass silently: the
 // guest library's helpers, vm.sh's kernel selection, the suites' "# vm:" header lines,
-// run-tests.sh's failure report (run-tests-lib.sh).
+// run-tests.sh's deadline and failure report (run-tests-lib.sh).
 // See integration/README.md.
 package vm

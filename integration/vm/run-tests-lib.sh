@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # run-tests-lib.sh: host-side helpers of integration/run-tests.sh, which sources this file
-# once, at its start: the failure report printed after the summary table. The helpers only
-# read and print. The TestRunTestsLib tests (run_tests_lib_test.go) run them on fake results
+# once, at its start. There are two parts: the time a suite may take, measured against a
+# deadline, and the failure report printed after the summary table. The helpers only read
+# and print. The TestRunTestsLib tests (run_tests_lib_test.go) run them on fake results
 # directories.
 #
 # A suite's results directory (vm.sh run --out) holds:
@@ -11,6 +12,11 @@
 #   <name>.log    go-tests only: the output of test binary <name> (guest-go-tests.sh),
 #                 whose checks are named <name> (the binary crashed) or <name>/<Test>
 
+# RUN_TESTS_SUITE_OVERHEAD: the most time vm.sh spends on a suite beyond its --timeout, in
+# seconds. That covers the image check, the scratch disk's mkfs, the 10 s that timeout -k
+# gives qemu after its SIGTERM, and the verdict.
+RUN_TESTS_SUITE_OVERHEAD=30
+
 # The report's limits. The report is for the tail of a CI log, so it is kept short.
 REPORT_MAX_CHECKS=10   # failed checks shown per suite
 REPORT_MAX_WIDTH=300   # characters per line; longer lines are cut and end in " ..."
@@ -19,6 +25,43 @@ REPORT_CRASH_LINES=15  # a crashed binary's excerpt: the lines up to the crash, 
 REPORT_CRASH_HEADER=8  # at most this many of them from the crash's own header block
 REPORT_TEST_LINES=5    # a failed Go test's excerpt: its last lines of output
 REPORT_GUEST_LINES=5   # a suite without failed checks: the script's last lines
+
+# vm_timeout_of <vm.sh run options...>: prints the --timeout that vm.sh run takes from these
+# options. That is the last --timeout given, else $GONVMF_VM_TIMEOUT, else 900 (vm.sh's
+# default). 0 means no limit.
+vm_timeout_of() {
+	local t=${GONVMF_VM_TIMEOUT:-900}
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--timeout) t=${2:-} ;;
+		esac
+		shift
+	done
+	echo "$t"
+}
+
+# fits_deadline <deadline> <vm.sh --timeout> [now]: returns 0 if a suite with that
+# --timeout ends before the deadline even if it runs to its limit; that takes its --timeout
+# plus RUN_TESTS_SUITE_OVERHEAD seconds. The deadline and now are unix seconds; now
+# defaults to the current time. A deadline of 0 means no deadline. A --timeout of 0 has no
+# limit, so it never fits a deadline. Otherwise returns 1 and sets DEADLINE_WHY to the
+# reason, e.g. "needs up to 930 s (--timeout 900 + 30), 812 s left".
+# shellcheck disable=SC2034 # DEADLINE_WHY is for the caller
+fits_deadline() {
+	local deadline=$1 timeout=$2 now=${3:-$(date +%s)} need left
+	DEADLINE_WHY=
+	[ "$deadline" = 0 ] && return 0
+	left=$((deadline - now))
+	[ $left -lt 0 ] && left=0
+	if [ "$timeout" = 0 ]; then
+		DEADLINE_WHY="has no --timeout, $left s left"
+		return 1
+	fi
+	need=$((timeout + RUN_TESTS_SUITE_OVERHEAD))
+	[ $need -le $left ] && return 0
+	DEADLINE_WHY="needs up to $need s (--timeout $timeout + $RUN_TESTS_SUITE_OVERHEAD), $left s left"
+	return 1
+}
 
 # failure_report <suite> <result> <results dir>: for a suite whose result is not PASS, SKIP,
 # "not run" or SKIPPED(...), prints what failed and why, for the tail of a CI log:

@@ -22,6 +22,50 @@ func runTestsLib(t *testing.T, env []string, script string, args ...string) stri
 	return string(out)
 }
 
+// TestRunTestsLibDeadline: a suite is started only when its vm.sh --timeout (the last one
+// of its options, as vm.sh takes it) plus vm.sh's overhead ends before the deadline.
+func TestRunTestsLibDeadline(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		opts string
+		want string
+	}{
+		{nil, "--quiet", "900"},
+		{[]string{"GONVMF_VM_TIMEOUT=700"}, "--disk 1G", "700"},
+		{[]string{"GONVMF_VM_TIMEOUT=700"}, "--timeout 900 --disk 1G --timeout 600 --quiet", "600"},
+		{nil, "--kernel 6.12 --timeout 1500", "1500"},
+	} {
+		got := strings.TrimSpace(runTestsLib(t, append([]string{"GONVMF_VM_TIMEOUT="}, c.env...),
+			`[ -n "$GONVMF_VM_TIMEOUT" ] || unset GONVMF_VM_TIMEOUT; vm_timeout_of $1`, c.opts))
+		if got != c.want {
+			t.Errorf("vm_timeout_of %s (env %v) = %q, want %q", c.opts, c.env, got, c.want)
+		}
+	}
+
+	const now = 1_000_000
+	for _, c := range []struct {
+		deadline, timeout int
+		fits              bool
+		why               string
+	}{
+		{0, 1800, true, ""},
+		{now + 930, 900, true, ""},
+		{now + 929, 900, false, "needs up to 930 s (--timeout 900 + 30), 929 s left"},
+		{now - 5, 600, false, "needs up to 630 s (--timeout 600 + 30), 0 s left"},
+		{now + 100000, 0, false, "has no --timeout, 100000 s left"},
+	} {
+		out := runTestsLib(t, nil, `if fits_deadline "$@"; then echo fits; else echo "no: $DEADLINE_WHY"; fi`,
+			fmt.Sprint(c.deadline), fmt.Sprint(c.timeout), fmt.Sprint(now))
+		want := "fits"
+		if !c.fits {
+			want = "no: " + c.why
+		}
+		if got := strings.TrimSpace(out); got != want {
+			t.Errorf("fits_deadline %d %d %d: %q, want %q", c.deadline, c.timeout, now, got, want)
+		}
+	}
+}
+
 // TestRunTestsLibReport runs failure_report on fake results directories and checks what
 // the tail of a CI log would show. Cases: a go-tests binary that hit -test.timeout (the
 // tests still running, not the goroutine dump), a failed Go test among others (its error,
