@@ -3,12 +3,19 @@
 #
 # Runs every Go test binary listed in $GONVMF_BUILD/tests/manifest ("<name> <package dir>",
 # written by run-tests.sh, which builds them with go test -c) from its package directory with
-#   -test.run "${GONVMF_TEST_RUN:-^TestRDMA}" -test.v -test.timeout "${GONVMF_TEST_TIMEOUT:-10m}"
+#   -test.run "${GONVMF_TEST_RUN:-^TestRDMA}" -test.v -test.timeout "${GONVMF_TEST_TIMEOUT:-4m}"
 # and GONVMF_REQUIRE_RDMA=1, which turns an RDMA test's "no RDMA here" skip into a failure.
 # Each top-level test becomes a RESULT line named <name>/<TestName>; each binary's output is
 # in $OUT/<name>.log. A binary that ends without a failed test but with a non-zero status
 # (a panic, -test.timeout, a Go fatal error or signal) fails the check <name>, which names
 # the tests still running and the crash's first line.
+#
+# The per-binary -test.timeout must be well below the suite's own limit, so that a hung
+# binary ends as a failed check of its own while the later binaries still run. The default
+# is 4m. All the binaries together take ~50 s in the guest (90 s on a busy machine), so one
+# binary gets ~5 times the whole suite's usual time. run-tests.sh gives the suite a
+# --timeout of at least 1200 s (guest watchdog at 1140 s). That leaves room for 4 hung
+# binaries before the watchdog kills the suite without naming the culprit.
 
 # One { } block, parsed before it runs: editing this file cannot disturb a running copy.
 {
@@ -29,7 +36,7 @@ while read -r name pkg; do
 		continue
 	fi
 	log "$pkg: $name.test -test.run '$run'"
-	(cd "$SRC/$pkg" && "$bin" -test.run "$run" -test.v -test.count=1 -test.timeout "${GONVMF_TEST_TIMEOUT:-10m}") \
+	(cd "$SRC/$pkg" && "$bin" -test.run "$run" -test.v -test.count=1 -test.timeout "${GONVMF_TEST_TIMEOUT:-4m}") \
 		< /dev/null 2>&1 | tee "$OUT/$name.log"
 	rc=${PIPESTATUS[0]}
 	reported=0
