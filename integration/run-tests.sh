@@ -228,6 +228,8 @@ run_suite() { # <name> <guest script> <vm.sh options...>
 		mkdir -p "$dir"
 		"$VM" run --out "$dir" "${opts[@]}" "$script" 2> >(tee "$dir/harness.log" >&2) &
 		vm_pid=$!
+		# a signal that came before vm_pid was set found nothing to stop
+		[ $interrupted = 1 ] && kill -TERM "$vm_pid" 2> /dev/null
 		wait $vm_pid
 		rc=$?
 		# a signal interrupts wait before vm.sh is done

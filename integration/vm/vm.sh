@@ -66,6 +66,36 @@ usage_error() {
 	exit 2
 }
 now() { date +%s.%N; }
+
+# What vm.sh run/shell cleans up, however it ends. These are globals because the EXIT trap
+# may run after cmd_run's locals are gone.
+VM_DISK=""  # the guest's scratch disk, from the moment its name is chosen until removed
+VM_OUT=""   # the guest's results directory
+# vm_exit: the EXIT trap of run and shell: removes the scratch disk.
+# shellcheck disable=SC2317 # run by a trap
+vm_exit() { [ -z "$VM_DISK" ] || rm -f "$VM_DISK"; }
+# vm_interrupted: the SIGINT, SIGTERM and SIGHUP trap of run and shell. It stops qemu
+# (timeout passes the signal on to it) and waits for it, then exits 130, and vm_exit
+# removes the disk. bash runs it only after a foreground command (mkfs, the shell's qemu)
+# has ended.
+# shellcheck disable=SC2317 # run by a trap
+vm_interrupted() {
+	local p
+	for p in $(jobs -p); do kill -TERM "$p" 2> /dev/null || true; done
+	wait
+	msg "interrupted; partial results in $VM_OUT"
+	exit 130
+}
+# rm_stale_disks: removes the scratch disks whose vm.sh is gone: a SIGKILL runs no trap.
+# A disk's name holds its vm.sh's pid. The pid must be of this pid namespace, so don't
+# share $VM_DIR with containers.
+rm_stale_disks() {
+	local f
+	for f in "$VM_DIR"/disks/*.img; do
+		[[ $f =~ \.pid([0-9]+)\.[0-9]+\.img$ ]] || continue
+		[ -d "/proc/${BASH_REMATCH[1]}" ] || rm -f "$f"
+	done
+}
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # ---- host prerequisites ----
@@ -564,17 +594,27 @@ cmd_run() {
 		printf ')\n'
 	} > "$out/.vm/env.sh"
 
-	local drive=() img=
+	# Both traps are set before the scratch disk exists, and its name is set before the
+	# file is created. So a signal or an exit at any point leaves no disk behind, and no
+	# qemu either.
+	VM_OUT=$out
+	trap vm_exit EXIT
+	trap vm_interrupted INT TERM HUP
+	local drive=()
 	if [ -n "$disk" ]; then
-		# a name of its own: guests running at the same time never share a disk
-		mkdir -p "$VM_DIR/disks" && img=$(mktemp --suffix=.img "$VM_DIR/disks/$name.XXXXXX") ||
-			die "cannot create a scratch disk file in $VM_DIR/disks"
-		truncate -s "$disk" "$img" &&
-			mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$img" || {
-			rm -f "$img"
-			die "cannot create the $disk scratch disk $img"
-		}
-		drive=(-drive "file=${img//,/,,},if=virtio,format=raw")
+		mkdir -p "$VM_DIR/disks" || die "cannot create $VM_DIR/disks"
+		rm_stale_disks
+		# a name of its own (pid, time): guests running at the same time never share a disk
+		VM_DISK=$VM_DIR/disks/$name.pid$$.${EPOCHREALTIME/./}.img
+		if ! (set -C && : > "$VM_DISK") 2> /dev/null; then
+			local taken=$VM_DISK
+			VM_DISK="" # not created here: not ours to remove
+			die "cannot create the scratch disk file $taken (exists, or $VM_DIR/disks is not writable)"
+		fi
+		truncate -s "$disk" "$VM_DISK" &&
+			mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$VM_DISK" ||
+			die "cannot create the $disk scratch disk $VM_DISK"
+		drive=(-drive "file=${VM_DISK//,/,,},if=virtio,format=raw")
 	fi
 
 	local kver qout=${out//,/,,} # qemu option values escape a comma by doubling it
@@ -603,14 +643,13 @@ cmd_run() {
 	else
 		# The console goes to our stdout as it happens (and always to console.log).
 		if [ "$quiet" = 1 ]; then exec 8> /dev/null; else exec 8>&1; fi
+		# in the background, so that a signal's trap (vm_interrupted) runs at once
 		timeout -k 10 "$timeout" "${qemu[@]}" < /dev/null >&8 2> "$out/.vm/qemu.log" &
 		qpid=$!
-		# vm.sh interrupted: stop the guest too (timeout passes the signal on to qemu).
-		trap 'kill -TERM $qpid 2>/dev/null; wait $qpid; [ -n "$img" ] && rm -f "$img"; msg "interrupted; partial results in $out"; exit 130' INT TERM
 		wait $qpid || qrc=$?
-		trap - INT TERM
 	fi
-	[ -n "$img" ] && rm -f "$img"
+	[ -z "$VM_DISK" ] || rm -f "$VM_DISK"
+	VM_DISK=""
 	local wall status
 	wall=$(elapsed "$t0")
 	echo "$wall" > "$out/.vm/wall-seconds"
