@@ -65,6 +65,19 @@
 // owns its buffers is safe for the process (destroying the QP first stops
 // the hardware), but completions of the outstanding work are lost.
 //
+// # Process-wide effect: one malloc arena
+//
+// Linking this package (its cgo build) limits the process to one glibc malloc
+// arena (mallopt M_ARENA_MAX 1, set by a C constructor before main): rdma-core
+// 44.0's librdmacm, Debian 12's, sorts its device list with a comparison that
+// is wrong for ibv_device structures more than 2 GiB apart, which per-thread
+// arenas make them, and then drops live devices from its list; with all of
+// them dropped its next call deadlocks on its own mutex (fixed in rdma-core
+// 44.12). It affects only memory that C code allocates with malloc — Go's heap
+// is its own — and neither this package nor rdma-core mallocs on a hot path.
+// A program that links it and mallocs heavily from many threads in C pays
+// with contention on the one arena.
+//
 // # Soft-RoCE (rdma_rxe)
 //
 // rxe needs a netdev with a unicast address (not lo); it never raises
