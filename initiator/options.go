@@ -109,7 +109,11 @@ type Options struct {
 	// offers it (Identify SGLS bit 20 and IOCCSZ).
 	NoInCapsuleData bool
 	// BufferPoolSize is the registered memory, in bytes, for the bounce buffers of the
-	// copying I/O API and for admin data (default 4 MiB).
+	// copying I/O API and for admin data (default 4 MiB). It is cut into buffers of 128
+	// KiB (an eighth of it below 1 MiB), each registered as a memory region of its own
+	// (see "Memory registration" in the package documentation): Dial registers
+	// BufferPoolSize/128 KiB regions per controller, which counts against the RDMA
+	// device's max_mr (a few thousand on some devices) for large pools.
 	BufferPoolSize int
 	// OnAsyncEvent, if set, is called (on its own goroutine) for every asynchronous event
 	// the controller reports, until Close begins. It may call Close: Close does not wait
