@@ -327,11 +327,12 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	s, _ := ctlTarget(t, file)
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
+	stats := &reloadStats{}
 	text, _ := os.ReadFile(file)
 
 	grown := strings.Replace(string(text), "{nsid: 1, backend: memory, size: 4MiB}", "{nsid: 1, backend: memory, size: 8MiB}\n      - {nsid: 2, backend: null, size: 1GiB}", 1)
 	os.WriteFile(file, []byte(grown), 0o600)
-	reload(s, file, log)
+	reload(s, file, log, stats)
 	if ns := s.Target().Namespaces(); len(ns) != 2 || ns[0].Blocks != 8<<20/512 {
 		t.Errorf("namespaces after the reload: %+v\n%s", ns, logs.String())
 	}
@@ -342,7 +343,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	before := s.Config().String()
 	logs.Reset()
 	os.WriteFile(file, []byte(strings.Replace(grown, "size: 1GiB", "size: 1GiB, lba_size: 1000", 1)), 0o600)
-	reload(s, file, log)
+	reload(s, file, log, stats)
 	if s.Config().String() != before || !strings.Contains(logs.String(), "lba_size: 1000 is not a supported LBA size") ||
 		!strings.Contains(logs.String(), "reload refused: nothing changed") {
 		t.Errorf("invalid file: log\n%s", logs.String())
@@ -352,7 +353,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		logs.Reset()
 		os.WriteFile(file, []byte(strings.Replace(grown, "{nsid: 2, backend: null, size: 1GiB}",
 			"{nsid: 2, backend: rbd, rbd: {pool: p, image: i}}", 1)), 0o600)
-		reload(s, file, log)
+		reload(s, file, log, stats)
 		if s.Config().String() != before || !strings.Contains(logs.String(), "make build-ceph") ||
 			!strings.Contains(logs.String(), "reload refused: nothing changed") {
 			t.Errorf("rbd in a build without ceph: log\n%s", logs.String())
@@ -360,9 +361,16 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	logs.Reset()
 	os.WriteFile(file, []byte(strings.Replace(grown, "poll_groups: 1", "poll_groups: 2", 1)), 0o600)
-	reload(s, file, log)
+	reload(s, file, log, stats)
 	if s.Config().String() != before || !strings.Contains(logs.String(), "transport.poll_groups: 1 → 2") {
 		t.Errorf("transport change: log\n%s", logs.String())
+	}
+	refused := uint64(2) // the invalid file, the transport change
+	if !backend.RBDAvailable {
+		refused++ // the rbd namespace
+	}
+	if r := stats.get(); r.Succeeded != 1 || r.Failed != refused || !r.LastFailed {
+		t.Errorf("reloads counted: %+v, want 1 succeeded, %v failed, the last failed", r, refused)
 	}
 }
 
@@ -541,7 +549,7 @@ func TestCtlHostKeys(t *testing.T) {
 	next := strings.Replace(string(text), "    allow_any_host: true\n", "    allow_any_host: true\n    auth_required: true\n", 1) +
 		"hosts:\n  - nqn: " + host + "\n    dhchap_secret: \"" + key1 + "\"\n"
 	os.WriteFile(file, []byte(next), 0o600)
-	reload(s, file, log)
+	reload(s, file, log, &reloadStats{})
 	contains("reload log", logs.String(), "reload: 2 changes applied", "add host "+host+" to the hosts section (dhchap_secret DHHC-1:01:<32-byte key>:)")
 	if h := s.Config().HostByNQN(host); h == nil || h.DHCHAPSecret != key1 || !s.Config().Subsystems[0].AuthRequired {
 		t.Errorf("after the reload: %+v", s.Config())

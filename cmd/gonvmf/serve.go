@@ -163,7 +163,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 		case <-term:
 			stop = true
 		case <-hup:
-			reloads.record(reload(s, cfg.File, log))
+			reload(s, cfg.File, log, reloads)
 		}
 	}
 	// A second signal, or a shutdown that takes too long, ends the process at once; it
@@ -256,9 +256,12 @@ func (st *reloadStats) get() metrics.Reloads {
 }
 
 // reload re-reads the configuration file (SIGHUP) and applies its difference from the
-// running configuration, and reports whether it did; an invalid file, or one that cannot
-// be applied, changes nothing and is logged with the reasons.
-func reload(s *server.Server, file string, log *slog.Logger) (ok bool) {
+// running configuration; an invalid file, or one that cannot be applied, changes nothing
+// and is logged with the reasons. The reload is counted in stats before the line that
+// ends it ("reload: N changes applied", "reload refused: nothing changed", "reload
+// failed") is logged: whoever reads that line and then scrapes the metrics sees it
+// counted.
+func reload(s *server.Server, file string, log *slog.Logger, stats *reloadStats) {
 	log.Info("SIGHUP: reloading the configuration", "file", file)
 	cfg, err := conf.Load(file)
 	if err == nil {
@@ -274,17 +277,19 @@ func reload(s *server.Server, file string, log *slog.Logger) (ok bool) {
 		if len(conf.Errors(err)) == 0 {
 			log.Error("reload: cannot read the configuration", "err", err)
 		}
+		stats.record(false)
 		log.Error("reload refused: nothing changed", "file", file)
-		return false
+		return
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("reload: configuration warning", "warning", w.Error())
 	}
 	changes, err := s.Reload(cfg)
 	if err != nil {
+		stats.record(false)
 		log.Error("reload failed", "file", file, "err", err)
-		return false
+		return
 	}
+	stats.record(true)
 	log.Info(fmt.Sprintf("reload: %s applied", count(len(changes), "change")), "file", file)
-	return true
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +22,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/rdmacm"
 	"github.com/gonvmf/gonvmf/rdmacm/rdmatest"
+	"github.com/gonvmf/gonvmf/target/server"
 	"github.com/urfave/cli/v2"
 )
 
@@ -280,12 +283,7 @@ func TestServeSecondSignalWhileStarting(t *testing.T) {
 // the last one failed, and when the configuration was last loaded (at the start, then by
 // each reload that succeeded).
 func TestServeReloadMetrics(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the metrics
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeTCPAddr(t)
 	file := ctlConfig(t, "metrics: {address: \""+addr+"\"}")
 	start := time.Now()
 	c := startChild(t, "loop", "serve", "-c", file)
@@ -293,24 +291,9 @@ func TestServeReloadMetrics(t *testing.T) {
 	log.await(t, "serving Prometheus metrics", 30*time.Second)
 	scrape := func() map[string]float64 {
 		t.Helper()
-		resp, err := http.Get("http://" + addr + "/metrics")
+		m, err := scrapeConfigMetrics(addr)
 		if err != nil {
 			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]float64{}
-		for _, line := range strings.Split(string(body), "\n") {
-			if series, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(series, "gonvmf_config_") {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					t.Fatalf("%q: %v", line, err)
-				}
-				m[series] = f
-			}
 		}
 		return m
 	}
@@ -355,5 +338,142 @@ func TestServeReloadMetrics(t *testing.T) {
 	}
 	if err := c.wait(t, 60*time.Second); err != nil {
 		t.Errorf("serve after SIGTERM: %v\n%s", err, log)
+	}
+}
+
+// freeTCPAddr returns a loopback address:port nothing listens on now (a metrics
+// address; the configuration refuses port 0).
+func freeTCPAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// scrapeConfigMetrics scrapes the metrics served at addr and returns the gonvmf_config_
+// series by name with labels.
+func scrapeConfigMetrics(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metrics of %s: %w", addr, err)
+	}
+	m := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if series, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(series, "gonvmf_config_") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, fmt.Errorf("metrics of %s: %q: %w", addr, line, err)
+			}
+			m[series] = f
+		}
+	}
+	return m, nil
+}
+
+// scrapeAtLines is a slog.Handler that scrapes the metrics at addr while it handles a
+// record whose message is one of lines, before the logger's caller goes on, and sends
+// what it scraped on scraped; it keeps every message for the test's failure output.
+type scrapeAtLines struct {
+	addr    string
+	lines   []string
+	scraped chan map[string]float64
+	mu      sync.Mutex
+	log     strings.Builder
+}
+
+func (h *scrapeAtLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *scrapeAtLines) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *scrapeAtLines) WithGroup(string) slog.Handler            { return h }
+
+func (h *scrapeAtLines) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.log.WriteString(r.Message + "\n")
+	h.mu.Unlock()
+	if slices.Contains(h.lines, r.Message) {
+		m, err := scrapeConfigMetrics(h.addr)
+		if err != nil {
+			m = map[string]float64{"scrape failed: " + err.Error(): 0}
+		}
+		h.scraped <- m
+	}
+	return nil
+}
+
+func (h *scrapeAtLines) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.log.String()
+}
+
+// TestServeReloadCountedBeforeItsLine: the metrics count a reload before serve logs the
+// line that ends it, so that whoever sees that line and then scrapes (a test, an operator
+// following the log) finds the reload counted. The log's handler scrapes while it handles
+// the line, before reload goes on.
+func TestServeReloadCountedBeforeItsLine(t *testing.T) {
+	addr := freeTCPAddr(t)
+	file := ctlConfig(t, "metrics: {address: \""+addr+"\"}")
+	cfg, err := conf.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := newServer
+	newServer = func(cfg *conf.Config, o server.Options) (*server.Server, error) {
+		o.Loop = true
+		return server.New(cfg, o)
+	}
+	t.Cleanup(func() { newServer = saved })
+	h := &scrapeAtLines{addr: addr, lines: []string{"reload refused: nothing changed", "reload: 1 change applied"},
+		scraped: make(chan map[string]float64)}
+	hup, term := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	served := make(chan error, 1)
+	go func() { served <- serve(context.Background(), cfg, slog.New(h), hup, term) }()
+	text := readFileString(t, file)
+	for _, step := range []struct {
+		content              string
+		success, failure, ok float64
+	}{
+		{strings.Replace(text, "size: 4MiB}", "size: 4MiB, lba_size: 1000}", 1), 0, 1, 0},
+		{strings.Replace(text, "size: 4MiB}", "size: 8MiB}", 1), 1, 1, 1},
+	} {
+		if err := os.WriteFile(file, []byte(step.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		hup <- syscall.SIGHUP
+		var m map[string]float64
+		select {
+		case m = <-h.scraped:
+		case err := <-served:
+			t.Fatalf("serve returned %v during a reload:\n%s", err, h)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no reload ended within 30 s:\n%s", h)
+		}
+		want := map[string]float64{
+			`gonvmf_config_reloads_total{result="success"}`: step.success,
+			`gonvmf_config_reloads_total{result="failure"}`: step.failure,
+			"gonvmf_config_last_reload_successful":          step.ok,
+		}
+		for series, v := range want {
+			if got, ok := m[series]; !ok || got != v {
+				t.Errorf("scraped as the reload's last line was logged: %v, want %v\nlog:\n%s", m, want, h)
+				break
+			}
+		}
+	}
+	term <- syscall.SIGTERM
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serve after SIGTERM: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("serve did not return within 60 s of SIGTERM:\n%s", h)
 	}
 }
