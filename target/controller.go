@@ -98,6 +98,7 @@ type controller struct {
 	auth    *ctrlAuth // nil: the host does not authenticate
 	log     *slog.Logger
 	created time.Time
+	gone    chan struct{} // closed when it leaves its subsystem's table (removeController)
 
 	// The admin worker (see execAdmin): the commands queued for it, in arrival order, and
 	// whether its goroutine runs (it does while work is not empty, and while it executes
@@ -160,7 +161,7 @@ type controller struct {
 func newController(q *Queue, s *subsystem, hostNQN string, hostID [16]byte) *controller {
 	c := &controller{
 		t: q.t, subsys: s, port: q.port, hostNQN: hostNQN, hostID: hostID, disc: s.disc,
-		created: time.Now(),
+		created: time.Now(), gone: make(chan struct{}),
 	}
 	c.queues = make([]*Queue, q.t.tr.MaxIOQueues+1)
 	c.defaults()

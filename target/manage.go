@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
@@ -265,7 +266,9 @@ func (t *Target) AllowHost(nqn, hostNQN string) error {
 
 // DenyHost takes hostNQN off the hosts allowed to connect to a subsystem: its controllers
 // on the subsystem are disconnected (ErrHostNotAllowed) and its reconnections refused.
-// The last host cannot be taken off (a subsystem nobody may connect to is a configuration
+// It returns once those controllers have left the subsystem (Controllers, Subsystems and
+// the statistics no longer count them; see changeHosts for the bound on that wait). The
+// last host cannot be taken off (a subsystem nobody may connect to is a configuration
 // error): remove the subsystem instead.
 func (t *Target) DenyHost(nqn, hostNQN string) error {
 	return t.changeHosts(fmt.Sprintf("subsystem %q: denying host %q", nqn, hostNQN), nqn, func(cs *conf.Subsystem) error {
@@ -283,7 +286,11 @@ func (t *Target) DenyHost(nqn, hostNQN string) error {
 
 // changeHosts applies edit to the running configuration of subsystem nqn, validates the
 // result, and makes the subsystem admit exactly the hosts it lists: the controllers of
-// hosts no longer allowed are disconnected, and the discovery log changes.
+// hosts no longer allowed are disconnected, and the discovery log changes. It returns
+// once the disconnected controllers have left the subsystem: their transports close their
+// admin queues, which takes them out at once (Queue.Close), so the wait is short; it is
+// bounded by the queue-close timeout (WithQueueCloseTimeout) against a transport that does
+// not close, after which the controllers still there are logged and the change stands.
 func (t *Target) changeHosts(what, nqn string, edit func(*conf.Subsystem) error) error {
 	var s *subsystem
 	err := t.change(what, true, func(c *conf.Config) error {
@@ -309,11 +316,37 @@ func (t *Target) changeHosts(what, nqn string, edit func(*conf.Subsystem) error)
 	if err != nil {
 		return err
 	}
-	if n := s.disconnectDenied(); n > 0 {
-		t.log.Info("controllers of hosts no longer allowed disconnected", "subsystem", nqn, "controllers", n)
+	if denied := s.disconnectDenied(); len(denied) > 0 {
+		t.awaitGone(denied, nqn)
+		t.log.Info("controllers of hosts no longer allowed disconnected", "subsystem", nqn, "controllers", len(denied))
 	}
 	t.discoveryChanged()
 	return nil
+}
+
+// awaitGone waits until the controllers cs of subsystem nqn have left it, at most the
+// queue-close timeout; then it logs those still there.
+func (t *Target) awaitGone(cs []*controller, nqn string) {
+	timer := time.NewTimer(t.closeTimeout)
+	defer timer.Stop()
+	for i, c := range cs {
+		select {
+		case <-c.gone:
+			continue
+		case <-timer.C:
+		}
+		var left []uint16
+		for _, c := range cs[i:] {
+			select {
+			case <-c.gone:
+			default:
+				left = append(left, c.cntlid)
+			}
+		}
+		t.log.Warn("controllers of hosts no longer allowed were disconnected but their transport has not closed their admin queues: they stay listed until it does",
+			"subsystem", nqn, "cntlids", left, "waited", t.closeTimeout)
+		return
+	}
 }
 
 // notifyNamespaceChanged tells every controller of s that namespace nsid changed.
@@ -323,15 +356,16 @@ func (s *subsystem) notifyNamespaceChanged(nsid uint32) {
 	}
 }
 
-// disconnectDenied fails the controllers of hosts that may no longer connect.
-func (s *subsystem) disconnectDenied() int {
-	n := 0
+// disconnectDenied fails the controllers of hosts that may no longer connect and returns
+// them.
+func (s *subsystem) disconnectDenied() []*controller {
+	var denied []*controller
 	for _, c := range s.controllers() {
 		if !s.allowed(c.hostNQN) {
 			c.log.Info("host no longer allowed: disconnecting its controller")
 			c.fail(ErrHostNotAllowed)
-			n++
+			denied = append(denied, c)
 		}
 	}
-	return n
+	return denied
 }

@@ -165,10 +165,12 @@ func (s *subsystem) allocCntlid(c *controller) bool {
 	return false
 }
 
+// removeController takes c out of the subsystem's table and closes c.gone, if it is there.
 func (s *subsystem) removeController(c *controller) {
 	s.mu.Lock()
 	if s.ctrls[c.cntlid] == c {
 		delete(s.ctrls, c.cntlid)
+		close(c.gone)
 	}
 	s.mu.Unlock()
 }

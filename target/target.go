@@ -384,8 +384,8 @@ func (t *Target) RemoveSubsystem(nqn string) error {
 
 // SetAllowedHosts changes who may connect to a subsystem: allowAny, or the listed host
 // NQNs (validated as in the configuration file). Controllers of hosts that are no longer
-// allowed are disconnected (ErrHostNotAllowed) and their hosts refused when they
-// reconnect; the discovery log changes.
+// allowed are disconnected (ErrHostNotAllowed), gone when it returns (as for DenyHost),
+// and their hosts refused when they reconnect; the discovery log changes.
 func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) error {
 	return t.changeHosts(fmt.Sprintf("subsystem %q: hosts", nqn), nqn, func(cs *conf.Subsystem) error {
 		cs.AllowAnyHost, cs.Hosts = allowAny, slices.Clone(hosts)

@@ -254,8 +254,13 @@ func TestControlAPI(t *testing.T) {
 	if k := ctrls.Controllers[0]; k.HostNqn != hostNQN || k.Listener != "loop loop" || !k.Ready || len(k.Queues) != 2 || k.Queues[1].Depth == 0 || k.KeepAliveTimeoutMs == 0 {
 		t.Errorf("controller %v", k)
 	}
-	if sub, err = cl.DenyHost(c, &pb.DenyHostRequest{Subsystem: twoNQN, HostNqn: hostNQN}); err != nil || len(sub.Hosts) != 1 {
+	// DenyHost answers once the denied host's controller is gone: its answer, the
+	// controller list and the stats below no longer count it.
+	if sub, err = cl.DenyHost(c, &pb.DenyHostRequest{Subsystem: twoNQN, HostNqn: hostNQN}); err != nil || len(sub.Hosts) != 1 || sub.Controllers != 0 {
 		t.Fatalf("deny: %v %v", sub, err)
+	}
+	if ctrls, err := cl.ListControllers(c, &pb.ListControllersRequest{Subsystem: twoNQN}); err != nil || len(ctrls.Controllers) != 0 {
+		t.Errorf("controllers after the deny: %v %v", ctrls, err)
 	}
 	select {
 	case <-h2.Done():

@@ -88,7 +88,7 @@ func (s *Server) AllowHost(nqn, host string) error {
 }
 
 // DenyHost takes a host off a subsystem's allowed hosts and disconnects its controllers
-// there (target.Target.DenyHost).
+// there, returning once they are gone (target.Target.DenyHost).
 func (s *Server) DenyHost(nqn, host string) error {
 	s.chg.Lock()
 	defer s.chg.Unlock()
