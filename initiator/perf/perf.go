@@ -622,6 +622,13 @@ func (r *perfState) phase(ctx context.Context, phase int, pr *progressPrinter) e
 		select {
 		case <-all:
 			if pr != nil {
+				// A second that ended before this loop saw the run end still gets its
+				// line: select picks at random among the cases ready.
+				select {
+				case at := <-tick:
+					pr.print(at)
+				default:
+				}
 				pr.finish()
 			}
 			// A failed controller is the root cause: the command that noticed it first
@@ -630,8 +637,8 @@ func (r *perfState) phase(ctx context.Context, phase int, pr *progressPrinter) e
 				return fmt.Errorf("controller failed: %w", err)
 			}
 			return r.err()
-		case <-tick:
-			pr.print()
+		case at := <-tick:
+			pr.print(at)
 		case <-interrupted:
 			r.fail(fmt.Errorf("interrupted: %w", ctx.Err()))
 			interrupted = nil
@@ -652,7 +659,9 @@ func cpuTime(ru *syscall.Rusage) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// progressPrinter prints one line per second: the last second's rates and mean latency.
+// progressPrinter prints one line per second: the rates and mean latency since the last
+// line. A line is labeled with the second it reports (its tick's time), however late it
+// is printed (a busy machine, a slow terminal).
 type progressPrinter struct {
 	r       *perfState
 	w       io.Writer
@@ -673,7 +682,8 @@ func newProgress(r *perfState, w io.Writer) *progressPrinter {
 	return p
 }
 
-func (p *progressPrinter) print() {
+// print prints the line of the tick due at at.
+func (p *progressPrinter) print(at time.Time) {
 	now := time.Now()
 	dt := now.Sub(p.last).Seconds()
 	p.last = now
@@ -686,7 +696,7 @@ func (p *progressPrinter) print() {
 		}
 	}
 	var line strings.Builder
-	fmt.Fprintf(&line, "[%4.0fs]", now.Sub(p.start).Seconds())
+	fmt.Fprintf(&line, "[%4.0fs]", at.Sub(p.start).Seconds())
 	var tIOs, tB, tLat uint64
 	for d, name := range []string{"read", "write"} {
 		n := ios[d] - p.lastIOs[d]

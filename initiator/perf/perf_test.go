@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,6 +115,59 @@ func TestPerfVerifyNotFooledByAnEarlierRun(t *testing.T) {
 	}
 	if v := res.Verify; v == nil || v.Mismatches == 0 || !strings.Contains(v.First[0], "another run") {
 		t.Fatalf("second run, the target dropping its writes: verify %+v", v)
+	}
+}
+
+// stallingWriter collects what it is written; its first progress line (one that starts
+// with "[") takes stall to write, as on a terminal or pipe that falls behind.
+type stallingWriter struct {
+	stall   time.Duration
+	mu      sync.Mutex
+	stalled bool
+	text    strings.Builder
+}
+
+func (w *stallingWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	first := !w.stalled && strings.HasPrefix(string(p), "[")
+	w.stalled = w.stalled || first
+	w.mu.Unlock()
+	if first {
+		time.Sleep(w.stall)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.text.WriteString(string(p))
+}
+
+func (w *stallingWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.text.String()
+}
+
+// TestPerfProgressLabelsItsSecond: each progress line is labeled with the second it
+// reports, however late it is printed, and a second that ended before the run did gets
+// its line even when the run's end is seen first. The first line's write stalls until
+// after the 2.2 s run has ended: the second line is then due together with the end.
+// The old code labeled a line with the time it was printed ("[   3s]" for second 2)
+// or, picking the end first, printed no line for second 2.
+func TestPerfProgressLabelsItsSecond(t *testing.T) {
+	e := newPerfEnv(t, nil)
+	w := &stallingWriter{stall: 1800 * time.Millisecond}
+	pc := perf.Config{Workload: "randread", ReadPercent: 100, Random: true, BlockSize: 4096, QueueDepth: 4, Queues: 1,
+		Runtime: 2200 * time.Millisecond, Size: 1 << 20, Seed: 5, Quiet: true, Progress: true, Messages: w}
+	if _, err := perf.Run(context.Background(), e.ctrl, pc); err != nil {
+		t.Fatal(err)
+	}
+	var labels []string
+	for _, line := range strings.Split(w.String(), "\n") {
+		if label, _, ok := strings.Cut(line, "]"); ok && strings.HasPrefix(label, "[") {
+			labels = append(labels, strings.TrimSpace(label[1:]))
+		}
+	}
+	if len(labels) < 2 || labels[0] != "1s" || labels[1] != "2s" {
+		t.Errorf("progress lines labeled %q, want 1s and 2s first:\n%s", labels, w)
 	}
 }
 
