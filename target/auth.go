@@ -49,13 +49,18 @@ import (
 // the target's, at least one), so that one host NQN, whatever number of queues and
 // controllers it authenticates at once, cannot hold them all. It waits for its slots as
 // long as it must, or until its queue closes (an unauthenticated queue is closed
-// AuthTimeout after its Connect). A host over its share waits rather than being answered
-// with an error: the specification has no busy status for authentication (nor does the
-// Linux target, which computes inline without a bound), the Linux host ends the
-// transaction at any NVMe error status of Authentication Send/Receive, without a retry,
-// and it re-authenticates all I/O queues of a controller at once. A command completes
-// through TransportQueue.Complete from the worker, as a backend completes I/O. Begin
-// still answers Authentication Required to the queue's other commands until the
+// AuthTimeout after its Connect). While a step waits for its slots or runs, its
+// controller's keep-alive timer does not expire, and its completion counts as a command
+// for it: the host waits for the answer and sends nothing else meanwhile (the Linux host
+// authenticates its admin queue inside its Connect, before it sends any Keep Alive), so a
+// wait behind other steps — other hosts', or its own other controllers' after a reconnect
+// — must not fail the controller on keep-alive. A host over its share waits rather than
+// being answered with an error: the specification has no busy status for authentication
+// (nor does the Linux target, which computes inline without a bound), the Linux host ends
+// the transaction at any NVMe error status of Authentication Send/Receive, without a
+// retry, and it re-authenticates all I/O queues of a controller at once. A command
+// completes through TransportQueue.Complete from the worker, as a backend completes I/O.
+// Begin still answers Authentication Required to the queue's other commands until the
 // transaction that authenticates it has completed.
 //
 // Keys come from AuthKeys: by default the running configuration's hosts section and the
@@ -335,6 +340,7 @@ func (q *Queue) beginAuth(r *Request, b *binding) nvmeproto.Status {
 func (q *Queue) execAuth(r *Request, b *binding) {
 	a := b.auth
 	a.workMu.Lock()
+	b.ctrl.authBusy.Add(1)
 	a.work = append(a.work, r)
 	start := !a.working
 	a.working = true
@@ -345,8 +351,11 @@ func (q *Queue) execAuth(r *Request, b *binding) {
 }
 
 // authWorker runs the queue's queued authentication commands in order, each holding
-// authentication slots (its host's and the target's), and returns when none is left. A command whose queue closes
-// before it runs is not run: it completes with Command Aborted due to SQ Deletion.
+// authentication slots (its host's and the target's), and returns when none is left. A
+// command whose queue closes before it runs is not run: it completes with Command Aborted
+// due to SQ Deletion. Each command counts in its controller's authBusy from execAuth until
+// it has completed, and its completion is keep-alive activity: the host's keep-alive
+// timeout does not run while its authentication waits for the target.
 func (q *Queue) authWorker(b *binding) {
 	a := b.auth
 	for {
@@ -361,18 +370,26 @@ func (q *Queue) authWorker(b *binding) {
 		a.work[0] = nil
 		a.work = a.work[1:]
 		a.workMu.Unlock()
-		if q.closing() {
-			q.finish(r, nvmeproto.StatusAbortSQDeletion)
-			continue
-		}
-		slots, ok := q.t.authSlots.acquire(b.ctrl.hostNQN, a.stopped)
-		if !ok {
-			q.finish(r, nvmeproto.StatusAbortSQDeletion)
-			continue
-		}
-		q.runAuth(r, b)
-		q.t.authSlots.release(slots)
+		q.authStep(r, b)
+		b.ctrl.activity()
+		b.ctrl.authBusy.Add(-1)
 	}
+}
+
+// authStep runs one queued authentication command holding its slots, or completes it
+// with Command Aborted due to SQ Deletion when its queue is closing.
+func (q *Queue) authStep(r *Request, b *binding) {
+	if q.closing() {
+		q.finish(r, nvmeproto.StatusAbortSQDeletion)
+		return
+	}
+	slots, ok := q.t.authSlots.acquire(b.ctrl.hostNQN, b.auth.stopped)
+	if !ok {
+		q.finish(r, nvmeproto.StatusAbortSQDeletion)
+		return
+	}
+	defer q.t.authSlots.release(slots)
+	q.runAuth(r, b)
 }
 
 // runAuth runs an Authentication Send/Receive and completes it.

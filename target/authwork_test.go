@@ -277,3 +277,75 @@ func TestAuthHostHoldsHalfTheSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthWaitForSlotIsKeepAliveActivity: a controller whose admin queue's AUTH_Negotiate
+// waits for an authentication slot, or computes in one, is not failed on keep-alive,
+// however long that lasts: the host waits for the answer and sends nothing else (the
+// Linux host authenticates its admin queue inside its Connect, before it sends Keep
+// Alive). With one slot per host, a host's two controllers (KATO 300 ms) each start a
+// transaction; the first one's DH computation is held for four KATOs while the second
+// waits for the host's slot. Both controllers stay connected, and both transactions then
+// complete and authenticate their queues. The old code counted only the arrival of the
+// Authentication Send: both controllers failed on keep-alive 300 to 450 ms later.
+func TestAuthWaitForSlotIsKeepAliveActivity(t *testing.T) {
+	defer target.SetAuthSlots(2)()
+	const kato = 300 // ms
+	key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := hostKeys{otherNQN: {Host: key, DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupFFDHE2048}}}
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithAuthKeys(keys))
+	dh := holdDH(t)
+	defer dh.release()
+	cfg := dhchap.HostConfig{Secret: key, HostNQN: otherNQN, SubNQN: subNQN}
+	start := func(tid uint16) (*hostQueue, *dhchap.Host, <-chan nvmeproto.Completion) {
+		q := e.dial(32)
+		c := q.connect(0, 31, kato, nvmeproto.CNTLIDDynamic, subNQN, otherNQN)
+		expectOK(t, "admin connect", c)
+		if _, atr := nvmeproto.ParseConnectSuccessDW0(c.DW0); atr != nvmeproto.AuthReqATR {
+			t.Fatalf("Connect AUTHREQ %#x, want ATR", atr)
+		}
+		host, _ := dhchap.NewHost(cfg, tid)
+		neg := host.Negotiate()
+		return q, host, submitDataOffGoroutine(t, q, authCmd(true, len(neg)), neg, 5*time.Second)
+	}
+	computing, hostC, doneC := start(1)
+	dh.wait(t)
+	waiting, hostW, doneW := start(2)
+	select {
+	case g := <-dh.entered:
+		t.Fatalf("the second controller's transaction started a DH computation (%v) while the first held its host's only slot", g)
+	case <-time.After(4 * kato * time.Millisecond):
+	}
+	for _, q := range []struct {
+		what string
+		h    *hostQueue
+		done <-chan nvmeproto.Completion
+	}{{"computing in its slot", computing, doneC}, {"waiting for its host's slot", waiting, doneW}} {
+		select {
+		case <-q.h.conn.Done():
+			t.Errorf("the controller whose AUTH_Negotiate is %s was disconnected after %d ms of KATO %d ms: %v",
+				q.what, 4*kato, kato, q.h.conn.Err())
+		default:
+		}
+		select {
+		case c := <-q.done:
+			t.Errorf("the AUTH_Negotiate %s completed (status %v) while the DH computation was held", q.what, c.Status)
+		default:
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	dh.release()
+	expectOK(t, "Authentication Send (Negotiate) that computed", wait(t, doneC))
+	expectOK(t, "Authentication Send (Negotiate) that waited for a slot", wait(t, doneW))
+	computing.finishAuth(hostC)
+	waiting.finishAuth(hostW)
+	for _, q := range []*hostQueue{computing, waiting} {
+		if _, c := q.propGet(nvmeproto.PropVS, false); c.Status.Code() != 0 {
+			t.Errorf("Property Get on an authenticated queue: %v", c.Status)
+		}
+	}
+}

@@ -111,6 +111,10 @@ type controller struct {
 	enabled atomic.Bool // CC.EN = 1 and CSTS.RDY = 1: admin commands are accepted
 	wce     atomic.Bool // volatile write cache enabled (feature 06h)
 	acre    atomic.Bool // advanced command retry enabled (feature 16h): statuses carry CRD
+	// authBusy counts the Authentication Send/Receive commands of the controller's queues
+	// queued for or running on an authentication worker; while it is not 0 the keep-alive
+	// timer does not expire (see keepAliveTick).
+	authBusy atomic.Int32
 
 	mu         sync.Mutex
 	cc         nvmeproto.CC
@@ -243,8 +247,9 @@ func shutdownIdle(kato time.Duration) time.Duration {
 }
 
 // startKeepAlive (re)arms the keep-alive timer for kato (0 disables it). Called with mu
-// held. The timer ticks every period/2; two ticks in a row without a command expire it,
-// so the controller fails between period and 1.5 period after the host's last command.
+// held. The timer ticks every period/2; two ticks in a row without a command (nor an
+// authentication step queued or running: see keepAliveTick) expire it, so the controller
+// fails between period and 1.5 period after the host's last command.
 // The period is kato, or shutdownIdle(kato) while a shutdown notification is in effect
 // (CC.SHN written and not withdrawn; see above). kato is kept: the period is kato again
 // when CC.SHN returns to 0.
@@ -274,8 +279,13 @@ func (c *controller) keepAliveTick(gen uint64) {
 		c.mu.Unlock()
 		return
 	}
-	if c.kaSeen.Swap(false) || c.t.quiesced.Load() {
-		c.kaMiss = 0 // quiesced: the transport holds the host's commands back
+	// Quiesced: the transport holds the host's commands back. authBusy: an authentication
+	// step waits for an authentication slot or computes, and the host waits for its
+	// answer, sending nothing meanwhile (the Linux host sends no Keep Alive while its
+	// admin queue authenticates, inside its Connect); the wait for a slot has no bound
+	// of its own (see auth.go), so it must not count against KATO.
+	if c.kaSeen.Swap(false) || c.t.quiesced.Load() || c.authBusy.Load() > 0 {
+		c.kaMiss = 0
 	} else {
 		c.kaMiss++
 	}

@@ -223,7 +223,9 @@
 // holding it. The keep-alive timer runs on its own timer goroutine, independent of I/O:
 // it ticks every KATO/2 and fails the controller after two ticks without a command
 // (traffic based keep-alive, Identify CTRATT.TBKAS), i.e. between KATO and 1.5×KATO
-// after the last command. A reset (CC.EN 1→0) or shutdown (CC.SHN) disconnects the I/O
+// after the last command. An authentication step queued or running on one of the
+// controller's queues counts as a command until it completes (auth.go): it may wait for
+// an authentication slot longer than KATO, and the host sends nothing meanwhile. A reset (CC.EN 1→0) or shutdown (CC.SHN) disconnects the I/O
 // queues at once and completes in the background once their in-flight commands have
 // finished; the host polls CSTS.RDY / CSTS.SHST as the specification says.
 //
