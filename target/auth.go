@@ -49,7 +49,8 @@ import (
 // the target's, at least one), so that one host NQN, whatever number of queues and
 // controllers it authenticates at once, cannot hold them all. It waits for its slots as
 // long as it must, or until its queue closes (an unauthenticated queue is closed
-// AuthTimeout after its Connect). While a step waits for its slots or runs, its
+// AuthTimeout after its Connect); none starts once Close has stopped the queue's
+// authentication. While a step waits for its slots or runs, its
 // controller's keep-alive timer does not expire, and its completion counts as a command
 // for it: the host waits for the answer and sends nothing else meanwhile (the Linux host
 // authenticates its admin queue inside its Connect, before it sends any Keep Alive), so a
@@ -160,7 +161,9 @@ func newAuthSlots() *authSlots {
 	return &authSlots{all: make(chan struct{}, n), perHost: max(1, n/2), hosts: map[string]*authHostSlots{}}
 }
 
-// acquire waits for a slot of host's and then one of all; false when stop closed first.
+// acquire waits for a slot of host's and then one of all; false, holding none, when stop
+// is closed, whether or not a slot is free: a step never starts once its queue has
+// stopped.
 func (p *authSlots) acquire(host string, stop <-chan struct{}) (*authHostSlots, bool) {
 	p.mu.Lock()
 	h := p.hosts[host]
@@ -178,11 +181,26 @@ func (p *authSlots) acquire(host string, stop <-chan struct{}) (*authHostSlots, 
 	}
 	select {
 	case p.all <- struct{}{}:
-		return h, true
 	case <-stop:
 		<-h.slots
 		p.unref(h)
 		return nil, false
+	}
+	// A select picks any ready case: a free slot may have won over a closed stop.
+	if isClosed(stop) {
+		p.release(h)
+		return nil, false
+	}
+	return h, true
+}
+
+// isClosed reports whether ch is closed (it is never sent to).
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -392,10 +410,18 @@ func (q *Queue) authStep(r *Request, b *binding) {
 	q.runAuth(r, b)
 }
 
-// runAuth runs an Authentication Send/Receive and completes it.
+// runAuth runs an Authentication Send/Receive and completes it: with Command Aborted due
+// to SQ Deletion, running nothing, once the queue's authentication has stopped (Close).
+// Checked under a.mu, which stop holds: a transaction step either runs before stop, which
+// then wipes its key material, or not at all.
 func (q *Queue) runAuth(r *Request, b *binding) {
 	a, c := b.auth, b.ctrl
 	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		q.finish(r, nvmeproto.StatusAbortSQDeletion)
+		return
+	}
 	wasOK, wasInTx := a.ok.Load(), a.ctl.InProgress()
 	if r.Cmd.FabricsType() == nvmeproto.FabricsAuthSend {
 		data := r.Data[:r.Length]
