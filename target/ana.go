@@ -334,12 +334,12 @@ func (t *Target) MoveNamespaceANAGroup(subNQN string, nsid, g uint32) (*ANAFence
 	}
 	// The ports' states are read after the move was published: a state changed to one
 	// that serves no I/O since is that change's fence's to wait for.
-	nsids := []uint32{nsid}
+	keys := []fenceKey{ns.fenceKey()}
 	var ws []fenceWait
 	s.ioqMu.Lock()
 	for q := range s.ioQueues {
 		if !anaServes(nvmeproto.ANAState(q.port.ana[g].Load())) {
-			ws = append(ws, fenceWait{q, nsids})
+			ws = append(ws, fenceWait{q, keys})
 		}
 	}
 	s.ioqMu.Unlock()
@@ -498,26 +498,26 @@ func (t *Target) portControllers(p *Port) []*controller {
 // portGroupWaits returns, for every subsystem with namespaces in group g, its I/O queues
 // connected through p that may still have commands in flight (its ioQueues: also those
 // of controllers being reset or torn down, and queues closed without draining), each for
-// the NSIDs of those namespaces. Each namespace's group is read once, now.
+// those namespaces. Each namespace's group is read once, now.
 func (t *Target) portGroupWaits(p *Port, g uint32) []fenceWait {
 	t.mu.Lock()
 	subs := slices.Clone(t.order)
 	t.mu.Unlock()
 	var ws []fenceWait
 	for _, s := range subs {
-		var nsids []uint32
+		var keys []fenceKey
 		for _, ns := range s.namespaces() { // also inactive ones: a failed reopen's stragglers
 			if ns.anaGroup.Load() == g {
-				nsids = append(nsids, ns.nsid)
+				keys = append(keys, ns.fenceKey())
 			}
 		}
-		if len(nsids) == 0 {
+		if len(keys) == 0 {
 			continue
 		}
 		s.ioqMu.Lock()
 		for q := range s.ioQueues {
 			if q.port == p {
-				ws = append(ws, fenceWait{q, nsids})
+				ws = append(ws, fenceWait{q, keys})
 			}
 		}
 		s.ioqMu.Unlock()

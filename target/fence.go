@@ -23,50 +23,84 @@ import (
 //
 // Every namespace data command (Read, Write, Compare, Flush, Write Zeroes, Dataset
 // Management) counts itself, from Begin until its completion, in its queue's nsFence of
-// the command's NSID, in one of two counters chosen by the parity of that nsFence's
+// the command's namespace, in one of two counters chosen by the parity of that nsFence's
 // epoch, before it reads the namespace's ANA group, the port's state of that group or
-// the namespace's reservation state (fenceEnter). A queue's nsFence of a namespace is
-// created on the queue's first command to it and kept in an immutable table sorted by
-// NSID, so that the I/O path allocates only once per namespace a queue reaches (the table
-// is bounded by the NSIDs the subsystem has had). Reservation commands do not count: they
+// the namespace's reservation state (fenceEnter). Reservation commands do not count: they
 // reach no storage, and a Preempt and Abort waiting for the victim's queues would
 // otherwise wait for the victim's own Preempt and Abort, which may be waiting for it.
 //
-// A change publishes the new state, then for every queue and NSID it concerns waits until
-// each of the two counters of the queue's nsFence of that NSID has read zero at some
-// moment after the publication (drain): a command that read the old state had counted
-// itself before, so it has completed by then. A queue without an nsFence of the NSID had
-// no command to it before the publication (a command creates its nsFence before reading
-// the state): nothing to wait for. Before waiting on a counter the drain flips the
-// epoch, so that commands beginning meanwhile count in the other one and cannot keep it
-// from draining; both counters are drained because a command may have counted itself in
-// the other one just before an earlier flip. Drains of one nsFence run one at a time
-// (its sem); those of different queues run concurrently, and those of one queue's
-// NSIDs one after another. Counting is keyed by NSID, not by namespace object, so that
-// commands still in a backend that a reopen gave up on are waited for too.
+// A namespace is its NSID and its generation (namespace.gen, the fenceKey): each
+// AddNamespace makes a new generation, and a reopen hands its generation on to the
+// namespace object that replaces the old one. So commands still in a backend that a
+// reopen gave up on are the reopened namespace's, and are waited for; those of a removed
+// namespace are not those of a namespace added later with its NSID, which they cannot
+// reach, and are not.
+//
+// A queue's nsFence of a namespace is created by the queue's first command to it and kept
+// in an immutable table sorted by NSID, at most one per NSID (a command that finds another
+// generation's, one of a removed namespace, replaces it). RemoveNamespace drops the
+// namespace's nsFence from the table of every I/O queue of its subsystem (dropFences): its
+// commands still in flight keep counting in it, with nothing waiting for them. A command
+// of a removed namespace that creates its nsFence after that (it found the namespace
+// before the removal) counts in one of its own, in no table. A queue thus holds one
+// nsFence — 32 bytes, and 8 in its table — for each namespace of its subsystem it has sent
+// a data command to: queues × namespaces at most (64 hosts with 32 queues each, every
+// queue reaching 256 namespaces: 20 MiB). The I/O path allocates only for a queue's first
+// command to a namespace (the nsFence and the new table); what a drain waits with (a
+// fenceDrain) exists only while it waits.
+//
+// A change publishes the new state, then for every queue and namespace it concerns waits
+// until each of the two counters of the queue's nsFence of that namespace has read zero
+// at some moment after the publication (drain): a command that read the old state had
+// counted itself before, so it has completed by then. A queue without an nsFence of the
+// namespace had no command to it before the publication (a command finds or creates its
+// nsFence before reading the state): nothing to wait for. Before waiting on a counter the
+// drain flips the epoch, so that commands beginning meanwhile count in the other one and
+// cannot keep it from draining; both counters are drained because a command may have
+// counted itself in the other one just before an earlier flip. Drains of one nsFence run
+// one at a time (the one whose fenceDrain it holds); those of different queues run
+// concurrently, and those of one queue's namespaces one after another.
 //
 // Every atomic the fence has a command touch is its own queue's (the table pointer and
-// the counters of its NSID), which only that queue's poll group and backend completions
-// share; a fence's drains and the changes' lists of queues take no lock a command takes.
+// the nsFence of its namespace), which only that queue's poll group and backend
+// completions share; a fence's drains and the changes' lists of queues take no lock a
+// command takes, and a command takes its queue's fenceMu only to create an nsFence.
 
-// nsFence counts one queue's namespace data commands in flight to one namespace (by
-// NSID), by the parity of its epoch when they began.
+// fenceKey is the namespace a fence waits for: its NSID and generation (namespace.gen).
+type fenceKey struct {
+	nsid uint32
+	gen  uint64
+}
+
+func (ns *namespace) fenceKey() fenceKey { return fenceKey{ns.nsid, ns.gen} }
+
+// nsFence counts one queue's namespace data commands in flight to one namespace (by NSID
+// and generation), by the parity of its epoch when they began. 32 bytes: a queue keeps one
+// for every namespace it reaches.
 type nsFence struct {
 	nsid  uint32
 	epoch atomic.Uint32
-	n     [2]atomic.Int64
-	// A drain holds sem (one at a time) and sets waiting; fenceLeave then signals wake
-	// when a count reaches zero.
-	waiting atomic.Bool
-	wake    chan struct{} // capacity 1
-	sem     chan struct{} // capacity 1
+	n     [2]atomic.Int32 // at most the queue's depth each
+	gen   uint64
+	// draining is the drain under way, nil when there is none: fenceLeave wakes it when a
+	// count reaches zero.
+	draining atomic.Pointer[fenceDrain]
 }
 
-// fenceEnter counts a namespace data command to namespace nsid in its queue's current
+// fenceDrain is one drain of an nsFence, from when it takes the nsFence until it is done.
+type fenceDrain struct {
+	wake chan struct{} // capacity 1: a count reached zero
+	done chan struct{} // closed when the drain ends, after it left the nsFence
+}
+
+// fenceEnter counts a namespace data command to namespace ns in its queue's current
 // fence epoch of that namespace (undone by fenceLeave, in finish). It must precede the
 // command's reads of the states a fence protects.
-func (q *Queue) fenceEnter(r *Request, nsid uint32) {
-	in := q.nsFenceOf(nsid)
+func (q *Queue) fenceEnter(r *Request, ns *namespace) {
+	in := q.findNSFence(ns.fenceKey())
+	if in == nil {
+		in = q.addNSFence(ns)
+	}
 	e := in.epoch.Load() & 1
 	in.n[e].Add(1)
 	r.fenceIn, r.fencePar = in, uint8(e)
@@ -80,10 +114,12 @@ func fenceLeave(r *Request) {
 		return
 	}
 	r.fenceIn = nil
-	if in.n[r.fencePar].Add(-1) == 0 && in.waiting.Load() {
-		select {
-		case in.wake <- struct{}{}:
-		default: // a wake-up is already pending
+	if in.n[r.fencePar].Add(-1) == 0 {
+		if d := in.draining.Load(); d != nil {
+			select {
+			case d.wake <- struct{}{}:
+			default: // a wake-up is already pending
+			}
 		}
 	}
 }
@@ -98,37 +134,84 @@ func isResvOpcode(op uint8) bool {
 	return false
 }
 
-// nsFenceOf returns the queue's nsFence of namespace nsid, creating it on the queue's
-// first command to the namespace.
-func (q *Queue) nsFenceOf(nsid uint32) *nsFence {
-	if in := q.findNSFence(nsid); in != nil {
-		return in
-	}
+// addNSFence returns the queue's nsFence of namespace ns for the queue's first command to
+// it: a new one, in the queue's table while ns is in its subsystem's, in no table once ns
+// was removed (see dropFences).
+func (q *Queue) addNSFence(ns *namespace) *nsFence {
 	q.fenceMu.Lock()
 	defer q.fenceMu.Unlock()
-	var tab []*nsFence
-	if p := q.fenceNS.Load(); p != nil {
-		tab = *p
-	}
-	i := nsFenceIndex(tab, nsid)
-	if i < len(tab) && tab[i].nsid == nsid {
+	tab := q.fenceTable()
+	i := nsFenceIndex(tab, ns.nsid)
+	found := i < len(tab) && tab[i].nsid == ns.nsid
+	if found && tab[i].gen == ns.gen {
 		return tab[i]
 	}
-	in := &nsFence{nsid: nsid, wake: make(chan struct{}, 1), sem: make(chan struct{}, 1)}
-	tab = slices.Insert(slices.Clone(tab), i, in)
-	q.fenceNS.Store(&tab)
+	in := &nsFence{nsid: ns.nsid, gen: ns.gen}
+	// Read under fenceMu, after the table: either dropFences finds the new nsFence in the
+	// table, or this sees the namespace gone.
+	if cur := ns.s.lookup(ns.nsid); cur == nil || cur.gen != ns.gen {
+		return in
+	}
+	var next []*nsFence
+	if found { // a removed namespace's: its commands keep counting in it
+		next = slices.Clone(tab)
+		next[i] = in
+	} else {
+		next = make([]*nsFence, len(tab)+1)
+		copy(next, tab[:i])
+		next[i] = in
+		copy(next[i+1:], tab[i:])
+	}
+	q.fenceNS.Store(&next)
 	return in
 }
 
-// findNSFence returns the queue's nsFence of namespace nsid, or nil if no command of the
-// queue has reached it.
-func (q *Queue) findNSFence(nsid uint32) *nsFence {
+// dropNSFence drops the queue's nsFence of the removed namespace k from its table.
+func (q *Queue) dropNSFence(k fenceKey) {
+	q.fenceMu.Lock()
+	defer q.fenceMu.Unlock()
+	tab := q.fenceTable()
+	i := nsFenceIndex(tab, k.nsid)
+	if i == len(tab) || tab[i].nsid != k.nsid || tab[i].gen != k.gen {
+		return
+	}
+	next := slices.Delete(slices.Clone(tab), i, i+1)
+	q.fenceNS.Store(&next)
+}
+
+// dropFences drops the nsFences of namespace ns, which has just left the subsystem's
+// table, from every I/O queue's. Every queue that may have a command of ns between its
+// lookup and fenceEnter is listed: an I/O queue is, from before its first command until
+// its last has completed.
+func (s *subsystem) dropFences(ns *namespace) {
+	s.ioqMu.Lock()
+	qs := make([]*Queue, 0, len(s.ioQueues))
+	for q := range s.ioQueues {
+		qs = append(qs, q)
+	}
+	s.ioqMu.Unlock()
+	for _, q := range qs {
+		q.dropNSFence(ns.fenceKey())
+	}
+}
+
+// fenceTable returns the queue's table of nsFences (sorted by NSID; do not modify).
+func (q *Queue) fenceTable() []*nsFence {
+	if p := q.fenceNS.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// findNSFence returns the queue's nsFence of namespace k, or nil if none is in its table:
+// no command of the queue has reached the namespace, or the namespace was removed.
+func (q *Queue) findNSFence(k fenceKey) *nsFence {
 	p := q.fenceNS.Load()
 	if p == nil {
 		return nil
 	}
 	tab := *p
-	if i := nsFenceIndex(tab, nsid); i < len(tab) && tab[i].nsid == nsid {
+	if i := nsFenceIndex(tab, k.nsid); i < len(tab) && tab[i].nsid == k.nsid && tab[i].gen == k.gen {
 		return tab[i]
 	}
 	return nil
@@ -148,34 +231,51 @@ func nsFenceIndex(tab []*nsFence, nsid uint32) int {
 	return i
 }
 
+// count returns the commands counted, in both counters.
+func (in *nsFence) count() int64 { return int64(in.n[0].Load()) + int64(in.n[1].Load()) }
+
 // drain waits until each of the two epoch counters has read zero, or until expired is
 // closed: then it reports false and left, the commands of the counter it was waiting on
 // (both counters' while it waited for another drain of the nsFence). Both counters
 // reading zero, one after the other, is drained already: no flip is needed then, nor the
 // turn of another drain.
 func (in *nsFence) drain(expired <-chan struct{}) (ok bool, left int64) {
-	if in.n[0].Load() == 0 && in.n[1].Load() == 0 {
-		return true, 0
-	}
-	select {
-	case in.sem <- struct{}{}:
-	case <-expired:
-		if left = in.n[0].Load() + in.n[1].Load(); left == 0 {
+	var d *fenceDrain
+	for {
+		if in.n[0].Load() == 0 && in.n[1].Load() == 0 {
 			return true, 0
 		}
-		return false, left
+		if d == nil {
+			d = &fenceDrain{wake: make(chan struct{}, 1), done: make(chan struct{})}
+		}
+		if in.draining.CompareAndSwap(nil, d) {
+			break
+		}
+		other := in.draining.Load()
+		if other == nil {
+			continue // it has just ended
+		}
+		select {
+		case <-other.done:
+		case <-expired:
+			if left = in.count(); left == 0 {
+				return true, 0
+			}
+			return false, left
+		}
 	}
-	defer func() { <-in.sem }()
-	in.waiting.Store(true)
-	defer in.waiting.Store(false)
+	defer func() {
+		in.draining.Store(nil)
+		close(d.done)
+	}()
 	for range 2 {
 		old := (in.epoch.Add(1) - 1) & 1
 		for in.n[old].Load() != 0 {
 			select {
-			case <-in.wake:
+			case <-d.wake:
 			case <-expired:
 				if n := in.n[old].Load(); n != 0 {
-					return false, n
+					return false, int64(n)
 				}
 			}
 		}
@@ -183,11 +283,11 @@ func (in *nsFence) drain(expired <-chan struct{}) (ok bool, left int64) {
 	return true, 0
 }
 
-// fenceWait is what a fence waits for on one queue: its commands to the namespaces nsids
-// (shared between the fenceWaits of one change; not modified).
+// fenceWait is what a fence waits for on one queue: its commands to the namespaces of
+// keys (shared between the fenceWaits of one change; not modified).
 type fenceWait struct {
-	q     *Queue
-	nsids []uint32
+	q    *Queue
+	keys []fenceKey
 }
 
 // fencedQueue is a queue whose commands a fence did not see complete in time.
@@ -197,7 +297,7 @@ type fencedQueue struct {
 }
 
 // fenceQueues drains, for every fenceWait of ws, the queue's nsFence of each of its
-// NSIDs (the queues concurrently: each waits at most until ctx is done) and returns the
+// namespaces (the queues concurrently: each waits at most until ctx is done) and returns the
 // queues that did not drain in time, with the commands still counted.
 func fenceQueues(ctx context.Context, ws []fenceWait) []fencedQueue {
 	switch len(ws) {
@@ -229,15 +329,15 @@ func fenceQueues(ctx context.Context, ws []fenceWait) []fencedQueue {
 	return stuck
 }
 
-// drain drains the queue's nsFence of each NSID, one after another, and reports whether
-// all drained before expired was closed; if not, left counts the commands still counted
-// in those that did not.
+// drain drains the queue's nsFence of each namespace, one after another, and reports
+// whether all drained before expired was closed; if not, left counts the commands still
+// counted in those that did not.
 func (w fenceWait) drain(expired <-chan struct{}) (ok bool, left int64) {
 	ok = true
-	for _, nsid := range w.nsids {
-		in := w.q.findNSFence(nsid)
+	for _, k := range w.keys {
+		in := w.q.findNSFence(k)
 		if in == nil {
-			continue // none of its commands has reached the namespace
+			continue // none of its commands has reached the namespace, or it was removed
 		}
 		if done, n := in.drain(expired); !done {
 			ok = false

@@ -101,7 +101,7 @@ func (q *Queue) beginIO(r *Request, c *controller) nvmeproto.Status {
 		// Counted before the ANA and reservation checks: a fence of an ANA change or a
 		// Preempt and Abort of this namespace published after this command read the old
 		// state waits for it.
-		q.fenceEnter(r, ns.nsid)
+		q.fenceEnter(r, ns)
 	}
 	// An Asymmetric Access status (never with DNR: a multipath host retries elsewhere).
 	if st := q.port.anaStatus(ns.anaGroup.Load()); st != nvmeproto.StatusSuccess {

@@ -71,7 +71,8 @@ type Queue struct {
 	ring *backend.Ring // asynchronous I/O for Execute's reads and writes (SetRing)
 
 	// The I/O fence (fence.go): the queue's namespace data commands in flight per
-	// namespace, sorted by NSID; replaced (under fenceMu), never modified.
+	// namespace, at most one nsFence per NSID, sorted by NSID; replaced (under fenceMu),
+	// never modified.
 	fenceMu sync.Mutex
 	fenceNS atomic.Pointer[[]*nsFence]
 

@@ -212,20 +212,20 @@ func (s *subsystem) hostIOQueues(hosts [][16]byte) []*Queue {
 	return qs
 }
 
-// abortWait waits until every I/O command the given hosts began to namespace nsid before
+// abortWait waits until every I/O command the given hosts began to namespace ns before
 // the caller published its preemption has completed, at most the queue-close timeout. It
 // reports whether they did; if not, it has logged the queues they are stuck on.
-func (s *subsystem) abortWait(nsid uint32, hosts [][16]byte) bool {
+func (s *subsystem) abortWait(ns *namespace, hosts [][16]byte) bool {
 	if len(hosts) == 0 {
 		return true
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.t.closeTimeout)
 	defer cancel()
-	nsids := []uint32{nsid}
+	nsid, keys := ns.nsid, []fenceKey{ns.fenceKey()}
 	var ws []fenceWait
 	for _, q := range s.hostIOQueues(hosts) {
-		ws = append(ws, fenceWait{q, nsids})
+		ws = append(ws, fenceWait{q, keys})
 	}
 	stuck := fenceQueues(ctx, ws)
 	for _, f := range stuck {
@@ -271,7 +271,7 @@ func (q *Queue) execResv(r *Request, c *controller) {
 		st = c.resvReport(r, ns)
 	}
 	ns.release()
-	if st == nvmeproto.StatusSuccess && !c.subsys.abortWait(ns.nsid, victims) {
+	if st == nvmeproto.StatusSuccess && !c.subsys.abortWait(ns, victims) {
 		st = nvmeproto.StatusInternalError.WithDNR() // retried, it finds the victims unregistered
 	}
 	if st != nvmeproto.StatusSuccess {

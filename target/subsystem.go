@@ -248,6 +248,7 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	tab = slices.Delete(slices.Clone(tab), i, i+1)
 	s.ns.Store(&tab)
 	s.mu.Unlock()
+	s.dropFences(ns)
 
 	err := ns.close()
 	if errors.Is(err, ErrNamespaceBusy) {
@@ -325,6 +326,7 @@ func (s *subsystem) installReopened(old, ns *namespace, keepFailure bool, auto i
 	// takes none) is the new namespace's too. Its I/O counters start again, as after
 	// RemoveNamespace and AddNamespace.
 	ns.resv = old.resv
+	ns.gen = old.gen // its commands in flight, and those still in old's backend, are waited for as one
 	if keepFailure {
 		ns.failure.Store(old.failure.Load())
 	}
@@ -393,6 +395,11 @@ type namespace struct {
 	// anaGroup is the ANA group, 1..conf.MaxANAGroup, which SetNamespaceANAGroup changes:
 	// every reader loads it once per use (a command, a log page, an Identify).
 	anaGroup atomic.Uint32
+
+	// gen tells this namespace from others that had or will have its NSID: a new one
+	// for every AddNamespace, handed on by a reopen to the namespace object that replaces
+	// this one (installReopened). The I/O fence counts commands by NSID and gen (fence.go).
+	gen uint64
 
 	// resv is the namespace's registrations and reservation: one per NSID from
 	// AddNamespace to RemoveNamespace, shared by the namespace objects a reopen replaces
@@ -569,6 +576,7 @@ func openNamespace(s *subsystem, cn conf.Namespace) (*namespace, error) {
 		info:       backend.Describe(be),
 		shift:      uint8(bits.TrailingZeros32(lba)),
 		beReadOnly: be.ReadOnly(),
+		gen:        t.nsGens.Add(1),
 		resv:       new(nsResv),
 		drained:    make(chan struct{}),
 		closed:     make(chan struct{}),

@@ -120,6 +120,7 @@ type Target struct {
 	closed     bool
 
 	genctr atomic.Uint64 // discovery log generation counter
+	nsGens atomic.Uint64 // the last namespace generation handed out (namespace.gen)
 
 	timing  atomic.Bool // measure I/O latency (MeasureLatency)
 	rejects connectRejects
