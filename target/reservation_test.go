@@ -571,7 +571,14 @@ func TestResvPreemptAndAbortHungVictim(t *testing.T) {
 	g := newGate()
 	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithLogger(testLogger(t)), gatedBackend(g),
 		target.WithQueueCloseTimeout(closeTimeout))
-	defer g.open()
+	defer func() {
+		// Before the cleanups: they close the target, which waits closeTimeout for the
+		// namespace's commands — a's write, let go only now, must be done by then.
+		g.open()
+		for deadline := time.Now().Add(10 * time.Second); e.tgt.StuckQueues() != 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	a, b, c := e.connectHost(1), e.connectHost(2), e.connectHost(3)
 	expectOK(t, "register a", a.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
 	expectOK(t, "register b", b.register(nvmeproto.ResvRegister, false, 0, 0, 0xB))
