@@ -147,7 +147,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		// timeout): control calls and reloads go on meanwhile, and what they did is
 		// checked before the result is installed under the lock.
 		var ns *namespace
-		if ns, err = openNamespace(s, cn); err == nil {
+		if ns, err = openNamespace(s, cn, reopenReadOnly(old, cn)); err == nil {
 			t.cfgMu.Lock()
 			cur, ok := runningNamespace(t.cfg, s.nqn, old.nsid)
 			switch {

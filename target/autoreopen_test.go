@@ -566,11 +566,61 @@ func TestAutoReopenOpensWithoutConfigLock(t *testing.T) {
 						t.Fatalf("a write after the reopen: %v, want Namespace Not Ready until Namespace is Write Protected", st)
 					}
 				}
+				// Both reopens open the file for writing: the write protection came while
+				// the namespace ran (see TestReopenKeepsBackendWritable).
 				specs := h.opened()
-				if len(specs) != 4 || specs[2].ReadOnly || !specs[3].ReadOnly {
-					t.Errorf("opens %+v: want the namespaces', the discarded writable reopen, and a read-only one", specs)
+				var ro []bool
+				for _, sp := range specs {
+					ro = append(ro, sp.ReadOnly)
+				}
+				if len(specs) != 4 || specs[2].ReadOnly || specs[3].ReadOnly {
+					t.Errorf("%d opens, read-only %v: want the namespaces', the discarded reopen, and another, both writable", len(specs), ro)
 				}
 			}
+		})
+	}
+}
+
+// TestReopenKeepsBackendWritable: a namespace write-protected while it runs keeps a
+// backend open for writing through a reopen, an operator's or an automatic one: hosts
+// still see it write-protected, and the protection can be lifted afterwards, as before
+// the reopen. The old code reopened it from the configuration's read_only: the file was
+// opened read-only, and lifting the protection failed ("its backend was opened
+// read-only") until the namespace was removed and added again.
+func TestReopenKeepsBackendWritable(t *testing.T) {
+	for _, how := range []string{"operator", "automatic"} {
+		t.Run(how, func(t *testing.T) {
+			f := &fencing{}
+			e := newEnv(t, reopenConfig(fastReopen, fileNS(t, 1, 1<<20)), target.WithBackendOpener(f.open))
+			_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+			q := e.ioConnect(1, cntlid, 8)
+			if err := e.tgt.SetNamespaceReadOnly(subNQN, 1, true); err != nil {
+				t.Fatal(err)
+			}
+			w := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+			data := pattern(4096, 8)
+			switch how {
+			case "operator":
+				if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
+					t.Fatal(err)
+				}
+			case "automatic":
+				f.fence(false, true)
+				f.waitOpens(t, 2)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				st := q.do(&w, data).Status
+				if st.Code() == nvmeproto.StatusNSWriteProtected.Code() {
+					break
+				}
+				if st.Code() != nvmeproto.StatusNSNotReady.Code() || time.Now().After(deadline) {
+					t.Fatalf("a write after the reopen: %v, want Namespace is Write Protected", st)
+				}
+			}
+			if err := e.tgt.SetNamespaceReadOnly(subNQN, 1, false); err != nil {
+				t.Fatalf("lifting write protection after the reopen: %v", err)
+			}
+			expectOK(t, "write once write protection is lifted", q.do(&w, data))
 		})
 	}
 }

@@ -103,9 +103,11 @@ func (t *Target) ResizeNamespace(subNQN string, nsid uint32, size conf.Size) err
 // SetNamespaceReadOnly changes a namespace's write protection while hosts use it: from
 // then on writes, Write Zeroes and deallocating Dataset Management fail with Namespace is
 // Write Protected (commands already accepted finish). Controllers get a Namespace
-// Attribute Changed event (Identify Namespace NSATTR changes). A namespace whose backend
-// was opened read-only (read_only when it was added or the target started) cannot be
-// made writable this way: remove it and add it again without read_only.
+// Attribute Changed event (Identify Namespace NSATTR changes). The backend stays open for
+// writing, and reopens (ReopenNamespace, new open settings, an automatic reopen) open it
+// for writing again, so that the protection can be lifted later. A namespace whose
+// backend was opened read-only (read_only when it was added or the target started)
+// cannot be made writable this way: remove it and add it again without read_only.
 func (t *Target) SetNamespaceReadOnly(subNQN string, nsid uint32, readOnly bool) error {
 	what := fmt.Sprintf("subsystem %q: namespace %d: read_only %t", subNQN, nsid, readOnly)
 	var s *subsystem

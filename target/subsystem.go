@@ -203,7 +203,7 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	}
 	s.mu.Unlock()
 
-	ns, err := openNamespace(s, cn)
+	ns, err := openNamespace(s, cn, cn.ReadOnly)
 	if err != nil {
 		return err
 	}
@@ -307,7 +307,7 @@ func (s *subsystem) closeToReopen(old *namespace) {
 // error wraps ErrNoSuchNamespace if old was removed meanwhile (the subsystem closed), and
 // is the open's otherwise; old stays as it is then.
 func (s *subsystem) openReopened(old *namespace, cn conf.Namespace, keepFailure bool, auto int) error {
-	ns, err := openNamespace(s, cn)
+	ns, err := openNamespace(s, cn, reopenReadOnly(old, cn))
 	if err != nil {
 		return err
 	}
@@ -512,7 +512,18 @@ func (ns *namespace) failureReason() error {
 	return nil
 }
 
-func openNamespace(s *subsystem, cn conf.Namespace) (*namespace, error) {
+// reopenReadOnly is whether a reopen of old as cn opens its backend read-only: only if
+// old's backend was (cn.ReadOnly when it was added or the target started, or a store that
+// takes no writes) and cn is write-protected too. Write protection set while the
+// namespace runs (SetNamespaceReadOnly) is what hosts see, not how the store is opened: a
+// backend that took writes is opened for writing again, so that the protection can still
+// be lifted after a reopen, as before it.
+func reopenReadOnly(old *namespace, cn conf.Namespace) bool { return cn.ReadOnly && old.beReadOnly }
+
+// openNamespace opens cn's backend, read-only if readOnly (cn.ReadOnly for a namespace
+// being added, reopenReadOnly for a reopen), and returns the namespace, not yet
+// published; hosts see it write-protected if cn or its backend is read-only.
+func openNamespace(s *subsystem, cn conf.Namespace, readOnly bool) (*namespace, error) {
 	t, nqn := s.t, s.nqn
 	if cn.ANAGroup == 0 || cn.ANAGroup > conf.MaxANAGroup { // resolved configurations never have it
 		return nil, fmt.Errorf("namespace %d: %w: ANA group %d out of range 1..%d", cn.NSID, ErrInvalidANA, cn.ANAGroup, conf.MaxANAGroup)
@@ -526,7 +537,7 @@ func openNamespace(s *subsystem, cn conf.Namespace) (*namespace, error) {
 		Path:     cn.Path,
 		Size:     uint64(cn.Size),
 		LBASize:  cn.LBASize,
-		ReadOnly: cn.ReadOnly,
+		ReadOnly: readOnly,
 		Shared:   cn.Shared,
 		Workers:  t.workers,
 		Logger:   t.log,

@@ -493,7 +493,9 @@ func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 func (t *Target) Quiesce() { t.quiesced.Store(true) }
 
 // ReopenNamespace closes a namespace's backend and opens it again from its configuration
-// (the running configuration does not change). It is how a namespace that failed — a
+// (the running configuration does not change; a backend that took writes is opened for
+// writing again under write protection set while the namespace ran, see
+// SetNamespaceReadOnly). It is how a namespace that failed — a
 // sync of its backend failed, so it refuses writes and flushes with Write Fault (DNR)
 // because writes it reported complete may be lost — is put back into service once the
 // operator has dealt with the storage and the possible loss; a restart does the same.

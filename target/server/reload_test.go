@@ -789,3 +789,100 @@ func TestReloadOpenSettingsRefused(t *testing.T) {
 	}
 	expectKept(t, "after the refused reload", a, b, data, 1)
 }
+
+// growRefused is a backend whose Resize fails, as a store that cannot grow does.
+type growRefused struct{ backend.Backend }
+
+func (b growRefused) Resize(uint64) (uint64, error) {
+	return 0, fmt.Errorf("test: the store cannot grow: %w", syscall.ENOSPC)
+}
+
+func (b growRefused) Info() backend.Info { return backend.Describe(b.Backend) }
+
+// TestReloadOpenSettingsOfWriteProtected: a file namespace write-protected while it runs
+// (its backend opened writable) takes a reload that makes it shared and writable at
+// once: the reopen for shared opens the file for writing again, so that write protection
+// can then go; every reopen the reload and its undo make does so, and a reload undone by
+// a later step (a grow the store refuses) leaves the namespace as it was: write-protected
+// over a backend that takes writes, which SetNamespaceReadOnly can lift. The old code
+// reopened it from the configuration, read_only: the file was opened read-only, the
+// reload failed at read_only true → false ("its backend was opened read-only"), and its
+// undo reopened it read-only again, so that no later change could make it writable short
+// of removing and adding it.
+func TestReloadOpenSettingsOfWriteProtected(t *testing.T) {
+	for _, undone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("undone=%t", undone), func(t *testing.T) {
+			r := &openRecorder{dir: t.TempDir()}
+			path := filepath.Join(t.TempDir(), "one.img")
+			open := func(s backend.Spec) (backend.Backend, error) {
+				b, err := r.open(s)
+				if err != nil || s.Kind != backend.KindNull {
+					return b, err
+				}
+				return growRefused{b}, nil
+			}
+			base := config("10.99.0.1", 0)
+			base.Subsystems[0].Namespaces = []conf.Namespace{
+				{NSID: 1, Backend: conf.BackendFile, Path: path, Size: 1 << 20},
+				{NSID: 2, Backend: conf.BackendNull, Size: 1 << 20},
+			}
+			s := loopServer(t, base, target.WithBackendOpener(open))
+			a := connectRaw(t, s, 1)
+			data := make([]byte, 512)
+			for i := range data {
+				data[i] = byte(i*3 + 5)
+			}
+			a.io.ok("write before", a.rw(nvmeproto.OpWrite, 8, data))
+			if err := s.SetNamespaceReadOnly(subNQN, 1, true); err != nil {
+				t.Fatal(err)
+			}
+			running := s.Config().String()
+			before := len(r.opened())
+
+			next := s.Config()
+			n := &next.Subsystems[0].Namespaces[0]
+			n.Shared, n.ReadOnly = true, false
+			if undone {
+				next.Subsystems[0].Namespaces[1].Size = 2 << 20
+			}
+			changes, err := s.Reload(next)
+			for i, sp := range r.opened()[before:] {
+				if sp.Path == path && sp.ReadOnly {
+					t.Errorf("open %d of the namespace's file during the reload is read-only; want it writable, as the backend it replaced", i+1)
+				}
+			}
+			if !undone {
+				if err != nil {
+					t.Fatalf("reload making the write-protected namespace shared and writable: %v", err)
+				}
+				want := []string{"subsystem " + subNQN + ": namespace 1 shared false → true", "subsystem " + subNQN + ": namespace 1 read_only true → false"}
+				if !slices.Equal(changes, want) {
+					t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(changes, "\n"), strings.Join(want, "\n"))
+				}
+				a.io.ok("write after the reload", a.rw(nvmeproto.OpWrite, 9, data))
+				if got, want := s.Config().String(), resolved(t, next).String(); got != want {
+					t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "namespace 2 size 1MiB → 2MiB") || !strings.Contains(err.Error(), "cannot grow") {
+				t.Fatalf("reload whose grow fails: %v (changes %v); want the grow's step and its error", err, changes)
+			}
+			if got := s.Config().String(); got != running {
+				t.Errorf("running configuration after the undone reload:\n%s\nwant:\n%s", got, running)
+			}
+			if c := a.rw(nvmeproto.OpWrite, 9, data); c.Status.Code() != nvmeproto.StatusNSWriteProtected.Code() {
+				t.Errorf("a write after the undone reload: %v, want Namespace is Write Protected", c.Status)
+			}
+			if err := s.SetNamespaceReadOnly(subNQN, 1, false); err != nil {
+				t.Fatalf("lifting write protection after the undone reload: %v", err)
+			}
+			a.io.ok("write once write protection is lifted", a.rw(nvmeproto.OpWrite, 9, data))
+			got := make([]byte, 512)
+			a.io.ok("read", a.rw(nvmeproto.OpRead, 8, got))
+			if !slices.Equal(got, data) {
+				t.Error("the data written before the reload is gone")
+			}
+		})
+	}
+}
