@@ -23,6 +23,13 @@ import (
 // backend.ErrSync) survives an automatic reopen: writes and flushes keep failing, reads
 // are served, until an operator's ReopenNamespace. The policy is read afresh before every
 // open, so that a changed one (SetAutoReopen, a reload) applies to reopens under way.
+//
+// A namespace has one reopen at a time. An operator's reopen (ReopenNamespace, new open
+// settings: SetNamespaceOpenSettings, a reload) begun during an automatic one takes it
+// over: the automatic reopen installs nothing more, opens nothing more and leaves the
+// namespace alone, and the operator's outcome is the namespace's — reopened, or, if its
+// open fails, inactive until the operator reopens it again, not brought back later by
+// the automatic reopen under the hosts, which removed it on Invalid Namespace.
 
 // SetAutoReopen changes how namespaces are reopened when their backend asks for it
 // (validated as the configuration's auto_reopen would be; zero fields take the defaults).
@@ -101,7 +108,8 @@ func (ns *namespace) needsReopen(err error) {
 // not wait for it. A backend opened for a namespace that was removed or replaced
 // meanwhile (a reload, an operator's reopen) is closed unused, one opened from a
 // configuration that changed meanwhile is closed and opened again. It gives up without a
-// word if old is removed or reopened by someone else, or the target closes.
+// word if old is removed, another reopen takes it over (see namespace.reopenGen), or the
+// target closes.
 func (s *subsystem) autoReopen(old *namespace, cause error) {
 	t, p := s.t, s.t.reopenPolicy()
 	log := t.log.With("subsystem", s.nqn, "nsid", old.nsid)
@@ -110,14 +118,19 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		attempt = old.autoReopens
 	}
 	t.cfgMu.Lock()
-	if !s.holds(old) {
+	// Closed meanwhile (needsReopen saw it open; the lock is taken since): reopened by
+	// another, successfully or not, or being removed. That reopen's outcome stands.
+	if !s.holds(old) || old.closing() {
 		t.cfgMu.Unlock()
 		return
 	}
 	log.Warn("namespace: its backend must be reopened: reopening it; its commands get Namespace Not Ready meanwhile",
 		"err", cause, "opens_before", attempt)
-	s.closeToReopen(old)
+	gen := s.closeToReopen(old)
 	t.cfgMu.Unlock()
+	// owns reports, under t.cfgMu, whether this reopen still owns old: it was neither
+	// removed nor taken over by another reopen (see namespace.reopenGen).
+	owns := func() bool { return old.reopenGen == gen && s.holds(old) }
 	var err error
 	again := false // open again at once: the configuration changed during the last open
 	for attempt < p.Attempts {
@@ -127,7 +140,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		again = false
 		attempt++
 		t.cfgMu.Lock()
-		if !s.holds(old) {
+		if !owns() {
 			t.cfgMu.Unlock()
 			return
 		}
@@ -151,11 +164,12 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 			t.cfgMu.Lock()
 			cur, ok := runningNamespace(t.cfg, s.nqn, old.nsid)
 			switch {
-			case !ok || !s.holds(old):
-				// Removed, reopened by another (an operator, a reload's open settings), or
-				// the target closed: the namespace needs no backend from this reopen.
+			case !ok || !owns():
+				// Removed, taken over by another reopen (an operator's, a reload's open
+				// settings) whatever came of it, or the target closed: the namespace needs
+				// no backend from this reopen.
 				t.cfgMu.Unlock()
-				s.discard(ns, "the namespace was removed or reopened while it was being reopened")
+				s.discard(ns, "the namespace was removed, or another reopen took it over, while it was being reopened")
 				return
 			case cur != cn:
 				// Its configuration changed (a resize, write protection, the ANA group,
@@ -184,7 +198,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 	}
 	t.cfgMu.Lock()
 	defer t.cfgMu.Unlock()
-	if !s.holds(old) {
+	if !owns() {
 		return
 	}
 	old.reopening.Store(false)

@@ -624,3 +624,85 @@ func TestReopenKeepsBackendWritable(t *testing.T) {
 		})
 	}
 }
+
+// TestReopenTakesOverAutoReopen: an operator's reopen (ReopenNamespace, or new open
+// settings) of a namespace whose automatic reopen is under way takes it over: if the
+// operator's fails, the namespace is inactive (Invalid Namespace with DNR), as its error
+// says, and stays so — the automatic reopen, whether it was opening the backend or
+// waiting out a backoff, installs nothing and opens nothing more; the backend it opened
+// is closed unused — until the operator reopens it again. The old code let the
+// automatic reopen go on: once its open succeeded it put the namespace back, so that
+// hosts, which had removed the block device on Invalid Namespace, saw a new one appear.
+func TestReopenTakesOverAutoReopen(t *testing.T) {
+	for _, c := range []struct{ name, during string }{
+		{"reopen during the open", "open"},
+		{"reopen during the backoff", "backoff"},
+		{"open settings during the open", "open"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHeldFencing()
+			p := conf.AutoReopen{Attempts: 3, Backoff: 300 * time.Millisecond, MaxBackoff: 300 * time.Millisecond, Settle: time.Hour}
+			// Namespace 1 opens last: fencing fences the backend last opened.
+			e := newEnv(t, reopenConfig(p, memNS(2, 1<<20), fileNS(t, 1, 1<<20)), target.WithBackendOpener(h.open))
+			_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+			q := e.ioConnect(1, cntlid, 8)
+			t.Cleanup(func() {
+				select {
+				case <-h.release:
+				default:
+					close(h.release)
+				}
+			})
+			if c.during == "backoff" {
+				close(h.release) // the automatic reopen's first open is not held, but fails
+				h.failOpens(1)
+			}
+			h.fence(false, true)
+			select {
+			case <-h.opening:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no automatic reopen within 10 s of the fence")
+			}
+			if c.during == "backoff" {
+				h.waitOpens(t, 3) // the namespaces' and the failed first attempt
+			}
+			h.failOpens(100) // the operator's opens fail
+			var err error
+			if strings.HasPrefix(c.name, "open settings") {
+				err = e.tgt.SetNamespaceOpenSettings(subNQN, 1, target.OpenSettings{Shared: true})
+			} else {
+				err = e.tgt.ReopenNamespace(subNQN, 1)
+			}
+			if err == nil || !strings.Contains(err.Error(), "inactive") {
+				t.Fatalf("the operator's reopen with its opens failing: %v; want it to say the namespace stays inactive", err)
+			}
+			r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+			expectDNR(t, "read after the operator's reopen failed", q.do(&r, make([]byte, 4096)), nvmeproto.StatusInvalidNamespace)
+			opens := len(h.opened())
+			h.failOpens(0) // the automatic reopen's next open would succeed
+			if c.during == "open" {
+				close(h.release)
+				discarded := func() bool {
+					h.mu.Lock()
+					defer h.mu.Unlock()
+					return h.held != nil && h.held.closed.Load()
+				}
+				for deadline := time.Now().Add(5 * time.Second); !discarded(); time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Error("the backend the automatic reopen opened is not closed 5 s after its open returned")
+						break
+					}
+				}
+			}
+			time.Sleep(700 * time.Millisecond) // more than two backoffs
+			if n := len(h.opened()); n != opens {
+				t.Errorf("%d backend opens after the operator's reopen failed, want none", n-opens)
+			}
+			expectDNR(t, "read once the automatic reopen could have ended", q.do(&r, make([]byte, 4096)), nvmeproto.StatusInvalidNamespace)
+			if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
+				t.Fatal(err)
+			}
+			expectOK(t, "read after the operator's second reopen", q.do(&r, make([]byte, 4096)))
+		})
+	}
+}

@@ -53,7 +53,8 @@
 // retries and backoff (the configuration's auto_reopen, conf.AutoReopen, which
 // SetAutoReopen changes; autoreopen.go): the host retries the failed command and those
 // meanwhile (Namespace Not Ready), and they succeed on the new backend with no operator
-// involved.
+// involved. A namespace has one reopen at a time: an operator's (ReopenNamespace, new
+// open settings) begun during an automatic one takes it over, and its outcome stands.
 //
 // A transport registers one Port per listener it serves. Advertised ports are what the
 // discovery log lists (one entry per subsystem the connecting host may access × port).

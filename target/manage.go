@@ -175,7 +175,8 @@ func NamespaceOpenSettings(cn conf.Namespace) OpenSettings {
 // ReopenNamespace does: the namespace keeps its NSID, identifiers, registrations,
 // reservation, ANA group and a failure (ReopenNamespace clears one), the hosts keep their
 // controllers and connections, their commands meanwhile get Namespace Not Ready without
-// DNR, which they retry, and controllers get a Namespace Attribute Changed event. A change
+// DNR, which they retry, and controllers get a Namespace Attribute Changed event; an
+// automatic reopen under way is taken over, as by ReopenNamespace. A change
 // the backend does not use (shared on a null, memory or rbd namespace) changes the
 // running configuration only. rbd.user and rbd.keyring belong to rbd namespaces only.
 //

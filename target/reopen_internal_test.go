@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,4 +148,49 @@ func TestReopenCatchesCommandOnItsWay(t *testing.T) {
 	r.Data = buf[:r.Length]
 	qio.Execute(r)
 	check("read on its way to a namespace whose reopen failed", tio.last(), nvmeproto.StatusInvalidNamespace.WithDNR())
+}
+
+// TestAutoReopenAfterOperatorsFailedReopen: an automatic reopen asked for before an
+// operator's reopen, but that gets the configuration lock only after that reopen failed
+// (autoReopen runs on its own goroutine), leaves the namespace as the operator's reopen
+// did: inactive, its backend not opened again, until the operator reopens it. The old
+// code reopened it: a namespace the hosts had dropped on Invalid Namespace came back
+// without anyone asking.
+func TestAutoReopenAfterOperatorsFailedReopen(t *testing.T) {
+	const nqn = "nqn.2024-01.io.gonvmf:raw"
+	var opens atomic.Int32
+	var failing atomic.Bool
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		opens.Add(1)
+		if failing.Load() {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return backend.Open(s)
+	}
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: nqn, AllowAnyHost: true, Namespaces: []conf.Namespace{
+			{NSID: 1, Backend: conf.BackendFile, Path: filepath.Join(t.TempDir(), "ns1.img"), Size: 1 << 20}}}},
+		AutoReopen: conf.AutoReopen{Attempts: 1},
+	}
+	tgt, err := New(cfg, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithBackendOpener(opener))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close()
+	s := tgt.subsystem(nqn)
+	old := s.lookup(1)
+	failing.Store(true)
+	if err := tgt.ReopenNamespace(nqn, 1); err == nil {
+		t.Fatal("the operator's reopen succeeded with the opener failing")
+	}
+	failing.Store(false)
+	before := opens.Load()
+	s.autoReopen(old, backend.ErrNeedsReopen) // as the goroutine needsReopen started before
+	if n := opens.Load() - before; n != 0 {
+		t.Errorf("the automatic reopen opened the backend %d times after the operator's reopen failed, want none", n)
+	}
+	if ns := s.lookup(1); ns != old || !old.inactive() {
+		t.Error("the namespace is not left inactive, as the operator's failed reopen left it")
+	}
 }

@@ -288,15 +288,19 @@ func (s *subsystem) reopenNamespace(old *namespace, cn conf.Namespace) error {
 }
 
 // closeToReopen closes old's backend so that a new one takes its place: commands that
-// meet old answer Namespace Not Ready from now on (see reopening).
-func (s *subsystem) closeToReopen(old *namespace) {
+// meet old answer Namespace Not Ready from now on (see reopening). The caller holds
+// t.cfgMu and owns the reopen of old from now on: it returns the reopen's generation
+// (see reopenGen), which a reopen under way, if any, no longer has.
+func (s *subsystem) closeToReopen(old *namespace) uint64 {
 	if !old.reopening.Load() { // a reopen begins, not one that takes over from another
 		old.reopenLongAt.Store(time.Now().Add(reopenLongAfter).UnixNano())
 	}
+	old.reopenGen++
 	old.reopening.Store(true) // before close: whoever sees it closing sees why
 	if err := old.close(); err != nil {
 		s.t.log.Warn("closing namespace to reopen it", "subsystem", s.nqn, "nsid", old.nsid, "err", err)
 	}
+	return old.reopenGen
 }
 
 // openReopened opens cn's backend and puts the new namespace in the place of old, which
@@ -417,6 +421,13 @@ type namespace struct {
 	// closed namespace answers Namespace Not Ready, which the host retries, instead of
 	// Invalid Namespace with DNR (see controller.unavailable).
 	reopening atomic.Bool
+	// reopenGen counts the reopens of the namespace begun (closeToReopen), under t.cfgMu:
+	// one reopen at a time owns it, the one begun last. An automatic reopen, which opens
+	// its backend without the lock, checks that it still owns it before each open, before
+	// it installs what it opened and before it gives up: an operator's reopen
+	// (ReopenNamespace, new open settings) begun meanwhile took it over, whatever its
+	// outcome, and the automatic one stops.
+	reopenGen uint64
 	// reopenLongAt is when the reopen under way counts as long (Unix nanoseconds):
 	// reopenLongAfter after it began, or as soon as an automatic reopen's open failed.
 	// Its Namespace Not Ready carries CRD 2 from then on (see crdReopenLong).

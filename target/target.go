@@ -506,7 +506,10 @@ func (t *Target) Quiesce() { t.quiesced.Store(true) }
 // inactive, its commands getting Invalid Namespace with DNR, until a later reopen
 // succeeds or it is removed. A namespace whose backend asks to be reopened
 // (backend.ErrNeedsReopen) is reopened without it (see conf.AutoReopen), keeping a failure;
-// ReopenNamespace also puts one back whose automatic reopen gave up.
+// ReopenNamespace also puts one back whose automatic reopen gave up. One begun during an
+// automatic reopen takes it over: the automatic reopen stops, installing nothing it
+// opened, and this one's outcome is the namespace's; if its open fails the namespace
+// stays inactive until the next ReopenNamespace, not brought back by the automatic one.
 func (t *Target) ReopenNamespace(subNQN string, nsid uint32) error {
 	t.cfgMu.Lock() // serialized with configuration changes (RemoveNamespace, ...)
 	defer t.cfgMu.Unlock()
