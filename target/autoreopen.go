@@ -131,8 +131,11 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 	// owns reports, under t.cfgMu, whether this reopen still owns old: it was neither
 	// removed nor taken over by another reopen (see namespace.reopenGen).
 	owns := func() bool { return old.reopenGen == gen && s.holds(old) }
-	var err error
-	again := false // open again at once: the configuration changed during the last open
+	// last is what this reopen's last open came to, when it did not put the namespace
+	// back: its error, or errReopenOutdated; nil before the first.
+	var last error
+	lowered := false // auto_reopen.attempts was lowered below the opens made
+	again := false   // open again at once: the configuration changed during the last open
 	for attempt < p.Attempts {
 		if attempt > 0 && !again && !t.sleep(reopenBackoff(p, attempt)) {
 			return
@@ -144,9 +147,10 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 			t.cfgMu.Unlock()
 			return
 		}
-		if p = t.cfg.AutoReopen; attempt > p.Attempts { // lowered meanwhile
+		if p = t.cfg.AutoReopen; attempt > p.Attempts {
 			t.cfgMu.Unlock()
 			attempt--
+			lowered = true
 			break
 		}
 		// From the running configuration, as ReopenNamespace does; it lists the subsystem
@@ -159,8 +163,8 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		// The open runs without the configuration lock (an rbd open can take its connect
 		// timeout): control calls and reloads go on meanwhile, and what they did is
 		// checked before the result is installed under the lock.
-		var ns *namespace
-		if ns, err = openNamespace(s, cn, reopenReadOnly(old, cn)); err == nil {
+		ns, err := openNamespace(s, cn, reopenReadOnly(old, cn))
+		if err == nil {
 			t.cfgMu.Lock()
 			cur, ok := runningNamespace(t.cfg, s.nqn, old.nsid)
 			switch {
@@ -179,6 +183,7 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 				s.discard(ns, "the namespace's configuration changed while it was being reopened: opening it again")
 				attempt--
 				again = true
+				last = errReopenOutdated
 				continue
 			}
 			err = s.installReopened(old, ns, true, attempt)
@@ -187,13 +192,22 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		if err == nil || errors.Is(err, ErrNoSuchNamespace) {
 			return
 		}
+		last = err
 		old.reopenLongAt.Store(time.Now().UnixNano()) // it waits for a backoff, at least
 		if attempt < p.Attempts {
 			log.Warn("reopening namespace failed: trying again", "attempt", attempt, "attempts", p.Attempts,
 				"retry_in", reopenBackoff(p, attempt), "err", err)
 		}
 	}
-	if err == nil { // it came back and was fenced again, Attempts times in a row
+	err := last
+	switch {
+	case lowered && last == nil: // no open of its own: those it counts were earlier reopens'
+		err = fmt.Errorf("auto_reopen.attempts was lowered to %d while the namespace was being reopened, and its backend had asked to be reopened again within %s of each of the %d reopens before",
+			p.Attempts, p.Settle, attempt)
+	case lowered:
+		err = fmt.Errorf("auto_reopen.attempts was lowered to %d while the namespace was being reopened, after %d attempts; the last open: %w",
+			p.Attempts, attempt, last)
+	case last == nil: // it came back and was fenced again, Attempts times in a row
 		err = fmt.Errorf("its backend asked to be reopened again within %s of each of %d reopens", p.Settle, attempt)
 	}
 	t.cfgMu.Lock()
@@ -206,6 +220,10 @@ func (s *subsystem) autoReopen(old *namespace, cause error) {
 		"attempts", attempt, "err", err, "reopen", fmt.Sprintf("gonvmf ctl ns reopen %s %d", s.nqn, old.nsid))
 	s.notifyNamespaceChanged(old.nsid) // it left the active list: hosts rescan and see it gone
 }
+
+// errReopenOutdated is why an automatic reopen's open did not put the namespace back
+// when its configuration changed during the open (see autoReopen).
+var errReopenOutdated = errors.New("its backend opened, but was closed unused: the namespace's configuration changed during the open")
 
 // discard closes ns, opened by a reopen that does not install it (why); it was never
 // published, so nothing but its backend and executor knew it.

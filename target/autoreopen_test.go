@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -704,5 +705,88 @@ func TestReopenTakesOverAutoReopen(t *testing.T) {
 			}
 			expectOK(t, "read after the operator's second reopen", q.do(&r, make([]byte, 4096)))
 		})
+	}
+}
+
+// logBuffer collects a Target's log (slog text) for a test to search.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// line returns the first line of the log that contains s, or "".
+func (b *logBuffer) line(s string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for l := range strings.Lines(b.buf.String()) {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestAutoReopenGivesUpForLoweredAttempts: an automatic reopen that gives up because
+// auto_reopen.attempts was lowered while it ran says so, and what its last open came
+// to: here an open that succeeded but was discarded because the namespace's
+// configuration changed meanwhile, after one that failed. The old code broke out of its
+// loop with that open's nil error and logged that the backend "asked to be reopened
+// again within 1h0m0s of each of 1 reopens", which never happened.
+func TestAutoReopenGivesUpForLoweredAttempts(t *testing.T) {
+	h := newHeldFencing()
+	logs := &logBuffer{}
+	p := conf.AutoReopen{Attempts: 3, Backoff: 100 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Settle: time.Hour}
+	// Opens: the namespace's, the first attempt (fails), the second (held, then discarded).
+	e := newEnv(t, reopenConfig(p, fileNS(t, 1, 1<<20)), target.WithBackendOpener(h.open),
+		target.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	q := e.ioConnect(1, cntlid, 8)
+	t.Cleanup(func() {
+		select {
+		case <-h.release:
+		default:
+			close(h.release)
+		}
+	})
+	h.failOpens(1)
+	h.fence(false, true)
+	select {
+	case <-h.opening:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second attempt within 10 s of the fence")
+	}
+	if err := e.tgt.SetNamespaceReadOnly(subNQN, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tgt.SetAutoReopen(conf.AutoReopen{Attempts: 1, Backoff: p.Backoff, MaxBackoff: p.MaxBackoff, Settle: p.Settle}); err != nil {
+		t.Fatal(err)
+	}
+	close(h.release)
+	r := rw(nvmeproto.OpRead, 1, 0, 8, 4096)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c := q.do(&r, make([]byte, 4096))
+		if c.Status.Code() == nvmeproto.StatusInvalidNamespace.Code() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the namespace is not inactive 10 s after its reopen was left no attempts: %v", c.Status)
+		}
+	}
+	l := logs.line("reopening namespace failed: it stays inactive")
+	if l == "" {
+		t.Fatal("no log line says the automatic reopen gave up")
+	}
+	if strings.Contains(l, "asked to be reopened again") ||
+		!strings.Contains(l, "auto_reopen.attempts was lowered to 1") || !strings.Contains(l, "configuration changed") {
+		t.Errorf("the give-up log line:\n%s\nwant it to say auto_reopen.attempts was lowered to 1 and the last open was discarded for a configuration change", l)
+	}
+	if n := len(h.opened()); n != 3 {
+		t.Errorf("%d backend opens, want 3: the namespace's and the reopen's two", n)
 	}
 }
