@@ -30,6 +30,23 @@ const (
 // longest a host will wait, and a host polls CSTS, so a fast flush costs it nothing more.
 const rtd3e = 60_000_000
 
+// How long a reset or a shutdown waits for backends. A command cannot be taken back from
+// a backend, and one that never returns (a hung network file system, an unreachable rbd
+// cluster) must not keep the controller from answering its host: CSTS.RDY must clear
+// within CAP.TO of CC.EN 1→0 (the Linux host polls (CAP.TO+1)/2 s, 8 s, then declares the
+// controller dead and reconnects), and CSTS.SHST read complete within RTD3E of CC.SHN
+// (the Linux host waits RTD3E clamped to 5..60 s). So a reset waits for the commands of
+// the I/O queues it took at most the queue close timeout (WithQueueCloseTimeout) and
+// never past resetLimit, two thirds into CAP.TO, which leaves the rest to the host's
+// polls. A shutdown waits for them, then for every namespace's flush, each step at most
+// the close timeout, and both together no longer than shutdownLimit, five sixths of
+// RTD3E. Either then completes without what is still executing (see reset and
+// finishShutdown).
+const (
+	resetLimit    = capTimeout * 500 * time.Millisecond * 2 / 3 // 5 s
+	shutdownLimit = rtd3e * time.Microsecond * 5 / 6            // 50 s
+)
+
 // Command Retry Delay. A namespace being reopened answers Namespace Not Ready without DNR
 // (see controller.unavailable); a host that enabled ACRE (Host Behavior Support, which
 // the Linux host does when Identify Controller reports a non-zero CRDT1) gets a CRD with
@@ -451,29 +468,65 @@ func (c *controller) takeIOQueues() (qs, wait []*Queue) {
 	for i := 1; i < len(c.queues); i++ {
 		c.queues[i] = nil
 	}
-	c.settling = slices.DeleteFunc(c.settling, func(q *Queue) bool {
-		select {
-		case <-q.drained:
-			return true
-		default:
-			return false
-		}
-	})
+	c.settling = slices.DeleteFunc(c.settling, (*Queue).isDrained)
 	c.settling = append(c.settling, qs...)
 	return qs, slices.Clone(c.settling)
 }
 
-// waitDrained waits until every queue of qs has no command in flight.
-func waitDrained(qs []*Queue) {
+// stuckIO is what a reset or shutdown left executing: the queues that still had commands
+// in flight when its wait ended, how many commands, and the namespaces of the data
+// commands among them.
+type stuckIO struct {
+	queues, commands int
+	nsids            []uint32
+}
+
+// logAttrs are the attributes of stuckIO's log line.
+func (s stuckIO) logAttrs(waited time.Duration) []any {
+	return []any{"queues", s.queues, "commands", s.commands, "nsids", s.nsids, "waited", waited}
+}
+
+// waitDrained waits until no queue of qs has a command in flight, at most limit, and
+// returns what was still in flight then.
+func waitDrained(qs []*Queue, limit time.Duration) (s stuckIO) {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	expired := false
 	for _, q := range qs {
-		<-q.drained
+		if !expired {
+			select {
+			case <-q.drained:
+				continue
+			case <-t.C:
+				expired = true
+			}
+		}
+		if !q.isDrained() {
+			s.queues++
+			s.commands += q.users.Users()
+			s.nsids = q.busyNSIDs(s.nsids)
+		}
 	}
+	return s
 }
 
 // reset handles CC.EN 1→0: outstanding asynchronous event requests are aborted, I/O
 // queues are disconnected, and once their commands in flight have completed (those of a
-// shutdown's queues too) CSTS.RDY clears. Called with mu held; the returned function runs
-// after unlocking.
+// shutdown's queues too) CSTS.RDY clears.
+//
+// The wait is bounded (min(close timeout, resetLimit)): once it has passed with commands
+// still executing in a backend, the reset completes without them, logged at Error with
+// how many there are. Their queues are detached: a late completion reaches no host (the
+// RDMA engine drops the completions of a torn-down connection) and changes nothing of the
+// controller's state (see Queue.recordError; it counts in its namespace's statistics),
+// and each such queue keeps its place in the limits until its last command completes
+// (Queue.Close). CSTS.CFS is not set: a reset ends the commands outstanding without
+// completing them (the host expects no completion for them), and the controller is
+// sound — it serves the other namespaces, and the hung one once its backend answers.
+// nvmet likewise sets CFS only for a fatal error, never at a reset (it clears RDY at
+// once, without waiting for the queues at all).
+//
+// Called with mu held; the returned function runs after unlocking.
 func (c *controller) reset() func() {
 	c.enabled.Store(false)
 	c.resetGen++
@@ -497,7 +550,12 @@ func (c *controller) reset() func() {
 			return
 		}
 		go func() {
-			waitDrained(wait)
+			limit := min(c.t.closeTimeout, resetLimit)
+			if s := waitDrained(wait, limit); s.queues > 0 {
+				c.log.Error("controller reset: commands of its I/O queues still executing in a backend at the reset's time limit; "+
+					"CSTS.RDY clears without them, and their queues count against the limits until they complete",
+					s.logAttrs(limit)...)
+			}
 			c.mu.Lock()
 			if c.resetGen == gen {
 				c.resetDone()
@@ -524,12 +582,8 @@ func (c *controller) resetDone() {
 }
 
 // beginShutdown handles a shutdown notification: I/O queues are disconnected, their
-// commands drain, every namespace's backend is flushed, then CSTS.SHST reads complete.
-// A flush that fails is reported, not only logged: CSTS.CFS is set with SHST complete
-// (shutdown processing is over, and it failed: the host must not assume its data is on
-// stable storage), and a sync failure also fails the namespace (see namespace.fail), so
-// the next association finds writes and flushes refused rather than a clean state.
-// Called with mu held.
+// commands drain, every namespace's backend is flushed, then CSTS.SHST reads complete
+// (finishShutdown). Called with mu held; the returned function runs after unlocking.
 func (c *controller) beginShutdown() func() {
 	c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTOccurring)
 	c.shutdown = true
@@ -541,25 +595,89 @@ func (c *controller) beginShutdown() func() {
 		for _, q := range qs {
 			q.disconnect(ErrControllerShutdown)
 		}
-		go func() {
-			waitDrained(wait) // also the queues of a reset still draining: their writes count
-			failed := false
-			for _, ns := range c.subsys.namespaces() {
-				if err := ns.flush(); err != nil {
-					failed = true
-					c.log.Error("flushing namespace at shutdown failed: reporting CSTS.CFS with the shutdown", "nsid", ns.nsid, "err", err)
-				}
-			}
-			c.mu.Lock()
-			if c.shutGen == gen {
-				c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTComplete)
-				if failed {
-					c.csts |= nvmeproto.CSTSBitCFS
-				}
-			}
-			c.mu.Unlock()
-		}()
+		go c.finishShutdown(gen, wait)
 	}
+}
+
+// finishShutdown waits for the commands of the queues in wait (also those of a reset still
+// draining: their writes count), flushes every namespace, and reports SHST complete,
+// unless shutdown notification gen was withdrawn meanwhile.
+//
+// Each of the two waits is bounded by the close timeout, and both together by
+// shutdownLimit, so that SHST reads complete before the host gives up. A shutdown that
+// did not get its namespaces to a quiescent, durable state reports it, not only logs it:
+// CSTS.CFS is set with SHST complete (shutdown processing is over, and it failed: the
+// host must not assume its data is on stable storage) when a flush failed — a sync
+// failure also fails the namespace (see namespace.fail), so the next association finds
+// writes and flushes refused rather than a clean state — when a flush was still running
+// at the limit, or when commands were still executing in a backend at the limit (writes
+// among them may reach the media after SHST reads complete, and no flush covered them).
+func (c *controller) finishShutdown(gen uint64, wait []*Queue) {
+	start := time.Now()
+	limit := min(c.t.closeTimeout, shutdownLimit)
+	stuck := waitDrained(wait, limit)
+	if stuck.queues > 0 {
+		c.log.Error("controller shutdown: commands of its I/O queues still executing in a backend at the close timeout; "+
+			"flushing without them, and the shutdown completes with CSTS.CFS",
+			stuck.logAttrs(limit)...)
+	}
+	failed, unflushed := c.flushNamespaces(min(c.t.closeTimeout, shutdownLimit-time.Since(start)))
+	if len(unflushed) > 0 {
+		c.log.Error("controller shutdown: flushing namespaces did not finish in time; the shutdown completes with CSTS.CFS",
+			"nsids", unflushed, "waited", time.Since(start).Round(time.Millisecond))
+	}
+	c.mu.Lock()
+	if c.shutGen == gen {
+		c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTComplete)
+		if failed || len(unflushed) > 0 || stuck.queues > 0 {
+			c.csts |= nvmeproto.CSTSBitCFS
+		}
+	}
+	c.mu.Unlock()
+}
+
+// flushNamespaces flushes every namespace of the subsystem, concurrently (a hung backend
+// does not hold up the other namespaces' flushes), waiting at most limit. It reports
+// whether a flush failed (each failure is logged) and the NSIDs whose flush was still
+// running at the limit; those go on until their backend returns.
+func (c *controller) flushNamespaces(limit time.Duration) (failed bool, unfinished []uint32) {
+	nss := c.subsys.namespaces()
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(nss)) // a flush that ends after the limit does not block
+	for i, ns := range nss {
+		go func() { results <- result{i, ns.flush()} }()
+	}
+	t := time.NewTimer(max(limit, 0))
+	defer t.Stop()
+	done := make([]bool, len(nss))
+	note := func(r result) {
+		done[r.i] = true
+		if r.err != nil {
+			failed = true
+			c.log.Error("flushing namespace at shutdown failed: reporting CSTS.CFS with the shutdown", "nsid", nss[r.i].nsid, "err", r.err)
+		}
+	}
+	for range nss {
+		select {
+		case r := <-results:
+			note(r)
+			continue
+		case <-t.C:
+		}
+		for len(results) > 0 {
+			note(<-results)
+		}
+		for i, ns := range nss {
+			if !done[i] {
+				unfinished = append(unfinished, ns.nsid)
+			}
+		}
+		break
+	}
+	return failed, unfinished
 }
 
 // namespaceChanged records nsid in the Changed Namespace List and raises a Namespace

@@ -151,7 +151,8 @@
 //     the queue keeps its place in the limits below (Target.StuckQueues). Closing a
 //     namespace (RemoveNamespace, ReopenNamespace, Close) waits as long for its commands,
 //     then goes on (Close returns ErrNamespaceBusy) and closes its backend once they
-//     complete.
+//     complete. A controller reset and a shutdown wait as long, and no longer than their
+//     host waits (see Concurrency).
 //
 // # Limits
 //
@@ -228,7 +229,16 @@
 // controller's queues counts as a command until it completes (auth.go): it may wait for
 // an authentication slot longer than KATO, and the host sends nothing meanwhile. A reset (CC.EN 1→0) or shutdown (CC.SHN) disconnects the I/O
 // queues at once and completes in the background once their in-flight commands have
-// finished; the host polls CSTS.RDY / CSTS.SHST as the specification says.
+// finished (a shutdown then flushes every namespace); the host polls CSTS.RDY /
+// CSTS.SHST as the specification says. Its waits for backends are bounded, so that a hung
+// backend does not keep the host waiting past what it allows: a reset waits at most the
+// queue close timeout and 5 s (CAP.TO is 7.5 s), then clears CSTS.RDY without CSTS.CFS;
+// a shutdown waits for the commands, then for the flushes, each at most the close
+// timeout and together at most 50 s (RTD3E is 60 s), then reports SHST complete — with
+// CSTS.CFS when commands were left executing or a flush had not finished. Either logs
+// what it left at Error. The commands left complete later, or never, on their detached
+// queues, which count against the limits until then; their completions change nothing
+// of the controller.
 //
 // # Logging
 //
@@ -245,7 +255,8 @@
 // reads still work. An automatic reopen (conf.AutoReopen) keeps the failure: a fenced
 // backend reports ErrSync with ErrNeedsReopen when writes it reported complete may have
 // been lost with the fenced client. FailedNamespaces lists such namespaces. A CC.SHN shutdown whose flush
-// fails sets CSTS.CFS with SHST complete. With the volatile write cache disabled every
+// fails, or that leaves commands executing or a flush unfinished at its time limit, sets
+// CSTS.CFS with SHST complete. With the volatile write cache disabled every
 // write, write zeroes and deallocate is durable before it completes. An unknown
 // subsystem, a host not admitted and a host lacking a required secret get the same
 // Connect status (Invalid Parameters, SUBNQN).

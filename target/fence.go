@@ -217,6 +217,24 @@ func (q *Queue) findNSFence(k fenceKey) *nsFence {
 	return nil
 }
 
+// busyNSIDs adds to nsids (sorted, each once) the namespaces the queue has namespace data
+// commands in flight to, and returns it.
+func (q *Queue) busyNSIDs(nsids []uint32) []uint32 {
+	p := q.fenceNS.Load()
+	if p == nil {
+		return nsids
+	}
+	for _, in := range *p {
+		if in.n[0].Load()+in.n[1].Load() == 0 {
+			continue
+		}
+		if i, found := slices.BinarySearch(nsids, in.nsid); !found {
+			nsids = slices.Insert(nsids, i, in.nsid)
+		}
+	}
+	return nsids
+}
+
 // nsFenceIndex returns where nsid is, or belongs, in tab (sorted by NSID).
 func nsFenceIndex(tab []*nsFence, nsid uint32) int {
 	i, j := 0, len(tab)

@@ -32,7 +32,10 @@ const DefaultQueueCloseTimeout = 30 * time.Second
 // commands, then goes on — Close returns an error wrapping ErrNamespaceBusy — and leaves
 // its backend open until they complete. A Reservation Acquire with Preempt and Abort waits
 // as long for the preempted hosts' commands to its namespace, then fails with Internal
-// Error.
+// Error. A controller reset (CC.EN 1→0) waits as long, and at most 5 s (CAP.TO is 7.5 s),
+// for the commands of its I/O queues, then clears CSTS.RDY without them; a shutdown
+// (CC.SHN) as long for them and again for its namespaces' flushes, together at most 50 s
+// (RTD3E is 60 s), then reports SHST complete, with CSTS.CFS if it left either.
 func WithQueueCloseTimeout(d time.Duration) Option { return func(t *Target) { t.closeTimeout = d } }
 
 // Limits returns the resolved limits (the configuration's limits section) the target and

@@ -417,6 +417,16 @@ func (q *Queue) setDrained() {
 // closing reports whether the queue no longer accepts commands.
 func (q *Queue) closing() bool { return q.users.Closed() }
 
+// isDrained reports whether the queue is closing and no command begun on it is executing.
+func (q *Queue) isDrained() bool {
+	select {
+	case <-q.drained:
+		return true
+	default:
+		return false
+	}
+}
+
 func (q *Queue) advanceHead() {
 	n := q.depth
 	if b := q.bind.Load(); b != nil {
@@ -476,9 +486,7 @@ func (q *Queue) reject(r *Request, st nvmeproto.Status, msg string) {
 // I/O). It is normal operation for a multipath host, which retries on another path: it is
 // recorded in the error log but logged at Debug only.
 func (q *Queue) pathReject(r *Request, st nvmeproto.Status) {
-	if b := q.bind.Load(); b != nil {
-		b.ctrl.recordError(b.qid, r, st)
-	}
+	q.recordError(r, st)
 	if q.log.Enabled(context.Background(), slog.LevelDebug) && q.limiter.allow() {
 		q.log.Debug("I/O refused by ANA state", "qid", q.QID(), "cid", r.Cmd.CID, "opcode", r.Cmd.Opcode, "nsid", r.Cmd.NSID,
 			"status", st.String(), "port", q.port.id)
@@ -486,13 +494,24 @@ func (q *Queue) pathReject(r *Request, st nvmeproto.Status) {
 	q.finish(r, st)
 }
 
+// recordError enters a failed command in its controller's Error Information log, unless
+// its queue is closing: no host waits on that queue for the completion of a command that
+// ends while a reset, a shutdown or a disconnect tears it down (a transport may drop it,
+// and the RDMA engine does), and its SQID may by then name a new queue of the
+// controller, whose host would take the entry for one of its own commands.
+func (q *Queue) recordError(r *Request, st nvmeproto.Status) {
+	if b := q.bind.Load(); b != nil && !q.closing() {
+		b.ctrl.recordError(b.qid, r, st)
+	}
+}
+
 // noteError logs a failed command (rate limited) and records it in the error log.
 func (q *Queue) noteError(r *Request, st nvmeproto.Status, msg string) {
+	q.recordError(r, st)
 	b := q.bind.Load()
 	qid := -1
 	if b != nil {
 		qid = int(b.qid)
-		b.ctrl.recordError(b.qid, r, st)
 	}
 	if q.limiter.allow() {
 		attrs := []any{"qid", qid, "cid", r.Cmd.CID, "opcode", r.Cmd.Opcode, "nsid", r.Cmd.NSID,
