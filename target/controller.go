@@ -637,45 +637,19 @@ func (c *controller) finishShutdown(gen uint64, wait []*Queue) {
 }
 
 // flushNamespaces flushes every namespace of the subsystem, concurrently (a hung backend
-// does not hold up the other namespaces' flushes), waiting at most limit. It reports
-// whether a flush failed (each failure is logged) and the NSIDs whose flush was still
-// running at the limit; those go on until their backend returns.
+// does not hold up the other namespaces' flushes), waiting at most limit (flushAll). It
+// reports whether a flush failed (each failure is logged) and the NSIDs whose flush was
+// still running at the limit; those go on until their backend returns.
 func (c *controller) flushNamespaces(limit time.Duration) (failed bool, unfinished []uint32) {
 	nss := c.subsys.namespaces()
-	type result struct {
-		i   int
-		err error
-	}
-	results := make(chan result, len(nss)) // a flush that ends after the limit does not block
-	for i, ns := range nss {
-		go func() { results <- result{i, ns.flush()} }()
-	}
-	t := time.NewTimer(max(limit, 0))
-	defer t.Stop()
-	done := make([]bool, len(nss))
-	note := func(r result) {
-		done[r.i] = true
-		if r.err != nil {
+	for i, o := range flushAll(nss, limit) {
+		switch {
+		case !o.done:
+			unfinished = append(unfinished, nss[i].nsid)
+		case o.err != nil:
 			failed = true
-			c.log.Error("flushing namespace at shutdown failed: reporting CSTS.CFS with the shutdown", "nsid", nss[r.i].nsid, "err", r.err)
+			c.log.Error("flushing namespace at shutdown failed: reporting CSTS.CFS with the shutdown", "nsid", nss[i].nsid, "err", o.err)
 		}
-	}
-	for range nss {
-		select {
-		case r := <-results:
-			note(r)
-			continue
-		case <-t.C:
-		}
-		for len(results) > 0 {
-			note(<-results)
-		}
-		for i, ns := range nss {
-			if !done[i] {
-				unfinished = append(unfinished, ns.nsid)
-			}
-		}
-		break
 	}
 	return failed, unfinished
 }

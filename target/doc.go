@@ -152,7 +152,9 @@
 //     namespace (RemoveNamespace, ReopenNamespace, Close) waits as long for its commands,
 //     then goes on (Close returns ErrNamespaceBusy) and closes its backend once they
 //     complete. A controller reset and a shutdown wait as long, and no longer than their
-//     host waits (see Concurrency).
+//     host waits (see Concurrency). The target's stop (Target.Flush, then Close) waits
+//     as long in all: the namespaces' flushes run concurrently, and the closes after
+//     them wait for what a hung backend holds only until the flushes' wait ended.
 //
 // # Limits
 //

@@ -35,7 +35,9 @@ const DefaultQueueCloseTimeout = 30 * time.Second
 // Error. A controller reset (CC.EN 1→0) waits as long, and at most 5 s (CAP.TO is 7.5 s),
 // for the commands of its I/O queues, then clears CSTS.RDY without them; a shutdown
 // (CC.SHN) as long for them and again for its namespaces' flushes, together at most 50 s
-// (RTD3E is 60 s), then reports SHST complete, with CSTS.CFS if it left either.
+// (RTD3E is 60 s), then reports SHST complete, with CSTS.CFS if it left either. The
+// target's stop (Flush) waits as long for its namespaces' flushes, run concurrently, and
+// the closes after it wait for requests in a backend no longer than it did.
 func WithQueueCloseTimeout(d time.Duration) Option { return func(t *Target) { t.closeTimeout = d } }
 
 // Limits returns the resolved limits (the configuration's limits section) the target and

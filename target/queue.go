@@ -302,40 +302,43 @@ func (q *Queue) Close() (drained bool) {
 		if b != nil && b.qid == 0 {
 			b.ctrl.adminQueueClosed()
 		}
-		drained = q.waitDrained()
+		var waited time.Duration
+		drained, waited = q.waitDrained()
 		if b != nil {
 			b.ctrl.queueClosed(q, b.qid)
 		}
 		q.closeBind = b
 		if !drained {
-			q.markStuck()
+			q.markStuck(waited)
 		}
 		q.settleStep()
 	})
 	return drained
 }
 
-// waitDrained waits, at most the target's close timeout, until no command begun on the
-// closing queue is executing; it reports whether that happened.
-func (q *Queue) waitDrained() bool {
+// waitDrained waits, at most the target's close timeout (during the target's stop, at
+// most until its end: Target.closeWait), until no command begun on the closing queue is
+// executing; it reports whether that happened, and how long it waited if not.
+func (q *Queue) waitDrained() (drained bool, waited time.Duration) {
 	select {
 	case <-q.drained:
-		return true
+		return true, 0
 	default:
 	}
-	t := time.NewTimer(q.t.closeTimeout)
+	limit := q.t.closeWait()
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
 	case <-q.drained:
-		return true
+		return true, 0
 	case <-t.C:
-		return false
+		return false, limit
 	}
 }
 
-// markStuck counts the closing queue, whose commands Close gave up waiting for, as stuck
-// until settle, and logs it.
-func (q *Queue) markStuck() {
+// markStuck counts the closing queue, whose commands Close gave up waiting for after
+// waited, as stuck until settle, and logs it.
+func (q *Queue) markStuck(waited time.Duration) {
 	q.stuck = true
 	b := q.bind.Load()
 	if b != nil {
@@ -348,7 +351,7 @@ func (q *Queue) markStuck() {
 	q.log.Error("commands still executing after the queue closed: it is released without them, but it counts "+
 		"against limits.max_queues and the host's limits, and their memory stays allocated, until the backend completes them",
 		"qid", q.QID(), "cntlid", q.ControllerID(), "host", q.stuckHost, "peer", q.stuckPeer, "commands", q.users.Users(),
-		"waited", q.t.closeTimeout, "stuck_queues", total, "host_stuck_queues", ofHost)
+		"waited", waited, "stuck_queues", total, "host_stuck_queues", ofHost)
 }
 
 // settleStep is one of the two events settle waits for: Close done, or the closing

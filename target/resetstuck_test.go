@@ -27,6 +27,7 @@ type hungBackends struct {
 	writes    atomic.Int32 // writes that reached a hung backend
 	flushes   atomic.Int32 // flushes that reached a hung backend
 	okFlushes atomic.Int32 // flushes of the other backends
+	okCloses  atomic.Int32 // closes of the other backends
 }
 
 func newHungBackends(hungSize conf.Size, hangFlush bool) *hungBackends {
@@ -93,6 +94,13 @@ func (b *hungBackend) Flush() error {
 		}
 	}
 	return b.Backend.Flush()
+}
+
+func (b *hungBackend) Close() error {
+	if !b.hung {
+		b.hb.okCloses.Add(1)
+	}
+	return b.Backend.Close()
 }
 
 func (b *hungBackend) Info() backend.Info {

@@ -515,6 +515,56 @@ func (ns *namespace) flush() error {
 	return nil
 }
 
+// flushOutcome is what flushAll found of one namespace's flush.
+type flushOutcome struct {
+	done bool  // it returned within the limit
+	err  error // what it returned
+}
+
+// flushAll flushes the namespaces nss concurrently, so that a backend that hangs holds up
+// no other namespace's flush, and waits for them at most limit. out[i] is nss[i]'s
+// outcome. A flush still executing at the limit is not done; it goes on until its backend
+// returns, holding its namespace (whose close waits for it) until then.
+func flushAll(nss []*namespace, limit time.Duration) (out []flushOutcome) {
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(nss)) // a flush that returns after the limit does not block
+	for i, ns := range nss {
+		go func() { results <- result{i, ns.flush()} }()
+	}
+	out = make([]flushOutcome, len(nss))
+	t := time.NewTimer(max(limit, 0))
+	defer t.Stop()
+	for range nss {
+		select {
+		case r := <-results:
+			out[r.i] = flushOutcome{done: true, err: r.err}
+			continue
+		case <-t.C:
+		}
+		for len(results) > 0 {
+			r := <-results
+			out[r.i] = flushOutcome{done: true, err: r.err}
+		}
+		break
+	}
+	return out
+}
+
+// location is where the namespace's data lives, for log lines and errors: its file or
+// block device, its rbd image (pool/[rados_namespace/]image), or "-" (null, memory).
+func (ns *namespace) location() string {
+	switch {
+	case ns.cfg.Backend == conf.BackendRBD:
+		return ns.cfg.RBD.Name()
+	case ns.cfg.Path != "":
+		return ns.cfg.Path
+	}
+	return "-"
+}
+
 // failureReason returns why the namespace failed, or nil.
 func (ns *namespace) failureReason() error {
 	if p := ns.failure.Load(); p != nil {
@@ -662,22 +712,32 @@ func (ns *namespace) close() error {
 }
 
 // waitClosed waits for close's goroutine, at most the target's queue-close timeout.
+// During the target's stop (see Target.Flush) a namespace that still has a reference —
+// the stop's flush, executing in a backend that hangs — is waited for only until the
+// stop's wait ends (Target.closeWait), usually not at all: the flush has had its close
+// timeout.
 func (ns *namespace) waitClosed() error {
-	t := time.NewTimer(ns.t.closeTimeout)
+	limit := ns.t.closeTimeout
+	select {
+	case <-ns.drained:
+	default:
+		limit = ns.t.closeWait()
+	}
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
 	case <-ns.closed:
 		return ns.closeErr
 	case <-t.C:
 	}
-	ns.t.log.Error("closing namespace: commands still executing after the close timeout; its backend is closed when they complete",
-		"subsystem", ns.subNQN, "nsid", ns.nsid, "waited", ns.t.closeTimeout)
+	ns.t.log.Error("closing namespace: gave up waiting for commands or a flush still executing in its backend (the close timeout, or the stop's wait for its flush, ended); its backend is closed when they complete",
+		"subsystem", ns.subNQN, "nsid", ns.nsid, "backend", ns.cfg.Backend, "path", ns.location(), "waited", limit)
 	if ns.lateClose.CompareAndSwap(false, true) {
 		go func() {
 			<-ns.closed
 			ns.t.log.Warn("namespace closed: its last commands completed", "subsystem", ns.subNQN, "nsid", ns.nsid, "err", ns.closeErr)
 		}()
 	}
-	return fmt.Errorf("target: namespace %d of %q: %w: commands still executing %v after closing began; its backend is closed when they complete",
-		ns.nsid, ns.subNQN, ErrNamespaceBusy, ns.t.closeTimeout)
+	return fmt.Errorf("target: namespace %d of %q: %w: commands or a flush still executing %v after closing began; its backend is closed when they complete",
+		ns.nsid, ns.subNQN, ErrNamespaceBusy, limit)
 }

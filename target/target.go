@@ -43,8 +43,13 @@ var (
 	ErrNoSuchSubsystem = errors.New("target: no such subsystem")
 	ErrSubsystemExists = errors.New("target: subsystem already exists")
 	// ErrNamespaceBusy: closing a namespace (remove, reopen, shutdown) gave up waiting
-	// for its commands (WithQueueCloseTimeout); its backend closes when they complete.
+	// for its commands or a flush (WithQueueCloseTimeout, Flush); its backend closes when
+	// they complete.
 	ErrNamespaceBusy = errors.New("target: namespace still has commands executing")
+	// ErrFlushUnfinished: Flush gave up waiting for a namespace's flush, still executing
+	// in its backend at the close timeout (WithQueueCloseTimeout): writes the namespace
+	// reported complete may not be durable.
+	ErrFlushUnfinished = errors.New("target: namespace flush still executing in its backend at the close timeout")
 	// ErrVolatileNamespace: a memory namespace's data lives only in its open backend;
 	// ReopenNamespace refuses it rather than empty it under the hosts.
 	ErrVolatileNamespace = errors.New("target: a memory namespace cannot be reopened: its data would be lost")
@@ -126,6 +131,9 @@ type Target struct {
 	rejects connectRejects
 
 	quiesced atomic.Bool // shutting down: transports hold new commands back (Quiesce)
+	// stopBy is when the stop's waits for backends end (Unix nanoseconds): the close
+	// timeout after the first Flush began; 0 before it (see closeWait).
+	stopBy atomic.Int64
 
 	anaChgcnt atomic.Uint64                       // ANA change count (ANA log CHGCNT), see ana.go
 	anaGrpChg [conf.MaxANAGroup + 1]atomic.Uint64 // count of each group's last NSID list change
@@ -560,22 +568,61 @@ func (t *Target) FailedNamespaces() []FailedNamespace {
 }
 
 // Flush makes every namespace's completed writes durable (a backend Flush, as the Flush
-// command does): the last step of an orderly shutdown before hosts are disconnected. A
-// namespace whose sync fails is failed (see ReopenNamespace); the errors are returned
-// joined.
+// command does): the last step of an orderly stop, before Close. The namespaces are
+// flushed concurrently, so that a backend that hangs (a file on an NFS server that went
+// away, an rbd cluster gone) holds up no other namespace's flush, and Flush waits for
+// them at most the queue close timeout (WithQueueCloseTimeout). A namespace whose sync
+// fails is failed (see ReopenNamespace). One whose flush is still executing then is
+// logged at Error — subsystem, NSID, backend, path, how long Flush waited — and its error
+// wraps ErrFlushUnfinished: writes it reported complete may not be durable. That flush
+// goes on until its backend returns, and holds the namespace open until then. The errors
+// are returned joined.
+//
+// Flush begins the target's stop, which cannot be undone: later waits for what a hung
+// backend holds — a queue's close for its commands (Queue.Close), a namespace's close
+// (Close, RemoveNamespace, ReopenNamespace) for a flush Flush left executing — end by
+// the close timeout after the first Flush began, as Flush's own wait does, rather than
+// a close timeout after they begin. So a backend whose requests hang costs the stop one
+// close timeout in all, not one for the flush and one more for each close. (A
+// namespace's close still waits the whole close timeout for I/O commands in its
+// executor when its flush did return.)
 func (t *Target) Flush() error {
+	start := time.Now()
+	t.stopBy.CompareAndSwap(0, start.Add(t.closeTimeout).UnixNano())
+	limit := t.closeWait()
 	t.mu.Lock()
 	subs := slices.Clone(t.order)
 	t.mu.Unlock()
-	var errs []error
+	var nss []*namespace
 	for _, s := range subs {
-		for _, ns := range s.namespaces() {
-			if err := ns.flush(); err != nil {
-				errs = append(errs, fmt.Errorf("subsystem %q: %w", s.nqn, err))
-			}
+		nss = append(nss, s.namespaces()...)
+	}
+	var errs []error
+	for i, o := range flushAll(nss, limit) {
+		ns := nss[i]
+		switch {
+		case !o.done:
+			waited := time.Since(start).Round(time.Millisecond)
+			t.log.Error("stop: a namespace's flush did not finish within the close timeout; writes it reported complete may not be durable. "+
+				"The stop goes on without it, and its backend stays open until the flush returns",
+				"subsystem", ns.subNQN, "nsid", ns.nsid, "backend", ns.cfg.Backend, "path", ns.location(), "waited", waited)
+			errs = append(errs, fmt.Errorf("subsystem %q: namespace %d (%s %s): %w: waited %v",
+				ns.subNQN, ns.nsid, ns.cfg.Backend, ns.location(), ErrFlushUnfinished, waited))
+		case o.err != nil:
+			errs = append(errs, fmt.Errorf("subsystem %q: %w", ns.subNQN, o.err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// closeWait is how long a wait for requests executing in a backend may last from now:
+// the close timeout, and once Flush has begun the stop no later than stopBy.
+func (t *Target) closeWait() time.Duration {
+	d := t.closeTimeout
+	if by := t.stopBy.Load(); by != 0 {
+		d = max(0, min(d, time.Until(time.Unix(0, by))))
+	}
+	return d
 }
 
 func (t *Target) subsystem(nqn string) *subsystem {
@@ -590,7 +637,9 @@ func (t *Target) subsystem(nqn string) *subsystem {
 // Close tears down every controller (asking transports to disconnect every queue), waits
 // for commands in flight, and closes the namespaces' executors and backends, then waits
 // for an automatic reopen to stop (one opening a backend then closes it). Ports stay
-// registered but accept no new queues.
+// registered but accept no new queues. The wait for a namespace's commands is bounded
+// (see WithQueueCloseTimeout); one whose flush Flush left executing is waited for only
+// until Flush's limit.
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {

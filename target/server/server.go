@@ -376,8 +376,11 @@ func (s *Server) Rejects() []rdma.RejectCount {
 // and no new commands (the RDMA transport's Drain: capsules that arrive stay unanswered,
 // hosts resend them after reconnecting), the commands in flight finish and get their
 // responses (bounded by ctx: the ones still running then are cut off by the disconnect),
-// every namespace is flushed (a sync that fails fails its namespace, see
-// target.Target.Flush), then Close. It returns the errors of every step, joined.
+// every namespace is flushed, then Close. The flushes run concurrently, each at most the
+// target's queue close timeout (see target.Target.Flush): a sync that fails fails its
+// namespace, and a flush still executing in a backend that hangs is logged and left
+// behind, its error wrapping target.ErrFlushUnfinished; Close then does not wait for that
+// backend again. It returns the errors of every step, joined.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	closed := s.closed
