@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
 )
 
@@ -20,32 +22,61 @@ import (
 // its own: real signals, real standard streams. Its value says how serve builds the
 // target:
 //
-//	loop   in-process only (server.Options.Loop): serve without RDMA
-//	stuck  never returns, like an rbd cluster connection that hangs
+//	loop           in-process only (server.Options.Loop): serve without RDMA
+//	stuck          never returns, like an rbd cluster connection that hangs
+//	hungflush:DUR  loop, with the queue close timeout DUR, and the flush of every file
+//	               namespace never returns, like a file on an NFS server that went away
 const childEnv = "GONVMF_TEST_CHILD"
 
 // childMain runs gonvmf and exits when the test binary was started by startChild; else it
 // returns at once.
 func childMain() {
-	switch os.Getenv(childEnv) {
-	case "":
+	mode := os.Getenv(childEnv)
+	switch {
+	case mode == "":
 		return
-	case "loop":
+	case mode == "loop":
 		newServer = func(cfg *conf.Config, o server.Options) (*server.Server, error) {
 			o.Loop = true
 			return server.New(cfg, o)
 		}
-	case "stuck":
+	case mode == "stuck":
 		newServer = func(*conf.Config, server.Options) (*server.Server, error) {
 			time.Sleep(time.Hour)
 			return nil, fmt.Errorf("%s=stuck: the hour is up", childEnv)
 		}
+	case strings.HasPrefix(mode, "hungflush:"):
+		closeTimeout, err := time.ParseDuration(strings.TrimPrefix(mode, "hungflush:"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%q: %v\n", childEnv, mode, err)
+			os.Exit(exitUsage)
+		}
+		newServer = func(cfg *conf.Config, o server.Options) (*server.Server, error) {
+			o.Loop = true
+			o.Target = append(o.Target, target.WithQueueCloseTimeout(closeTimeout), target.WithBackendOpener(openHungFlush))
+			return server.New(cfg, o)
+		}
 	default:
-		fmt.Fprintf(os.Stderr, "%s=%q: use loop or stuck\n", childEnv, os.Getenv(childEnv))
+		fmt.Fprintf(os.Stderr, "%s=%q: use loop, stuck or hungflush:DURATION\n", childEnv, mode)
 		os.Exit(exitUsage)
 	}
 	os.Exit(run(context.Background(), append([]string{"gonvmf"}, os.Args[1:]...), os.Stdout, os.Stderr))
 }
+
+// openHungFlush opens backends with backend.Open; the Flush of a file backend never
+// returns (see childEnv's hungflush).
+func openHungFlush(s backend.Spec) (backend.Backend, error) {
+	b, err := backend.Open(s)
+	if err != nil || s.Kind != backend.Kind(conf.BackendFile) {
+		return b, err
+	}
+	return hungFlush{b}, nil
+}
+
+// hungFlush is a backend whose Flush never returns.
+type hungFlush struct{ backend.Backend }
+
+func (hungFlush) Flush() error { select {} }
 
 // child is a gonvmf process started by startChild.
 type child struct {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/control"
 	"github.com/gonvmf/gonvmf/target/metrics"
 	"github.com/gonvmf/gonvmf/target/server"
@@ -29,8 +30,14 @@ backend, listens on every listener with the RDMA transport and serves hosts unti
 gets SIGINT or SIGTERM. Then it drains: it stops listening and starts no new command
 (hosts resend those after reconnecting), lets the commands in flight finish and answers
 them (at most 10 s), flushes every namespace, disconnects the hosts and closes the
-backends, and exits 0 (1 if a flush failed). A second signal ends the shutdown at once
-(exit 1). A signal while the target starts (opening an rbd namespace waits for its
+backends, and exits 0. The flushes run all at once, and serve waits for them at most the
+queue close timeout (30 s): a namespace whose backend hangs (a file on an NFS server that
+went away, an rbd cluster gone) gets an Error line with its subsystem, NSID, backend,
+path and the time waited, and the stop goes on without it; closing does not wait for
+that backend again. serve exits 1 if a flush failed or did not finish (writes reported
+complete may not be durable), and then with the backend left open to the kernel. A
+second signal ends the stop at once (exit 1), and so does a stop still running after
+60 s. A signal while the target starts (opening an rbd namespace waits for its
 cluster) stops it as soon as it has started; a second one abandons the start (exit 1).
 
 While it runs, gonvmf ctl changes it through the control API (control.socket in the
@@ -107,7 +114,12 @@ var newServer = server.New
 
 // shutdownGrace bounds the orderly shutdown; a second signal ends it at once. drainTimeout
 // bounds its first step, waiting for the commands in flight: well under the hosts' I/O
-// timeout (30 s on Linux), which the commands held back meanwhile count against.
+// timeout (30 s on Linux), which the commands held back meanwhile count against. The
+// flushes, and the closes' waits for what a hung backend holds, end within the target's
+// queue close timeout (30 s, see target.Target.Flush): a stop with a hung backend takes
+// at most about 40 s and what closing the other backends takes. shutdownGrace is the
+// backstop for what is not bounded so (a backend's Close that hangs), and ends the
+// process before systemd's default stop timeout (TimeoutStopSec, 90 s) kills it.
 const (
 	shutdownGrace = 60 * time.Second
 	drainTimeout  = 10 * time.Second
@@ -190,14 +202,21 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 			log.Error("shutdown finished with errors", "err", err)
 		}
 		log.Info("stopped")
+		var why []string
 		if errors.Is(err, backend.ErrSync) {
-			return fmt.Errorf("a namespace failed to sync, so writes it reported complete may be lost: %w", err)
+			why = append(why, "a namespace failed to sync")
+		}
+		if errors.Is(err, target.ErrFlushUnfinished) {
+			why = append(why, "a namespace's flush did not finish within the queue close timeout (its backend hangs)")
+		}
+		if len(why) > 0 {
+			return fmt.Errorf("%s, so writes it reported complete may be lost: %w", strings.Join(why, ", and "), err)
 		}
 		return nil
 	case s := <-term:
 		return fmt.Errorf("shutdown interrupted by a second %v", s)
 	case <-time.After(shutdownGrace):
-		return fmt.Errorf("shutdown did not finish within %v", shutdownGrace)
+		return fmt.Errorf("shutdown did not finish within %v (the log's last lines show the step it reached)", shutdownGrace)
 	}
 }
 

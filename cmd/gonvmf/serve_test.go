@@ -477,3 +477,110 @@ func TestServeReloadCountedBeforeItsLine(t *testing.T) {
 		t.Fatalf("serve did not return within 60 s of SIGTERM:\n%s", h)
 	}
 }
+
+// hungFlushConfig writes a configuration with a file namespace (1), whose flush hangs in
+// the hungflush child mode, and a memory namespace (2); it returns the file, the
+// namespace's image and the control socket.
+func hungFlushConfig(t *testing.T) (file, img, sock string) {
+	t.Helper()
+	d, err := os.MkdirTemp("", "stop") // short: the control socket's path has a limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	img, sock, file = filepath.Join(d, "nfs.img"), filepath.Join(d, "ctl.sock"), filepath.Join(d, "target.yaml")
+	text := `listeners: [{address: 10.99.0.1}]
+subsystems:
+  - nqn: ` + ctlNQN + `
+    allow_any_host: true
+    namespaces:
+      - {nsid: 1, backend: file, path: ` + img + `, size: 1MiB}
+      - {nsid: 2, backend: memory, size: 4MiB}
+transport: {buffer_pool_size: 8MiB, poll_groups: 1}
+control: {socket: ` + sock + `}
+`
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file, img, sock
+}
+
+// TestServeStopWithHungFlush: SIGTERM to serve with a namespace whose flush never returns
+// (a file on an NFS server that went away): the stop waits for it at most the queue close
+// timeout, logs an Error line naming it (subsystem, NSID, backend, path, time waited) and
+// none for the working namespace, goes on, and serve exits 1, saying the flush did not
+// finish. The old code flushed without a limit: serve hung in the flush, and exited only
+// when its 60 s grace ran out, with no line saying what it waited for.
+func TestServeStopWithHungFlush(t *testing.T) {
+	const closeTimeout = 500 * time.Millisecond
+	file, img, sock := hungFlushConfig(t)
+	c := startChild(t, "hungflush:"+closeTimeout.String(), "serve", "-c", file)
+	log := c.tail()
+	awaitFile(t, sock, 30*time.Second)
+	start := time.Now()
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := c.wait(t, 20*time.Second)
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("serve after SIGTERM with a hung flush: %v, want exit status 1", err)
+	}
+	if took > closeTimeout+5*time.Second {
+		t.Errorf("serve exited %v after SIGTERM, want about the close timeout (%v)", took.Round(time.Millisecond), closeTimeout)
+	}
+	t.Logf("serve exited %v after SIGTERM: %v", took.Round(time.Millisecond), err)
+	select {
+	case <-log.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve's standard error did not end with it:\n%s", log)
+	}
+	var hung []string
+	for l := range strings.Lines(log.String()) {
+		if strings.Contains(l, "flush did not finish within the close timeout") {
+			hung = append(hung, l)
+		}
+	}
+	if len(hung) != 1 {
+		t.Fatalf("%d lines about flushes that did not finish, want 1 (namespace 1):\n%s", len(hung), log)
+	}
+	for _, attr := range []string{"level=ERROR", "subsystem=" + ctlNQN, "nsid=1 ", "backend=file", "path=" + img, "waited="} {
+		if !strings.Contains(hung[0], attr) {
+			t.Errorf("the line about the hung flush lacks %s: %s", attr, hung[0])
+		}
+	}
+	if !strings.Contains(log.String(), "gonvmf: a namespace's flush did not finish within the queue close timeout") {
+		t.Errorf("serve's log does not end with why it exited 1:\n%s", log)
+	}
+}
+
+// TestServeSecondSignalDuringStop: a second SIGTERM while the stop waits for a hung flush
+// (here with a close timeout of an hour) ends serve at once, exit status 1, saying why.
+func TestServeSecondSignalDuringStop(t *testing.T) {
+	file, _, sock := hungFlushConfig(t)
+	c := startChild(t, "hungflush:1h", "serve", "-c", file)
+	log := c.tail()
+	awaitFile(t, sock, 30*time.Second)
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	log.await(t, "shutting down:", 10*time.Second)
+	time.Sleep(100 * time.Millisecond) // into the flush
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := c.wait(t, 10*time.Second)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("serve after a second SIGTERM during the stop: %v, want exit status 1", err)
+	}
+	select {
+	case <-log.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve's standard error did not end with it:\n%s", log)
+	}
+	if !strings.Contains(log.String(), "gonvmf: shutdown interrupted by a second terminated") {
+		t.Errorf("serve's log does not say why it exited:\n%s", log)
+	}
+}
