@@ -262,10 +262,11 @@ var (
 	pgStalled     = desc("poll_group_stalled_queue_teardowns_total", "Queues torn down because their responses made no progress: for limits.response_timeout (response_timeout), or for seconds while holding more than their share of the buffer pool as others waited (share_reclaim).",
 		append(pgLabels, "reason")...)
 
-	poolSize  = desc("buffer_pool_size_bytes", "Size of the device's registered data buffer pool.", "device")
-	poolInUse = desc("buffer_pool_in_use_bytes", "Bytes of the buffer pool held by commands now.", "device")
-	poolPeak  = desc("buffer_pool_in_use_peak_bytes", "The most bytes of the buffer pool in use at once since the device was set up.", "device")
-	poolWaits = desc("buffer_pool_waits_total", "Commands that waited for buffer pool memory.", "device")
+	poolSize   = desc("buffer_pool_size_bytes", "Size of the device's registered data buffer pool.", "device")
+	poolInUse  = desc("buffer_pool_in_use_bytes", "Bytes of the buffer pool held by commands now.", "device")
+	poolPeak   = desc("buffer_pool_in_use_peak_bytes", "The most bytes of the buffer pool in use at once since the device was set up.", "device")
+	poolWaits  = desc("buffer_pool_waits_total", "Commands that waited for buffer pool memory.", "device")
+	poolClosed = desc("buffer_pool_held_by_closed_queues_bytes", "Bytes of the buffer pool held by closed I/O queues (commands stuck in a backend): out of the live queues' fair shares until they come back.", "device")
 
 	stuckQueues = desc("stuck_queues", "Closed queues whose commands are still executing in a backend (a hung disk or network file system): each still counts against limits.max_queues and its host's limits, and holds the memory its commands use, until they complete.")
 
@@ -277,7 +278,7 @@ var allDescs = []*prometheus.Desc{
 	nsCommands, nsBytes, nsErrors, nsLatency, nsCapacity, nsFailed,
 	subControllers, subQueues, subErrors,
 	pgQueuePairs, pgPolls, pgIdlePolls, pgCompletions, pgSleeps, pgWakeups, pgReadWaits, pgSendWaits, pgStalled,
-	poolSize, poolInUse, poolPeak, poolWaits,
+	poolSize, poolInUse, poolPeak, poolWaits, poolClosed,
 	stuckQueues, rdmaRejects, connectRejects,
 }
 
@@ -367,6 +368,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(poolInUse, float64(p.TotalBytes-p.FreeBytes), p.Device)
 		gauge(poolPeak, float64(p.TotalBytes-p.LowestBytes), p.Device)
 		counter(poolWaits, waits[p.Device], p.Device)
+		gauge(poolClosed, float64(p.ClosedHeldBytes), p.Device)
 	}
 	for _, r := range c.srv.Rejects() {
 		counter(rdmaRejects, r.Count, r.Reason)

@@ -1271,6 +1271,8 @@ func (c *conn) maybeFinalize() {
 			c.recycle(x)
 		}
 	}
+	// What it holds now is its late commands' (detach counted it in pool.closedHeld).
+	c.share.closed = !c.admin
 	if c.coreLate.Load() {
 		// The core gave up waiting for commands its backend has not completed: they may
 		// still read their in-capsule data in this connection's memory (and write their
@@ -1282,7 +1284,8 @@ func (c *conn) maybeFinalize() {
 		}
 		if c.lateCore > 0 {
 			c.log.Warn("queue pair destroyed; its memory is kept until the backend completes the commands still executing",
-				"qid", c.cfg.qid, "commands", c.lateCore)
+				"qid", c.cfg.qid, "commands", c.lateCore, "pool_pages_held", c.share.held,
+				"pool_pages_held_by_closed_queues", c.pool.closedHeld.Load())
 			return
 		}
 	}

@@ -183,5 +183,12 @@
 // up waiting for a command whose backend never completes it (target.Queue.Close's bound),
 // the QP and its completion queue share are released, and the connection's memory once
 // that command completes; until then the connection counts against limits.max_queues and
-// max_queues_per_address here, and its queue against the core's limits.
+// max_queues_per_address here, and its queue against the core's limits. The pool
+// buffers such commands hold are taken out of the pool the live I/O connections divide
+// among themselves, from the release of the QP until each comes back: the live
+// connections' shares shrink to what the pool can give them, and the watchdog's reclaim
+// judges a connection against the shrunk share (share.go).
+// PoolStats.ClosedHeldBytes and the buffer_pool_held_by_closed_queues_bytes metric count
+// those buffers; the log line of a queue pair destroyed with commands still executing
+// names its pages and the device's total.
 package rdma

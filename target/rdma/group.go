@@ -242,7 +242,7 @@ func (g *group) detach(c *conn) {
 	g.free = append(g.free, int32(c.slot))
 	g.cqeUsed -= c.cqeNeed
 	if !c.admin {
-		g.pool.addIOConn(-1)
+		g.pool.leaveDivision(c.latePages())
 	}
 	g.nconns.Add(-1)
 }

@@ -2,14 +2,15 @@ package rdma
 
 import (
 	"errors"
-
-	"github.com/gonvmf/gonvmf/conf"
-	"github.com/gonvmf/gonvmf/rdmacm"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/rdmacm"
 	"github.com/gonvmf/gonvmf/target"
 )
 
@@ -234,6 +235,139 @@ func TestEngineStuckQueuesHoldHostLimit(t *testing.T) {
 	c, _ = io.h.exec(rw(nvmeproto.OpRead, 1, 0, 8), nil, 4096)
 	expectOK(t, "read after the stuck reads completed", c)
 	e.closeAll(io, a, o)
+}
+
+// TestEngineStuckQueuesLeaveTheShares: the pool buffers that commands stuck in a backend
+// hold on closed queue pairs are out of the pool the live queues divide. A host whose
+// backend hangs leaves two queue pairs holding 7 reads of 128 KiB each (448 of the 868
+// divided pages); of two live queues, one flooding reads whose responses it never lets
+// complete and one honest, the honest one gets buffers within its share: the flooding
+// one holds more than its share of what is left, and is reclaimed.
+func TestEngineStuckQueuesLeaveTheShares(t *testing.T) {
+	gb, open := gatedMemory()
+	e := newEngine(t, engineOpts{hostBytes: 64 * 128 << 10, respTO: 60 * time.Second, targetOpts: []target.Option{
+		target.WithBackendOpener(open), target.WithQueueCloseTimeout(100 * time.Millisecond)}})
+	p := e.pool // 4 MiB: 1024 pages, 32 reserved, 124 headroom, 868 divided; 128 KiB buffers are 32 pages
+	gateOpen := false
+	openGate := func() {
+		if !gateOpen {
+			gateOpen = true
+			close(gb.gate)
+		}
+	}
+	t.Cleanup(openGate) // before the engine's cleanup (last in, first out)
+	hangUp := func(fc *fconn) {
+		fc.ep.Disconnect()
+		fc.c.requestClose(errHostDisconnect)
+	}
+	waitFree := func(want int, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if free, _, _ := p.stats(); free == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				free, _, _ := p.stats()
+				t.Fatalf("%s: %d pool pages free, want %d", what, free, want)
+			}
+		}
+	}
+
+	// The host with the hung backend: two connects, each leaving 7 reads stuck.
+	const hungHost = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000a1"
+	var stuck []*fconn
+	for round := range 2 {
+		a := e.dial(0, 32)
+		c := a.h.connect(0, 0, nvmeproto.CNTLIDDynamic, testSubNQN, hungHost)
+		expectOK(t, "the hung host's admin Connect", c)
+		cntlid, _ := nvmeproto.ParseConnectSuccessDW0(c.DW0)
+		a.h.enable()
+		io := e.dial(1, 16)
+		expectOK(t, "the hung host's I/O Connect", io.h.connect(1, 0, cntlid, testSubNQN, hungHost))
+		for i := range 7 {
+			cmd := io.h.begin()
+			r := rw(nvmeproto.OpRead, 1, uint64(i*256), 256)
+			r.SGL = cmd.keyedAt(0, 128<<10)
+			if err := cmd.submit(&r, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFree(p.npages-(round+1)*7*32, fmt.Sprintf("round %d: 7 reads of 128 KiB in the hung backend", round))
+		hangUp(io)
+		hangUp(a)
+		a.waitDead(t)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			io.ep.mu.Lock()
+			destroyed := io.ep.dead
+			io.ep.mu.Unlock()
+			if destroyed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the I/O queue pair with stuck reads was not destroyed", round)
+			}
+		}
+		stuck = append(stuck, io)
+	}
+	if n := p.closedHeld.Load(); n != 2*7*32 {
+		t.Errorf("closed queues hold %d pool pages by the count, want %d", n, 2*7*32)
+	}
+
+	// Another host, two live I/O queues: each may hold (868 − 448) / 2 pages.
+	admin, cntlid := e.adminConnect(0)
+	hostile := e.ioConnect(1, cntlid, 64)
+	honest := e.ioConnect(2, cntlid, 32)
+	divided := p.npages - p.reserve - p.headroom
+	if q, want := p.quotaPages(), (divided-2*7*32)/2; q != want {
+		t.Errorf("quota of the two live I/O queues: %d pages, want (%d − %d held by closed queues) / 2 = %d", q, divided, 2*7*32, want)
+	}
+	holdSends(hostile)
+	var hdone atomic.Int32
+	hwg := flood(t, hostile, 63, 256, &hdone)
+	waitPoolBelow(t, p, p.reserve+2*p.headroom)
+	time.Sleep(50 * time.Millisecond) // the flood's later reads wait for buffers
+	// The honest queue's 6 reads of 128 KiB (192 pages) are within its share; its
+	// responses wait until it has all 6 buffers (a host slow to post receive buffers), so
+	// that they are held at once.
+	holdSends(honest)
+	start := time.Now()
+	var odone atomic.Int32
+	owg := flood(t, honest, 6, 256, &odone)
+	select {
+	case <-hostile.dead:
+		t.Logf("the queue holding more than its share was torn down %v after the honest one began waiting", time.Since(start))
+		waitFree(p.npages-2*7*32-6*32, "the honest queue's 6 reads hold their buffers")
+	case <-time.After(15 * time.Second):
+		free, _, _ := p.stats()
+		t.Errorf("the honest queue's reads within its share waited 15 s (response timeout 60 s) with %d pool pages free "+
+			"and the flooding queue not reclaimed (quota %d pages, closed queues hold %d)", free, p.quotaPages(), p.closedHeld.Load())
+		hostile.ep.releaseHeld()
+	}
+	honest.ep.releaseHeld()
+	owg.Wait()
+	if n := odone.Load(); n != 6 {
+		t.Errorf("%d of the honest queue's 6 reads completed", n)
+	}
+	if sr := e.g.m.shareReclaims.Load(); sr != 1 {
+		t.Errorf("counted %d share reclaims, want 1", sr)
+	}
+	hostile.h.lost()
+	hwg.Wait()
+	hangUp(hostile)
+	hostile.waitDead(t)
+
+	// The backend completes: the stuck queues go, and their pages return to the shares.
+	openGate()
+	for _, fc := range stuck {
+		fc.waitDead(t)
+	}
+	if n := p.closedHeld.Load(); n != 0 {
+		t.Errorf("closed queues hold %d pool pages by the count after their reads completed, want 0", n)
+	}
+	if q := p.quotaPages(); q != divided {
+		t.Errorf("quota of the one live I/O queue: %d pages, want all %d divided", q, divided)
+	}
+	e.closeAll(honest, admin)
 }
 
 // TestRDMALimits: connection requests beyond limits.max_queues_per_address are rejected

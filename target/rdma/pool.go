@@ -60,9 +60,14 @@ type pool struct {
 
 	headroom int // pages borrowing connections leave free (share.go)
 
-	ioConns atomic.Int32 // I/O connections sharing the pool
-	quota   atomic.Int64 // pages an I/O connection may hold without borrowing
-	needy   atomic.Int32 // groups with a request waiting within its connection's share
+	// The division (share.go): live I/O connections, the pages closed ones still hold
+	// (commands stuck in a backend), and the quota computed from them. divMu orders the
+	// recomputations (connects, closes, a closed connection's buffers coming back).
+	divMu      sync.Mutex
+	ioConns    atomic.Int32 // I/O connections sharing the pool: attached, queue pair not gone
+	closedHeld atomic.Int64 // pages held by I/O connections whose queue pairs are gone
+	quota      atomic.Int64 // pages a sharing connection may hold without borrowing
+	needy      atomic.Int32 // groups with a request waiting within its connection's share
 	// needyEvents counts the times a request within its share found no buffer: the
 	// watchdog sees pressure between two of its checks even if it lasts microseconds each.
 	needyEvents atomic.Uint64

@@ -10,9 +10,20 @@ import "github.com/gonvmf/gonvmf/target"
 // other host's commands then wait forever. So every I/O connection has a share, and the
 // waiting room is not one FIFO:
 //
-//   - quota: an I/O connection may hold up to (pool − admin reserve − headroom) / (I/O
-//     connections on the device) pages, at least one largest buffer, whatever the others
-//     do. Its requests within that share are served before anyone's beyond it.
+//   - quota: a live I/O connection may hold up to (pool − admin reserve − headroom −
+//     closed) / (live I/O connections on the device) pages, at least one largest buffer,
+//     whatever the others do. Its requests within that share are served before anyone's
+//     beyond it. closed is what I/O connections whose queue pairs are gone still hold:
+//     the buffers of commands stuck in a backend, which the core gave up waiting for
+//     (doc.go, Faults); each comes back when its command completes. A closing connection
+//     stays a sharer, holding its buffers against its own share, until its queue pair
+//     goes (its flushed work requests give back all but those). So the live
+//     connections' shares add up to no more than what they can have: a host whose
+//     backend hangs and that reconnects again and again cannot leave the others, within
+//     their shares, with an empty pool, nor keep a live queue that takes what the stuck
+//     ones left beyond its fair part of it from the watchdog's reclaim. The quota is
+//     recomputed when a connection connects or its queue pair goes, and when a stuck
+//     command's buffer comes back; never on a live connection's I/O.
 //   - headroom: the last eighth of the pool serves only connections that hold little
 //     (at most two largest buffers: smallGrant), so one that arrives or wakes up later —
 //     or a queue's Connect — finds buffers at once, whatever the others hold.
@@ -49,6 +60,10 @@ type connShare struct {
 	wait   fifo  // its requests waiting for a buffer, in arrival order
 	queued bool  // in its group's round robin of connections with waiters
 	next   *conn // the round robin's link
+	// closed: an I/O connection out of the division (its queue pair gone), what it
+	// holds — its late commands' buffers — counted in pool.closedHeld until they come
+	// back.
+	closed bool
 
 	// An admin connection's requests wait in its group's admin queue instead: adminWait
 	// counts them; adminPass is the group's pass (adminWaits.pass) that found it at its
@@ -97,11 +112,41 @@ const smallGrantBuffers = 2
 // borrowing.
 func (p *pool) quotaPages() int { return int(p.quota.Load()) }
 
-// setIOConns records the number of I/O connections sharing the pool and recomputes the
+// addIOConn records delta more live I/O connections sharing the pool and recomputes the
 // quota.
 func (p *pool) addIOConn(delta int) {
-	n := int(p.ioConns.Add(int32(delta)))
-	usable := p.npages - p.reserve - p.headroom
+	p.divMu.Lock()
+	p.ioConns.Add(int32(delta))
+	p.divide()
+	p.divMu.Unlock()
+}
+
+// leaveDivision takes an I/O connection out of the division as its queue pair goes: it
+// no longer counts as a sharer, and the held pages its late commands keep (latePages)
+// count as closedHeld until they come back (closedFreed).
+func (p *pool) leaveDivision(held int) {
+	p.divMu.Lock()
+	p.ioConns.Add(-1)
+	p.closedHeld.Add(int64(held))
+	p.divide()
+	p.divMu.Unlock()
+}
+
+// closedFreed notes that a closed I/O connection gave n pages back.
+func (p *pool) closedFreed(n int) {
+	p.divMu.Lock()
+	p.closedHeld.Add(int64(-n))
+	p.divide()
+	p.divMu.Unlock()
+}
+
+// divide recomputes the quota: the pool outside the reserve, the headroom and what
+// closed connections hold, divided among the live I/O connections, at least one largest
+// buffer. Callers hold divMu, so that recomputations are stored in the order they see
+// the counts.
+func (p *pool) divide() {
+	n := int(p.ioConns.Load())
+	usable := p.npages - p.reserve - p.headroom - int(p.closedHeld.Load())
 	q := usable
 	if n > 1 {
 		q = usable / n
@@ -160,10 +205,24 @@ func (c *conn) allocBuf(k int) (int, bool) {
 	return off, ok
 }
 
+// latePages counts the pool pages of c's commands that the core still executes.
+func (c *conn) latePages() int {
+	n := 0
+	for _, x := range c.ctxs[:c.nctx] {
+		if x.hasBuf && x.state == stCore {
+			n += 1 << x.bufOrder
+		}
+	}
+	return n
+}
+
 // freeBuf gives x's buffer back to the pool.
 func (c *conn) freeBuf(x *rctx) {
 	x.hasBuf = false
 	c.share.held -= 1 << x.bufOrder
+	if c.share.closed {
+		c.pool.closedFreed(1 << x.bufOrder)
+	}
 	c.pool.release(x.bufOff, x.bufOrder)
 }
 

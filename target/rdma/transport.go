@@ -526,6 +526,9 @@ type PoolStats struct {
 	TotalBytes  int
 	FreeBytes   int
 	LowestBytes int // the least free since the device was set up
+	// ClosedHeldBytes are held by I/O queues whose queue pairs are gone: commands stuck
+	// in a backend. They are out of the live queues' fair shares (share.go).
+	ClosedHeldBytes int
 }
 
 // GroupStats returns the counters of every poll group, by device and group.
@@ -550,7 +553,8 @@ func (tr *Transport) PoolStats() []PoolStats {
 	var out []PoolStats
 	for _, d := range tr.devicesByName() {
 		free, total, low := d.pool.stats()
-		out = append(out, PoolStats{Device: d.name, TotalBytes: total * pageSize, FreeBytes: free * pageSize, LowestBytes: low * pageSize})
+		out = append(out, PoolStats{Device: d.name, TotalBytes: total * pageSize, FreeBytes: free * pageSize, LowestBytes: low * pageSize,
+			ClosedHeldBytes: int(d.pool.closedHeld.Load()) * pageSize})
 	}
 	return out
 }
