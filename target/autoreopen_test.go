@@ -732,6 +732,19 @@ func (b *logBuffer) line(s string) string {
 	return ""
 }
 
+// count returns how many lines of the log contain s.
+func (b *logBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for l := range strings.Lines(b.buf.String()) {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
 // TestAutoReopenGivesUpForLoweredAttempts: an automatic reopen that gives up because
 // auto_reopen.attempts was lowered while it ran says so, and what its last open came
 // to: here an open that succeeded but was discarded because the namespace's

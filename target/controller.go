@@ -141,7 +141,8 @@ type controller struct {
 	numQueues  uint32   // DW0 of the last Set Features Number of Queues (NSQA, NCQA); 0: none since reset
 	resetGen   uint64   // bumped by every reset, to discard a stale reset's completion
 	shutGen    uint64   // bumped by every shutdown notification and its withdrawal (SHN → 0)
-	settling   []*Queue // I/O queues a reset or shutdown disconnected: their commands may still run
+	settling   []*Queue // I/O queues a reset or shutdown disconnected and waits for: their commands may still run
+	abandoned  []*Queue // I/O queues a reset or shutdown gave up waiting for (see abandon); not waited for again
 	resetting  bool     // EN went 1→0 and I/O queues are still draining
 	shutdown   bool     // a shutdown was requested and no enable since
 	dead       bool     // the admin queue is gone
@@ -460,17 +461,31 @@ func (c *controller) enable(v nvmeproto.CC) {
 
 // takeIOQueues takes the I/O queues out of the queue table for a reset or shutdown:
 // it returns them (to disconnect) and every queue a reset or shutdown took that may still
-// have commands in flight, these included (to wait for). A reset and a shutdown written
-// together, or one while the other drains, thus both wait for all of them. Called with
-// mu held.
+// have commands in flight, these included (to wait for), except those a reset or shutdown
+// already gave up waiting for (abandoned). A reset and a shutdown written together, or
+// one while the other drains, thus both wait for all of them. Called with mu held.
 func (c *controller) takeIOQueues() (qs, wait []*Queue) {
 	qs = c.liveQueues(1)
 	for i := 1; i < len(c.queues); i++ {
 		c.queues[i] = nil
 	}
 	c.settling = slices.DeleteFunc(c.settling, (*Queue).isDrained)
+	c.abandoned = slices.DeleteFunc(c.abandoned, (*Queue).isDrained)
 	c.settling = append(c.settling, qs...)
 	return qs, slices.Clone(c.settling)
+}
+
+// abandon moves the queues of wait that still have commands in flight from settling to
+// abandoned, once a reset or shutdown has waited its limit for them: a later reset does
+// not wait for them again (nor log them again), and a later shutdown counts them without
+// waiting (finishShutdown). Called with mu held.
+func (c *controller) abandon(wait []*Queue) {
+	for _, q := range wait {
+		if i := slices.Index(c.settling, q); i >= 0 && !q.isDrained() {
+			c.settling = slices.Delete(c.settling, i, i+1)
+			c.abandoned = append(c.abandoned, q)
+		}
+	}
 }
 
 // stuckIO is what a reset or shutdown left executing: the queues that still had commands
@@ -488,19 +503,23 @@ func (s stuckIO) logAttrs(waited time.Duration) []any {
 
 // waitDrained waits until no queue of qs has a command in flight, at most limit, and
 // returns what was still in flight then.
-func waitDrained(qs []*Queue, limit time.Duration) (s stuckIO) {
+func waitDrained(qs []*Queue, limit time.Duration) stuckIO {
 	t := time.NewTimer(limit)
 	defer t.Stop()
-	expired := false
-	for _, q := range qs {
-		if !expired {
-			select {
-			case <-q.drained:
-				continue
-			case <-t.C:
-				expired = true
-			}
+	for i, q := range qs {
+		select {
+		case <-q.drained:
+			continue
+		case <-t.C:
 		}
+		return stuckOf(qs[i:])
+	}
+	return stuckIO{}
+}
+
+// stuckOf returns what the queues of qs still have in flight.
+func stuckOf(qs []*Queue) (s stuckIO) {
+	for _, q := range qs {
 		if !q.isDrained() {
 			s.queues++
 			s.commands += q.users.Users()
@@ -516,15 +535,16 @@ func waitDrained(qs []*Queue, limit time.Duration) (s stuckIO) {
 //
 // The wait is bounded (min(close timeout, resetLimit)): once it has passed with commands
 // still executing in a backend, the reset completes without them, logged at Error with
-// how many there are. Their queues are detached: a late completion reaches no host (the
-// RDMA engine drops the completions of a torn-down connection) and changes nothing of the
-// controller's state (see Queue.recordError; it counts in its namespace's statistics),
-// and each such queue keeps its place in the limits until its last command completes
-// (Queue.Close). CSTS.CFS is not set: a reset ends the commands outstanding without
-// completing them (the host expects no completion for them), and the controller is
-// sound — it serves the other namespaces, and the hung one once its backend answers.
-// nvmet likewise sets CFS only for a fatal error, never at a reset (it clears RDY at
-// once, without waiting for the queues at all).
+// how many there are, and abandons their queues: no later reset or shutdown of the
+// controller waits for them again (see abandon). The queues are detached: a late
+// completion reaches no host (the RDMA engine drops the completions of a torn-down
+// connection) and changes nothing of the controller's state (see Queue.recordError; it
+// counts in its namespace's statistics), and each such queue keeps its place in the
+// limits until its last command completes (Queue.Close). CSTS.CFS is not set: a reset
+// ends the commands outstanding without completing them (the host expects no completion
+// for them), and the controller is sound — it serves the other namespaces, and the hung
+// one once its backend answers. nvmet likewise sets CFS only for a fatal error, never at
+// a reset (it clears RDY at once, without waiting for the queues at all).
 //
 // Called with mu held; the returned function runs after unlocking.
 func (c *controller) reset() func() {
@@ -551,12 +571,16 @@ func (c *controller) reset() func() {
 		}
 		go func() {
 			limit := min(c.t.closeTimeout, resetLimit)
-			if s := waitDrained(wait, limit); s.queues > 0 {
+			s := waitDrained(wait, limit)
+			if s.queues > 0 {
 				c.log.Error("controller reset: commands of its I/O queues still executing in a backend at the reset's time limit; "+
 					"CSTS.RDY clears without them, and their queues count against the limits until they complete",
 					s.logAttrs(limit)...)
 			}
 			c.mu.Lock()
+			if s.queues > 0 {
+				c.abandon(wait)
+			}
 			if c.resetGen == gen {
 				c.resetDone()
 			}
@@ -590,18 +614,21 @@ func (c *controller) beginShutdown() func() {
 	c.shutGen++
 	gen := c.shutGen
 	qs, wait := c.takeIOQueues()
+	earlier := slices.Clone(c.abandoned)
 	c.log.Info("controller shutdown", "io_queues", len(qs))
 	return func() {
 		for _, q := range qs {
 			q.disconnect(ErrControllerShutdown)
 		}
-		go c.finishShutdown(gen, wait)
+		go c.finishShutdown(gen, wait, earlier)
 	}
 }
 
 // finishShutdown waits for the commands of the queues in wait (also those of a reset still
 // draining: their writes count), flushes every namespace, and reports SHST complete,
-// unless shutdown notification gen was withdrawn meanwhile.
+// unless shutdown notification gen was withdrawn meanwhile. The queues of earlier are
+// those an earlier reset or shutdown of the controller gave up waiting for (abandoned):
+// they are not waited for again.
 //
 // Each of the two waits is bounded by the close timeout, and both together by
 // shutdownLimit, so that SHST reads complete before the host gives up. A shutdown that
@@ -610,9 +637,13 @@ func (c *controller) beginShutdown() func() {
 // host must not assume its data is on stable storage) when a flush failed — a sync
 // failure also fails the namespace (see namespace.fail), so the next association finds
 // writes and flushes refused rather than a clean state — when a flush was still running
-// at the limit, or when commands were still executing in a backend at the limit (writes
-// among them may reach the media after SHST reads complete, and no flush covered them).
-func (c *controller) finishShutdown(gen uint64, wait []*Queue) {
+// at the limit, or when commands were still executing in a backend when SHST is
+// reported: those of wait at the limit, and those of earlier still executing then. Writes
+// among them may reach the media after SHST reads complete, and no flush covered them —
+// also those an earlier reset left (a reset reports nothing of them to the host, and the
+// host may have written the same blocks again since), so they set CFS without being
+// waited for again, logged at Warn (the reset that left them logged them at Error).
+func (c *controller) finishShutdown(gen uint64, wait, earlier []*Queue) {
 	start := time.Now()
 	limit := min(c.t.closeTimeout, shutdownLimit)
 	stuck := waitDrained(wait, limit)
@@ -620,16 +651,25 @@ func (c *controller) finishShutdown(gen uint64, wait []*Queue) {
 		c.log.Error("controller shutdown: commands of its I/O queues still executing in a backend at the close timeout; "+
 			"flushing without them, and the shutdown completes with CSTS.CFS",
 			stuck.logAttrs(limit)...)
+		c.mu.Lock()
+		c.abandon(wait)
+		c.mu.Unlock()
 	}
 	failed, unflushed := c.flushNamespaces(min(c.t.closeTimeout, shutdownLimit-time.Since(start)))
 	if len(unflushed) > 0 {
 		c.log.Error("controller shutdown: flushing namespaces did not finish in time; the shutdown completes with CSTS.CFS",
 			"nsids", unflushed, "waited", time.Since(start).Round(time.Millisecond))
 	}
+	left := stuckOf(earlier)
+	if left.queues > 0 {
+		c.log.Warn("controller shutdown: commands an earlier reset or shutdown left executing in a backend still execute; "+
+			"not waited for again, and the shutdown completes with CSTS.CFS",
+			"queues", left.queues, "commands", left.commands, "nsids", left.nsids)
+	}
 	c.mu.Lock()
 	if c.shutGen == gen {
 		c.csts = c.csts.WithSHST(nvmeproto.CSTSSHSTComplete)
-		if failed || len(unflushed) > 0 || stuck.queues > 0 {
+		if failed || len(unflushed) > 0 || stuck.queues > 0 || left.queues > 0 {
 			c.csts |= nvmeproto.CSTSBitCFS
 		}
 	}

@@ -240,7 +240,8 @@
 // CSTS.CFS when commands were left executing or a flush had not finished. Either logs
 // what it left at Error. The commands left complete later, or never, on their detached
 // queues, which count against the limits until then; their completions change nothing
-// of the controller.
+// of the controller. No later reset or shutdown of the controller waits for them again;
+// a later shutdown reports CSTS.CFS while they still execute.
 //
 // # Logging
 //

@@ -2,6 +2,7 @@ package target_test
 
 import (
 	"bytes"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -133,14 +134,14 @@ const (
 	okNSSize   conf.Size = 1 << 20
 )
 
-// stuckWrite starts a target with a hung namespace 1 and a working namespace 2 and the
-// given queue close timeout (0: the default), connects and enables a controller with I/O
-// queue 1, and leaves a write of namespace 1 stuck in its backend. The backends are
-// released (without error) when the test ends, before its queues close.
-func stuckWrite(t *testing.T, closeTimeout time.Duration, hangFlush bool) (e *env, hb *hungBackends, admin, io *hostQueue, cntlid uint16, done <-chan nvmeproto.Completion) {
+// stuckWrite starts a target with a hung namespace 1 and a working namespace 2, the
+// given queue close timeout (0: the default) and options, connects and enables a
+// controller with I/O queue 1, and leaves a write of namespace 1 stuck in its backend.
+// The backends are released (without error) when the test ends, before its queues close.
+func stuckWrite(t *testing.T, closeTimeout time.Duration, hangFlush bool, more ...target.Option) (e *env, hb *hungBackends, admin, io *hostQueue, cntlid uint16, done <-chan nvmeproto.Completion) {
 	t.Helper()
 	hb = newHungBackends(hungNSSize, hangFlush)
-	opts := []target.Option{target.WithBackendOpener(hb.open)}
+	opts := append([]target.Option{target.WithBackendOpener(hb.open)}, more...)
 	if closeTimeout > 0 {
 		opts = append(opts, target.WithQueueCloseTimeout(closeTimeout))
 	}
@@ -315,4 +316,69 @@ func TestShutdownWithWriteStuck(t *testing.T) {
 			expectOK(t, "write of namespace 1 once its backend answers", q.do(&w, pattern(512, 10)))
 		})
 	}
+}
+
+// TestResetAfterResetGaveUp: once a reset has given up waiting for a write stuck in a
+// backend, no later reset or shutdown of the controller waits for it again. The host
+// enables the controller and resets it again without I/O queues: CSTS.RDY clears at once.
+// It enables and shuts it down: SHST reads complete at once, with CSTS.CFS (the write
+// may still land, and no flush covers it). It resets and enables it again and uses
+// namespace 2; the first reset's Error line was logged once, and once the write
+// completes the limits settle. The old code kept the queue among those every reset and
+// shutdown waited for: each waited the close timeout for it again and logged it again.
+func TestResetAfterResetGaveUp(t *testing.T) {
+	const closeTimeout = time.Second
+	const resetLine = "controller reset: commands of its I/O queues still executing"
+	base := nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4)
+	logs := &logBuffer{}
+	e, hb, admin, _, cntlid, done := stuckWrite(t, closeTimeout, false, target.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	reset := func(what string) (nvmeproto.CSTS, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		expectOK(t, "CC.EN=0", admin.propSet(nvmeproto.PropCC, uint32(base)))
+		return pollCSTS(t, admin, start, closeTimeout+5*time.Second, what,
+			func(s nvmeproto.CSTS) bool { return !s.RDY() && s.SHST() == nvmeproto.CSTSSHSTNormal })
+	}
+
+	if _, took := reset("first reset, a write stuck"); took < closeTimeout {
+		t.Errorf("the first reset completed %v after CC.EN=0, before the close timeout (%v)", took, closeTimeout)
+	}
+	admin.enable()
+	st, took := reset("second reset, no I/O queues")
+	if took >= closeTimeout/2 {
+		t.Errorf("the second reset completed %v after CC.EN=0: it waited again for the write the first one gave up on", took)
+	}
+	if st.CFS() {
+		t.Errorf("CSTS %v after the second reset: want CFS clear", st)
+	}
+
+	admin.enable()
+	start := time.Now()
+	expectOK(t, "CC.SHN=1", admin.propSet(nvmeproto.PropCC, uint32(base.WithEN(true).WithSHN(nvmeproto.CCSHNNormal))))
+	st, took = pollCSTS(t, admin, start, closeTimeout+5*time.Second, "shutdown after the reset gave up",
+		func(s nvmeproto.CSTS) bool { return s.SHST() == nvmeproto.CSTSSHSTComplete })
+	if took >= closeTimeout/2 {
+		t.Errorf("SHST complete %v after CC.SHN: the shutdown waited again for the write the reset gave up on", took)
+	}
+	if !st.CFS() {
+		t.Errorf("CSTS %v after a shutdown with the write still executing: want CFS set (it may still land)", st)
+	}
+
+	if _, took := reset("reset after the shutdown"); took >= closeTimeout/2 {
+		t.Errorf("the reset after the shutdown completed %v after CC.EN=0: it waited again for the stuck write", took)
+	}
+	admin.enable()
+	q := e.ioOnWorkingNamespace(t, cntlid, 11)
+	if n := logs.count(resetLine); n != 1 {
+		t.Errorf("%d log lines %q, want 1 (the first reset's)", n, resetLine)
+	}
+
+	hb.release(nil)
+	e.settled(t, done)
+	v, _ := admin.propGet(nvmeproto.PropCSTS, false)
+	if st := nvmeproto.CSTS(v); !st.RDY() || st.CFS() {
+		t.Errorf("CSTS %v after the stuck write completed, want RDY and no CFS", st)
+	}
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	expectOK(t, "write of namespace 1 once its backend answers", q.do(&w, pattern(512, 12)))
 }
