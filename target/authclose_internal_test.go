@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/rand"
 	"log/slog"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,4 +175,107 @@ func TestAuthStepNotRunAfterClose(t *testing.T) {
 			t.Fatal("Close did not return once the AUTH_Negotiate had completed")
 		}
 	})
+}
+
+// TestLateBoundQueueAuthStopped: a host with a DH-HMAC-CHAP secret connects, and its
+// connection goes while the Connect executes: Close finds the queue unbound and waits for
+// the Connect, which binds it and starts its authentication. Settling the queue stops
+// that authentication as Close stops that of a binding it sees: its AuthTimeout timer is
+// stopped, so no "authentication timed out" line, no rejection counted and no Disconnect
+// of the dead queue follow 60 s later. The old code left the timer running.
+func TestLateBoundQueueAuthStopped(t *testing.T) {
+	const (
+		host = "nqn.2014-08.org.nvmexpress:uuid:7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f"
+		nqn  = "nqn.2024-01.io.gonvmf:latebind"
+	)
+	key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := oneHostAuthKeys{host, &dhchap.HostKeys{Host: key, DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupFFDHE2048}}}
+	cfg := &conf.Config{
+		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
+		Subsystems: []conf.Subsystem{{NQN: nqn, AllowAnyHost: true,
+			Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendMemory, Size: 1 << 20}}}},
+	}
+	tgt, err := New(cfg, WithLogger(slog.New(slog.DiscardHandler)), WithAuthKeys(keys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close()
+	port, err := tgt.AddPort(PortConfig{TrType: TrTypeRDMA, Keyed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &rawTransport{completed: map[*Request]int{}}
+	q, err := port.NewQueue(tr, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Request{}
+	r.Cmd = nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6,
+		SGL: nvmeproto.SGLDescriptor{Type: nvmeproto.SGLTypeKeyedDataBlock, Length: nvmeproto.ConnectDataSize, Key: 9}}
+	(&nvmeproto.ConnectCommand{QID: 0, SQSize: 31}).ToCommand(&r.Cmd)
+	if !q.Begin(r) {
+		t.Fatalf("Begin refused the Connect: %v", tr.last().Status)
+	}
+	r.Data = aligned.Bytes(8192)[:r.Length]
+	(&nvmeproto.ConnectData{HostID: rawHostID, CNTLID: nvmeproto.CNTLIDDynamic, SubNQN: nqn, HostNQN: host}).Marshal(r.Data)
+
+	// The connection goes: Close looks at the queue (unbound) and waits for the Connect.
+	closed := make(chan bool, 1)
+	go func() { closed <- q.Close() }()
+	waitGoroutine(t, "Close waiting for the Connect", "target.(*Queue).Close(", "target.(*Queue).waitDrained(")
+	q.Execute(r)
+	if c := tr.last(); !c.Status.Success() {
+		t.Fatalf("Connect: %v", c.Status)
+	}
+	select {
+	case drained := <-closed:
+		if !drained {
+			t.Fatal("Close reported commands left executing")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once the Connect had completed")
+	}
+
+	b := q.bind.Load()
+	if b == nil || b.auth == nil {
+		t.Fatal("the Connect did not bind the queue with authentication")
+	}
+	a := b.auth
+	a.mu.Lock()
+	stopped, running := a.closed, a.timer.Stop()
+	a.mu.Unlock()
+	if !stopped || running {
+		t.Errorf("after the late-bound queue settled: authentication stopped %v, its AuthTimeout timer running %v; want stopped, not running", stopped, running)
+	}
+	select {
+	case <-a.stopped:
+	default:
+		t.Error("the late-bound queue's authentication worker stop channel is open")
+	}
+	select {
+	case <-b.ctrl.gone:
+	case <-time.After(10 * time.Second):
+		t.Error("the controller of the late-bound admin queue is still in its subsystem 10 s after Close")
+	}
+}
+
+// waitGoroutine waits until a goroutine's stack holds every one of frames (function names
+// as a traceback prints them).
+func waitGoroutine(t *testing.T, what string, frames ...string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		for g := range strings.SplitSeq(string(buf[:n]), "\n\n") {
+			if !slices.ContainsFunc(frames, func(f string) bool { return !strings.Contains(g, f) }) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no goroutine in %v after 10 s", what, frames)
+		}
+	}
 }

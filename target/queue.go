@@ -365,11 +365,16 @@ func (q *Queue) settleStep() {
 // settle gives back what the queue held against the limits, once it is closed and no
 // command runs on it any more. It runs in Close, or — when Close gave up waiting — on the
 // goroutine that completed the last command; it must not take connectMu (a Connect
-// completing holds it).
+// completing holds it), nor be called with the binding's queueAuth.mu held.
 func (q *Queue) settle() {
-	// A Connect still executing when Close looked may have bound the queue meanwhile.
+	// A Connect still executing when Close looked may have bound the queue meanwhile: it is
+	// detached as Close detaches the binding it sees, its authentication stopped too (its
+	// timer would otherwise fire AuthTimeout after the Connect, on a queue long gone).
 	b := q.bind.Load()
 	if b != nil && b != q.closeBind {
+		if b.auth != nil {
+			b.auth.stop()
+		}
 		if b.qid == 0 {
 			b.ctrl.adminQueueClosed()
 		}
