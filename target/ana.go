@@ -62,8 +62,11 @@ import (
 // move's: waited for when its new group serves no I/O on the port; when that group serves
 // I/O there, its commands are that group's to serve, and none is waited for. The
 // commands of a removed namespace are its removal's to wait for (RemoveNamespace: at
-// most the queue-close timeout, logging those it gave up on), not a port's fence's, which
-// reads the groups of the namespaces the subsystem has.
+// most the queue-close timeout, logging those it gave up on). Those it gave up on may
+// still reach its store until its backend closes: a port's fence of g waits for them too
+// when the namespace was in g or a namespace in g has its NSID now, and a move's fence
+// when the moved namespace has its NSID (the namespace added again on the same store; see
+// fence.go) — except a memory or null namespace's, whose store no one else serves.
 //
 // SetANAState and SetNamespaceANAGroup change, then wait; a caller that serializes
 // changes with a lock of its own changes with ChangeANAState or MoveNamespaceANAGroup
@@ -333,8 +336,10 @@ func (t *Target) MoveNamespaceANAGroup(subNQN string, nsid, g uint32) (*ANAFence
 		}
 	}
 	// The ports' states are read after the move was published: a state changed to one
-	// that serves no I/O since is that change's fence's to wait for.
-	keys := []fenceKey{ns.fenceKey()}
+	// that serves no I/O since is that change's fence's to wait for. A removed namespace
+	// with its NSID whose backend still executes commands is waited for with it: the
+	// namespace may have been added again on its store (fence.go).
+	keys := s.fenceKeys(ns)
 	var ws []fenceWait
 	s.ioqMu.Lock()
 	for q := range s.ioQueues {
@@ -498,7 +503,9 @@ func (t *Target) portControllers(p *Port) []*controller {
 // portGroupWaits returns, for every subsystem with namespaces in group g, its I/O queues
 // connected through p that may still have commands in flight (its ioQueues: also those
 // of controllers being reset or torn down, and queues closed without draining), each for
-// those namespaces. Each namespace's group is read once, now.
+// those namespaces, and for the removed namespaces whose commands the fences still wait
+// for (fencedRemoved) that were in g when removed or whose NSID a namespace in g now has:
+// their commands may reach a store of the group. Each namespace's group is read once, now.
 func (t *Target) portGroupWaits(p *Port, g uint32) []fenceWait {
 	t.mu.Lock()
 	subs := slices.Clone(t.order)
@@ -506,8 +513,16 @@ func (t *Target) portGroupWaits(p *Port, g uint32) []fenceWait {
 	var ws []fenceWait
 	for _, s := range subs {
 		var keys []fenceKey
-		for _, ns := range s.namespaces() { // also inactive ones: a failed reopen's stragglers
+		var inG []uint32 // NSIDs of the namespaces in g, ascending
+		tab, removed := s.fencedRemoved()
+		for _, ns := range tab { // also inactive ones: a failed reopen's stragglers
 			if ns.anaGroup.Load() == g {
+				keys = append(keys, ns.fenceKey())
+				inG = append(inG, ns.nsid)
+			}
+		}
+		for _, ns := range removed {
+			if _, again := slices.BinarySearch(inG, ns.nsid); again || ns.anaGroup.Load() == g {
 				keys = append(keys, ns.fenceKey())
 			}
 		}

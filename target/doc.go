@@ -205,10 +205,10 @@
 // immutable snapshot read with one atomic load, in-flight accounting is one atomic
 // counter per queue plus, for the I/O fence of ANA changes and Preempt and Abort
 // (fence.go), one per queue and namespace, found in the queue's immutable table sorted by
-// NSID and created on the queue's first command to the namespace, the ANA check is one
-// atomic load of the port's state of the namespace's group, the reservation check one
-// atomic load of the namespace's reservation snapshot (nil unless a host registered), and
-// success paths use neither fmt nor errors.
+// NSID and generation and created on the queue's first command to the namespace, the ANA
+// check is one atomic load of the port's state of the namespace's group, the reservation
+// check one atomic load of the namespace's reservation snapshot (nil unless a host
+// registered), and success paths use neither fmt nor errors.
 // Admin commands may allocate.
 //
 // Every I/O command is counted where it completes, in its namespace's own memory: commands

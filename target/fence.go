@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -32,22 +33,35 @@ import (
 // A namespace is its NSID and its generation (namespace.gen, the fenceKey): each
 // AddNamespace makes a new generation, and a reopen hands its generation on to the
 // namespace object that replaces the old one. So commands still in a backend that a
-// reopen gave up on are the reopened namespace's, and are waited for; those of a removed
-// namespace are not those of a namespace added later with its NSID, which they cannot
-// reach, and are not.
+// reopen gave up on are the reopened namespace's, and are waited for.
+//
+// A removed namespace's commands still in its backend — RemoveNamespace gave up waiting
+// for them, and the backend closes once they complete — may still reach its store, which
+// another target may serve (a shared file or block device, an rbd image), or which the
+// namespace added again with its NSID uses (a reload that changes a namespace's uuid,
+// nguid or eui64 removes it and adds it again on the same store). Until its backend has
+// closed, such a namespace stays in its subsystem's list of removed namespaces, and the
+// fences of the changes that concern its store wait for its commands too
+// (subsystem.fencedRemoved): a port's ANA change of a group waits for the removed
+// namespaces whose last group it is and for those whose NSID a namespace in the group
+// now has; a namespace's move to another group, and a Preempt and Abort on a namespace,
+// wait for the removed namespaces with its NSID. A memory or null namespace's commands
+// reach no store anyone else serves and are not waited for once it is removed.
 //
 // A queue's nsFence of a namespace is created by the queue's first command to it and kept
-// in an immutable table sorted by NSID, at most one per NSID (a command that finds another
-// generation's, one of a removed namespace, replaces it). RemoveNamespace drops the
-// namespace's nsFence from the table of every I/O queue of its subsystem (dropFences): its
-// commands still in flight keep counting in it, with nothing waiting for them. A command
-// of a removed namespace that creates its nsFence after that (it found the namespace
-// before the removal) counts in one of its own, in no table. A queue thus holds one
-// nsFence — 32 bytes, and 8 in its table — for each namespace of its subsystem it has sent
-// a data command to: queues × namespaces at most (64 hosts with 32 queues each, every
-// queue reaching 256 namespaces: 20 MiB). The I/O path allocates only for a queue's first
-// command to a namespace (the nsFence and the new table); what a drain waits with (a
-// fenceDrain) exists only while it waits.
+// in an immutable table sorted by NSID and generation, at most one per namespace (NSID
+// and generation): a removed namespace's and that of the namespace added again with its
+// NSID are two. A removed namespace's nsFence stays in the tables until its backend has
+// closed; then no command of it executes any more, and the removal drops it from the
+// table of every I/O queue of its subsystem (dropFences). A command of a removed namespace
+// that creates its nsFence after the backend closed (it found the namespace before the
+// removal; its submission fails) counts in one of its own, in no table. A queue thus holds
+// one nsFence — 32 bytes, and 8 in its table — for each namespace of its subsystem it has
+// sent a data command to, and for each removed one whose backend has not closed yet:
+// queues × namespaces at most, removed ones not closed aside (64 hosts with 32 queues
+// each, every queue reaching 256 namespaces: 20 MiB). The I/O path allocates only for a
+// queue's first command to a namespace (the nsFence and the new table); what a drain
+// waits with (a fenceDrain) exists only while it waits.
 //
 // A change publishes the new state, then for every queue and namespace it concerns waits
 // until each of the two counters of the queue's nsFence of that namespace has read zero
@@ -135,33 +149,28 @@ func isResvOpcode(op uint8) bool {
 }
 
 // addNSFence returns the queue's nsFence of namespace ns for the queue's first command to
-// it: a new one, in the queue's table while ns is in its subsystem's, in no table once ns
-// was removed (see dropFences).
+// it: a new one, in the queue's table while ns is in its subsystem's or its backend has
+// not closed (a removed namespace: see dropFences), in no table after that.
 func (q *Queue) addNSFence(ns *namespace) *nsFence {
 	q.fenceMu.Lock()
 	defer q.fenceMu.Unlock()
 	tab := q.fenceTable()
-	i := nsFenceIndex(tab, ns.nsid)
-	found := i < len(tab) && tab[i].nsid == ns.nsid
-	if found && tab[i].gen == ns.gen {
+	k := ns.fenceKey()
+	i := nsFenceIndex(tab, k)
+	if i < len(tab) && tab[i].key() == k {
 		return tab[i]
 	}
 	in := &nsFence{nsid: ns.nsid, gen: ns.gen}
-	// Read under fenceMu, after the table: either dropFences finds the new nsFence in the
-	// table, or this sees the namespace gone.
-	if cur := ns.s.lookup(ns.nsid); cur == nil || cur.gen != ns.gen {
+	// Read under fenceMu, after the table: either the removal's dropFences, which runs
+	// once the backend has closed, finds the new nsFence in the table, or this sees the
+	// namespace gone and closed.
+	if cur := ns.s.lookup(ns.nsid); (cur == nil || cur.gen != ns.gen) && isClosed(ns.closed) {
 		return in
 	}
-	var next []*nsFence
-	if found { // a removed namespace's: its commands keep counting in it
-		next = slices.Clone(tab)
-		next[i] = in
-	} else {
-		next = make([]*nsFence, len(tab)+1)
-		copy(next, tab[:i])
-		next[i] = in
-		copy(next[i+1:], tab[i:])
-	}
+	next := make([]*nsFence, len(tab)+1)
+	copy(next, tab[:i])
+	next[i] = in
+	copy(next[i+1:], tab[i:])
 	q.fenceNS.Store(&next)
 	return in
 }
@@ -171,18 +180,18 @@ func (q *Queue) dropNSFence(k fenceKey) {
 	q.fenceMu.Lock()
 	defer q.fenceMu.Unlock()
 	tab := q.fenceTable()
-	i := nsFenceIndex(tab, k.nsid)
-	if i == len(tab) || tab[i].nsid != k.nsid || tab[i].gen != k.gen {
+	i := nsFenceIndex(tab, k)
+	if i == len(tab) || tab[i].key() != k {
 		return
 	}
 	next := slices.Delete(slices.Clone(tab), i, i+1)
 	q.fenceNS.Store(&next)
 }
 
-// dropFences drops the nsFences of namespace ns, which has just left the subsystem's
-// table, from every I/O queue's. Every queue that may have a command of ns between its
-// lookup and fenceEnter is listed: an I/O queue is, from before its first command until
-// its last has completed.
+// dropFences drops the nsFences of namespace ns, removed from the subsystem's table and
+// its backend closed since, from every I/O queue's. Every queue that may have a command
+// of ns between its lookup and fenceEnter is listed: an I/O queue is, from before its
+// first command until its last has completed.
 func (s *subsystem) dropFences(ns *namespace) {
 	s.ioqMu.Lock()
 	qs := make([]*Queue, 0, len(s.ioQueues))
@@ -195,7 +204,37 @@ func (s *subsystem) dropFences(ns *namespace) {
 	}
 }
 
-// fenceTable returns the queue's table of nsFences (sorted by NSID; do not modify).
+// fencedRemoved returns the subsystem's namespace table and, read with it, the removed
+// namespaces whose commands the fences still wait for: those whose backends have not
+// closed, on a store another target may serve or the namespace added again with the NSID
+// may use — every backend but memory (this process's own) and null (none).
+func (s *subsystem) fencedRemoved() (tab, removed []*namespace) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ns := range s.removed {
+		private := ns.cfg.Backend == conf.BackendMemory || ns.cfg.Backend == conf.BackendNull
+		if !private && !isClosed(ns.closed) {
+			removed = append(removed, ns)
+		}
+	}
+	return *s.ns.Load(), removed
+}
+
+// fenceKeys returns the namespaces a fence of namespace ns waits for: ns, and the removed
+// namespaces with its NSID whose commands the fences still wait for (fencedRemoved).
+func (s *subsystem) fenceKeys(ns *namespace) []fenceKey {
+	keys := []fenceKey{ns.fenceKey()}
+	_, removed := s.fencedRemoved()
+	for _, r := range removed {
+		if r.nsid == ns.nsid {
+			keys = append(keys, r.fenceKey())
+		}
+	}
+	return keys
+}
+
+// fenceTable returns the queue's table of nsFences (sorted by NSID and generation; do not
+// modify).
 func (q *Queue) fenceTable() []*nsFence {
 	if p := q.fenceNS.Load(); p != nil {
 		return *p
@@ -204,14 +243,15 @@ func (q *Queue) fenceTable() []*nsFence {
 }
 
 // findNSFence returns the queue's nsFence of namespace k, or nil if none is in its table:
-// no command of the queue has reached the namespace, or the namespace was removed.
+// no command of the queue has reached the namespace, or the namespace was removed and
+// its backend has closed.
 func (q *Queue) findNSFence(k fenceKey) *nsFence {
 	p := q.fenceNS.Load()
 	if p == nil {
 		return nil
 	}
 	tab := *p
-	if i := nsFenceIndex(tab, k.nsid); i < len(tab) && tab[i].nsid == k.nsid && tab[i].gen == k.gen {
+	if i := nsFenceIndex(tab, k); i < len(tab) && tab[i].key() == k {
 		return tab[i]
 	}
 	return nil
@@ -235,12 +275,13 @@ func (q *Queue) busyNSIDs(nsids []uint32) []uint32 {
 	return nsids
 }
 
-// nsFenceIndex returns where nsid is, or belongs, in tab (sorted by NSID).
-func nsFenceIndex(tab []*nsFence, nsid uint32) int {
+// nsFenceIndex returns where namespace k is, or belongs, in tab (sorted by NSID and
+// generation).
+func nsFenceIndex(tab []*nsFence, k fenceKey) int {
 	i, j := 0, len(tab)
 	for i < j {
 		h := int(uint(i+j) >> 1)
-		if tab[h].nsid < nsid {
+		if in := tab[h]; in.nsid < k.nsid || in.nsid == k.nsid && in.gen < k.gen {
 			i = h + 1
 		} else {
 			j = h
@@ -248,6 +289,9 @@ func nsFenceIndex(tab []*nsFence, nsid uint32) int {
 	}
 	return i
 }
+
+// key returns the namespace the nsFence counts commands of.
+func (in *nsFence) key() fenceKey { return fenceKey{in.nsid, in.gen} }
 
 // count returns the commands counted, in both counters.
 func (in *nsFence) count() int64 { return int64(in.n[0].Load()) + int64(in.n[1].Load()) }

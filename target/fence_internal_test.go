@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gonvmf/gonvmf/conf"
 )
 
 // fenceFixture is a subsystem with one I/O queue, for the fence's bookkeeping.
@@ -21,9 +23,11 @@ func newFenceFixture(t *testing.T) *fenceFixture {
 	return &fenceFixture{t: t, s: s, q: q}
 }
 
-// add publishes a namespace with the NSID and generation given.
+// add publishes a namespace with the NSID and generation given (on a file, whose store
+// another target may serve).
 func (f *fenceFixture) add(nsid uint32, gen uint64) *namespace {
-	ns := &namespace{s: f.s, nsid: nsid, gen: gen}
+	ns := &namespace{s: f.s, nsid: nsid, gen: gen, cfg: conf.Namespace{NSID: nsid, Backend: conf.BackendFile},
+		closed: make(chan struct{})}
 	tab := slices.Clone(f.s.namespaces())
 	i, _ := slices.BinarySearchFunc(tab, nsid, func(n *namespace, id uint32) int { return cmp.Compare(n.nsid, id) })
 	tab = slices.Insert(tab, i, ns)
@@ -31,8 +35,10 @@ func (f *fenceFixture) add(nsid uint32, gen uint64) *namespace {
 	return ns
 }
 
-// remove unpublishes ns as removeNamespace does; with drop, drops its nsFences too.
-func (f *fenceFixture) remove(ns *namespace, drop bool) {
+// remove unpublishes ns as removeNamespace does: its backend stays open (closeRemoved).
+func (f *fenceFixture) remove(ns *namespace) {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
 	var tab []*namespace
 	for _, n := range f.s.namespaces() {
 		if n != ns {
@@ -40,9 +46,13 @@ func (f *fenceFixture) remove(ns *namespace, drop bool) {
 		}
 	}
 	f.s.ns.Store(&tab)
-	if drop {
-		f.s.dropFences(ns)
-	}
+	f.s.removed = append(f.s.removed, ns)
+}
+
+// closeRemoved closes the backend of ns, removed, and lets its removal finish.
+func (f *fenceFixture) closeRemoved(ns *namespace) {
+	close(ns.closed)
+	f.s.forgetRemoved(ns)
 }
 
 // begin counts a command to ns on the queue.
@@ -63,27 +73,29 @@ func (f *fenceFixture) drainWithin(ns *namespace, d time.Duration) (bool, int64)
 func (f *fenceFixture) tableLen() int { return len(f.q.fenceTable()) }
 
 // TestFenceGenerations: a queue's commands to a namespace are waited for by a fence of that
-// namespace — its NSID and generation — only. A removed namespace's commands, counted
-// before or after its removal (a command that found it before), hold up no fence of a
-// namespace added later with its NSID; a table entry of a removed namespace that the
-// removal did not drop is replaced by the new namespace's. Removal leaves nothing in the
-// queue's table.
+// namespace — its NSID and generation — only. A removed namespace's nsFence stays in the
+// queue's table until its backend has closed, counting its commands begun before or after
+// the removal (one that found the namespace before); a namespace added again with its
+// NSID has an nsFence of its own beside it, and the commands of neither hold up the
+// other's fence. Once the removed namespace's backend has closed, its nsFence leaves the
+// table, and a command that found the namespace before counts in one outside it.
 func TestFenceGenerations(t *testing.T) {
 	f := newFenceFixture(t)
 	old := f.add(1, 1)
 	other := f.add(2, 2)
 	early := f.begin(old)
-	f.begin(other)
+	fenceLeave(f.begin(other))
 	if n := f.tableLen(); n != 2 {
 		t.Fatalf("%d nsFences after commands to 2 namespaces, want 2", n)
 	}
-	f.remove(old, true)
-	if n := f.tableLen(); n != 1 {
-		t.Fatalf("%d nsFences after a removal, want 1", n)
+	f.remove(old)
+	if n := f.tableLen(); n != 2 || f.q.findNSFence(old.fenceKey()) != early.fenceIn {
+		t.Fatalf("%d nsFences after a removal, its backend open; want 2, the removed namespace's still found", n)
 	}
+	oldIn := early.fenceIn
 	late := f.begin(old) // it found the namespace before the removal
-	if n := f.tableLen(); n != 1 || late.fenceIn == nil || f.q.findNSFence(old.fenceKey()) != nil {
-		t.Fatalf("a removed namespace's command counted in the queue's table (%d nsFences)", n)
+	if late.fenceIn != oldIn {
+		t.Fatal("a removed namespace's command, its backend open, counts apart from its earlier ones")
 	}
 
 	cur := f.add(1, 3)
@@ -91,11 +103,16 @@ func TestFenceGenerations(t *testing.T) {
 		t.Fatalf("new namespace 1, no command of its own: drain failed with %d commands", n)
 	}
 	r := f.begin(cur)
-	if r.fenceIn == early.fenceIn || r.fenceIn == late.fenceIn {
-		t.Fatal("the new namespace 1 counts in the removed one's nsFence")
+	curIn := r.fenceIn
+	if n := f.tableLen(); n != 3 || curIn == oldIn || f.q.findNSFence(cur.fenceKey()) != curIn ||
+		f.q.findNSFence(old.fenceKey()) != oldIn {
+		t.Fatalf("the table after namespace 1 was added again: %d nsFences; want 3, the removed and the new namespace 1's apart", n)
 	}
 	if ok, n := f.drainWithin(cur, 50*time.Millisecond); ok || n != 1 {
 		t.Fatalf("drain with the new namespace's command in flight: %v, %d commands; want it to expire with 1", ok, n)
+	}
+	if ok, n := f.drainWithin(old, 50*time.Millisecond); ok || n != 2 {
+		t.Fatalf("drain of the removed namespace with 2 of its commands in flight: %v, %d commands; want it to expire with 2", ok, n)
 	}
 	fenceLeave(r)
 	if ok, n := f.drainWithin(cur, time.Second); !ok {
@@ -103,21 +120,22 @@ func TestFenceGenerations(t *testing.T) {
 	}
 	fenceLeave(early)
 	fenceLeave(late)
+	if ok, n := f.drainWithin(old, time.Second); !ok {
+		t.Fatalf("drain of the removed namespace, its commands completed: failed with %d", n)
+	}
 
-	// A removal that did not drop its nsFence (the queue had not been listed): the next
-	// namespace's first command replaces it, and the old command leaves its own.
-	f.remove(cur, false)
-	stuck := f.begin(cur) // counted in cur's nsFence, still in the table
-	next := f.add(1, 4)
-	r = f.begin(next)
-	if n := f.tableLen(); n != 2 || f.q.findNSFence(next.fenceKey()) != r.fenceIn || r.fenceIn == stuck.fenceIn {
-		t.Fatalf("the table after namespace 1 was replaced: %d nsFences; want 2, namespace 1's the new one", n)
+	f.closeRemoved(old)
+	if n := f.tableLen(); n != 2 || f.q.findNSFence(old.fenceKey()) != nil || f.q.findNSFence(cur.fenceKey()) != curIn {
+		t.Fatalf("%d nsFences once the removed namespace's backend closed; want 2, not the removed one's", n)
 	}
-	fenceLeave(r)
-	if ok, n := f.drainWithin(next, time.Second); !ok {
-		t.Fatalf("drain of the replacing namespace, a command of the one it replaced in flight: failed with %d", n)
+	if _, removed := f.s.fencedRemoved(); len(removed) != 0 {
+		t.Errorf("%d removed namespaces still fenced once the backend closed, want none", len(removed))
 	}
-	fenceLeave(stuck)
+	straggler := f.begin(old) // found the namespace before the removal; its submission fails
+	if n := f.tableLen(); n != 2 || straggler.fenceIn == nil || straggler.fenceIn == oldIn || f.q.findNSFence(old.fenceKey()) != nil {
+		t.Fatalf("a closed removed namespace's command counted in the queue's table (%d nsFences)", n)
+	}
+	fenceLeave(straggler)
 }
 
 // TestFenceDrainConcurrent: drains of one nsFence take turns: both wait for the command

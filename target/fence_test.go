@@ -2,8 +2,10 @@ package target_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,10 +14,11 @@ import (
 	"github.com/gonvmf/gonvmf/target"
 )
 
-// TestFenceNSIDReuse: namespace 1 is removed while a host's write to it is stuck in its
-// backend, and another store is added as namespace 1. The stuck write cannot reach the
-// new namespace, so a Preempt and Abort of that host on the new namespace 1 and an ANA
-// change of its group complete at once. The old code counted commands by NSID alone: both
+// TestFenceNSIDReuse: namespace 1, in memory, is removed while a host's write to it is
+// stuck in its backend, and another store is added as namespace 1. The stuck write cannot
+// reach the new namespace, nor a store another target serves, so a Preempt and Abort of
+// that host on the new namespace 1 and an ANA change of its group complete at once (see
+// TestFenceRemovedNamespaceStore for a store that is not the process's own). The old code counted commands by NSID alone: both
 // waited for the old namespace's write and failed after the close timeout (Internal
 // Error; an ANAInFlightError).
 func TestFenceNSIDReuse(t *testing.T) {
@@ -157,4 +160,139 @@ func liveHeap() int64 {
 	runtime.GC()
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// TestFenceRemovedNamespaceStore: namespace 1, a shared file, is removed while a host's
+// write to it is stuck in its backend (RemoveNamespace gives up after the close timeout,
+// the backend stays open). Until the write completes it may still land on the file, which
+// another target may serve, and which namespace 1 added again on it (a reload that
+// changes its identity) uses: every fence that concerns the file waits for it, with the
+// change standing. A change of its last group (1) waits; after namespace 1 is added again
+// on the file, so does a change of group 1 again, the move of namespace 1 into group 3
+// (inaccessible), and then a change of group 3, its group now. A change of group 2,
+// another namespace's, does not wait; a reset's log names namespace 1 among those its
+// stuck commands are for. Once the write has completed, no fence waits. The old code
+// dropped the removed namespace's fences at the removal: every change returned at once,
+// and the reset's log named no namespace.
+func TestFenceRemovedNamespaceStore(t *testing.T) {
+	const closeTimeout = 300 * time.Millisecond
+	hb := newHungBackends(hungNSSize, false)
+	logs := &logBuffer{}
+	ns1 := fileNS(t, 1, hungNSSize)
+	ns1.Shared = true
+	ns2 := memNS(2, okNSSize)
+	ns2.ANAGroup = 2
+	e := newEnv(t, baseConfig(ns1, ns2), target.WithBackendOpener(hb.open), target.WithQueueCloseTimeout(closeTimeout),
+		target.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	t.Cleanup(func() { hb.release(nil) }) // before the env's cleanups, which wait for the write
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	io := e.ioConnect(1, cntlid, 8)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	done := io.submit(&w, pattern(512, 4))
+	waitFor(t, func() bool { return hb.writes.Load() == 1 })
+	if err := e.tgt.RemoveNamespace(subNQN, 1); err != nil {
+		t.Fatalf("RemoveNamespace(1) with a write stuck in its backend: %v", err)
+	}
+
+	p := e.port.Target()
+	fenced := func(what string, change func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		var ie *target.ANAInFlightError
+		if err := change(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
+			t.Errorf("%s, a write of the removed namespace 1 stuck in its backend: %v; want an ANAInFlightError for 1 command", what, err)
+		}
+	}
+	setState := func(g uint32, st conf.ANAState) func(context.Context) error {
+		return func(ctx context.Context) error { return p.SetANAState(ctx, g, st) }
+	}
+	unfenced := func(what string, change func(context.Context) error) {
+		t.Helper()
+		start := time.Now()
+		if err := change(context.Background()); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+		if d := time.Since(start); d >= closeTimeout/2 {
+			t.Errorf("%s took %v", what, d)
+		}
+	}
+
+	fenced("group 1 (namespace 1's last) set inaccessible", setState(1, conf.ANAInaccessible))
+	unfenced("group 1 set optimized", setState(1, ""))
+	if err := e.tgt.AddNamespace(subNQN, ns1); err != nil {
+		t.Fatalf("AddNamespace(1) on the same shared file: %v", err)
+	}
+	fenced("group 1 set inaccessible, namespace 1 added again", setState(1, conf.ANAInaccessible))
+	unfenced("group 1 set optimized", setState(1, ""))
+	unfenced("group 3 (no namespace) set inaccessible", setState(3, conf.ANAInaccessible))
+	fenced("namespace 1 moved into group 3 (inaccessible)", func(ctx context.Context) error {
+		return e.tgt.SetNamespaceANAGroup(ctx, subNQN, 1, 3)
+	})
+	fenced("group 3 (namespace 1's now) set inaccessible again", setState(3, conf.ANAInaccessible))
+	unfenced("group 2 (namespace 2's) set inaccessible", setState(2, conf.ANAInaccessible))
+
+	base := nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4)
+	expectOK(t, "CC.EN=0", admin.propSet(nvmeproto.PropCC, uint32(base)))
+	pollCSTS(t, admin, time.Now(), closeTimeout+5*time.Second, "reset", func(s nvmeproto.CSTS) bool { return !s.RDY() })
+	const resetLine = "controller reset: commands of its I/O queues still executing"
+	if l := logs.line(resetLine); !strings.Contains(l, "nsids=[1]") {
+		t.Errorf("the reset's log line %q does not name namespace 1 (nsids=[1])", l)
+	}
+
+	hb.release(nil)
+	wait(t, done)
+	waitFor(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		return p.SetANAState(ctx, 1, conf.ANAInaccessible) == nil && p.SetANAState(ctx, 3, conf.ANAInaccessible) == nil
+	})
+}
+
+// TestFenceRemovedNamespacePreempt: host a's write to namespace 1, a shared file, is stuck
+// in its backend when namespace 1 is removed and added again on the file. A Preempt and
+// Abort of a on the new namespace 1 waits for that write, which may still land on the
+// file, and fails with Internal Error (the preemption standing) when the close timeout
+// ends the wait, as for a's commands to the namespace itself. Once the write has
+// completed, a Preempt and Abort succeeds at once. The old code did not wait: the first
+// Preempt and Abort succeeded at once with the write still in the backend.
+func TestFenceRemovedNamespacePreempt(t *testing.T) {
+	const closeTimeout = 300 * time.Millisecond
+	hb := newHungBackends(hungNSSize, false)
+	ns1 := fileNS(t, 1, hungNSSize)
+	ns1.Shared = true
+	e := newEnv(t, baseConfig(ns1), target.WithBackendOpener(hb.open), target.WithQueueCloseTimeout(closeTimeout),
+		target.WithLogger(testLogger(t)))
+	t.Cleanup(func() { hb.release(nil) }) // before the env's cleanups, which wait for the write
+	a, b := e.connectHost(1), e.connectHost(2)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	stuck := a.io.submit(&w, make([]byte, 512))
+	waitFor(t, func() bool { return hb.writes.Load() == 1 })
+	if err := e.tgt.RemoveNamespace(subNQN, 1); err != nil {
+		t.Fatalf("RemoveNamespace(1) with a write stuck in its backend: %v", err)
+	}
+	if err := e.tgt.AddNamespace(subNQN, ns1); err != nil {
+		t.Fatalf("AddNamespace(1) on the same shared file: %v", err)
+	}
+	expectOK(t, "register a", a.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	expectOK(t, "register b", b.register(nvmeproto.ResvRegister, false, 0, 0, 0xB))
+	expectOK(t, "a acquires", a.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA, 0))
+
+	start := time.Now()
+	expectStatus(t, "preempt and abort of a, its write to the removed namespace 1 stuck", wait(t, b.preemptAbort(0xB, 0xA)),
+		nvmeproto.StatusInternalError)
+	if d := time.Since(start); d < closeTimeout {
+		t.Errorf("preempt and abort ended after %v, before the close timeout %v, with a's write in the backend", d, closeTimeout)
+	}
+	hb.release(nil)
+	wait(t, stuck)
+	waitFor(t, func() bool { // the removal forgets the namespace once its backend has closed
+		expectOK(t, "register a again", a.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+		start = time.Now()
+		c := wait(t, b.preemptAbort(0xB, 0xA))
+		if c.Status.Code() != nvmeproto.StatusSuccess.Code() {
+			t.Fatalf("preempt and abort of a, its write completed: %v", c.Status)
+		}
+		return time.Since(start) < closeTimeout/2
+	})
 }

@@ -222,7 +222,7 @@ func (s *subsystem) abortWait(ns *namespace, hosts [][16]byte) bool {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.t.closeTimeout)
 	defer cancel()
-	nsid, keys := ns.nsid, []fenceKey{ns.fenceKey()}
+	nsid, keys := ns.nsid, s.fenceKeys(ns) // also a removed namespace's with its NSID, on its store
 	var ws []fenceWait
 	for _, q := range s.hostIOQueues(hosts) {
 		ws = append(ws, fenceWait{q, keys})

@@ -45,6 +45,10 @@ type subsystem struct {
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.
 	ns atomic.Pointer[[]*namespace]
+	// removed are the namespaces removeNamespace took out of ns whose backends have not
+	// closed yet: commands still in them may reach their stores, and the I/O fence waits
+	// for them (fencedRemoved). Guarded by mu, changed with ns.
+	removed []*namespace
 
 	// ioErrs counts the commands on I/O queues that failed before reaching a namespace
 	// (no such namespace, a malformed command, the queue going away).
@@ -247,8 +251,8 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	ns := tab[i]
 	tab = slices.Delete(slices.Clone(tab), i, i+1)
 	s.ns.Store(&tab)
+	s.removed = append(s.removed, ns)
 	s.mu.Unlock()
-	s.dropFences(ns)
 
 	err := ns.close()
 	if errors.Is(err, ErrNamespaceBusy) {
@@ -256,11 +260,25 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 		// backend closes when the stuck ones complete (close logged both). Failing the
 		// removal would make a reload undo it and open the backend a second time.
 		err = nil
+		go s.forgetRemoved(ns)
+	} else {
+		s.forgetRemoved(ns)
 	}
 	s.t.anaGroupChanged(ns.anaGroup.Load())
 	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
 	s.notifyNamespaceChanged(nsid)
 	return err
+}
+
+// forgetRemoved waits until the backend of ns, which removeNamespace took out of the
+// table, has closed — none of its commands executes any more — then takes it off the
+// removed list and drops its nsFences from the I/O queues' tables.
+func (s *subsystem) forgetRemoved(ns *namespace) {
+	<-ns.closed
+	s.mu.Lock()
+	s.removed = slices.DeleteFunc(s.removed, func(n *namespace) bool { return n == ns })
+	s.mu.Unlock()
+	s.dropFences(ns)
 }
 
 // reopenNamespace closes the namespace old's backend and opens it again from cn, its
