@@ -305,7 +305,20 @@ type Metrics struct {
 	// diagnosing the target where it runs. A CPU profile or trace costs CPU while it is
 	// taken; the endpoint has no authentication either. Default false.
 	Profiling bool `yaml:"profiling"`
+	// PerNamespace is what is exported of each namespace: MetricsFull (the default when
+	// Address is set) its counters, gauges and latency histograms, 104 series per
+	// namespace; MetricsCounters its counters and gauges only, 8 series, for targets
+	// whose hundreds of namespaces would make the histograms' buckets too many series
+	// for Prometheus. Error counters come on top of either, one series per class and
+	// status seen.
+	PerNamespace string `yaml:"per_namespace"`
 }
+
+// Levels of Metrics.PerNamespace.
+const (
+	MetricsFull     = "full"
+	MetricsCounters = "counters"
+)
 
 // Limits bound what hosts may take of the target, so that one host cannot starve, stall
 // or lock out the others. Every field has a default; none can be switched off.

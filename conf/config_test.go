@@ -708,6 +708,18 @@ func TestMetrics(t *testing.T) {
 	} else if again, err := Parse([]byte(p.String()), ""); err != nil || again.Metrics != p.Metrics {
 		t.Errorf("profiling round trip: %v %+v", err, again)
 	}
+	if p.Metrics.PerNamespace != MetricsFull {
+		t.Errorf("per_namespace left out: %q, want %q", p.Metrics.PerNamespace, MetricsFull)
+	}
+	p, err = Parse([]byte(minimal+"metrics:\n  address: 127.0.0.1:9469\n  per_namespace: counters\n"), "")
+	if err != nil || p.Metrics.PerNamespace != MetricsCounters || !strings.Contains(p.String(), "per_namespace: counters") {
+		t.Errorf("per_namespace: %v %+v\n%s", err, p.Metrics, p)
+	} else if again, err := Parse([]byte(p.String()), ""); err != nil || again.Metrics != p.Metrics {
+		t.Errorf("per_namespace round trip: %v %+v", err, again)
+	}
+	if p := mustParse(t, minimal); p.Metrics != (Metrics{}) {
+		t.Errorf("no metrics section: %+v, want none", p.Metrics)
+	}
 	c := mustParse(t, minimal)
 	cl := c.Clone()
 	cl.Metrics.Address = "127.0.0.1:1"

@@ -53,7 +53,7 @@ var (
 	transportKeys = []string{"queue_depth", "in_capsule_data_size", "max_io_size", "buffer_pool_size",
 		"poll_groups", "shared_receive_queue", "busy_poll", "max_io_queues", "keep_alive_timeout"}
 	controlKeys = []string{"socket", "tcp", "tls_cert", "tls_key", "tls_client_ca"}
-	metricsKeys = []string{"address", "profiling"}
+	metricsKeys = []string{"address", "profiling", "per_namespace"}
 	limitsKeys  = []string{"max_queues", "max_queues_per_address", "max_controllers_per_host", "max_queues_per_host",
 		"connect_timeout", "min_keep_alive_timeout", "max_keep_alive_timeout", "response_timeout",
 		"max_queue_data_in_flight"}
@@ -413,6 +413,8 @@ func (d *decoder) metrics(n *yaml.Node, path string, m *Metrics) {
 			d.str(v, p, &m.Address)
 		case "profiling":
 			d.boolean(v, p, &m.Profiling)
+		case "per_namespace":
+			d.str(v, p, &m.PerNamespace)
 		}
 	})
 }

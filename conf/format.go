@@ -189,6 +189,12 @@ func (c *Config) String() string {
 		if m.Profiling {
 			w(1, "profiling: true", "Go runtime profiles at http://"+m.Address+"/debug/pprof/")
 		}
+		switch m.PerNamespace {
+		case MetricsFull:
+			w(1, "per_namespace: full", "counters, gauges and latency histograms of each namespace")
+		case MetricsCounters:
+			w(1, "per_namespace: counters", "no latency histograms per namespace")
+		}
 	} else {
 		w(0, "# metrics: off", "")
 	}

@@ -436,6 +436,19 @@ func (v *validator) metrics() {
 		v.fail("metrics.profiling", "true", "profiling is served on the metrics address, and metrics.address is not set",
 			"set metrics.address too, e.g. address: 127.0.0.1:9469, or remove profiling")
 	}
+	pn := &v.c.Metrics.PerNamespace
+	switch {
+	case v.skip("metrics.per_namespace"):
+	case a == "" && v.explicit("metrics.per_namespace"):
+		v.fail("metrics.per_namespace", *pn, "per_namespace chooses what the metrics endpoint exports, and metrics.address is not set",
+			"set metrics.address too, e.g. address: 127.0.0.1:9469, or remove per_namespace")
+	case a != "":
+		defaultZero(v, pn, "metrics.per_namespace", MetricsFull)
+		if *pn != MetricsFull && *pn != MetricsCounters {
+			v.fail("metrics.per_namespace", *pn, fmt.Sprintf("%q is not a level of per-namespace metrics", *pn),
+				"write per_namespace: full (counters, gauges and latency histograms: 104 series per namespace) or per_namespace: counters (no latency histograms: 8 series per namespace)")
+		}
+	}
 	if a == "" || v.skip("metrics.address") {
 		return
 	}

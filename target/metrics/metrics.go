@@ -9,7 +9,9 @@
 //	// with metrics.WithProfiling(), also /debug/pprof/ (conf.Metrics.Profiling);
 //	// with metrics.WithLogDrops(w.Dropped), also gonvmf_log_lines_dropped_total;
 //	// with metrics.WithReloads(stats), also gonvmf_config_reloads_total and the last reload's
-//	// result and time
+//	// result and time;
+//	// with metrics.WithNamespaceHistograms(false), no latency histograms per namespace
+//	// (conf.Metrics.PerNamespace "counters")
 //	...
 //	m.Close()
 //
@@ -22,6 +24,17 @@
 // GroupStats, PoolStats and Rejects — and builds constant metrics from them, so a scrape
 // allocates and the I/O path does not. Start turns the target's latency histograms on
 // (target.Target.MeasureLatency): two clock reads per I/O command.
+//
+// # Series per namespace
+//
+// Each namespace is NamespaceSeries series (the error counters add one per class and
+// status seen): of them NamespaceHistogramSeries are its latency histograms, a bucket per
+// bound of target.LatencyBound, +Inf, _sum and _count for each of the target.NumIOClasses
+// classes. A target of hundreds of namespaces exports tens of thousands of series with
+// them, so WithNamespaceHistograms(false) drops them, leaving NamespaceSeries minus
+// NamespaceHistogramSeries; the histograms are still measured, and `gonvmf ctl stats` shows
+// their quantiles. No target-wide histogram replaces them: a sum over the namespaces served at
+// a scrape falls when one is removed, which rate() takes for a counter reset.
 //
 // # Namespaces and subsystems that come and go
 //
@@ -62,7 +75,22 @@ type options struct {
 	profiling bool
 	logDrops  func() uint64
 	reloads   func() Reloads
+	noNSHist  bool
 }
+
+// Series per namespace (see "Series per namespace"), without error counters.
+const (
+	// NamespaceHistogramSeries are the series of a namespace's latency histograms.
+	NamespaceHistogramSeries = int(target.NumIOClasses) * (target.LatencyBuckets + 3)
+	// NamespaceSeries are all of a namespace's series: capacity, failed, commands per
+	// class, bytes read and written, and the histograms.
+	NamespaceSeries = 2 + int(target.NumIOClasses) + 2 + NamespaceHistogramSeries
+)
+
+// WithNamespaceHistograms(false) leaves out the latency histogram of each namespace
+// (gonvmf_namespace_command_duration_seconds), NamespaceHistogramSeries series per
+// namespace (conf.Metrics.PerNamespace "counters"); the default, true, serves them.
+func WithNamespaceHistograms(on bool) Option { return func(o *options) { o.noNSHist = !on } }
 
 // Reloads is what a serving process tells of its configuration reloads (gonvmf serve's
 // on SIGHUP), for WithReloads.
@@ -119,7 +147,9 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 		return nil, errors.New("metrics: no address to listen on")
 	}
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(NewCollector(srv)); err != nil {
+	col := NewCollector(srv)
+	col.noNSHist = o.noNSHist
+	if err := reg.Register(col); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -220,11 +250,13 @@ func (c reloadCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Collector is a prometheus.Collector of a server.Server's counters, read at each scrape.
 type Collector struct {
-	srv *server.Server
+	srv      *server.Server
+	noNSHist bool // leave out the namespaces' latency histograms
 }
 
-// NewCollector returns the Collector of srv. It does not turn latency measurement on
-// (Start does; see target.Target.MeasureLatency): without it the histograms stay empty.
+// NewCollector returns the Collector of srv, with the namespaces' latency histograms. It
+// does not turn latency measurement on (Start does; see target.Target.MeasureLatency):
+// without it the histograms stay empty.
 func NewCollector(srv *server.Server) *Collector { return &Collector{srv: srv} }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -321,6 +353,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counter(nsCommands, io.Commands, sub, nsid, op)
 			if cl == target.IORead || cl == target.IOWrite {
 				counter(nsBytes, io.Bytes, sub, nsid, op)
+			}
+			if c.noNSHist {
+				continue
 			}
 			h := &io.Latency
 			buckets := make(map[float64]uint64, len(latencyBounds))

@@ -45,7 +45,7 @@ func ctx(t *testing.T) context.Context {
 
 // loopServer serves two namespaces in-process (a 1 MiB memory one, a read-only null one)
 // and its metrics on a free port.
-func loopServer(t *testing.T) (*server.Server, *metrics.Server) {
+func loopServer(t *testing.T, opts ...metrics.Option) (*server.Server, *metrics.Server) {
 	t.Helper()
 	cfg := &conf.Config{
 		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
@@ -60,7 +60,7 @@ func loopServer(t *testing.T) (*server.Server, *metrics.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	m, err := metrics.Start(s, "127.0.0.1:0", quiet)
+	m, err := metrics.Start(s, "127.0.0.1:0", quiet, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +280,80 @@ func TestScrape(t *testing.T) {
 // TestNamespacesComeAndGo: a namespace added at run time appears in the next scrape,
 // one removed disappears with its counters, and added again it counts from zero; the
 // same for subsystems.
+// TestSeriesPerNamespace counts the series a scrape exports of each namespace, with the
+// latency histograms (the default) and without them (WithNamespaceHistograms(false),
+// metrics.per_namespace: counters): 104 and 8. Without them the counters still count.
+func TestSeriesPerNamespace(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		opts  []metrics.Option
+		want  int
+		hists bool
+	}{
+		{"default", nil, 104, true},
+		{"histograms", []metrics.Option{metrics.WithNamespaceHistograms(true)}, metrics.NamespaceSeries, true},
+		{"counters", []metrics.Option{metrics.WithNamespaceHistograms(false)}, 8, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, m := loopServer(t, c.opts...)
+			ctl, err := dial(t, s, subNQN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n1, err := ctl.Namespace(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4096)
+			if _, err := n1.WriteAt(ctx(t), buf, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n1.ReadAt(ctx(t), buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.Get("http://" + m.Addr().String() + metrics.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			series := map[string]int{}
+			for _, line := range strings.Split(string(text), "\n") {
+				if strings.HasPrefix(line, "#") || !strings.Contains(line, `subsystem="`+subNQN+`"`) {
+					continue
+				}
+				for _, nsid := range []string{"1", "2"} {
+					if strings.Contains(line, `nsid="`+nsid+`"`) {
+						series[nsid]++
+					}
+				}
+			}
+			for _, nsid := range []string{"1", "2"} {
+				if series[nsid] != c.want {
+					t.Errorf("namespace %s: %d series, want %d", nsid, series[nsid], c.want)
+				}
+			}
+			t.Logf("%s: %d series per namespace", c.name, series["1"])
+			fams := scrape(t, m)
+			if got := fams["gonvmf_namespace_command_duration_seconds"] != nil; got != c.hists {
+				t.Errorf("latency histograms served: %v, want %v", got, c.hists)
+			}
+			if got := value(find(fams, "gonvmf_namespace_commands_total", ns("1", "write"))); got != 1 {
+				t.Errorf("namespace 1: %v writes, want 1", got)
+			}
+			if got := value(find(fams, "gonvmf_namespace_bytes_total", ns("1", "read"))); got != 4096 {
+				t.Errorf("namespace 1: %v bytes read, want 4096", got)
+			}
+		})
+	}
+	if want := 104 - 8; metrics.NamespaceHistogramSeries != want {
+		t.Errorf("NamespaceHistogramSeries = %d, want %d", metrics.NamespaceHistogramSeries, want)
+	}
+}
+
 func TestNamespacesComeAndGo(t *testing.T) {
 	s, m := loopServer(t)
 	c, err := dial(t, s, subNQN)

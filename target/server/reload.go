@@ -132,7 +132,7 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		errs = append(errs, strings.Join(d, ", ")+": the control API listens where it started; restart gonvmf to change it")
 	}
 	if d := fieldDiffs("metrics", cur.Metrics, next.Metrics); len(d) > 0 {
-		errs = append(errs, strings.Join(d, ", ")+": the metrics endpoint listens where it started; restart gonvmf to change it")
+		errs = append(errs, strings.Join(d, ", ")+": the metrics endpoint is set up at start; restart gonvmf to change it")
 	}
 	// Any other top-level section: only what this function knows how to apply may change.
 	{
