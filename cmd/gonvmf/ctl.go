@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,7 @@ namespace changes without reconnecting, and discovery log changes as they happen
   gonvmf ctl subsystem ls
   gonvmf ctl subsystem add nqn.2024-01.com.example:vol7 --host <host NQN> --ns nsid=1,backend=file,path=/srv/vol7.img,size=100GiB
   gonvmf ctl ns add nqn.2024-01.com.example:vol7 --nsid 2 --backend block --path /dev/vg0/vol7b
+  gonvmf ctl ns add nqn.2024-01.com.example:vol7 --nsid 3 --backend rbd --rbd-pool rbd --rbd-image vol7c --rbd-user gonvmf
   gonvmf ctl ns resize nqn.2024-01.com.example:vol7 1 200GiB
   gonvmf ctl ns reopen nqn.2024-01.com.example:vol7 1      # after a failed sync (STATE failed in ns ls)
   gonvmf ctl host deny nqn.2024-01.com.example:vol7 <host NQN>
@@ -84,8 +86,7 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 				leaf("ls", "list namespaces (of one subsystem, or all) with their I/O counters", "[NQN]", ctlNsLs),
 				leaf("add", "add a namespace to a subsystem", "NQN", ctlNsAdd,
 					&cli.UintFlag{Name: "nsid", DefaultText: "none", Usage: "namespace `ID`, 1..1024 (required)"},
-					&cli.StringFlag{Name: "backend", Usage: "`KIND`: file, block, null or memory (required; an rbd namespace needs its image's settings: " +
-						"add it with its subsystem, gonvmf ctl subsystem add --yaml FILE, or to the configuration file and send SIGHUP)"},
+					&cli.StringFlag{Name: "backend", Usage: "`KIND`: file, block, null, memory or rbd (required; rbd: the ceph build, the image named by --rbd-pool and --rbd-image)"},
 					&cli.StringFlag{Name: "path", Usage: "backing file or block device `PATH` (file, block)"},
 					&cli.StringFlag{Name: "size", Usage: "capacity `SIZE`, e.g. 10GiB (null, memory; optional for file)"},
 					&cli.UintFlag{Name: "lba-size", DefaultText: strconv.Itoa(conf.DefaultLBASize), Usage: "logical block `BYTES`, 512 or 4096"},
@@ -94,7 +95,14 @@ target/control/controlpb/control.proto). The connection flags go before the subc
 					&cli.StringFlag{Name: "nguid", Usage: "namespace `NGUID` (default: derived)"},
 					&cli.StringFlag{Name: "eui64", Usage: "namespace `EUI64` (default: derived)"},
 					&cli.UintFlag{Name: "ana-group", DefaultText: strconv.Itoa(conf.DefaultANAGroup), Usage: "the namespace's ANA `GROUP`, 1..128"},
-					&cli.BoolFlag{Name: "shared", Usage: "another target may open the same file or device (high availability)"}),
+					&cli.BoolFlag{Name: "shared", Usage: "another target may open the same file or device (high availability)"},
+					&cli.StringFlag{Name: "rbd-pool", Usage: "rbd: the RADOS `POOL` holding the image (required with --backend rbd)"},
+					&cli.StringFlag{Name: "rbd-rados-namespace", Usage: "rbd: the RADOS `NAMESPACE` inside the pool (default: the pool's own)"},
+					&cli.StringFlag{Name: "rbd-image", Usage: "rbd: the image's `NAME` (required with --backend rbd)"},
+					&cli.StringFlag{Name: "rbd-ceph-conf", Usage: "rbd: the cluster's ceph.conf `FILE` (default: librados's search, $CEPH_CONF, /etc/ceph/ceph.conf)"},
+					&cli.StringFlag{Name: "rbd-user", Usage: "rbd: the Ceph client `ID` to connect as, without client. (as the rbd tool's --id; default: admin)"},
+					&cli.StringFlag{Name: "rbd-keyring", Usage: "rbd: the keyring `FILE` with the user's key (default: what ceph.conf says)"},
+					&cli.StringFlag{Name: "rbd-create-size", Usage: "rbd: create a missing image of `SIZE`, e.g. 10GiB (an existing image keeps its size; default: the image must exist)"}),
 				leaf("rm", "remove a namespace (waits for its commands in flight)", "NQN NSID", ctlNsRm),
 				leaf("resize", "grow a namespace to SIZE, or without SIZE take its file's or device's current size", "NQN NSID [SIZE]", ctlNsResize),
 				leaf("ro", "write-protect a namespace (on) or lift the protection (off)", "NQN NSID on|off", ctlNsRO),
@@ -562,7 +570,7 @@ func ctlNsAdd(x *ctlCtx) error {
 	}
 	c := x.c
 	if !c.IsSet("nsid") || c.String("backend") == "" {
-		return usageError("--nsid and --backend are required: gonvmf ctl ns add NQN --nsid N --backend file|block|null|memory [--path P] [--size S] ...")
+		return usageError("--nsid and --backend are required: gonvmf ctl ns add NQN --nsid N --backend file|block|null|memory|rbd [--path P] [--size S] [--rbd-pool POOL --rbd-image NAME] ...")
 	}
 	var nums [3]uint32
 	for i, name := range []string{"nsid", "lba-size", "ana-group"} {
@@ -580,6 +588,12 @@ func ctlNsAdd(x *ctlCtx) error {
 		}
 		n.Size = uint64(sz)
 	}
+	if n.Rbd, err = rbdFlags(c); err != nil {
+		return err
+	}
+	if err := checkNsFlags(a[0], n); err != nil {
+		return err
+	}
 	r, err := x.cl.AddNamespace(x.ctx, &pb.AddNamespaceRequest{Subsystem: a[0], Namespace: n})
 	if err != nil {
 		return err
@@ -590,9 +604,125 @@ func ctlNsAdd(x *ctlCtx) error {
 	})
 }
 
+// rbdFlags returns the image ns add's --rbd-* flags name (the configuration's rbd keys,
+// dashes for underscores), nil when none is given. ceph_conf and keyring are made absolute
+// against the client's working directory.
+func rbdFlags(c *cli.Context) (*pb.RBD, error) {
+	set := false
+	for _, f := range c.Command.Flags {
+		if name := f.Names()[0]; strings.HasPrefix(name, "rbd-") && c.IsSet(name) {
+			set = true
+		}
+	}
+	if !set {
+		return nil, nil
+	}
+	r := &pb.RBD{Pool: c.String("rbd-pool"), RadosNamespace: c.String("rbd-rados-namespace"), Image: c.String("rbd-image"),
+		CephConf: absPath(".", c.String("rbd-ceph-conf")), User: c.String("rbd-user"), Keyring: absPath(".", c.String("rbd-keyring"))}
+	if c.IsSet("rbd-create-size") {
+		s := c.String("rbd-create-size")
+		sz, err := conf.ParseSize(s)
+		if err != nil {
+			return nil, usageError("--rbd-create-size %q: %v", s, err)
+		}
+		if sz == 0 { // the configuration's create_size: 0; without the flag the image must exist
+			return nil, usageError("--rbd-create-size %q: an image of 0 bytes holds nothing; give a size, e.g. --rbd-create-size 10GiB, or leave the flag out", s)
+		}
+		r.CreateSize = uint64(sz)
+	}
+	return r, nil
+}
+
+// nsFlagPrefix is the field path conf gives the namespace checkNsFlags validates.
+const nsFlagPrefix = "subsystems[0].namespaces[0]."
+
+// checkNsFlags validates the namespace ns add's flags describe by the configuration's
+// rules for a namespace on its own (conf.Config.Resolve of a configuration that holds
+// only it), and reports what is wrong with the flags' names: a usage error, before the
+// target is asked. What depends on the running configuration (a used NSID or image) and
+// the identifiers' syntax is the target's to report.
+func checkNsFlags(nqn string, n *pb.Namespace) error {
+	ns, err := control.NamespaceFromPB(n)
+	if err != nil {
+		return nil
+	}
+	cfg := &conf.Config{Subsystems: []conf.Subsystem{{NQN: nqn, AllowAnyHost: true, Namespaces: []conf.Namespace{ns}}}}
+	var msgs []string
+	for _, fe := range conf.Errors(cfg.Resolve()) {
+		field, ok := strings.CutPrefix(fe.Field, nsFlagPrefix)
+		if !ok {
+			continue
+		}
+		m := nsFlagName(field)
+		if fe.Value != "" {
+			m += " " + fe.Value
+		}
+		m += ": " + fe.Msg
+		if fe.Fix != "" {
+			m += "; " + nsFlagText(fe.Fix)
+		}
+		msgs = append(msgs, m)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return usageError("%s", strings.Join(msgs, "\n"))
+}
+
+// nsFlagName is the ns add flag of a namespace's configuration field ("rbd.ceph_conf":
+// --rbd-ceph-conf).
+func nsFlagName(field string) string {
+	if field == "rbd" {
+		return "--rbd-*"
+	}
+	return "--" + strings.NewReplacer(".", "-", "_", "-").Replace(field)
+}
+
+// nsFlagKeys finds the configuration's namespace keys in a fix written for the file: as
+// KEY: VALUE, as remove KEY, and rbd's as rbd.KEY. The whole rbd mapping of the examples
+// comes first.
+var nsFlagKeys = regexp.MustCompile(`rbd: \{pool: (\S+), image: (\S+)\}|\brbd\.([a-z_]+)\b|\b(remove )?(nsid|backend|path|size|lba_size|read_only|uuid|nguid|eui64|ana_group|shared|rbd|pool|rados_namespace|image|ceph_conf|user|keyring|create_size)(: |\b)`)
+
+// nsFlagText rewrites a fix written for the configuration file in terms of ns add's flags
+// ("write user: admin": "write --rbd-user admin").
+func nsFlagText(fix string) string {
+	return nsFlagKeys.ReplaceAllStringFunc(fix, func(s string) string {
+		m := nsFlagKeys.FindStringSubmatch(s)
+		switch {
+		case m[1] != "":
+			return "--rbd-pool " + m[1] + " --rbd-image " + m[2]
+		case m[3] != "":
+			return nsFlagName("rbd." + m[3])
+		case m[4] == "" && m[6] != ": ":
+			return s // the word in prose ("the image"), not a key
+		}
+		key := m[5]
+		switch key {
+		case "rbd":
+			if m[4] == "" {
+				return s
+			}
+			return m[4] + "the --rbd-* flags"
+		case "pool", "rados_namespace", "image", "ceph_conf", "user", "keyring", "create_size":
+			key = "rbd." + key
+		}
+		flag := nsFlagName(key)
+		switch {
+		case m[4] != "" && m[6] == ": ": // "remove size: to create ..."
+			return m[4] + flag + ": "
+		case m[6] == ": ": // "e.g. size: 10GiB"
+			return flag + " "
+		}
+		return m[4] + flag
+	})
+}
+
 func nsText(n *pb.Namespace) string {
 	if n.Path != "" {
 		return n.Backend + " " + n.Path
+	}
+	if r := n.Rbd; r != nil && r.Image != "" {
+		return n.Backend + " " + nsPath(n)
 	}
 	return n.Backend
 }

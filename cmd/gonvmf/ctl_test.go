@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -715,5 +716,111 @@ func TestCtlSaveReplacesFile(t *testing.T) {
 	code, _, errOut := gonvmf(t, "ctl", "--socket", filepath.Join(dir, "none.sock"), "save", "-o", saved)
 	if code != 1 || !strings.Contains(errOut, "is gonvmf serve running?") || !bytes.Equal(readFile(t, saved), before) {
 		t.Errorf("save -o with no target: exit %d, file changed: %v\n%s", code, !bytes.Equal(readFile(t, saved), before), errOut)
+	}
+}
+
+// TestCtlNsAddRBD: ctl ns add adds an rbd namespace from its --rbd-* flags, which reach
+// the backend as the image's spec and the running configuration as its rbd section; flags
+// the configuration's rules refuse are a usage error that names the flag and the fix, and
+// the target is not asked. The target here opens a memory backend in place of the image.
+func TestCtlNsAddRBD(t *testing.T) {
+	var mu sync.Mutex
+	var opened []backend.RBDSpec
+	s, sock := ctlTargetWith(t, ctlConfig(t, ""), server.Options{
+		Target: []target.Option{target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+			if spec.Kind != backend.KindRBD {
+				return backend.Open(spec)
+			}
+			mu.Lock()
+			opened = append(opened, spec.RBD)
+			mu.Unlock()
+			return backend.Open(backend.Spec{Kind: backend.KindMemory, Size: spec.RBD.CreateSize, LBASize: spec.LBASize})
+		})}})
+	ctl := func(want int, args ...string) string {
+		t.Helper()
+		code, out, errOut := gonvmf(t, append([]string{"ctl", "--socket", sock, "ns", "add", ctlNQN}, args...)...)
+		if code != want {
+			t.Fatalf("gonvmf ctl ns add %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, want, out, errOut)
+		}
+		return out + errOut
+	}
+	contains := func(what, text string, subs ...string) {
+		t.Helper()
+		for _, sub := range subs {
+			if !strings.Contains(text, sub) {
+				t.Errorf("%s: no %q in\n%s", what, sub, text)
+			}
+		}
+	}
+
+	cephConf, err := filepath.Abs(filepath.Join("ceph", "ceph.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := ctl(0, "--nsid", "2", "--backend", "rbd", "--lba-size", "4096", "--rbd-pool", "gw", "--rbd-rados-namespace", "tenant1",
+		"--rbd-image", "vol2", "--rbd-ceph-conf", filepath.Join("ceph", "ceph.conf"), "--rbd-user", "gonvmf",
+		"--rbd-keyring", "/etc/ceph/ceph.client.gonvmf.keyring", "--rbd-create-size", "8MiB")
+	contains("ns add --backend rbd", out, "added namespace 2 to "+ctlNQN+": rbd gw/tenant1/vol2", "8.0 MiB (2048 blocks of 4096 bytes)")
+	want := backend.RBDSpec{Pool: "gw", Namespace: "tenant1", Image: "vol2", Conf: cephConf, User: "gonvmf",
+		Keyring: "/etc/ceph/ceph.client.gonvmf.keyring", CreateSize: 8 << 20}
+	mu.Lock()
+	if len(opened) != 1 || opened[0] != want {
+		t.Errorf("the backend opened %+v, want one open of %+v", opened, want)
+	}
+	mu.Unlock()
+	wantConf := conf.RBD{Pool: "gw", RadosNamespace: "tenant1", Image: "vol2", CephConf: cephConf, User: "gonvmf",
+		Keyring: "/etc/ceph/ceph.client.gonvmf.keyring", CreateSize: 8 << 20}
+	if nss := s.Config().Subsystems[0].Namespaces; len(nss) != 2 || nss[1].Backend != conf.BackendRBD || nss[1].RBD != wantConf {
+		t.Errorf("running configuration's namespaces %+v, want the second rbd with %+v", nss, wantConf)
+	}
+	code, lsOut, errOut := gonvmf(t, "ctl", "--socket", sock, "ns", "ls", ctlNQN)
+	if code != 0 || !strings.Contains(lsOut, "gw/tenant1/vol2") {
+		t.Errorf("ns ls: exit %d\n%s%s", code, lsOut, errOut)
+	}
+	// The running configuration's rules across namespaces are the target's: one image, one
+	// namespace.
+	out = ctl(1, "--nsid", "3", "--backend", "rbd", "--rbd-pool", "gw", "--rbd-rados-namespace", "tenant1", "--rbd-image", "vol2",
+		"--rbd-ceph-conf", cephConf, "--rbd-create-size", "8MiB")
+	contains("ns add of an image in use", out, "image gw/tenant1/vol2 is already the backing of")
+
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--backend", "rbd"},
+			[]string{"--rbd-*: missing; name the image, e.g. --rbd-pool rbd --rbd-image vol1"}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw"},
+			[]string{"--rbd-image: missing; name the image, e.g. --rbd-image vol1"}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "a/b"},
+			[]string{`--rbd-image a/b: "a/b" is not a valid image name`, "use the name the rbd tool shows"}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "v", "--rbd-user", "client.gonvmf"},
+			[]string{"--rbd-user client.gonvmf: user is the client's id", "; write --rbd-user gonvmf"}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "v", "--read-only", "--rbd-create-size", "8MiB"},
+			[]string{"--rbd-create-size 8MiB: a read-only namespace cannot create its image; create the image first (rbd create), or remove --read-only"}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "v", "--lba-size", "4096", "--rbd-create-size", "6KiB"},
+			[]string{"--rbd-create-size 6KiB: ", "is not a multiple of the LBA size 4096; use a multiple of 4096"}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "v", "--rbd-create-size", "0"},
+			[]string{`--rbd-create-size "0": an image of 0 bytes holds nothing`}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "v", "--rbd-create-size", "8 pages"},
+			[]string{`--rbd-create-size "8 pages": `}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "v", "--size", "1GiB"},
+			[]string{"--size 1GiB: rbd namespaces take their size from the image; remove --size: to create a missing image write --rbd-create-size"}},
+		{[]string{"--backend", "rbd", "--rbd-pool", "gw", "--rbd-image", "v", "--path", "/srv/v.img"},
+			[]string{"--path /srv/v.img: rbd namespaces have no backing file", "; remove --path, and write --rbd-pool rbd --rbd-image vol1"}},
+		{[]string{"--backend", "memory", "--size", "1MiB", "--rbd-user", "gonvmf"},
+			[]string{"--rbd-*: rbd describes the image of an rbd namespace, not of a memory one; remove the --rbd-* flags, or set --backend rbd"}},
+		{[]string{"--backend", "block", "--path", "/dev/null", "--size", "1GiB"},
+			[]string{"--size 1GiB: block namespaces take their size from the device; remove --size"}},
+	} {
+		out := ctl(2, append([]string{"--nsid", "4"}, c.args...)...)
+		contains("ns add "+strings.Join(c.args, " "), out, append([]string{"gonvmf: "}, c.want...)...)
+	}
+	mu.Lock()
+	if len(opened) != 1 {
+		t.Errorf("refused flags opened backends: %+v", opened[1:])
+	}
+	mu.Unlock()
+	if n := len(s.Config().Subsystems[0].Namespaces); n != 2 {
+		t.Errorf("%d namespaces after the refused ns adds, want 2", n)
 	}
 }

@@ -309,7 +309,7 @@ func TestHelpDefaults(t *testing.T) {
 	walk(nil, newApp(io.Discard, io.Discard).Commands)
 	for args, want := range map[string]string{
 		"ctl subsystem add": "handed out (two targets serving one subsystem need disjoint ranges) (default: 1)",
-		"ctl ns add":        "add it with its subsystem, gonvmf ctl subsystem add --yaml FILE",
+		"ctl ns add":        "file, block, null, memory or rbd (required; rbd: the ceph build, the image named by --rbd-pool and --rbd-image)",
 		"perf":              "random SEED (default: from the clock)",
 	} {
 		if _, out, _ := gonvmf(t, append(strings.Fields(args), "--help")...); !strings.Contains(out, want) {
