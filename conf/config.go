@@ -310,7 +310,8 @@ type Metrics struct {
 	// namespace; MetricsCounters its counters and gauges only, 8 series, for targets
 	// whose hundreds of namespaces would make the histograms' buckets too many series
 	// for Prometheus. Error counters come on top of either, one series per class and
-	// status seen.
+	// status seen. Unlike the rest of the section it changes on reload (the metrics
+	// endpoint reads it at each scrape).
 	PerNamespace string `yaml:"per_namespace"`
 }
 

@@ -256,6 +256,18 @@ func (t *Target) change(what string, resolve bool, edit func(*conf.Config) error
 	return nil
 }
 
+// SetMetricsPerNamespace changes the running configuration's metrics.per_namespace
+// (conf.MetricsFull or conf.MetricsCounters, validated as the file's would be). The
+// Target serves no metrics: it keeps the setting so that Config reads back what the
+// metrics endpoint exports, which its owner tells the endpoint (see
+// server.Server.WatchMetrics).
+func (t *Target) SetMetricsPerNamespace(level string) error {
+	return t.change("metrics.per_namespace: "+level, true, func(c *conf.Config) error {
+		c.Metrics.PerNamespace = level
+		return nil
+	}, func(*conf.Config) error { return nil })
+}
+
 // subsystemIndex returns the index of the subsystem nqn in c, or -1.
 func subsystemIndex(c *conf.Config, nqn string) int {
 	return slices.IndexFunc(c.Subsystems, func(s conf.Subsystem) bool { return s.NQN == nqn })

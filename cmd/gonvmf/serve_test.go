@@ -341,6 +341,71 @@ func TestServeReloadMetrics(t *testing.T) {
 	}
 }
 
+// TestServeReloadPerNamespace: a SIGHUP whose file changes metrics.per_namespace is
+// applied while serve runs, logged, and the next scrape exports 8 series of namespace 1
+// after full → counters, 104 after counters → full.
+func TestServeReloadPerNamespace(t *testing.T) {
+	addr := freeTCPAddr(t)
+	section := func(level string) string { return "metrics: {address: \"" + addr + "\", per_namespace: " + level + "}" }
+	file := ctlConfig(t, section("full"))
+	c := startChild(t, "loop", "serve", "-c", file)
+	log := c.tail()
+	log.await(t, "serving Prometheus metrics", 30*time.Second)
+	series := func(when string, want int) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(line, "gonvmf_namespace_") && strings.Contains(line, `nsid="1"`) {
+				n++
+			}
+		}
+		if n != want {
+			t.Errorf("%s: namespace 1 has %d series, want %d", when, n, want)
+		}
+	}
+	series("at the start", 104)
+	text := readFileString(t, file)
+	reloads := 0
+	hup := func(level string) {
+		t.Helper()
+		reloads++
+		if err := os.WriteFile(file, []byte(strings.Replace(text, section("full"), section(level), 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); strings.Count(log.String(), "reload: 1 change applied") < reloads; time.Sleep(10 * time.Millisecond) {
+			if l := log.String(); time.Now().After(deadline) || strings.Contains(l, "reload failed") || strings.Contains(l, "reload refused") {
+				t.Fatalf("reload to per_namespace %s: not applied:\n%s", level, l)
+			}
+		}
+		if !strings.Contains(log.String(), "metrics.per_namespace "+map[string]string{"full": "counters", "counters": "full"}[level]+" → "+level) {
+			t.Errorf("reload to per_namespace %s: the log does not name the change:\n%s", level, log)
+		}
+	}
+	hup("counters")
+	series("after full → counters", 8)
+	hup("full")
+	series("after counters → full", 104)
+
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.wait(t, 60*time.Second); err != nil {
+		t.Errorf("serve after SIGTERM: %v\n%s", err, log)
+	}
+}
+
 // freeTCPAddr returns a loopback address:port nothing listens on now (a metrics
 // address; the configuration refuses port 0).
 func freeTCPAddr(t *testing.T) string {

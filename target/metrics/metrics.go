@@ -36,6 +36,10 @@
 // their quantiles. No target-wide histogram replaces them: a sum over the namespaces served at
 // a scrape falls when one is removed, which rate() takes for a counter reset.
 //
+// The choice is read at each scrape, so it changes while the target runs: a reload of srv
+// that changes metrics.per_namespace tells the Server (server.Server.WatchMetrics, which
+// Start registers and Close ends), and SetNamespaceHistograms sets it directly.
+//
 // # Namespaces and subsystems that come and go
 //
 // Every scrape reports what is served at that moment: a namespace or subsystem added at
@@ -52,12 +56,14 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
 )
@@ -125,11 +131,13 @@ func WithProfiling() Option { return func(o *options) { o.profiling = true } }
 
 // Server serves the metrics over HTTP.
 type Server struct {
-	log  *slog.Logger
-	srv  *server.Server
-	ln   net.Listener
-	hs   *http.Server
-	done chan struct{}
+	log   *slog.Logger
+	srv   *server.Server
+	col   *Collector
+	ln    net.Listener
+	hs    *http.Server
+	done  chan struct{}
+	watch func() // ends the server.Server.WatchMetrics registration
 }
 
 // Start serves srv's metrics over HTTP on address (host:port; ":9469" for every address,
@@ -148,7 +156,7 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 	}
 	reg := prometheus.NewRegistry()
 	col := NewCollector(srv)
-	col.noNSHist = o.noNSHist
+	col.SetNamespaceHistograms(!o.noNSHist)
 	if err := reg.Register(col); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -191,9 +199,10 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 		mux.HandleFunc(ProfilePath+"trace", pprof.Trace)
 	}
 	m := &Server{
-		log: log.With("component", "metrics"), srv: srv, ln: ln, done: make(chan struct{}),
+		log: log.With("component", "metrics"), srv: srv, col: col, ln: ln, done: make(chan struct{}),
 		hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 	}
+	m.watch = srv.WatchMetrics(func(mc conf.Metrics) { col.SetNamespaceHistograms(mc.PerNamespace != conf.MetricsCounters) })
 	srv.Target().MeasureLatency(true)
 	go func() {
 		defer close(m.done)
@@ -211,9 +220,15 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 // Addr is the address the metrics are served on.
 func (m *Server) Addr() net.Addr { return m.ln.Addr() }
 
-// Close stops serving (scrapes in progress are cut off) and turns the latency histograms
-// off.
+// SetNamespaceHistograms turns the namespaces' latency histograms on or off from the next
+// scrape on (WithNamespaceHistograms at start). A reload of srv that changes
+// metrics.per_namespace calls it (server.Server.WatchMetrics).
+func (m *Server) SetNamespaceHistograms(on bool) { m.col.SetNamespaceHistograms(on) }
+
+// Close stops serving (scrapes in progress are cut off), stops following srv's reloads,
+// and turns the latency histograms off.
 func (m *Server) Close() error {
+	m.watch()
 	err := m.hs.Close()
 	<-m.done
 	m.srv.Target().MeasureLatency(false)
@@ -251,8 +266,13 @@ func (c reloadCollector) Collect(ch chan<- prometheus.Metric) {
 // Collector is a prometheus.Collector of a server.Server's counters, read at each scrape.
 type Collector struct {
 	srv      *server.Server
-	noNSHist bool // leave out the namespaces' latency histograms
+	noNSHist atomic.Bool // leave out the namespaces' latency histograms; read at each scrape
 }
+
+// SetNamespaceHistograms turns the namespaces' latency histograms
+// (gonvmf_namespace_command_duration_seconds, NamespaceHistogramSeries series per
+// namespace) on or off from the next scrape on; a scrape under way keeps what it read.
+func (c *Collector) SetNamespaceHistograms(on bool) { c.noNSHist.Store(!on) }
 
 // NewCollector returns the Collector of srv, with the namespaces' latency histograms. It
 // does not turn latency measurement on (Start does; see target.Target.MeasureLatency):
@@ -338,6 +358,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	noNSHist := c.noNSHist.Load() // once: every namespace of a scrape alike
 	t := c.srv.Target()
 	for _, ns := range t.Namespaces() {
 		sub, nsid := ns.Subsystem, strconv.FormatUint(uint64(ns.NSID), 10)
@@ -354,7 +375,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if cl == target.IORead || cl == target.IOWrite {
 				counter(nsBytes, io.Bytes, sub, nsid, op)
 			}
-			if c.noNSHist {
+			if noNSHist {
 				continue
 			}
 			h := &io.Latency

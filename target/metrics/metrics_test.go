@@ -47,7 +47,15 @@ func ctx(t *testing.T) context.Context {
 // and its metrics on a free port.
 func loopServer(t *testing.T, opts ...metrics.Option) (*server.Server, *metrics.Server) {
 	t.Helper()
+	return loopServerWith(t, conf.Metrics{}, opts...)
+}
+
+// loopServerWith is loopServer whose configuration has the metrics section mc (its
+// address is not where the metrics are served: that is a free port).
+func loopServerWith(t *testing.T, mc conf.Metrics, opts ...metrics.Option) (*server.Server, *metrics.Server) {
+	t.Helper()
 	cfg := &conf.Config{
+		Metrics:   mc,
 		Listeners: []conf.Listener{{Address: "10.99.0.1"}},
 		Subsystems: []conf.Subsystem{{NQN: subNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{
 			{NSID: 1, Backend: conf.BackendMemory, Size: 1 << 20},
@@ -277,9 +285,6 @@ func TestScrape(t *testing.T) {
 	}
 }
 
-// TestNamespacesComeAndGo: a namespace added at run time appears in the next scrape,
-// one removed disappears with its counters, and added again it counts from zero; the
-// same for subsystems.
 // TestSeriesPerNamespace counts the series a scrape exports of each namespace, with the
 // latency histograms (the default) and without them (WithNamespaceHistograms(false),
 // metrics.per_namespace: counters): 104 and 8. Without them the counters still count.
@@ -311,26 +316,7 @@ func TestSeriesPerNamespace(t *testing.T) {
 			if _, err := n1.ReadAt(ctx(t), buf, 0); err != nil {
 				t.Fatal(err)
 			}
-			resp, err := http.Get("http://" + m.Addr().String() + metrics.Path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			text, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			series := map[string]int{}
-			for _, line := range strings.Split(string(text), "\n") {
-				if strings.HasPrefix(line, "#") || !strings.Contains(line, `subsystem="`+subNQN+`"`) {
-					continue
-				}
-				for _, nsid := range []string{"1", "2"} {
-					if strings.Contains(line, `nsid="`+nsid+`"`) {
-						series[nsid]++
-					}
-				}
-			}
+			series := nsSeries(t, m)
 			for _, nsid := range []string{"1", "2"} {
 				if series[nsid] != c.want {
 					t.Errorf("namespace %s: %d series, want %d", nsid, series[nsid], c.want)
@@ -354,6 +340,100 @@ func TestSeriesPerNamespace(t *testing.T) {
 	}
 }
 
+// nsSeries scrapes m and counts the series of namespaces 1 and 2 of subNQN, by NSID.
+func nsSeries(t *testing.T, m *metrics.Server) map[string]int {
+	t.Helper()
+	resp, err := http.Get("http://" + m.Addr().String() + metrics.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	for _, line := range strings.Split(string(text), "\n") {
+		if strings.HasPrefix(line, "#") || !strings.Contains(line, `subsystem="`+subNQN+`"`) {
+			continue
+		}
+		for _, nsid := range []string{"1", "2"} {
+			if strings.Contains(line, `nsid="`+nsid+`"`) {
+				series[nsid]++
+			}
+		}
+	}
+	return series
+}
+
+// TestPerNamespaceReload: a reload that changes metrics.per_namespace is applied while the
+// target runs — the next scrape exports 8 series per namespace after full → counters and
+// 104 after counters → full, and the running configuration says so — and a reload whose
+// later step fails undoes it with the rest. A reload that changes the address is still
+// refused.
+func TestPerNamespaceReload(t *testing.T) {
+	s, m := loopServerWith(t, conf.Metrics{Address: "127.0.0.1:9469", PerNamespace: conf.MetricsFull})
+	expect := func(when string, level string, want int) {
+		t.Helper()
+		series := nsSeries(t, m)
+		for _, nsid := range []string{"1", "2"} {
+			if series[nsid] != want {
+				t.Errorf("%s: namespace %s: %d series, want %d", when, nsid, series[nsid], want)
+			}
+		}
+		if got := s.Config().Metrics.PerNamespace; got != level {
+			t.Errorf("%s: running per_namespace %q, want %q", when, got, level)
+		}
+	}
+	expect("at start", conf.MetricsFull, metrics.NamespaceSeries)
+
+	reload := func(level string) {
+		t.Helper()
+		next := s.Config()
+		next.Metrics.PerNamespace = level
+		changes, err := s.Reload(next)
+		if err != nil {
+			t.Fatalf("reload to per_namespace %s: %v", level, err)
+		}
+		if len(changes) != 1 || !strings.Contains(changes[0], "metrics.per_namespace") {
+			t.Errorf("reload to per_namespace %s: changes %q, want the one of metrics.per_namespace", level, changes)
+		}
+	}
+	reload(conf.MetricsCounters)
+	expect("after full → counters", conf.MetricsCounters, 8)
+	reload(conf.MetricsFull)
+	expect("after counters → full", conf.MetricsFull, 104)
+
+	// A later step fails (a file namespace whose directory does not exist): the change of
+	// per_namespace is undone with the reload.
+	next := s.Config()
+	next.Metrics.PerNamespace = conf.MetricsCounters
+	next.Subsystems[0].Namespaces = append(next.Subsystems[0].Namespaces, conf.Namespace{NSID: 9, Backend: conf.BackendFile,
+		Path: filepath.Join(t.TempDir(), "no", "such", "dir.img"), Size: 1 << 20})
+	if _, err := s.Reload(next); err == nil || !strings.Contains(err.Error(), "add namespace 9") {
+		t.Fatalf("reload whose namespace 9 cannot be created: %v, want its step's error", err)
+	}
+	expect("after the undone reload", conf.MetricsFull, metrics.NamespaceSeries)
+
+	next = s.Config()
+	next.Metrics.Address, next.Metrics.PerNamespace = "127.0.0.1:9470", conf.MetricsCounters
+	if _, err := s.Reload(next); err == nil || !strings.Contains(err.Error(), `metrics.address: "127.0.0.1:9469" → "127.0.0.1:9470"`) ||
+		strings.Contains(err.Error(), "metrics.per_namespace") {
+		t.Errorf("reload of another metrics address: %v, want it refused for the address alone", err)
+	}
+	expect("after the refused reload", conf.MetricsFull, metrics.NamespaceSeries)
+
+	// Closed, the endpoint follows reloads no more; they still apply to the configuration.
+	m.Close()
+	reload(conf.MetricsCounters)
+	if got := s.Config().Metrics.PerNamespace; got != conf.MetricsCounters {
+		t.Errorf("reload after the endpoint closed: per_namespace %q, want %q", got, conf.MetricsCounters)
+	}
+}
+
+// TestNamespacesComeAndGo: a namespace added at run time appears in the next scrape,
+// one removed disappears with its counters, and added again it counts from zero; the
+// same for subsystems.
 func TestNamespacesComeAndGo(t *testing.T) {
 	s, m := loopServer(t)
 	c, err := dial(t, s, subNQN)

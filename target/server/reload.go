@@ -21,6 +21,8 @@ import (
 //  1. listeners that are new start listening; hosts new to the hosts section, or whose
 //     entry changed (secrets, hash functions, DH groups), get their new entry; the
 //     auto_reopen policy changes (reopens under way follow it from their next open);
+//     metrics.per_namespace changes (the WatchMetrics functions are told: the metrics
+//     endpoint exports the new level from its next scrape);
 //  2. namespaces that are gone, or whose identity changed (backend, path, lba_size, uuid,
 //     nguid, eui64, the rbd image or its cluster: hosts would see another namespace), are
 //     removed, then subsystems that are gone (their hosts are disconnected);
@@ -51,13 +53,14 @@ import (
 // Host key and auth_required changes apply as SetHostKeys and SetAuthRequired do: to
 // new connections and re-authentications; established connections keep working until
 // they reconnect. Settings that cannot change while the target runs are errors that
-// change nothing: the transport section, the control and metrics sections, a subsystem's
-// serial or model, a smaller namespace size. next is validated as a file is (an invalid
-// next changes nothing and the error says why). When a step fails, the steps already
-// applied are undone in reverse order (a namespace that grew stays grown; hosts
-// disconnected by a removal reconnect; a subsystem or namespace removed returns to its
-// place in the order) and the error names the step and the reason. Reload returns a
-// description of each change applied, in order (none when next is what runs).
+// change nothing: the transport section, the control section, the metrics section but
+// its per_namespace, a subsystem's serial or model, a smaller namespace size. next is
+// validated as a file is (an invalid next changes nothing and the error says why). When
+// a step fails, the steps already applied are undone in reverse order (a namespace that
+// grew stays grown; hosts disconnected by a removal reconnect; a subsystem or namespace
+// removed returns to its place in the order) and the error names the step and the
+// reason. Reload returns a description of each change applied, in order (none when next
+// is what runs).
 func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	s.chg.Lock()
 	defer s.chg.Unlock()
@@ -131,8 +134,14 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	if d := fieldDiffs("control", cur.Control, next.Control); len(d) > 0 {
 		errs = append(errs, strings.Join(d, ", ")+": the control API listens where it started; restart gonvmf to change it")
 	}
-	if d := fieldDiffs("metrics", cur.Metrics, next.Metrics); len(d) > 0 {
-		errs = append(errs, strings.Join(d, ", ")+": the metrics endpoint is set up at start; restart gonvmf to change it")
+	{
+		// per_namespace is read at each scrape (a step below); the rest of the section
+		// sets the endpoint up.
+		a, b := cur.Metrics, next.Metrics
+		a.PerNamespace, b.PerNamespace = "", ""
+		if d := fieldDiffs("metrics", a, b); len(d) > 0 {
+			errs = append(errs, strings.Join(d, ", ")+": the metrics endpoint is set up at start; restart gonvmf to change it (per_namespace changes on reload)")
+		}
 	}
 	// Any other top-level section: only what this function knows how to apply may change.
 	{
@@ -218,6 +227,24 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		setKeys = append(setKeys, step{what: strings.Join(d, ", "),
 			do:   func() error { return t.SetAutoReopen(to) },
 			undo: func() error { return t.SetAutoReopen(from) }})
+	}
+	if x, y := cur.Metrics.PerNamespace, next.Metrics.PerNamespace; x != y && cur.Metrics.Address == next.Metrics.Address {
+		from, to := cur.Metrics, next.Metrics
+		setKeys = append(setKeys, step{what: fmt.Sprintf("metrics.per_namespace %s → %s (%s)", x, y, perNamespaceText(y)),
+			do: func() error {
+				if err := t.SetMetricsPerNamespace(to.PerNamespace); err != nil {
+					return err
+				}
+				s.tellMetrics(to)
+				return nil
+			},
+			undo: func() error {
+				if err := t.SetMetricsPerNamespace(from.PerNamespace); err != nil {
+					return err
+				}
+				s.tellMetrics(from)
+				return nil
+			}})
 	}
 	// The hosts section (descriptions show secrets redacted).
 	for _, nh := range next.Hosts {
@@ -382,6 +409,14 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		steps = append(steps, group...)
 	}
 	return steps, nil
+}
+
+// perNamespaceText says what the metrics endpoint exports of each namespace at level.
+func perNamespaceText(level string) string {
+	if level == conf.MetricsCounters {
+		return "the next scrape exports each namespace's counters and gauges, without latency histograms"
+	}
+	return "the next scrape exports each namespace's counters, gauges and latency histograms"
 }
 
 // restoreIndex is where the item with key k, which the list cur had, goes back into the

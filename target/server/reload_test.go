@@ -116,7 +116,7 @@ func TestReload(t *testing.T) {
 	}{
 		{"transport", func(c *conf.Config) { c.Transport.QueueDepth = 64 }, "transport.queue_depth: 128 → 64: the transport settings"},
 		{"control", func(c *conf.Config) { c.Control.Socket = "/run/other.sock" }, `control.socket: "/run/gonvmf/gonvmf.sock" → "/run/other.sock"`},
-		{"metrics", func(c *conf.Config) { c.Metrics.Address = "127.0.0.1:9469" }, `metrics.address: "" → "127.0.0.1:9469", metrics.per_namespace: "" → "full": the metrics endpoint is set up at start`},
+		{"metrics", func(c *conf.Config) { c.Metrics.Address = "127.0.0.1:9469" }, `metrics.address: "" → "127.0.0.1:9469": the metrics endpoint is set up at start; restart gonvmf to change it (per_namespace changes on reload)`},
 		// The limits section is named field by field, as the transport section is.
 		{"limits", func(c *conf.Config) { c.Limits.MaxQueues, c.Limits.ConnectTimeout = 512, 20*time.Second },
 			"limits.max_queues: 1024 → 512, limits.connect_timeout: 10s → 20s: cannot change while gonvmf runs; restart it"},
