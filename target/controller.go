@@ -637,9 +637,9 @@ func (c *controller) beginShutdown() func() {
 // host must not assume its data is on stable storage) when a flush failed — a sync
 // failure also fails the namespace (see namespace.fail), so the next association finds
 // writes and flushes refused rather than a clean state — when a flush was still running
-// at the limit, or when commands were still executing in a backend when SHST is
-// reported: those of wait at the limit, and those of earlier still executing then. Writes
-// among them may reach the media after SHST reads complete, and no flush covered them —
+// at the limit, or when commands were still executing in a backend: those of wait at
+// the limit, and those of earlier when the flush begins. Writes among them may reach
+// the media after SHST reads complete, and no flush covered them —
 // also those an earlier reset left (a reset reports nothing of them to the host, and the
 // host may have written the same blocks again since), so they set CFS without being
 // waited for again, logged at Warn (the reset that left them logged them at Error).
@@ -655,12 +655,14 @@ func (c *controller) finishShutdown(gen uint64, wait, earlier []*Queue) {
 		c.abandon(wait)
 		c.mu.Unlock()
 	}
+	// Looked at before the flush: a command an earlier reset left that completes while the
+	// flush runs may have written after the flush began, and nothing covers it.
+	left := stuckOf(earlier)
 	failed, unflushed := c.flushNamespaces(min(c.t.closeTimeout, shutdownLimit-time.Since(start)))
 	if len(unflushed) > 0 {
 		c.log.Error("controller shutdown: flushing namespaces did not finish in time; the shutdown completes with CSTS.CFS",
 			"nsids", unflushed, "waited", time.Since(start).Round(time.Millisecond))
 	}
-	left := stuckOf(earlier)
 	if left.queues > 0 {
 		c.log.Warn("controller shutdown: commands an earlier reset or shutdown left executing in a backend still execute; "+
 			"not waited for again, and the shutdown completes with CSTS.CFS",

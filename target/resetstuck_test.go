@@ -25,10 +25,11 @@ type hungBackends struct {
 	gate      chan struct{}
 	once      sync.Once
 	err       atomic.Pointer[error]
-	writes    atomic.Int32 // writes that reached a hung backend
-	flushes   atomic.Int32 // flushes that reached a hung backend
-	okFlushes atomic.Int32 // flushes of the other backends
-	okCloses  atomic.Int32 // closes of the other backends
+	writes    atomic.Int32           // writes that reached a hung backend
+	flushes   atomic.Int32           // flushes that reached a hung backend
+	okFlushes atomic.Int32           // flushes of the other backends
+	okCloses  atomic.Int32           // closes of the other backends
+	onFlush   atomic.Pointer[func()] // if set, runs at the start of every Flush
 }
 
 func newHungBackends(hungSize conf.Size, hangFlush bool) *hungBackends {
@@ -85,6 +86,9 @@ func (b *hungBackend) WriteBlocks(buf []byte, slba uint64, fua bool) error {
 }
 
 func (b *hungBackend) Flush() error {
+	if f := b.hb.onFlush.Load(); f != nil {
+		(*f)()
+	}
 	switch {
 	case !b.hung:
 		b.hb.okFlushes.Add(1)
@@ -381,4 +385,41 @@ func TestResetAfterResetGaveUp(t *testing.T) {
 	}
 	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
 	expectOK(t, "write of namespace 1 once its backend answers", q.do(&w, pattern(512, 12)))
+}
+
+// TestShutdownStuckWriteDoneDuringFlush: a write a reset gave up on that completes while
+// the shutdown's flush runs — after the flush began, so the flush may not cover it — sets
+// CSTS.CFS with SHST complete, as one still executing at the end does. The code before
+// looked at such writes only after the flush and reported a clean shutdown.
+func TestShutdownStuckWriteDoneDuringFlush(t *testing.T) {
+	const closeTimeout = time.Second
+	base := nvmeproto.CC(0).WithIOSQES(6).WithIOCQES(4)
+	e, hb, admin, _, _, done := stuckWrite(t, closeTimeout, false)
+	start := time.Now()
+	expectOK(t, "CC.EN=0", admin.propSet(nvmeproto.PropCC, uint32(base)))
+	pollCSTS(t, admin, start, closeTimeout+5*time.Second, "reset, a write stuck",
+		func(s nvmeproto.CSTS) bool { return !s.RDY() })
+	admin.enable()
+
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			hb.release(nil) // the write goes on, and completes before the flush returns
+			for deadline := time.Now().Add(5 * time.Second); e.tgt.StuckQueues() != 0 && time.Now().Before(deadline); {
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	hb.onFlush.Store(&release)
+	start = time.Now()
+	expectOK(t, "CC.SHN=1", admin.propSet(nvmeproto.PropCC, uint32(base.WithEN(true).WithSHN(nvmeproto.CCSHNNormal))))
+	st, _ := pollCSTS(t, admin, start, closeTimeout+10*time.Second, "shutdown",
+		func(s nvmeproto.CSTS) bool { return s.SHST() == nvmeproto.CSTSSHSTComplete })
+	if e.tgt.StuckQueues() != 0 {
+		t.Fatalf("the stuck write had not completed when the flush returned")
+	}
+	if !st.CFS() {
+		t.Errorf("CSTS %v after a shutdown during whose flush a write a reset had left completed: want CFS set", st)
+	}
+	wait(t, done)
 }
