@@ -684,7 +684,7 @@ func (c *controller) finishShutdown(gen uint64, wait, earlier []*Queue) {
 // still running at the limit; those go on until their backend returns.
 func (c *controller) flushNamespaces(limit time.Duration) (failed bool, unfinished []uint32) {
 	nss := c.subsys.namespaces()
-	for i, o := range flushAll(nss, limit) {
+	for i, o := range flushAll(nss, limit, false) {
 		switch {
 		case !o.done:
 			unfinished = append(unfinished, nss[i].nsid)

@@ -153,8 +153,9 @@
 //     then goes on (Close returns ErrNamespaceBusy) and closes its backend once they
 //     complete. A controller reset and a shutdown wait as long, and no longer than their
 //     host waits (see Concurrency). The target's stop (Target.Flush, then Close) waits
-//     as long in all: the namespaces' flushes run concurrently, and the closes after
-//     them wait for what a hung backend holds only until the flushes' wait ended.
+//     as long for a hung backend in all: the namespaces' flushes run concurrently, and
+//     the closes after them do not wait again for a namespace whose flush was left
+//     executing, nor for a queue's commands to it; every other close gets its whole wait.
 //
 // # Limits
 //

@@ -37,7 +37,7 @@ const DefaultQueueCloseTimeout = 30 * time.Second
 // (CC.SHN) as long for them and again for its namespaces' flushes, together at most 50 s
 // (RTD3E is 60 s), then reports SHST complete, with CSTS.CFS if it left either. The
 // target's stop (Flush) waits as long for its namespaces' flushes, run concurrently, and
-// the closes after it wait for requests in a backend no longer than it did.
+// the closes after it do not wait again for a backend whose flush it left executing.
 func WithQueueCloseTimeout(d time.Duration) Option { return func(t *Target) { t.closeTimeout = d } }
 
 // Limits returns the resolved limits (the configuration's limits section) the target and

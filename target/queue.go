@@ -316,23 +316,45 @@ func (q *Queue) Close() (drained bool) {
 	return drained
 }
 
-// waitDrained waits, at most the target's close timeout (during the target's stop, at
-// most until its end: Target.closeWait), until no command begun on the closing queue is
-// executing; it reports whether that happened, and how long it waited if not.
+// waitDrained waits, at most the target's close timeout, until no command begun on the
+// closing queue is executing; it reports whether that happened, and how long it waited if
+// not. A queue with a command to a namespace whose stop flush Flush left executing
+// (Target.stopHung) is not waited for: that namespace's backend hangs, and the flush has
+// had its close timeout.
 func (q *Queue) waitDrained() (drained bool, waited time.Duration) {
 	select {
 	case <-q.drained:
 		return true, 0
 	default:
 	}
-	limit := q.t.closeWait()
-	t := time.NewTimer(limit)
-	defer t.Stop()
+	limit := q.t.closeTimeout
+	if q.t.stopHungIn(q.busyFences) {
+		limit = 0
+	}
+	if limit > 0 {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		select {
+		case <-q.drained:
+			return true, 0
+		case <-t.C:
+		}
+	}
 	select {
-	case <-q.drained:
+	case <-q.drained: // as the wait ended
 		return true, 0
-	case <-t.C:
+	default:
 		return false, limit
+	}
+}
+
+// busyFences yields the namespaces (fence keys) the queue has namespace data commands in
+// flight to.
+func (q *Queue) busyFences(yield func(fenceKey) bool) {
+	for _, in := range q.fenceTable() {
+		if in.n[0].Load()+in.n[1].Load() > 0 && !yield(in.key()) {
+			return
+		}
 	}
 }
 

@@ -29,6 +29,8 @@ type hungBackends struct {
 	flushes   atomic.Int32           // flushes that reached a hung backend
 	okFlushes atomic.Int32           // flushes of the other backends
 	okCloses  atomic.Int32           // closes of the other backends
+	okDelay   atomic.Int64           // how long the other backends' writes and flushes take (ns)
+	okBusy    atomic.Int32           // writes and flushes of the other backends taking okDelay now
 	onFlush   atomic.Pointer[func()] // if set, runs at the start of every Flush
 }
 
@@ -75,12 +77,23 @@ type hungBackend struct {
 	hung bool
 }
 
+// slow makes a request of a working backend take okDelay.
+func (hb *hungBackends) slow() {
+	if d := time.Duration(hb.okDelay.Load()); d > 0 {
+		hb.okBusy.Add(1)
+		time.Sleep(d)
+		hb.okBusy.Add(-1)
+	}
+}
+
 func (b *hungBackend) WriteBlocks(buf []byte, slba uint64, fua bool) error {
 	if b.hung {
 		b.hb.writes.Add(1)
 		if err := b.hb.wait(); err != nil {
 			return err
 		}
+	} else {
+		b.hb.slow()
 	}
 	return b.Backend.WriteBlocks(buf, slba, fua)
 }
@@ -92,6 +105,7 @@ func (b *hungBackend) Flush() error {
 	switch {
 	case !b.hung:
 		b.hb.okFlushes.Add(1)
+		b.hb.slow()
 	case b.hb.hangFlush:
 		b.hb.flushes.Add(1)
 		if err := b.hb.wait(); err != nil {

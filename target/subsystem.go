@@ -470,6 +470,9 @@ type namespace struct {
 	closed    chan struct{}
 	closeErr  error
 	lateClose atomic.Bool // a close gave up waiting: log when it is done
+	// stopHung counts the stop's flushes of the namespace that Flush left executing and
+	// that have not returned (Target.markStopHung): its close does not wait for them.
+	stopHung atomic.Int32
 
 	// I/O counters (iostats.go): by class, sharded by queue; errors by class and status.
 	stats [statShards]ioShard
@@ -539,34 +542,57 @@ type flushOutcome struct {
 	err  error // what it returned
 }
 
+// The states of one of flushAll's flushes.
+const (
+	flushRunning  int32 = iota // executing, waited for
+	flushReturned              // returned within the wait
+	flushLeft                  // executing when the wait ended
+)
+
 // flushAll flushes the namespaces nss concurrently, so that a backend that hangs holds up
 // no other namespace's flush, and waits for them at most limit. out[i] is nss[i]'s
 // outcome. A flush still executing at the limit is not done; it goes on until its backend
-// returns, holding its namespace (whose close waits for it) until then.
-func flushAll(nss []*namespace, limit time.Duration) (out []flushOutcome) {
-	type result struct {
-		i   int
-		err error
-	}
-	results := make(chan result, len(nss)) // a flush that returns after the limit does not block
+// returns, holding its namespace (whose close waits for it) until then. For the target's
+// stop (stop: Target.Flush) such a flush also marks its namespace until it returns
+// (Target.markStopHung).
+func flushAll(nss []*namespace, limit time.Duration, stop bool) (out []flushOutcome) {
+	errs := make([]error, len(nss))
+	state := make([]atomic.Int32, len(nss))
+	returned := make(chan struct{}, len(nss)) // a flush that returns after the limit does not block
 	for i, ns := range nss {
-		go func() { results <- result{i, ns.flush()} }()
+		go func() {
+			errs[i] = ns.flush()
+			if state[i].CompareAndSwap(flushRunning, flushReturned) {
+				returned <- struct{}{}
+			} else if stop {
+				ns.t.markStopHung(ns, -1) // flushAll marked it before it left it
+			}
+		}()
 	}
-	out = make([]flushOutcome, len(nss))
 	t := time.NewTimer(max(limit, 0))
 	defer t.Stop()
+wait:
 	for range nss {
 		select {
-		case r := <-results:
-			out[r.i] = flushOutcome{done: true, err: r.err}
-			continue
+		case <-returned:
 		case <-t.C:
+			break wait
 		}
-		for len(results) > 0 {
-			r := <-results
-			out[r.i] = flushOutcome{done: true, err: r.err}
+	}
+	out = make([]flushOutcome, len(nss))
+	for i, ns := range nss {
+		if state[i].Load() != flushReturned {
+			if stop {
+				ns.t.markStopHung(ns, 1) // before the flush can see it left, which unmarks it
+			}
+			if state[i].CompareAndSwap(flushRunning, flushLeft) {
+				continue
+			}
+			if stop {
+				ns.t.markStopHung(ns, -1) // it returned meanwhile
+			}
 		}
-		break
+		out[i] = flushOutcome{done: true, err: errs[i]} // written before its state
 	}
 	return out
 }
@@ -729,26 +755,33 @@ func (ns *namespace) close() error {
 	return ns.waitClosed()
 }
 
-// waitClosed waits for close's goroutine, at most the target's queue-close timeout.
-// During the target's stop (see Target.Flush) a namespace that still has a reference —
-// the stop's flush, executing in a backend that hangs — is waited for only until the
-// stop's wait ends (Target.closeWait), usually not at all: the flush has had its close
-// timeout.
+// waitClosed waits for close's goroutine, at most the target's queue-close timeout. A
+// namespace whose references include a stop flush that Flush left executing (stopHung) is
+// not waited for: that flush has had its close timeout, and its backend hangs.
 func (ns *namespace) waitClosed() error {
 	limit := ns.t.closeTimeout
-	select {
-	case <-ns.drained:
-	default:
-		limit = ns.t.closeWait()
+	if ns.stopHung.Load() > 0 {
+		select {
+		case <-ns.drained: // the flush returned: executor and backend close now
+		default:
+			limit = 0
+		}
 	}
-	t := time.NewTimer(limit)
-	defer t.Stop()
+	if limit > 0 {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		select {
+		case <-ns.closed:
+			return ns.closeErr
+		case <-t.C:
+		}
+	}
 	select {
-	case <-ns.closed:
+	case <-ns.closed: // as the wait ended
 		return ns.closeErr
-	case <-t.C:
+	default:
 	}
-	ns.t.log.Error("closing namespace: gave up waiting for commands or a flush still executing in its backend (the close timeout, or the stop's wait for its flush, ended); its backend is closed when they complete",
+	ns.t.log.Error("closing namespace: gave up waiting for commands or a flush still executing in its backend (the close timeout ended, or the stop's flush had already waited it out); its backend is closed when they complete",
 		"subsystem", ns.subNQN, "nsid", ns.nsid, "backend", ns.cfg.Backend, "path", ns.location(), "waited", limit)
 	if ns.lateClose.CompareAndSwap(false, true) {
 		go func() {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"math/bits"
 	"slices"
@@ -131,9 +132,13 @@ type Target struct {
 	rejects connectRejects
 
 	quiesced atomic.Bool // shutting down: transports hold new commands back (Quiesce)
-	// stopBy is when the stop's waits for backends end (Unix nanoseconds): the close
-	// timeout after the first Flush began; 0 before it (see closeWait).
-	stopBy atomic.Int64
+	// stopHung counts, by namespace (fence key), the stop's flushes (Flush) still
+	// executing in their backend after Flush gave up waiting for them: the closes after
+	// Flush do not wait again for such a namespace, nor for a queue's commands to it
+	// (namespace.waitClosed, Queue.waitDrained). Guarded by stopHungMu; nil until the
+	// first one.
+	stopHungMu sync.Mutex
+	stopHung   map[fenceKey]int
 
 	anaChgcnt atomic.Uint64                       // ANA change count (ANA log CHGCNT), see ana.go
 	anaGrpChg [conf.MaxANAGroup + 1]atomic.Uint64 // count of each group's last NSID list change
@@ -590,18 +595,16 @@ func (t *Target) FailedNamespaces() []FailedNamespace {
 // goes on until its backend returns, and holds the namespace open until then. The errors
 // are returned joined.
 //
-// Flush begins the target's stop, which cannot be undone: later waits for what a hung
-// backend holds — a queue's close for its commands (Queue.Close), a namespace's close
-// (Close, RemoveNamespace, ReopenNamespace) for a flush Flush left executing — end by
-// the close timeout after the first Flush began, as Flush's own wait does, rather than
-// a close timeout after they begin. So a backend whose requests hang costs the stop one
-// close timeout in all, not one for the flush and one more for each close. (A
-// namespace's close still waits the whole close timeout for I/O commands in its
-// executor when its flush did return.)
+// Each Flush waits its own close timeout. A flush it left executing marks its namespace
+// until that flush returns: the closes after Flush (Close, RemoveNamespace,
+// ReopenNamespace) do not wait again for the backend the flush hangs in — the namespace's
+// close gives up at once (ErrNamespaceBusy), and so does a queue's close (Queue.Close)
+// for its commands when one of them is to such a namespace — so a backend whose requests
+// hang costs the stop one close timeout in all, not one for the flush and one more for
+// each close. Every other namespace and queue gets the whole close timeout, whatever the
+// flushes did.
 func (t *Target) Flush() error {
 	start := time.Now()
-	t.stopBy.CompareAndSwap(0, start.Add(t.closeTimeout).UnixNano())
-	limit := t.closeWait()
 	t.mu.Lock()
 	subs := slices.Clone(t.order)
 	t.mu.Unlock()
@@ -610,7 +613,7 @@ func (t *Target) Flush() error {
 		nss = append(nss, s.namespaces()...)
 	}
 	var errs []error
-	for i, o := range flushAll(nss, limit) {
+	for i, o := range flushAll(nss, t.closeTimeout, true) {
 		ns := nss[i]
 		switch {
 		case !o.done:
@@ -627,14 +630,37 @@ func (t *Target) Flush() error {
 	return errors.Join(errs...)
 }
 
-// closeWait is how long a wait for requests executing in a backend may last from now:
-// the close timeout, and once Flush has begun the stop no later than stopBy.
-func (t *Target) closeWait() time.Duration {
-	d := t.closeTimeout
-	if by := t.stopBy.Load(); by != 0 {
-		d = max(0, min(d, time.Until(time.Unix(0, by))))
+// markStopHung counts (d 1) or uncounts (d -1) a stop flush of ns that Flush left
+// executing in its backend (see stopHung).
+func (t *Target) markStopHung(ns *namespace, d int) {
+	ns.stopHung.Add(int32(d))
+	k := ns.fenceKey()
+	t.stopHungMu.Lock()
+	defer t.stopHungMu.Unlock()
+	if t.stopHung == nil {
+		t.stopHung = map[fenceKey]int{}
 	}
-	return d
+	if n := t.stopHung[k] + d; n > 0 {
+		t.stopHung[k] = n
+	} else {
+		delete(t.stopHung, k)
+	}
+}
+
+// stopHungIn reports whether a stop flush Flush left executing holds any of the
+// namespaces keys reports (see stopHung); keys is called only if one holds some namespace.
+func (t *Target) stopHungIn(keys iter.Seq[fenceKey]) bool {
+	t.stopHungMu.Lock()
+	defer t.stopHungMu.Unlock()
+	if len(t.stopHung) == 0 {
+		return false
+	}
+	for k := range keys {
+		if t.stopHung[k] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *Target) subsystem(nqn string) *subsystem {
@@ -650,8 +676,8 @@ func (t *Target) subsystem(nqn string) *subsystem {
 // for commands in flight, and closes the namespaces' executors and backends, then waits
 // for an automatic reopen to stop (one opening a backend then closes it). Ports stay
 // registered but accept no new queues. The wait for a namespace's commands is bounded
-// (see WithQueueCloseTimeout); one whose flush Flush left executing is waited for only
-// until Flush's limit.
+// (see WithQueueCloseTimeout); one whose flush Flush left executing is not waited for
+// again (see Flush).
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {
