@@ -33,16 +33,21 @@ import (
 // A namespace is its NSID and its generation (namespace.gen, the fenceKey): each
 // AddNamespace makes a new generation, and a reopen hands its generation on to the
 // namespace object that replaces the old one. So commands still in a backend that a
-// reopen gave up on are the reopened namespace's, and are waited for.
+// reopen gave up on are the reopened namespace's, and are waited for. A namespace's
+// backends are those of its generation (genBackends): the one open now, and those a
+// reopen gave up on that have not closed yet; they have closed when all of them have.
+// The namespace objects of one generation share one count of its open backends, not a
+// chain of one another: reopens that each give up on a stuck backend hold nothing but
+// the stuck objects themselves, and no goroutine waits for them.
 //
-// A removed namespace's commands still in its backend — RemoveNamespace gave up waiting
-// for them, and the backend closes once they complete — may still reach its store, which
-// another target may serve (a shared file or block device, an rbd image), or which the
-// namespace added again with its NSID uses (a reload that changes a namespace's uuid,
-// nguid or eui64 removes it and adds it again on the same store). Until its backend has
-// closed, such a namespace stays in its subsystem's list of removed namespaces, and the
-// fences of the changes that concern its store wait for its commands too
-// (subsystem.fencedRemoved): a port's ANA change of a group waits for the removed
+// A removed namespace's commands still in its backends — RemoveNamespace, or a reopen
+// before it, gave up waiting for them, and a backend closes once they complete — may
+// still reach its store, which another target may serve (a shared file or block device,
+// an rbd image), or which the namespace added again with its NSID uses (a reload that
+// changes a namespace's uuid, nguid or eui64 removes it and adds it again on the same
+// store). Until its backends have closed, such a namespace stays in its subsystem's list
+// of removed namespaces, and the fences of the changes that concern its store wait for
+// its commands too (subsystem.fencedRemoved): a port's ANA change of a group waits for the removed
 // namespaces whose last group it is and for those whose NSID a namespace in the group
 // now has; a namespace's move to another group, and a Preempt and Abort on a namespace,
 // wait for the removed namespaces with its NSID. A memory or null namespace's commands
@@ -51,13 +56,13 @@ import (
 // A queue's nsFence of a namespace is created by the queue's first command to it and kept
 // in an immutable table sorted by NSID and generation, at most one per namespace (NSID
 // and generation): a removed namespace's and that of the namespace added again with its
-// NSID are two. A removed namespace's nsFence stays in the tables until its backend has
+// NSID are two. A removed namespace's nsFence stays in the tables until its backends have
 // closed; then no command of it executes any more, and the removal drops it from the
 // table of every I/O queue of its subsystem (dropFences). A command of a removed namespace
-// that creates its nsFence after the backend closed (it found the namespace before the
+// that creates its nsFence after the backends closed (it found the namespace before the
 // removal; its submission fails) counts in one of its own, in no table. A queue thus holds
 // one nsFence — 32 bytes, and 8 in its table — for each namespace of its subsystem it has
-// sent a data command to, and for each removed one whose backend has not closed yet:
+// sent a data command to, and for each removed one whose backends have not closed yet:
 // queues × namespaces at most, removed ones not closed aside (64 hosts with 32 queues
 // each, every queue reaching 256 namespaces: 20 MiB). The I/O path allocates only for a
 // queue's first command to a namespace (the nsFence and the new table); what a drain
@@ -149,8 +154,8 @@ func isResvOpcode(op uint8) bool {
 }
 
 // addNSFence returns the queue's nsFence of namespace ns for the queue's first command to
-// it: a new one, in the queue's table while ns is in its subsystem's or its backend has
-// not closed (a removed namespace: see dropFences), in no table after that.
+// it: a new one, in the queue's table while ns's generation is in its subsystem's or its
+// backends have not closed (a removed namespace: see dropFences), in no table after that.
 func (q *Queue) addNSFence(ns *namespace) *nsFence {
 	q.fenceMu.Lock()
 	defer q.fenceMu.Unlock()
@@ -162,9 +167,9 @@ func (q *Queue) addNSFence(ns *namespace) *nsFence {
 	}
 	in := &nsFence{nsid: ns.nsid, gen: ns.gen}
 	// Read under fenceMu, after the table: either the removal's dropFences, which runs
-	// once the backend has closed, finds the new nsFence in the table, or this sees the
+	// once the backends have closed, finds the new nsFence in the table, or this sees the
 	// namespace gone and closed.
-	if cur := ns.s.lookup(ns.nsid); (cur == nil || cur.gen != ns.gen) && isClosed(ns.closed) {
+	if cur := ns.s.lookup(ns.nsid); (cur == nil || cur.gen != ns.gen) && isClosed(ns.backends.done) {
 		return in
 	}
 	next := make([]*nsFence, len(tab)+1)
@@ -189,7 +194,7 @@ func (q *Queue) dropNSFence(k fenceKey) {
 }
 
 // dropFences drops the nsFences of namespace ns, removed from the subsystem's table and
-// its backend closed since, from every I/O queue's. Every queue that may have a command
+// its backends closed since, from every I/O queue's. Every queue that may have a command
 // of ns between its lookup and fenceEnter is listed: an I/O queue is, from before its
 // first command until its last has completed.
 func (s *subsystem) dropFences(ns *namespace) {
@@ -205,15 +210,16 @@ func (s *subsystem) dropFences(ns *namespace) {
 }
 
 // fencedRemoved returns the subsystem's namespace table and, read with it, the removed
-// namespaces whose commands the fences still wait for: those whose backends have not
-// closed, on a store another target may serve or the namespace added again with the NSID
-// may use — every backend but memory (this process's own) and null (none).
+// namespaces whose commands the fences still wait for: those whose backends (of their
+// generation: genBackends) have not all closed, on a store another target may serve or
+// the namespace added again with the NSID may use — every backend but memory (this
+// process's own) and null (none).
 func (s *subsystem) fencedRemoved() (tab, removed []*namespace) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ns := range s.removed {
 		private := ns.cfg.Backend == conf.BackendMemory || ns.cfg.Backend == conf.BackendNull
-		if !private && !isClosed(ns.closed) {
+		if !private && !isClosed(ns.backends.done) {
 			removed = append(removed, ns)
 		}
 	}
@@ -244,7 +250,7 @@ func (q *Queue) fenceTable() []*nsFence {
 
 // findNSFence returns the queue's nsFence of namespace k, or nil if none is in its table:
 // no command of the queue has reached the namespace, or the namespace was removed and
-// its backend has closed.
+// its backends have closed.
 func (q *Queue) findNSFence(k fenceKey) *nsFence {
 	p := q.fenceNS.Load()
 	if p == nil {

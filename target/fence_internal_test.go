@@ -27,7 +27,7 @@ func newFenceFixture(t *testing.T) *fenceFixture {
 // another target may serve).
 func (f *fenceFixture) add(nsid uint32, gen uint64) *namespace {
 	ns := &namespace{s: f.s, nsid: nsid, gen: gen, cfg: conf.Namespace{NSID: nsid, Backend: conf.BackendFile},
-		closed: make(chan struct{})}
+		closed: make(chan struct{}), backends: newGenBackends()}
 	tab := slices.Clone(f.s.namespaces())
 	i, _ := slices.BinarySearchFunc(tab, nsid, func(n *namespace, id uint32) int { return cmp.Compare(n.nsid, id) })
 	tab = slices.Insert(tab, i, ns)
@@ -52,6 +52,7 @@ func (f *fenceFixture) remove(ns *namespace) {
 // closeRemoved closes the backend of ns, removed, and lets its removal finish.
 func (f *fenceFixture) closeRemoved(ns *namespace) {
 	close(ns.closed)
+	ns.backends.leave()
 	f.s.forgetRemoved(ns)
 }
 

@@ -296,3 +296,72 @@ func TestFenceRemovedNamespacePreempt(t *testing.T) {
 		return time.Since(start) < closeTimeout/2
 	})
 }
+
+// TestFenceReopenedRemovedStore: a host's write to namespace 1, a shared file, is stuck in
+// its backend when namespace 1 is reopened (the reopen gives up on the old backend after
+// the close timeout), then removed — the new backend closes at once — and added again on
+// the file. An ANA change of its group and a move into an inaccessible group wait for the
+// write, which may still land on the file, until their contexts end; once the write has
+// completed, nothing waits. The old code waited for the new backend alone: the removal
+// forgot the namespace as soon as it closed, and both changes returned at once with the
+// write still in the old backend.
+func TestFenceReopenedRemovedStore(t *testing.T) {
+	const closeTimeout = 300 * time.Millisecond
+	hb := newHungBackends(hungNSSize, false)
+	ns1 := fileNS(t, 1, hungNSSize)
+	ns1.Shared = true
+	e := newEnv(t, baseConfig(ns1), target.WithBackendOpener(hb.open), target.WithQueueCloseTimeout(closeTimeout),
+		target.WithLogger(testLogger(t)))
+	t.Cleanup(func() { hb.release(nil) }) // before the env's cleanups, which wait for the write
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	io := e.ioConnect(1, cntlid, 8)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	done := io.submit(&w, pattern(512, 4))
+	waitFor(t, func() bool { return hb.writes.Load() == 1 })
+	if err := e.tgt.ReopenNamespace(subNQN, 1); err != nil {
+		t.Fatalf("ReopenNamespace(1) with a write stuck in its backend: %v", err)
+	}
+	if err := e.tgt.RemoveNamespace(subNQN, 1); err != nil {
+		t.Fatalf("RemoveNamespace(1), reopened: %v", err)
+	}
+	if err := e.tgt.AddNamespace(subNQN, ns1); err != nil {
+		t.Fatalf("AddNamespace(1) on the same shared file: %v", err)
+	}
+
+	p := e.port.Target()
+	fenced := func(what string, change func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		var ie *target.ANAInFlightError
+		if err := change(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
+			t.Errorf("%s, a write stuck in the backend namespace 1 had before a reopen and its removal: %v; want an ANAInFlightError for 1 command",
+				what, err)
+		}
+	}
+	fenced("group 1 set inaccessible, namespace 1 added again", func(ctx context.Context) error {
+		return p.SetANAState(ctx, 1, conf.ANAInaccessible)
+	})
+	if err := p.SetANAState(context.Background(), 1, ""); err != nil {
+		t.Fatalf("group 1 set optimized: %v", err)
+	}
+	if err := p.SetANAState(context.Background(), 3, conf.ANAInaccessible); err != nil {
+		t.Fatalf("group 3 (no namespace) set inaccessible: %v", err)
+	}
+	fenced("namespace 1 moved into group 3 (inaccessible)", func(ctx context.Context) error {
+		return e.tgt.SetNamespaceANAGroup(ctx, subNQN, 1, 3)
+	})
+	select {
+	case c := <-done:
+		t.Fatalf("the stuck write completed (%v) before the backend let it go", c.Status)
+	default:
+	}
+
+	hb.release(nil)
+	wait(t, done)
+	waitFor(t, func() bool { // the removal forgets the namespace once its backends have closed
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		return p.SetANAState(ctx, 1, conf.ANAInaccessible) == nil && p.SetANAState(ctx, 3, conf.ANAInaccessible) == nil
+	})
+}

@@ -45,9 +45,10 @@ type subsystem struct {
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.
 	ns atomic.Pointer[[]*namespace]
-	// removed are the namespaces removeNamespace took out of ns whose backends have not
-	// closed yet: commands still in them may reach their stores, and the I/O fence waits
-	// for them (fencedRemoved). Guarded by mu, changed with ns.
+	// removed are the namespaces removeNamespace took out of ns whose backends (those of
+	// their generations: genBackends) have not all closed yet: commands still in them may
+	// reach their stores, and the I/O fence waits for them (fencedRemoved). Guarded by mu,
+	// changed with ns.
 	removed []*namespace
 
 	// ioErrs counts the commands on I/O queues that failed before reaching a namespace
@@ -260,9 +261,12 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 		// backend closes when the stuck ones complete (close logged both). Failing the
 		// removal would make a reload undo it and open the backend a second time.
 		err = nil
-		go s.forgetRemoved(ns)
-	} else {
+	}
+	if isClosed(ns.backends.done) {
 		s.forgetRemoved(ns)
+	} else {
+		// Its backend, or one a reopen gave up on, still has commands executing.
+		go s.forgetRemoved(ns)
 	}
 	s.t.anaGroupChanged(ns.anaGroup.Load())
 	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
@@ -270,11 +274,12 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	return err
 }
 
-// forgetRemoved waits until the backend of ns, which removeNamespace took out of the
-// table, has closed — none of its commands executes any more — then takes it off the
-// removed list and drops its nsFences from the I/O queues' tables.
+// forgetRemoved waits until the backends of ns's generation have closed — ns's, and
+// those of the namespace objects a reopen replaced with it (see genBackends): none of its
+// commands executes any more — then takes ns, which removeNamespace took out of the
+// table, off the removed list and drops its nsFences from the I/O queues' tables.
 func (s *subsystem) forgetRemoved(ns *namespace) {
-	<-ns.closed
+	<-ns.backends.done
 	s.mu.Lock()
 	s.removed = slices.DeleteFunc(s.removed, func(n *namespace) bool { return n == ns })
 	s.mu.Unlock()
@@ -361,6 +366,12 @@ func (s *subsystem) installReopened(old, ns *namespace, keepFailure bool, auto i
 		ns.close()
 		return fmt.Errorf("%w: nsid %d in %q was removed while it was reopened", ErrNoSuchNamespace, nsid, s.nqn)
 	}
+	// ns counts among old's generation's open backends unless all of them have closed
+	// (then its own count, from openNamespace, is the generation's): whatever waits for
+	// ns's generation to close waits for the commands still in old's backend too.
+	if old.backends.join() {
+		ns.backends = old.backends
+	}
 	tab = slices.Clone(tab)
 	tab[i] = ns
 	s.ns.Store(&tab)
@@ -422,6 +433,10 @@ type namespace struct {
 	// for every AddNamespace, handed on by a reopen to the namespace object that replaces
 	// this one (installReopened). The I/O fence counts commands by NSID and gen (fence.go).
 	gen uint64
+	// backends counts the open backends of generation gen; shared, like gen, by the
+	// namespace objects a reopen replaces one with another while one's backend is open
+	// (installReopened). Set before the namespace is published, never changed after.
+	backends *genBackends
 
 	// resv is the namespace's registrations and reservation: one per NSID from
 	// AddNamespace to RemoveNamespace, shared by the namespace objects a reopen replaces
@@ -466,7 +481,8 @@ type namespace struct {
 	// whose Close waits for them and fails later submissions with backend.ErrClosed.
 	users   usegate.Gate
 	drained chan struct{}
-	// closed is closed once executor and backend are (closeErr: the backend's Close).
+	// closed is closed once executor and backend are (closeErr: the backend's Close);
+	// backends.done once those of every namespace object of its generation are.
 	closed    chan struct{}
 	closeErr  error
 	lateClose atomic.Bool // a close gave up waiting: log when it is done
@@ -693,6 +709,7 @@ func openNamespace(s *subsystem, cn conf.Namespace, readOnly bool) (*namespace, 
 		shift:      uint8(bits.TrailingZeros32(lba)),
 		beReadOnly: be.ReadOnly(),
 		gen:        t.nsGens.Add(1),
+		backends:   newGenBackends(),
 		resv:       new(nsResv),
 		drained:    make(chan struct{}),
 		closed:     make(chan struct{}),
@@ -715,6 +732,43 @@ func openNamespace(s *subsystem, cn conf.Namespace, readOnly bool) (*namespace, 
 }
 
 func (ns *namespace) lbaSize() uint32 { return 1 << ns.shift }
+
+// genBackends counts the open backends of one namespace generation (namespace.gen): the
+// namespace object AddNamespace opened, and each one a reopen put in the place of another
+// whose backend had not closed yet. A backend still open may have commands of the
+// generation executing, which may reach its store. done is closed when the count reaches
+// zero, and the count never rises from zero: a reopen that finds every backend of the
+// generation closed keeps its namespace object's own genBackends. One in use per
+// generation, whatever the number of reopens: it holds no namespace object.
+type genBackends struct {
+	mu   sync.Mutex
+	open int
+	done chan struct{}
+}
+
+// newGenBackends returns the count of a namespace object just opened: its own backend.
+func newGenBackends() *genBackends { return &genBackends{open: 1, done: make(chan struct{})} }
+
+// join counts one more open backend of the generation, unless all of them have closed:
+// then it reports false.
+func (g *genBackends) join() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open == 0 {
+		return false
+	}
+	g.open++
+	return true
+}
+
+// leave counts a backend of the generation closed.
+func (g *genBackends) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open--; g.open == 0 {
+		close(g.done)
+	}
+}
 
 // acquire takes a reference unless the namespace is closing.
 func (ns *namespace) acquire() bool { return ns.users.Enter() }
@@ -751,6 +805,7 @@ func (ns *namespace) close() error {
 			ns.closeErr = fmt.Errorf("namespace %d: closing backend: %w", ns.nsid, err)
 		}
 		close(ns.closed)
+		ns.backends.leave()
 	}()
 	return ns.waitClosed()
 }
