@@ -204,8 +204,9 @@ func (s *subsystem) dropFences(ns *namespace) {
 		qs = append(qs, q)
 	}
 	s.ioqMu.Unlock()
+	k := ns.fenceKey()
 	for _, q := range qs {
-		q.dropNSFence(ns.fenceKey())
+		q.dropNSFence(k)
 	}
 }
 
@@ -266,16 +267,9 @@ func (q *Queue) findNSFence(k fenceKey) *nsFence {
 // busyNSIDs adds to nsids (sorted, each once) the namespaces the queue has namespace data
 // commands in flight to, and returns it.
 func (q *Queue) busyNSIDs(nsids []uint32) []uint32 {
-	p := q.fenceNS.Load()
-	if p == nil {
-		return nsids
-	}
-	for _, in := range *p {
-		if in.n[0].Load()+in.n[1].Load() == 0 {
-			continue
-		}
-		if i, found := slices.BinarySearch(nsids, in.nsid); !found {
-			nsids = slices.Insert(nsids, i, in.nsid)
+	for k := range q.busyFences {
+		if i, found := slices.BinarySearch(nsids, k.nsid); !found {
+			nsids = slices.Insert(nsids, i, k.nsid)
 		}
 	}
 	return nsids

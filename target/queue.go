@@ -352,7 +352,7 @@ func (q *Queue) waitDrained() (drained bool, waited time.Duration) {
 // flight to.
 func (q *Queue) busyFences(yield func(fenceKey) bool) {
 	for _, in := range q.fenceTable() {
-		if in.n[0].Load()+in.n[1].Load() > 0 && !yield(in.key()) {
+		if in.count() > 0 && !yield(in.key()) {
 			return
 		}
 	}
@@ -448,14 +448,7 @@ func (q *Queue) setDrained() {
 func (q *Queue) closing() bool { return q.users.Closed() }
 
 // isDrained reports whether the queue is closing and no command begun on it is executing.
-func (q *Queue) isDrained() bool {
-	select {
-	case <-q.drained:
-		return true
-	default:
-		return false
-	}
-}
+func (q *Queue) isDrained() bool { return isClosed(q.drained) }
 
 func (q *Queue) advanceHead() {
 	n := q.depth

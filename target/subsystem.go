@@ -585,7 +585,7 @@ func flushAll(nss []*namespace, limit time.Duration, stop bool) (out []flushOutc
 			}
 		}()
 	}
-	t := time.NewTimer(max(limit, 0))
+	t := time.NewTimer(limit)
 	defer t.Stop()
 wait:
 	for range nss {
