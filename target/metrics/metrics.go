@@ -38,7 +38,7 @@
 //
 // The choice is read at each scrape, so it changes while the target runs: a reload of srv
 // that changes metrics.per_namespace tells the Server (server.Server.WatchMetrics, which
-// Start registers and Close ends), and SetNamespaceHistograms sets it directly.
+// Start registers and Close ends), which sets the Collector's SetNamespaceHistograms.
 //
 // # Namespaces and subsystems that come and go
 //
@@ -133,7 +133,6 @@ func WithProfiling() Option { return func(o *options) { o.profiling = true } }
 type Server struct {
 	log   *slog.Logger
 	srv   *server.Server
-	col   *Collector
 	ln    net.Listener
 	hs    *http.Server
 	done  chan struct{}
@@ -199,7 +198,7 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 		mux.HandleFunc(ProfilePath+"trace", pprof.Trace)
 	}
 	m := &Server{
-		log: log.With("component", "metrics"), srv: srv, col: col, ln: ln, done: make(chan struct{}),
+		log: log.With("component", "metrics"), srv: srv, ln: ln, done: make(chan struct{}),
 		hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 	}
 	m.watch = srv.WatchMetrics(func(mc conf.Metrics) { col.SetNamespaceHistograms(mc.PerNamespace != conf.MetricsCounters) })
@@ -219,11 +218,6 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 
 // Addr is the address the metrics are served on.
 func (m *Server) Addr() net.Addr { return m.ln.Addr() }
-
-// SetNamespaceHistograms turns the namespaces' latency histograms on or off from the next
-// scrape on (WithNamespaceHistograms at start). A reload of srv that changes
-// metrics.per_namespace calls it (server.Server.WatchMetrics).
-func (m *Server) SetNamespaceHistograms(on bool) { m.col.SetNamespaceHistograms(on) }
 
 // Close stops serving (scrapes in progress are cut off), stops following srv's reloads,
 // and turns the latency histograms off.

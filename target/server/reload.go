@@ -228,23 +228,19 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 			do:   func() error { return t.SetAutoReopen(to) },
 			undo: func() error { return t.SetAutoReopen(from) }})
 	}
-	if x, y := cur.Metrics.PerNamespace, next.Metrics.PerNamespace; x != y && cur.Metrics.Address == next.Metrics.Address {
-		from, to := cur.Metrics, next.Metrics
+	// (Any other change of the metrics section is refused above, and plan then returns no step.)
+	if x, y := cur.Metrics.PerNamespace, next.Metrics.PerNamespace; x != y {
+		set := func(m conf.Metrics) func() error {
+			return func() error {
+				if err := t.SetMetricsPerNamespace(m.PerNamespace); err != nil {
+					return err
+				}
+				s.tellMetrics(m)
+				return nil
+			}
+		}
 		setKeys = append(setKeys, step{what: fmt.Sprintf("metrics.per_namespace %s → %s (%s)", x, y, perNamespaceText(y)),
-			do: func() error {
-				if err := t.SetMetricsPerNamespace(to.PerNamespace); err != nil {
-					return err
-				}
-				s.tellMetrics(to)
-				return nil
-			},
-			undo: func() error {
-				if err := t.SetMetricsPerNamespace(from.PerNamespace); err != nil {
-					return err
-				}
-				s.tellMetrics(from)
-				return nil
-			}})
+			do: set(next.Metrics), undo: set(cur.Metrics)})
 	}
 	// The hosts section (descriptions show secrets redacted).
 	for _, nh := range next.Hosts {
