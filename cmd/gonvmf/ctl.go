@@ -786,11 +786,11 @@ func ctlNsANAGroup(x *ctlCtx) error {
 	if err != nil {
 		return err
 	}
-	g, err := strconv.ParseUint(a[2], 10, 32)
-	if err != nil || g == 0 || g > conf.MaxANAGroup {
-		return usageError("%q is not an ANA group; use 1..%d", a[2], conf.MaxANAGroup)
+	g, err := parseANAGroup(a[2])
+	if err != nil {
+		return err
 	}
-	r, err := x.cl.SetNamespaceANAGroup(x.ctx, &pb.SetNamespaceANAGroupRequest{Subsystem: a[0], Nsid: nsid, AnaGroup: uint32(g)})
+	r, err := x.cl.SetNamespaceANAGroup(x.ctx, &pb.SetNamespaceANAGroupRequest{Subsystem: a[0], Nsid: nsid, AnaGroup: g})
 	if err != nil {
 		return err
 	}
@@ -1162,14 +1162,14 @@ func ctlANASet(x *ctlCtx) error {
 		l.Port = uint32(p)
 		a = append(a[:1], a[2:]...)
 	}
-	g, err := strconv.ParseUint(a[1], 10, 32)
-	if err != nil || g == 0 || g > conf.MaxANAGroup {
-		return usageError("%q is not an ANA group; use 1..%d", a[1], conf.MaxANAGroup)
+	g, err := parseANAGroup(a[1])
+	if err != nil {
+		return err
 	}
 	if _, err := conf.ParseANAState(a[2]); err != nil {
 		return usageError("%v", err)
 	}
-	r, err := x.cl.SetANAState(x.ctx, &pb.SetANAStateRequest{Listener: l, Group: uint32(g), State: a[2]})
+	r, err := x.cl.SetANAState(x.ctx, &pb.SetANAStateRequest{Listener: l, Group: g, State: a[2]})
 	if err != nil {
 		return err
 	}
@@ -1452,4 +1452,14 @@ func takesValue(flags []cli.Flag, tok string) bool {
 		}
 	}
 	return false
+}
+
+// parseANAGroup parses an ANA group ID argument (1..conf.MaxANAGroup); a bad one is a
+// usage error.
+func parseANAGroup(s string) (uint32, error) {
+	g, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || g == 0 || g > conf.MaxANAGroup {
+		return 0, usageError("%q is not an ANA group; use 1..%d", s, conf.MaxANAGroup)
+	}
+	return uint32(g), nil
 }
