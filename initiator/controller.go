@@ -138,7 +138,8 @@ func (c *Controller) connect(ctx context.Context) error {
 			for _, r := range regs[:i] {
 				r.release()
 			}
-			return fmt.Errorf("initiator: buffer pool chunk %d of %d (%d bytes each): %w", i+1, len(regs), chunk, err)
+			return fmt.Errorf("initiator: buffer pool chunk %d of %d (%d bytes each, a memory region each): %w; "+
+				"lower Options.BufferPoolSize, or raise the locked-memory limit (ulimit -l) or the device's max_mr", i+1, len(regs), chunk, err)
 		}
 	}
 	c.pool = newBufferPool(regs, chunk)
