@@ -62,9 +62,10 @@ type pool struct {
 
 	// The division (share.go): live I/O connections, the pages closed ones still hold
 	// (commands stuck in a backend), and the quota computed from them. divMu orders the
-	// recomputations (connects, closes, a closed connection's buffers coming back).
+	// recomputations (connects, closes, a closed connection's buffers coming back) and
+	// guards ioConns; closedHeld and quota are atomics because others read them without it.
 	divMu      sync.Mutex
-	ioConns    atomic.Int32 // I/O connections sharing the pool: attached, queue pair not gone
+	ioConns    int          // I/O connections sharing the pool: attached, queue pair not gone
 	closedHeld atomic.Int64 // pages held by I/O connections whose queue pairs are gone
 	quota      atomic.Int64 // pages a sharing connection may hold without borrowing
 	needy      atomic.Int32 // groups with a request waiting within its connection's share

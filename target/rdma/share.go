@@ -116,7 +116,7 @@ func (p *pool) quotaPages() int { return int(p.quota.Load()) }
 // quota.
 func (p *pool) addIOConn(delta int) {
 	p.divMu.Lock()
-	p.ioConns.Add(int32(delta))
+	p.ioConns += delta
 	p.divide()
 	p.divMu.Unlock()
 }
@@ -126,7 +126,7 @@ func (p *pool) addIOConn(delta int) {
 // count as closedHeld until they come back (closedFreed).
 func (p *pool) leaveDivision(held int) {
 	p.divMu.Lock()
-	p.ioConns.Add(-1)
+	p.ioConns--
 	p.closedHeld.Add(int64(held))
 	p.divide()
 	p.divMu.Unlock()
@@ -145,7 +145,7 @@ func (p *pool) closedFreed(n int) {
 // buffer. Callers hold divMu, so that recomputations are stored in the order they see
 // the counts.
 func (p *pool) divide() {
-	n := int(p.ioConns.Load())
+	n := p.ioConns
 	usable := p.npages - p.reserve - p.headroom - int(p.closedHeld.Load())
 	q := usable
 	if n > 1 {
