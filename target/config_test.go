@@ -133,3 +133,30 @@ func TestRuntimeChangesAreValidated(t *testing.T) {
 		t.Errorf("%d subsystems left", n)
 	}
 }
+
+// TestMetricsPerNamespace: MetricsPerNamespace, which the metrics endpoint reads at each
+// scrape, is the running configuration's metrics.per_namespace — resolved at start, then
+// each SetMetricsPerNamespace that passes validation, and unchanged by one that does not.
+func TestMetricsPerNamespace(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Metrics.Address = "127.0.0.1:9469"
+	e := newEnv(t, cfg)
+	check := func(when, want string) {
+		t.Helper()
+		if got := e.tgt.MetricsPerNamespace(); got != want {
+			t.Errorf("%s: MetricsPerNamespace %q, want %q", when, got, want)
+		}
+		if got := e.tgt.Config().Metrics.PerNamespace; got != want {
+			t.Errorf("%s: Config's per_namespace %q, want %q", when, got, want)
+		}
+	}
+	check("at start", conf.MetricsFull)
+	if err := e.tgt.SetMetricsPerNamespace(conf.MetricsCounters); err != nil {
+		t.Fatal(err)
+	}
+	check("set to counters", conf.MetricsCounters)
+	if err := e.tgt.SetMetricsPerNamespace("histograms"); err == nil || !strings.Contains(err.Error(), "metrics.per_namespace") {
+		t.Errorf("SetMetricsPerNamespace(%q): %v, want the validation error naming metrics.per_namespace", "histograms", err)
+	}
+	check("after a refused level", conf.MetricsCounters)
+}

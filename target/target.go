@@ -263,14 +263,22 @@ func (t *Target) change(what string, resolve bool, edit func(*conf.Config) error
 
 // SetMetricsPerNamespace changes the running configuration's metrics.per_namespace
 // (conf.MetricsFull or conf.MetricsCounters, validated as the file's would be). The
-// Target serves no metrics: it keeps the setting so that Config reads back what the
-// metrics endpoint exports, which its owner tells the endpoint (see
-// server.Server.WatchMetrics).
+// Target serves no metrics: it holds the setting for the metrics endpoint, which reads
+// it at each scrape (MetricsPerNamespace), and for Config.
 func (t *Target) SetMetricsPerNamespace(level string) error {
 	return t.change("metrics.per_namespace: "+level, true, func(c *conf.Config) error {
 		c.Metrics.PerNamespace = level
 		return nil
 	}, func(*conf.Config) error { return nil })
+}
+
+// MetricsPerNamespace returns the running configuration's metrics.per_namespace: what
+// the metrics endpoint exports of each namespace ("" where no metrics.address is set).
+// Unlike Config it copies nothing, so a scrape may call it.
+func (t *Target) MetricsPerNamespace() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg.Metrics.PerNamespace
 }
 
 // subsystemIndex returns the index of the subsystem nqn in c, or -1.

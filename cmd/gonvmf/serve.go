@@ -162,9 +162,6 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 		if mc.Profiling {
 			opts = append(opts, metrics.WithProfiling())
 		}
-		if mc.PerNamespace == conf.MetricsCounters {
-			opts = append(opts, metrics.WithNamespaceHistograms(false))
-		}
 		if met, err = metrics.Start(s, mc.Address, log, opts...); err != nil {
 			ctl.Close()
 			s.Close()

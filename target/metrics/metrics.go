@@ -9,9 +9,7 @@
 //	// with metrics.WithProfiling(), also /debug/pprof/ (conf.Metrics.Profiling);
 //	// with metrics.WithLogDrops(w.Dropped), also gonvmf_log_lines_dropped_total;
 //	// with metrics.WithReloads(stats), also gonvmf_config_reloads_total and the last reload's
-//	// result and time;
-//	// with metrics.WithNamespaceHistograms(false), no latency histograms per namespace
-//	// (conf.Metrics.PerNamespace "counters")
+//	// result and time
 //	...
 //	m.Close()
 //
@@ -31,14 +29,15 @@
 // status seen): of them NamespaceHistogramSeries are its latency histograms, a bucket per
 // bound of target.LatencyBound, +Inf, _sum and _count for each of the target.NumIOClasses
 // classes. A target of hundreds of namespaces exports tens of thousands of series with
-// them, so WithNamespaceHistograms(false) drops them, leaving NamespaceSeries minus
-// NamespaceHistogramSeries; the histograms are still measured, and `gonvmf ctl stats` shows
-// their quantiles. No target-wide histogram replaces them: a sum over the namespaces served at
-// a scrape falls when one is removed, which rate() takes for a counter reset.
+// them, so metrics.per_namespace "counters" (conf.MetricsCounters) drops them, leaving
+// NamespaceSeries minus NamespaceHistogramSeries; the histograms are still measured, and
+// `gonvmf ctl stats` shows their quantiles. No target-wide histogram replaces them: a sum
+// over the namespaces served at a scrape falls when one is removed, which rate() takes for
+// a counter reset.
 //
-// The choice is read at each scrape, so it changes while the target runs: a reload of srv
-// that changes metrics.per_namespace tells the Server (server.Server.WatchMetrics, which
-// Start registers and Close ends), which sets the Collector's SetNamespaceHistograms.
+// The target's running configuration is the one place the choice is kept: the Collector
+// reads it at each scrape (target.Target.MetricsPerNamespace), so a reload of srv that
+// changes metrics.per_namespace applies from the next scrape on.
 //
 // # Namespaces and subsystems that come and go
 //
@@ -56,7 +55,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +79,6 @@ type options struct {
 	profiling bool
 	logDrops  func() uint64
 	reloads   func() Reloads
-	noNSHist  bool
 }
 
 // Series per namespace (see "Series per namespace"), without error counters.
@@ -92,11 +89,6 @@ const (
 	// class, bytes read and written, and the histograms.
 	NamespaceSeries = 2 + int(target.NumIOClasses) + 2 + NamespaceHistogramSeries
 )
-
-// WithNamespaceHistograms(false) leaves out the latency histogram of each namespace
-// (gonvmf_namespace_command_duration_seconds), NamespaceHistogramSeries series per
-// namespace (conf.Metrics.PerNamespace "counters"); the default, true, serves them.
-func WithNamespaceHistograms(on bool) Option { return func(o *options) { o.noNSHist = !on } }
 
 // Reloads is what a serving process tells of its configuration reloads (gonvmf serve's
 // on SIGHUP), for WithReloads.
@@ -131,12 +123,11 @@ func WithProfiling() Option { return func(o *options) { o.profiling = true } }
 
 // Server serves the metrics over HTTP.
 type Server struct {
-	log   *slog.Logger
-	srv   *server.Server
-	ln    net.Listener
-	hs    *http.Server
-	done  chan struct{}
-	watch func() // ends the server.Server.WatchMetrics registration
+	log  *slog.Logger
+	srv  *server.Server
+	ln   net.Listener
+	hs   *http.Server
+	done chan struct{}
 }
 
 // Start serves srv's metrics over HTTP on address (host:port; ":9469" for every address,
@@ -154,9 +145,7 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 		return nil, errors.New("metrics: no address to listen on")
 	}
 	reg := prometheus.NewRegistry()
-	col := NewCollector(srv)
-	col.SetNamespaceHistograms(!o.noNSHist)
-	if err := reg.Register(col); err != nil {
+	if err := reg.Register(NewCollector(srv)); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -201,7 +190,6 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 		log: log.With("component", "metrics"), srv: srv, ln: ln, done: make(chan struct{}),
 		hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 	}
-	m.watch = srv.WatchMetrics(func(mc conf.Metrics) { col.SetNamespaceHistograms(mc.PerNamespace != conf.MetricsCounters) })
 	srv.Target().MeasureLatency(true)
 	go func() {
 		defer close(m.done)
@@ -219,10 +207,9 @@ func Start(srv *server.Server, address string, log *slog.Logger, opts ...Option)
 // Addr is the address the metrics are served on.
 func (m *Server) Addr() net.Addr { return m.ln.Addr() }
 
-// Close stops serving (scrapes in progress are cut off), stops following srv's reloads,
-// and turns the latency histograms off.
+// Close stops serving (scrapes in progress are cut off) and turns the latency histograms
+// off.
 func (m *Server) Close() error {
-	m.watch()
 	err := m.hs.Close()
 	<-m.done
 	m.srv.Target().MeasureLatency(false)
@@ -259,16 +246,12 @@ func (c reloadCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Collector is a prometheus.Collector of a server.Server's counters, read at each scrape.
 type Collector struct {
-	srv      *server.Server
-	noNSHist atomic.Bool // leave out the namespaces' latency histograms; read at each scrape
+	srv *server.Server
 }
 
-// SetNamespaceHistograms turns the namespaces' latency histograms
-// (gonvmf_namespace_command_duration_seconds, NamespaceHistogramSeries series per
-// namespace) on or off from the next scrape on; a scrape under way keeps what it read.
-func (c *Collector) SetNamespaceHistograms(on bool) { c.noNSHist.Store(!on) }
-
-// NewCollector returns the Collector of srv, with the namespaces' latency histograms. It
+// NewCollector returns the Collector of srv. Each scrape serves the namespaces' latency
+// histograms (gonvmf_namespace_command_duration_seconds, NamespaceHistogramSeries series
+// per namespace) unless srv's running metrics.per_namespace is conf.MetricsCounters. It
 // does not turn latency measurement on (Start does; see target.Target.MeasureLatency):
 // without it the histograms stay empty.
 func NewCollector(srv *server.Server) *Collector { return &Collector{srv: srv} }
@@ -352,8 +335,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	noNSHist := c.noNSHist.Load() // once: every namespace of a scrape alike
 	t := c.srv.Target()
+	noNSHist := t.MetricsPerNamespace() == conf.MetricsCounters // once: every namespace of a scrape alike
 	for _, ns := range t.Namespaces() {
 		sub, nsid := ns.Subsystem, strconv.FormatUint(uint64(ns.NSID), 10)
 		gauge(nsCapacity, float64(ns.Blocks)*float64(ns.LBASize), sub, nsid)

@@ -286,21 +286,21 @@ func TestScrape(t *testing.T) {
 }
 
 // TestSeriesPerNamespace counts the series a scrape exports of each namespace, with the
-// latency histograms (the default) and without them (WithNamespaceHistograms(false),
-// metrics.per_namespace: counters): 104 and 8. Without them the counters still count.
+// latency histograms (no metrics section, or metrics.per_namespace: full) and without
+// them (metrics.per_namespace: counters): 104 and 8. Without them the counters still count.
 func TestSeriesPerNamespace(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		opts  []metrics.Option
+		mc    conf.Metrics
 		want  int
 		hists bool
 	}{
-		{"default", nil, 104, true},
-		{"histograms", []metrics.Option{metrics.WithNamespaceHistograms(true)}, metrics.NamespaceSeries, true},
-		{"counters", []metrics.Option{metrics.WithNamespaceHistograms(false)}, 8, false},
+		{"default", conf.Metrics{}, 104, true},
+		{"full", conf.Metrics{Address: "127.0.0.1:9469", PerNamespace: conf.MetricsFull}, metrics.NamespaceSeries, true},
+		{"counters", conf.Metrics{Address: "127.0.0.1:9469", PerNamespace: conf.MetricsCounters}, 8, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, m := loopServer(t, c.opts...)
+			s, m := loopServerWith(t, c.mc)
 			ctl, err := dial(t, s, subNQN)
 			if err != nil {
 				t.Fatal(err)

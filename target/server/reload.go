@@ -21,8 +21,8 @@ import (
 //  1. listeners that are new start listening; hosts new to the hosts section, or whose
 //     entry changed (secrets, hash functions, DH groups), get their new entry; the
 //     auto_reopen policy changes (reopens under way follow it from their next open);
-//     metrics.per_namespace changes (the WatchMetrics functions are told: the metrics
-//     endpoint exports the new level from its next scrape);
+//     metrics.per_namespace changes (the metrics endpoint reads it from the target at
+//     each scrape, so it exports the new level from its next one);
 //  2. namespaces that are gone, or whose identity changed (backend, path, lba_size, uuid,
 //     nguid, eui64, the rbd image or its cluster: hosts would see another namespace), are
 //     removed, then subsystems that are gone (their hosts are disconnected);
@@ -230,17 +230,9 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 	}
 	// (Any other change of the metrics section is refused above, and plan then returns no step.)
 	if x, y := cur.Metrics.PerNamespace, next.Metrics.PerNamespace; x != y {
-		set := func(m conf.Metrics) func() error {
-			return func() error {
-				if err := t.SetMetricsPerNamespace(m.PerNamespace); err != nil {
-					return err
-				}
-				s.tellMetrics(m)
-				return nil
-			}
-		}
 		setKeys = append(setKeys, step{what: fmt.Sprintf("metrics.per_namespace %s → %s (%s)", x, y, perNamespaceText(y)),
-			do: set(next.Metrics), undo: set(cur.Metrics)})
+			do:   func() error { return t.SetMetricsPerNamespace(y) },
+			undo: func() error { return t.SetMetricsPerNamespace(x) }})
 	}
 	// The hosts section (descriptions show secrets redacted).
 	for _, nh := range next.Hosts {

@@ -73,42 +73,7 @@ type Server struct {
 	chg       sync.Mutex // serializes changes: every operation of manage.go, and Reload
 	mu        sync.Mutex
 	listeners []served
-	watchers  []*metricsWatcher // WatchMetrics, in the order they were added
 	closed    bool
-}
-
-// metricsWatcher is one WatchMetrics registration; its address identifies it.
-type metricsWatcher struct{ f func(conf.Metrics) }
-
-// WatchMetrics makes f receive the running configuration's metrics section each time a
-// reload changes what of it applies while the target runs (per_namespace), and again
-// when a failed reload undoes that change: the metrics endpoint serving this Server
-// (package target/metrics) follows it from its next scrape. f runs within Reload, which
-// holds the Server's changes meanwhile: it must return promptly and must not change the
-// Server. stop ends the registration; f is not called once stop has returned.
-func (s *Server) WatchMetrics(f func(conf.Metrics)) (stop func()) {
-	w := &metricsWatcher{f: f}
-	s.mu.Lock()
-	s.watchers = append(s.watchers, w)
-	s.mu.Unlock()
-	return func() {
-		s.chg.Lock() // no reload is calling f once this is held
-		defer s.chg.Unlock()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.watchers = slices.DeleteFunc(s.watchers, func(x *metricsWatcher) bool { return x == w })
-	}
-}
-
-// tellMetrics gives m, the running metrics section, to the WatchMetrics functions. The
-// caller holds s.chg.
-func (s *Server) tellMetrics(m conf.Metrics) {
-	s.mu.Lock()
-	ws := slices.Clone(s.watchers)
-	s.mu.Unlock()
-	for _, w := range ws {
-		w.f(m)
-	}
 }
 
 // served is a listener being served and its (resolved) configuration.
