@@ -24,7 +24,76 @@ type FieldError struct {
 	Field  string // field path, e.g. "subsystems[0].namespaces[1].lba_size"; "" for the whole file
 	Value  string // the offending value as written; "" when the field is missing
 	Msg    string // what is wrong
-	Fix    string // what to do about it
+	Fix    string // what to do about it, in the file's terms
+	// FixKeys are the configuration keys Fix names, in order, for front ends that set the
+	// fields otherwise (FixText); fixTmpl is Fix with {} in place of each.
+	FixKeys []FixKey
+	fixTmpl string
+}
+
+// FixKey is a configuration key that a FieldError's Fix names: to remove or set it
+// ("remove size"), or with an example value ("size: 10GiB") or example values of its keys
+// ("rbd: {pool: rbd, image: vol1}").
+type FixKey struct {
+	Field string   // the key's field path, as FieldError.Field
+	Value string   // an example value; "" when the fix names the key alone
+	Sub   []FixKey // example values of a mapping's keys (with Value "")
+}
+
+// FixText is Fix with each of FixKeys written by key: for a front end that names the
+// fields otherwise than the file (gonvmf ctl's flags), so that its users read the fix in
+// its terms. Fix writes each key as the file does, from the mapping it shares with the
+// field at fault (user: gonvmf within rbd; remove size, write rbd.create_size for an rbd
+// namespace's size).
+func (e *FieldError) FixText(key func(FixKey) string) string {
+	if len(e.FixKeys) == 0 {
+		return e.Fix
+	}
+	var b strings.Builder
+	rest := e.fixTmpl
+	for _, k := range e.FixKeys {
+		before, after, _ := strings.Cut(rest, "{}")
+		b.WriteString(before)
+		b.WriteString(key(k))
+		rest = after
+	}
+	b.WriteString(rest)
+	return b.String()
+}
+
+// fileKey writes a FixKey of a fix for field as the configuration file does (FixText).
+func fileKey(field string) func(FixKey) string {
+	return func(k FixKey) string {
+		name := relField(field, k.Field)
+		switch {
+		case len(k.Sub) > 0:
+			vals := make([]string, len(k.Sub))
+			for i, s := range k.Sub {
+				vals[i] = strings.TrimPrefix(s.Field, k.Field+".") + ": " + s.Value
+			}
+			return name + ": {" + strings.Join(vals, ", ") + "}"
+		case k.Value != "":
+			return name + ": " + k.Value
+		}
+		return name
+	}
+}
+
+// relField is the path of key from the innermost mapping that holds both it and field's
+// key ("a.rbd.user" from "a.rbd.pool": "user"; "a.rbd.create_size" from "a.size":
+// "rbd.create_size").
+func relField(field, key string) string {
+	for base := field; base != ""; {
+		i := strings.LastIndexByte(base, '.')
+		if i < 0 {
+			break
+		}
+		base = base[:i]
+		if rest, ok := strings.CutPrefix(key, base+"."); ok {
+			return rest
+		}
+	}
+	return key
 }
 
 func (e *FieldError) Error() string {

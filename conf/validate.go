@@ -155,6 +155,21 @@ func (v *validator) fail(p, value, msg, fix string) {
 	v.errs = append(v.errs, v.fieldError(p, value, msg, fix))
 }
 
+// failKeys is fail with a fix that names configuration keys: each {} in fix stands for
+// one of keys, which the error's Fix writes as the file does and FixText as its caller
+// chooses.
+func (v *validator) failKeys(p, value, msg, fix string, keys ...FixKey) {
+	e := v.fieldError(p, value, msg, "")
+	e.fixTmpl, e.FixKeys = fix, keys
+	e.Fix = e.FixText(fileKey(p))
+	v.errs = append(v.errs, e)
+}
+
+// rbdExample is the example image of a fix that names the rbd mapping rp.
+func rbdExample(rp string) FixKey {
+	return FixKey{Field: rp, Sub: []FixKey{{Field: rp + ".pool", Value: "rbd"}, {Field: rp + ".image", Value: "vol1"}}}
+}
+
 func (v *validator) warn(p, value, msg, fix string) {
 	v.warns = append(v.warns, v.fieldError(p, value, msg, fix))
 }
@@ -749,7 +764,7 @@ func (v *validator) rbd(ns *Namespace, p string, lbaOK bool, own *idOwners) {
 	rp := p + ".rbd"
 	if r.Pool == "" && r.Image == "" && !v.explicit(rp) {
 		if !v.skip(rp) {
-			v.fail(rp, "", "missing", "name the image, e.g. rbd: {pool: rbd, image: vol1}")
+			v.failKeys(rp, "", "missing", "name the image, e.g. {}", rbdExample(rp))
 		}
 		return
 	}
@@ -761,7 +776,7 @@ func (v *validator) rbd(ns *Namespace, p string, lbaOK bool, own *idOwners) {
 			nameOK = false
 		case val == "":
 			if eg != "" {
-				v.fail(fp, "", "missing", fmt.Sprintf("name the %s, e.g. %s: %s", what, field, eg))
+				v.failKeys(fp, "", "missing", "name the "+what+", e.g. {}", FixKey{Field: fp, Value: eg})
 				nameOK = false
 			}
 		case strings.ContainsAny(val, bad) || strings.ContainsFunc(val, func(r rune) bool { return r <= ' ' || r == 0x7f }):
@@ -775,8 +790,8 @@ func (v *validator) rbd(ns *Namespace, p string, lbaOK bool, own *idOwners) {
 	name("image", r.Image, "image", "vol1", "/@")
 	name("user", r.User, "Ceph client", "", "/@")
 	if id, ok := strings.CutPrefix(r.User, "client."); ok && id != "" && !v.skip(rp+".user") {
-		v.fail(rp+".user", r.User, "user is the client's id, without the client. of its name (as the rbd tool's --id)",
-			"write user: "+id)
+		v.failKeys(rp+".user", r.User, "user is the client's id, without the client. of its name (as the rbd tool's --id)",
+			"write {}", FixKey{Field: rp + ".user", Value: id})
 	}
 	for _, f := range []struct {
 		field string
@@ -790,10 +805,11 @@ func (v *validator) rbd(ns *Namespace, p string, lbaOK bool, own *idOwners) {
 	if (r.CreateSize != 0 || v.explicit(rp+".create_size")) && !v.skip(rp+".create_size") {
 		switch {
 		case ns.ReadOnly:
-			v.fail(rp+".create_size", r.CreateSize.String(), "a read-only namespace cannot create its image",
-				"create the image first (rbd create), or remove read_only")
+			v.failKeys(rp+".create_size", r.CreateSize.String(), "a read-only namespace cannot create its image",
+				"create the image first (rbd create), or remove {}", FixKey{Field: p + ".read_only"})
 		case r.CreateSize == 0:
-			v.fail(rp+".create_size", "0", "an image of 0 bytes holds nothing", "give a size, e.g. create_size: 10GiB, or remove create_size")
+			v.failKeys(rp+".create_size", "0", "an image of 0 bytes holds nothing", "give a size, e.g. {}, or remove {}",
+				FixKey{Field: rp + ".create_size", Value: "10GiB"}, FixKey{Field: rp + ".create_size"})
 		case lbaOK && r.CreateSize%Size(ns.LBASize) != 0:
 			v.fail(rp+".create_size", r.CreateSize.String(), fmt.Sprintf("%s (%d bytes) is not a multiple of the LBA size %d",
 				r.CreateSize, uint64(r.CreateSize), ns.LBASize), fmt.Sprintf("use a multiple of %d, e.g. 10GiB", ns.LBASize))
@@ -854,8 +870,8 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 	// backend, path, size, rbd
 	sizeWritten := ns.Size != 0 || v.explicit(p+".size")
 	if ns.Backend != BackendRBD && ns.Backend != "" && (ns.RBD != (RBD{}) || v.explicit(p+".rbd")) {
-		v.fail(p+".rbd", "", fmt.Sprintf("rbd describes the image of an rbd namespace, not of a %s one", ns.Backend),
-			"remove rbd, or set backend: rbd")
+		v.failKeys(p+".rbd", "", fmt.Sprintf("rbd describes the image of an rbd namespace, not of a %s one", ns.Backend),
+			"remove {}, or set {}", FixKey{Field: p + ".rbd"}, FixKey{Field: p + ".backend", Value: BackendRBD})
 	}
 	switch ns.Backend {
 	case BackendFile, BackendBlock:
@@ -865,8 +881,8 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 				if ns.Backend == BackendBlock {
 					eg = "/dev/nvme0n1"
 				}
-				v.fail(p+".path", "", "missing", fmt.Sprintf("%s namespaces need the path of their backing %s, e.g. path: %s",
-					ns.Backend, map[string]string{BackendFile: "file", BackendBlock: "device"}[ns.Backend], eg))
+				v.failKeys(p+".path", "", "missing", fmt.Sprintf("%s namespaces need the path of their backing %s, e.g. {}",
+					ns.Backend, map[string]string{BackendFile: "file", BackendBlock: "device"}[ns.Backend]), FixKey{Field: p + ".path", Value: eg})
 			}
 		} else {
 			ns.Path = v.rel(ns.Path)
@@ -881,28 +897,29 @@ func (v *validator) namespace(ns *Namespace, nqn string, nqnOK bool, p string, n
 			}
 		}
 		if ns.Backend == BackendBlock && sizeWritten && !v.skip(p+".size") {
-			v.fail(p+".size", ns.Size.String(), "block namespaces take their size from the device", "remove size")
+			v.failKeys(p+".size", ns.Size.String(), "block namespaces take their size from the device", "remove {}", FixKey{Field: p + ".size"})
 			sizeWritten = false
 		}
 	case BackendNull, BackendMemory:
 		if ns.Path != "" {
-			v.fail(p+".path", ns.Path, fmt.Sprintf("%s namespaces have no backing file", ns.Backend), "remove path, or use backend: file")
+			v.failKeys(p+".path", ns.Path, fmt.Sprintf("%s namespaces have no backing file", ns.Backend), "remove {}, or use {}",
+				FixKey{Field: p + ".path"}, FixKey{Field: p + ".backend", Value: BackendFile})
 		}
 		if !sizeWritten && !v.skip(p+".size") {
-			v.fail(p+".size", "", "missing", fmt.Sprintf("%s namespaces need a capacity, e.g. size: 10GiB", ns.Backend))
+			v.failKeys(p+".size", "", "missing", ns.Backend+" namespaces need a capacity, e.g. {}", FixKey{Field: p + ".size", Value: "10GiB"})
 		}
 		if ns.Backend == BackendMemory && ns.Size > MaxMemorySize {
-			v.fail(p+".size", ns.Size.String(), fmt.Sprintf("%s is more than the %s a memory namespace may have", ns.Size, Size(MaxMemorySize)),
-				"use a smaller size, or backend: null for benchmarks that need no data")
+			v.failKeys(p+".size", ns.Size.String(), fmt.Sprintf("%s is more than the %s a memory namespace may have", ns.Size, Size(MaxMemorySize)),
+				"use a smaller size, or {} for benchmarks that need no data", FixKey{Field: p + ".backend", Value: BackendNull})
 		}
 	case BackendRBD:
 		if ns.Path != "" {
-			v.fail(p+".path", ns.Path, "rbd namespaces have no backing file: their image is named in rbd",
-				"remove path, and write rbd: {pool: rbd, image: vol1}")
+			v.failKeys(p+".path", ns.Path, "rbd namespaces have no backing file: their image is named in rbd",
+				"remove {}, and write {}", FixKey{Field: p + ".path"}, rbdExample(p+".rbd"))
 		}
 		if sizeWritten && !v.skip(p+".size") {
-			v.fail(p+".size", ns.Size.String(), "rbd namespaces take their size from the image",
-				"remove size: to create a missing image write rbd.create_size, to grow one use rbd resize")
+			v.failKeys(p+".size", ns.Size.String(), "rbd namespaces take their size from the image",
+				"remove {}: to create a missing image write {}, to grow one use rbd resize", FixKey{Field: p + ".size"}, FixKey{Field: p + ".rbd.create_size"})
 			sizeWritten = false
 		}
 		v.rbd(ns, p, lbaOK, own)

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -658,8 +657,8 @@ func checkNsFlags(nqn string, n *pb.Namespace) error {
 			m += " " + fe.Value
 		}
 		m += ": " + fe.Msg
-		if fe.Fix != "" {
-			m += "; " + nsFlagText(fe.Fix)
+		if fix := fe.FixText(nsFlagFix); fix != "" {
+			m += "; " + fix
 		}
 		msgs = append(msgs, m)
 	}
@@ -678,43 +677,24 @@ func nsFlagName(field string) string {
 	return "--" + strings.NewReplacer(".", "-", "_", "-").Replace(field)
 }
 
-// nsFlagKeys finds the configuration's namespace keys in a fix written for the file: as
-// KEY: VALUE, as remove KEY, and rbd's as rbd.KEY. The whole rbd mapping of the examples
-// comes first.
-var nsFlagKeys = regexp.MustCompile(`rbd: \{pool: (\S+), image: (\S+)\}|\brbd\.([a-z_]+)\b|\b(remove )?(nsid|backend|path|size|lba_size|read_only|uuid|nguid|eui64|ana_group|shared|rbd|pool|rados_namespace|image|ceph_conf|user|keyring|create_size)(: |\b)`)
-
-// nsFlagText rewrites a fix written for the configuration file in terms of ns add's flags
-// ("write user: admin": "write --rbd-user admin").
-func nsFlagText(fix string) string {
-	return nsFlagKeys.ReplaceAllStringFunc(fix, func(s string) string {
-		m := nsFlagKeys.FindStringSubmatch(s)
-		switch {
-		case m[1] != "":
-			return "--rbd-pool " + m[1] + " --rbd-image " + m[2]
-		case m[3] != "":
-			return nsFlagName("rbd." + m[3])
-		case m[4] == "" && m[6] != ": ":
-			return s // the word in prose ("the image"), not a key
+// nsFlagFix writes a configuration key that a fix names (conf.FieldError.FixText) as ns
+// add's flags: "--size", with an example "--size 10GiB", the rbd mapping's example as its
+// keys' flags, and the rbd mapping named alone as the --rbd-* flags.
+func nsFlagFix(k conf.FixKey) string {
+	field := strings.TrimPrefix(k.Field, nsFlagPrefix)
+	switch {
+	case len(k.Sub) > 0:
+		flags := make([]string, len(k.Sub))
+		for i, s := range k.Sub {
+			flags[i] = nsFlagFix(s)
 		}
-		key := m[5]
-		switch key {
-		case "rbd":
-			if m[4] == "" {
-				return s
-			}
-			return m[4] + "the --rbd-* flags"
-		case "pool", "rados_namespace", "image", "ceph_conf", "user", "keyring", "create_size":
-			key = "rbd." + key
-		}
-		flag := nsFlagName(key)
-		switch {
-		case m[4] != "" && m[6] == ": ": // "remove size: to create ..."
-			return m[4] + flag + ": "
-		case m[6] == ": ": // "e.g. size: 10GiB"
-			return flag + " "
-		}
-		return m[4] + flag
-	})
+		return strings.Join(flags, " ")
+	case k.Value != "":
+		return nsFlagName(field) + " " + k.Value
+	case field == "rbd":
+		return "the --rbd-* flags"
+	}
+	return nsFlagName(field)
 }
 
 func nsText(n *pb.Namespace) string {
