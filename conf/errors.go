@@ -26,7 +26,8 @@ type FieldError struct {
 	Msg    string // what is wrong
 	Fix    string // what to do about it, in the file's terms
 	// FixKeys are the configuration keys Fix names, in order, for front ends that set the
-	// fields otherwise (FixText); fixTmpl is Fix with {} in place of each.
+	// fields otherwise (FixText); fixTmpl is Fix with {} in place of each, set by this
+	// package with FixKeys. Code that rewrites Fix clears FixKeys.
 	FixKeys []FixKey
 	fixTmpl string
 }
@@ -46,7 +47,7 @@ type FixKey struct {
 // field at fault (user: gonvmf within rbd; remove size, write rbd.create_size for an rbd
 // namespace's size).
 func (e *FieldError) FixText(key func(FixKey) string) string {
-	if len(e.FixKeys) == 0 {
+	if len(e.FixKeys) == 0 || e.fixTmpl == "" {
 		return e.Fix
 	}
 	var b strings.Builder
