@@ -66,7 +66,9 @@ import (
 // still reach its store until its backend closes: a port's fence of g waits for them too
 // when the namespace was in g or a namespace in g has its NSID now, and a move's fence
 // when the moved namespace has its NSID (the namespace added again on the same store; see
-// fence.go) — except a memory or null namespace's, whose store no one else serves.
+// fence.go) — except a memory or null namespace's, whose store no one else serves. The
+// namespaces of a subsystem being removed, or removed with commands still in their
+// backends, are removed namespaces of the subsystem added again with its NQN, if any.
 //
 // SetANAState and SetNamespaceANAGroup change, then wait; a caller that serializes
 // changes with a lock of its own changes with ChangeANAState or MoveNamespaceANAGroup
@@ -337,17 +339,15 @@ func (t *Target) MoveNamespaceANAGroup(subNQN string, nsid, g uint32) (*ANAFence
 	}
 	// The ports' states are read after the move was published: a state changed to one
 	// that serves no I/O since is that change's fence's to wait for. A removed namespace
-	// with its NSID whose backend still executes commands is waited for with it: the
-	// namespace may have been added again on its store (fence.go).
-	keys := s.fenceKeys(ns)
+	// with its NSID whose backend still executes commands is waited for with it, also
+	// one of a removed subsystem with the NQN: the namespace may have been added again on
+	// its store (fence.go).
+	scope := t.fenceScope(s)
+	keys := fenceKeys(scope, ns)
 	var ws []fenceWait
-	s.ioqMu.Lock()
-	for q := range s.ioQueues {
-		if !anaServes(nvmeproto.ANAState(q.port.ana[g].Load())) {
-			ws = append(ws, fenceWait{q, keys})
-		}
+	for _, q := range scopeIOQueues(scope, func(q *Queue) bool { return !anaServes(nvmeproto.ANAState(q.port.ana[g].Load())) }) {
+		ws = append(ws, fenceWait{q, keys})
 	}
-	s.ioqMu.Unlock()
 	if len(ws) == 0 {
 		return nil, nil
 	}
@@ -505,37 +505,48 @@ func (t *Target) portControllers(p *Port) []*controller {
 // of controllers being reset or torn down, and queues closed without draining), each for
 // those namespaces, and for the removed namespaces whose commands the fences still wait
 // for (fencedRemoved) that were in g when removed or whose NSID a namespace in g now has:
-// their commands may reach a store of the group. Each namespace's group is read once, now.
+// their commands may reach a store of the group. A subsystem RemoveSubsystem is removing,
+// or removed with commands still in its namespaces' backends (Target.removedSubs), counts
+// as well, and together with the subsystem added again with its NQN, if any (fenceScope):
+// its namespaces that have an NSID a namespace in g has are waited for too. Each
+// namespace's group is read once, now.
 func (t *Target) portGroupWaits(p *Port, g uint32) []fenceWait {
 	t.mu.Lock()
-	subs := slices.Clone(t.order)
+	subs := slices.Concat(t.order, t.removedSubs)
 	t.mu.Unlock()
+	slices.SortStableFunc(subs, func(a, b *subsystem) int { return strings.Compare(a.nqn, b.nqn) })
 	var ws []fenceWait
-	for _, s := range subs {
+	for len(subs) > 0 {
+		n := 1
+		for n < len(subs) && subs[n].nqn == subs[0].nqn {
+			n++
+		}
+		scope := subs[:n] // the subsystems with one NQN
+		subs = subs[n:]
 		var keys []fenceKey
-		var inG []uint32 // NSIDs of the namespaces in g, ascending
-		tab, removed := s.fencedRemoved()
-		for _, ns := range tab { // also inactive ones: a failed reopen's stragglers
-			if ns.anaGroup.Load() == g {
-				keys = append(keys, ns.fenceKey())
-				inG = append(inG, ns.nsid)
+		var inG []uint32 // NSIDs of the namespaces in g
+		var removed []*namespace
+		for _, s := range scope {
+			tab, rm := s.fencedRemoved()
+			for _, ns := range tab { // also inactive ones: a failed reopen's stragglers
+				if ns.anaGroup.Load() == g {
+					keys = append(keys, ns.fenceKey())
+					inG = append(inG, ns.nsid)
+				}
 			}
+			removed = append(removed, rm...)
 		}
 		for _, ns := range removed {
-			if _, again := slices.BinarySearch(inG, ns.nsid); again || ns.anaGroup.Load() == g {
+			if ns.anaGroup.Load() == g || slices.Contains(inG, ns.nsid) {
 				keys = append(keys, ns.fenceKey())
 			}
 		}
 		if len(keys) == 0 {
 			continue
 		}
-		s.ioqMu.Lock()
-		for q := range s.ioQueues {
-			if q.port == p {
-				ws = append(ws, fenceWait{q, keys})
-			}
+		for _, q := range scopeIOQueues(scope, func(q *Queue) bool { return q.port == p }) {
+			ws = append(ws, fenceWait{q, keys})
 		}
-		s.ioqMu.Unlock()
 	}
 	return ws
 }

@@ -53,6 +53,17 @@ import (
 // wait for the removed namespaces with its NSID. A memory or null namespace's commands
 // reach no store anyone else serves and are not waited for once it is removed.
 //
+// RemoveSubsystem removes every namespace of the subsystem in the same way (unpublish
+// puts them on its removed list while the subsystem is still in the target's table), and
+// the subsystem stays on the target's list of removed subsystems from the moment it
+// leaves the table until no backend of those namespaces is open (Target.removedSubs): a
+// subsystem with commands executing while it is being removed, or stuck after, is still
+// one the fences see, with its I/O queues. A fence looks at a subsystem together with the
+// removed subsystems with its NQN (fenceScope), which may have been added again on the
+// same stores (a reload's undo of a failed reload re-adds a subsystem it removed): their
+// removed namespaces count as the subsystem's own removed ones, and their queues are
+// waited on with its queues.
+//
 // A queue's nsFence of a namespace is created by the queue's first command to it and kept
 // in an immutable table sorted by NSID and generation, at most one per namespace (NSID
 // and generation): a removed namespace's and that of the namespace added again with its
@@ -227,17 +238,52 @@ func (s *subsystem) fencedRemoved() (tab, removed []*namespace) {
 	return *s.ns.Load(), removed
 }
 
-// fenceKeys returns the namespaces a fence of namespace ns waits for: ns, and the removed
-// namespaces with its NSID whose commands the fences still wait for (fencedRemoved).
-func (s *subsystem) fenceKeys(ns *namespace) []fenceKey {
+// fenceScope returns the subsystems a fence of s's namespaces looks at: s, and the
+// removed subsystems with its NQN (Target.removedSubs), whose namespaces' backends may
+// still execute commands on the stores s's namespaces use (a subsystem removed and added
+// again: RemoveSubsystem, then AddSubsystem or a reload's undo of the removal).
+func (t *Target) fenceScope(s *subsystem) []*subsystem {
+	scope := []*subsystem{s}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.removedSubs {
+		if r != s && r.nqn == s.nqn {
+			scope = append(scope, r)
+		}
+	}
+	return scope
+}
+
+// fenceKeys returns the namespaces a fence of namespace ns, of the first subsystem of
+// scope (fenceScope), waits for: ns, and the removed namespaces with its NSID whose
+// commands the fences still wait for (fencedRemoved) of every subsystem of scope.
+func fenceKeys(scope []*subsystem, ns *namespace) []fenceKey {
 	keys := []fenceKey{ns.fenceKey()}
-	_, removed := s.fencedRemoved()
-	for _, r := range removed {
-		if r.nsid == ns.nsid {
-			keys = append(keys, r.fenceKey())
+	for _, s := range scope {
+		_, removed := s.fencedRemoved()
+		for _, r := range removed {
+			if r.nsid == ns.nsid {
+				keys = append(keys, r.fenceKey())
+			}
 		}
 	}
 	return keys
+}
+
+// scopeIOQueues returns the I/O queues of the subsystems of scope that may still have
+// commands in flight (their ioQueues) for which keep reports true.
+func scopeIOQueues(scope []*subsystem, keep func(*Queue) bool) []*Queue {
+	var qs []*Queue
+	for _, s := range scope {
+		s.ioqMu.Lock()
+		for q := range s.ioQueues {
+			if keep(q) {
+				qs = append(qs, q)
+			}
+		}
+		s.ioqMu.Unlock()
+	}
+	return qs
 }
 
 // fenceTable returns the queue's table of nsFences (sorted by NSID and generation; do not

@@ -365,3 +365,164 @@ func TestFenceReopenedRemovedStore(t *testing.T) {
 		return p.SetANAState(ctx, 1, conf.ANAInaccessible) == nil && p.SetANAState(ctx, 3, conf.ANAInaccessible) == nil
 	})
 }
+
+// TestFenceRemovedSubsystemStore: the subsystem is removed while host a's write to its
+// namespace 1, a shared file, is stuck in the backend (RemoveSubsystem gives up on it
+// after the close timeout; the backend stays open), then added again on the same file (as
+// a reload's undo of the removal does). Until the write completes it may still land on
+// the file, which another target may serve and which the new namespace 1 uses: a change
+// of group 1 (namespace 1's) waits for it, before and after the subsystem is back, so do
+// the move of the new namespace 1 into group 3 (inaccessible) and then a change of group
+// 3, and a Preempt and Abort of a on the new namespace 1 fails with Internal Error after
+// the close timeout. A change of group 2 (namespace 2's) does not wait. Once the write
+// has completed, no fence waits. The old code took the subsystem's queues and namespaces
+// out of every fence's sight at the removal: every change returned nil at once and the
+// Preempt and Abort succeeded.
+func TestFenceRemovedSubsystemStore(t *testing.T) {
+	const closeTimeout = 300 * time.Millisecond
+	hb := newHungBackends(hungNSSize, false)
+	ns1 := fileNS(t, 1, hungNSSize)
+	ns1.Shared = true
+	ns2 := memNS(2, okNSSize)
+	ns2.ANAGroup = 2
+	e := newEnv(t, baseConfig(ns1, ns2), target.WithBackendOpener(hb.open), target.WithQueueCloseTimeout(closeTimeout),
+		target.WithLogger(testLogger(t)))
+	t.Cleanup(func() { hb.release(nil) }) // before the env's cleanups, which wait for the write
+	a := e.connectHost(1)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	a.io.submit(&w, pattern(512, 4))
+	waitFor(t, func() bool { return hb.writes.Load() == 1 })
+	cs := e.tgt.Config().Subsystems[0]
+	if err := e.tgt.RemoveSubsystem(subNQN); err != nil {
+		t.Fatalf("RemoveSubsystem with a write stuck in its namespace 1: %v", err)
+	}
+
+	p := e.port.Target()
+	fenced := func(what string, change func(context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		var ie *target.ANAInFlightError
+		if err := change(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
+			t.Errorf("%s, a write of the removed subsystem's namespace 1 stuck in its backend: %v; want an ANAInFlightError for 1 command", what, err)
+		}
+	}
+	setState := func(g uint32, st conf.ANAState) func(context.Context) error {
+		return func(ctx context.Context) error { return p.SetANAState(ctx, g, st) }
+	}
+	unfenced := func(what string, change func(context.Context) error) {
+		t.Helper()
+		start := time.Now()
+		if err := change(context.Background()); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+		if d := time.Since(start); d >= closeTimeout/2 {
+			t.Errorf("%s took %v", what, d)
+		}
+	}
+
+	fenced("group 1 set inaccessible, the subsystem removed", setState(1, conf.ANAInaccessible))
+	unfenced("group 1 set optimized", setState(1, ""))
+	unfenced("group 2 (namespace 2's, in memory) set inaccessible", setState(2, conf.ANAInaccessible))
+	unfenced("group 2 set optimized", setState(2, ""))
+	if err := e.tgt.AddSubsystem(cs); err != nil {
+		t.Fatalf("AddSubsystem again, namespace 1 on the same shared file: %v", err)
+	}
+	fenced("group 1 set inaccessible, the subsystem added again", setState(1, conf.ANAInaccessible))
+	unfenced("group 1 set optimized", setState(1, ""))
+	unfenced("group 3 (no namespace) set inaccessible", setState(3, conf.ANAInaccessible))
+	fenced("the new namespace 1 moved into group 3 (inaccessible)", func(ctx context.Context) error {
+		return e.tgt.SetNamespaceANAGroup(ctx, subNQN, 1, 3)
+	})
+	fenced("group 3 (namespace 1's now) set inaccessible again", setState(3, conf.ANAInaccessible))
+	unfenced("group 3 set optimized", setState(3, ""))
+	unfenced("group 2 (namespace 2's) set inaccessible", setState(2, conf.ANAInaccessible))
+	unfenced("group 2 set optimized", setState(2, ""))
+
+	a2, b := e.connectHost(1), e.connectHost(2) // host a again, on the new subsystem
+	expectOK(t, "register a", a2.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	expectOK(t, "register b", b.register(nvmeproto.ResvRegister, false, 0, 0, 0xB))
+	expectOK(t, "a acquires", a2.acquire(nvmeproto.ResvAcquire, nvmeproto.ResvWriteExclusive, 0xA, 0))
+	start := time.Now()
+	expectStatus(t, "preempt and abort of a, its write to the removed subsystem's namespace 1 stuck",
+		wait(t, b.preemptAbort(0xB, 0xA)), nvmeproto.StatusInternalError)
+	if d := time.Since(start); d < closeTimeout {
+		t.Errorf("preempt and abort ended after %v, before the close timeout %v, with a's write in the backend", d, closeTimeout)
+	}
+
+	hb.release(nil)
+	waitFor(t, func() bool { // the removal forgets the subsystem once its backends have closed
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		return p.SetANAState(ctx, 1, conf.ANAInaccessible) == nil && p.SetANAState(ctx, 3, conf.ANAInaccessible) == nil &&
+			e.tgt.SetNamespaceANAGroup(ctx, subNQN, 1, 3) == nil
+	})
+	unfenced("group 1 set optimized", setState(1, ""))
+	unfenced("group 3 set optimized", setState(3, ""))
+	expectOK(t, "register a again", a2.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	start = time.Now()
+	expectStatus(t, "preempt and abort of a, its write completed", wait(t, b.preemptAbort(0xB, 0xA)), nvmeproto.StatusSuccess)
+	if d := time.Since(start); d >= closeTimeout/2 {
+		t.Errorf("preempt and abort of a took %v with its write completed", d)
+	}
+}
+
+// TestFenceSubsystemBeingRemoved: an ANA change of group 1 made while RemoveSubsystem
+// waits for a write to namespace 1, a shared file, still in its backend (the subsystem
+// is already out of the target's table) waits for that write, which the port admitted
+// before the change: it returns only once the write has completed. The old code listed
+// only the subsystems in the table: the change returned nil at once with the write still
+// to land.
+func TestFenceSubsystemBeingRemoved(t *testing.T) {
+	const closeTimeout = 5 * time.Second // the removal still waits while the change is made
+	hb := newHungBackends(hungNSSize, false)
+	ns1 := fileNS(t, 1, hungNSSize)
+	ns1.Shared = true
+	e := newEnv(t, baseConfig(ns1), target.WithBackendOpener(hb.open), target.WithQueueCloseTimeout(closeTimeout),
+		target.WithLogger(testLogger(t)))
+	t.Cleanup(func() { hb.release(nil) }) // before the env's cleanups, which wait for the write
+	_, cntlid := e.adminConnect(subNQN, hostNQN, 0)
+	io := e.ioConnect(1, cntlid, 8)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	io.submit(&w, pattern(512, 4))
+	waitFor(t, func() bool { return hb.writes.Load() == 1 })
+	removed := make(chan error, 1)
+	go func() { removed <- e.tgt.RemoveSubsystem(subNQN) }()
+	waitFor(t, func() bool { return len(e.tgt.Subsystems()) == 1 }) // discovery's alone
+
+	f, err := e.port.Target().ChangeANAState(1, conf.ANAInaccessible)
+	if err != nil {
+		t.Fatalf("ChangeANAState(group 1, inaccessible): %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var ie *target.ANAInFlightError
+	if err := f.Wait(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
+		t.Errorf("the change's Wait, a write admitted before it still in the backend of the subsystem being removed: %v; "+
+			"want an ANAInFlightError for 1 command", err)
+	}
+	select {
+	case err := <-removed:
+		t.Fatalf("RemoveSubsystem returned (%v) with the write still in the backend", err)
+	default:
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- f.Wait(context.Background()) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("the change's second Wait returned (%v) before the write completed", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	hb.release(nil)
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("the change's Wait, the write completed: %v", err)
+		}
+	case <-time.After(closeTimeout / 2):
+		t.Fatal("the change's Wait did not return once the write completed")
+	}
+	if err := <-removed; err != nil {
+		t.Errorf("RemoveSubsystem: %v", err)
+	}
+}

@@ -198,20 +198,6 @@ func (s *subsystem) resvNotify(nsid uint32, n resvNotice) {
 	}
 }
 
-// hostIOQueues returns the I/O queues of the given hosts that may still have commands
-// in flight.
-func (s *subsystem) hostIOQueues(hosts [][16]byte) []*Queue {
-	s.ioqMu.Lock()
-	defer s.ioqMu.Unlock()
-	var qs []*Queue
-	for q := range s.ioQueues {
-		if b := q.bind.Load(); b != nil && slices.Contains(hosts, b.ctrl.hostID) {
-			qs = append(qs, q)
-		}
-	}
-	return qs
-}
-
 // abortWait waits until every I/O command the given hosts began to namespace ns before
 // the caller published its preemption has completed, at most the queue-close timeout. It
 // reports whether they did; if not, it has logged the queues they are stuck on.
@@ -222,9 +208,15 @@ func (s *subsystem) abortWait(ns *namespace, hosts [][16]byte) bool {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.t.closeTimeout)
 	defer cancel()
-	nsid, keys := ns.nsid, s.fenceKeys(ns) // also a removed namespace's with its NSID, on its store
+	// Also a removed namespace's with its NSID, and a removed subsystem's with the NQN:
+	// they may be on its store.
+	scope := s.t.fenceScope(s)
+	nsid, keys := ns.nsid, fenceKeys(scope, ns)
 	var ws []fenceWait
-	for _, q := range s.hostIOQueues(hosts) {
+	for _, q := range scopeIOQueues(scope, func(q *Queue) bool {
+		b := q.bind.Load()
+		return b != nil && slices.Contains(hosts, b.ctrl.hostID)
+	}) {
 		ws = append(ws, fenceWait{q, keys})
 	}
 	stuck := fenceQueues(ctx, ws)

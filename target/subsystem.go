@@ -45,10 +45,10 @@ type subsystem struct {
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.
 	ns atomic.Pointer[[]*namespace]
-	// removed are the namespaces removeNamespace took out of ns whose backends (those of
-	// their generations: genBackends) have not all closed yet: commands still in them may
-	// reach their stores, and the I/O fence waits for them (fencedRemoved). Guarded by mu,
-	// changed with ns.
+	// removed are the namespaces removeNamespace or unpublish took out of ns whose backends
+	// (those of their generations: genBackends) have not all closed yet: commands still in
+	// them may reach their stores, and the I/O fence waits for them (fencedRemoved).
+	// Guarded by mu, changed with ns.
 	removed []*namespace
 
 	// ioErrs counts the commands on I/O queues that failed before reaching a namespace
@@ -255,18 +255,12 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	s.removed = append(s.removed, ns)
 	s.mu.Unlock()
 
-	err := ns.close()
+	err := s.closeRemoved(ns)
 	if errors.Is(err, ErrNamespaceBusy) {
 		// Removed all the same: hosts no longer see it, no command reaches it, and its
 		// backend closes when the stuck ones complete (close logged both). Failing the
 		// removal would make a reload undo it and open the backend a second time.
 		err = nil
-	}
-	if isClosed(ns.backends.done) {
-		s.forgetRemoved(ns)
-	} else {
-		// Its backend, or one a reopen gave up on, still has commands executing.
-		go s.forgetRemoved(ns)
 	}
 	s.t.anaGroupChanged(ns.anaGroup.Load())
 	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
@@ -274,16 +268,49 @@ func (s *subsystem) removeNamespace(nsid uint32) error {
 	return err
 }
 
+// closeRemoved closes ns, which the caller took out of the table and put on the removed
+// list in one step under mu (removeNamespace, unpublish), and returns the close's error (one
+// wrapping ErrNamespaceBusy when commands are still executing in its backend after the
+// close timeout). ns stays on the removed list, and the I/O fence waits for its commands,
+// until the backends of its generation have closed (forgetRemoved: at once, or on its own
+// goroutine when the close gave up).
+func (s *subsystem) closeRemoved(ns *namespace) error {
+	err := ns.close()
+	if isClosed(ns.backends.done) {
+		s.forgetRemoved(ns)
+	} else {
+		// Its backend, or one a reopen gave up on, still has commands executing.
+		go s.forgetRemoved(ns)
+	}
+	return err
+}
+
 // forgetRemoved waits until the backends of ns's generation have closed — ns's, and
 // those of the namespace objects a reopen replaced with it (see genBackends): none of its
-// commands executes any more — then takes ns, which removeNamespace took out of the
-// table, off the removed list and drops its nsFences from the I/O queues' tables.
+// commands executes any more — then takes ns, which removeNamespace or unpublish took out
+// of the table, off the removed list and drops its nsFences from the I/O queues' tables.
+// The last one of a closed subsystem takes the subsystem off the target's removed
+// subsystems (forgetIfRemoved).
 func (s *subsystem) forgetRemoved(ns *namespace) {
 	<-ns.backends.done
 	s.mu.Lock()
 	s.removed = slices.DeleteFunc(s.removed, func(n *namespace) bool { return n == ns })
 	s.mu.Unlock()
 	s.dropFences(ns)
+	s.forgetIfRemoved()
+}
+
+// forgetIfRemoved takes s off the target's removed subsystems (Target.removedSubs) once
+// it is closed and no backend of a namespace it had is open: nothing the fences wait for
+// is left in it. Once true, that stays true: a closed subsystem's table is empty, so
+// nothing joins its removed list.
+func (s *subsystem) forgetIfRemoved() {
+	s.mu.Lock()
+	done := s.closed && len(s.removed) == 0
+	s.mu.Unlock()
+	if done {
+		s.t.forgetSubsystem(s)
+	}
 }
 
 // reopenNamespace closes the namespace old's backend and opens it again from cn, its
@@ -383,26 +410,49 @@ func (s *subsystem) installReopened(old, ns *namespace, keepFailure bool, auto i
 	return nil
 }
 
-// close fails every controller and closes every namespace.
+// close fails every controller and closes every namespace: unpublish, then
+// closeUnpublished. Closing a closed subsystem does nothing.
 func (s *subsystem) close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	tab, ok := s.unpublish()
+	if !ok {
 		return nil
+	}
+	return s.closeUnpublished(tab)
+}
+
+// unpublish closes s — hosts can no longer connect to it — and takes its namespaces out
+// of the table onto the removed list in one step, as removeNamespace takes one: from
+// then on the I/O fence waits for their commands as for any removed namespace's, until
+// their backends have closed (fencedRemoved). It returns them, or false when s was
+// closed already.
+func (s *subsystem) unpublish() ([]*namespace, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false
 	}
 	s.closed = true
 	tab := *s.ns.Load()
 	s.ns.Store(&[]*namespace{})
-	s.mu.Unlock()
+	s.removed = append(s.removed, tab...)
+	return tab, true
+}
+
+// closeUnpublished fails every controller and closes the namespaces tab that unpublish
+// took out of the table (closeRemoved: each leaves the removed list once its backends
+// have closed). A subsystem RemoveSubsystem took out of the target's table stays among
+// its removed subsystems until the last has (forgetIfRemoved).
+func (s *subsystem) closeUnpublished(tab []*namespace) error {
 	for _, c := range s.controllers() {
 		c.fail(ErrClosed)
 	}
 	var errs []error
 	for _, ns := range tab {
-		if err := ns.close(); err != nil {
+		if err := s.closeRemoved(ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	s.forgetIfRemoved() // it had no namespace, or every backend has closed
 	return errors.Join(errs...)
 }
 

@@ -124,6 +124,12 @@ type Target struct {
 	ports      []*Port
 	nextPortID uint16
 	closed     bool
+	// removedSubs are the subsystems RemoveSubsystem took out of subsystems and order,
+	// from then until no backend of a namespace they had is open
+	// (subsystem.forgetIfRemoved): the I/O fence waits for their queues' commands still
+	// executing (fenceScope, portGroupWaits). Their tables are empty: their namespaces
+	// went onto their removed lists (subsystem.unpublish) before they left order.
+	removedSubs []*subsystem
 
 	genctr atomic.Uint64 // discovery log generation counter
 	nsGens atomic.Uint64 // the last namespace generation handed out (namespace.gen)
@@ -383,20 +389,38 @@ func (t *Target) addSubsystem(cs *conf.Subsystem, at int) error {
 	return nil
 }
 
-// unlink takes s out of the subsystem table.
+// unlink takes s, unpublished, out of the subsystem table and, in the same step, lists it
+// among the removed subsystems, which the I/O fence looks at, until no backend of its
+// namespaces is open (forgetSubsystem).
 func (t *Target) unlink(s *subsystem) {
 	t.mu.Lock()
 	if t.subsystems[s.nqn] == s {
 		delete(t.subsystems, s.nqn)
 	}
 	t.order = slices.DeleteFunc(t.order, func(x *subsystem) bool { return x == s })
+	t.removedSubs = append(t.removedSubs, s)
+	t.mu.Unlock()
+}
+
+// forgetSubsystem takes s, removed, off the removed subsystems: no backend of a namespace
+// it had is open any more.
+func (t *Target) forgetSubsystem(s *subsystem) {
+	t.mu.Lock()
+	t.removedSubs = slices.DeleteFunc(t.removedSubs, func(x *subsystem) bool { return x == s })
 	t.mu.Unlock()
 }
 
 // RemoveSubsystem removes a subsystem: its controllers fail and their queues are torn
-// down, its namespaces are closed once their in-flight commands finish.
+// down, its namespaces are closed once their in-flight commands finish (at most the
+// queue-close timeout for each; a backend with commands still executing then closes when
+// they complete). Until its namespaces' backends have closed, the I/O fence of an ANA
+// change or a Preempt and Abort waits for their commands as for those of a removed
+// namespace (RemoveNamespace; see fence.go), also when a subsystem with its NQN is added
+// again on the same stores.
 func (t *Target) RemoveSubsystem(nqn string) error {
 	var s *subsystem
+	var tab []*namespace
+	var unpublished bool
 	err := t.change(fmt.Sprintf("removing subsystem %q", nqn), false, func(c *conf.Config) error {
 		i := subsystemIndex(c, nqn)
 		if s = t.subsystem(nqn); s == nil || s.disc || i < 0 {
@@ -405,13 +429,20 @@ func (t *Target) RemoveSubsystem(nqn string) error {
 		c.Subsystems = slices.Delete(c.Subsystems, i, i+1)
 		return nil
 	}, func(*conf.Config) error {
+		// Its namespaces become removed ones while it is still listed, then it leaves
+		// the table for the removed subsystems: a fence sees them all along.
+		tab, unpublished = s.unpublish()
 		t.unlink(s)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	s.close()
+	if unpublished {
+		s.closeUnpublished(tab)
+	} else {
+		s.forgetIfRemoved() // a Close meanwhile closes it, maybe before unlink listed it
+	}
 	t.discoveryChanged()
 	return nil
 }
