@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/target"
@@ -38,9 +39,12 @@ import (
 //     namespaces move to another ANA group (ana_group), then listeners' states change to
 //     those that do not serve I/O: a switchover within one target never leaves a group,
 //     or a namespace moving between groups, without a path. A change that leaves a group
-//     serving no I/O on a listener waits, at most the target's queue-close timeout, for
-//     the I/O commands admitted before it (target.ANAFence); when some still execute
-//     then, the change stays applied and the reload goes on, logging which;
+//     (or a moved namespace) serving no I/O on a listener waits, at most the target's
+//     queue-close timeout, for the I/O commands admitted before it (target.ANAFence);
+//     the changes are applied one after another, in this order, and then waited for
+//     together, so that the step waits one queue-close timeout at most, not one for each
+//     change. When some commands still execute then, the change stays applied and the
+//     reload goes on, logging which;
 //  6. entries gone from the hosts section are removed, listeners that are gone stop
 //     (their queues are disconnected).
 //
@@ -80,16 +84,27 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 		return nil, fmt.Errorf("server: reload: %w", err)
 	}
 	var done []string
+	var fenced []fencedStep // ANA changes applied, their fences not waited for yet
 	for i, st := range steps {
-		err := st.do()
-		switch {
-		case errors.Is(err, target.ErrRemovedUnclean):
+		var err error
+		if st.change != nil {
+			var f *target.ANAFence
+			if f, err = st.change(); err == nil {
+				fenced = append(fenced, fencedStep{st.what, f})
+				continue
+			}
+			// The ANA changes applied before it are undone below without their fences
+			// waited for: undone, a change to a state that serves no I/O serves I/O again,
+			// and the undo of any other (setANAStateWait, SetNamespaceANAGroup) waits for
+			// its own fence.
+		} else {
+			done = s.waitFences(done, fenced)
+			fenced = nil
+			err = st.do()
+		}
+		if errors.Is(err, target.ErrRemovedUnclean) {
 			// The removal took effect: it is applied, and nothing is undone for it.
 			s.log.Warn("reload: applied, but releasing what it held failed", "change", st.what, "err", err)
-			err = nil
-		case errors.Is(err, target.ErrANAInFlight):
-			// The ANA change took effect; undoing it would not call back the commands.
-			s.log.Warn("reload: applied, but I/O commands admitted under the previous ANA state still execute", "change", st.what, "err", err)
 			err = nil
 		}
 		if err != nil {
@@ -114,14 +129,59 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 		s.log.Info("reload: applied", "change", st.what)
 		done = append(done, st.what)
 	}
-	return done, nil
+	return s.waitFences(done, fenced), nil
 }
 
-// step is one change of a reload and, where it can be undone, how.
+// step is one change of a reload and, where it can be undone, how. An ANA change has
+// change instead of do: it applies the change and returns the fence the change is
+// complete after (nil: nothing to wait for), which Reload waits for together with those
+// of the ANA changes next to it (waitFences).
 type step struct {
-	what string
-	do   func() error
-	undo func() error
+	what   string
+	do     func() error
+	change func() (*target.ANAFence, error)
+	undo   func() error
+}
+
+// fencedStep is an ANA change a reload applied and the fence it is complete after.
+type fencedStep struct {
+	what  string
+	fence *target.ANAFence
+}
+
+// waitFences waits for the fences of the ANA changes fenced, applied one after another in
+// their order, all at once, logs each change as applied and returns done with them
+// appended. Each Wait is bounded by the target's queue-close timeout, so a run of changes
+// waits that long at most, not that long for each. Waiting together is what waiting one
+// after another guarantees: each fence is over the queues and namespaces its change read
+// when it was applied, and is complete once the commands admitted before that change under
+// the old state have completed, whatever the other changes and their fences; no change
+// needs another's commands completed before it is applied — what the order of the
+// changes keeps (every group, and every moving namespace, keeps a path) is the order in
+// which they are applied, which stays. A Wait that ends with commands still executing
+// leaves its change applied: undoing it would not call the commands back.
+func (s *Server) waitFences(done []string, fenced []fencedStep) []string {
+	errs := make([]error, len(fenced))
+	var wg sync.WaitGroup
+	for i, fs := range fenced {
+		if fs.fence == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fs.fence.Wait(context.Background())
+		}()
+	}
+	wg.Wait()
+	for i, fs := range fenced {
+		if errs[i] != nil {
+			s.log.Warn("reload: applied, but I/O commands admitted under the previous ANA state still execute", "change", fs.what, "err", errs[i])
+		}
+		s.log.Info("reload: applied", "change", fs.what)
+		done = append(done, fs.what)
+	}
+	return done
 }
 
 // plan computes the steps that turn the running configuration cur into next (both
@@ -371,8 +431,8 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 			}
 			if cn.ANAGroup != nn.ANAGroup {
 				move = append(move, step{what: fmt.Sprintf("subsystem %s: namespace %d ana_group %d → %d", nqn, nn.NSID, cn.ANAGroup, nn.ANAGroup),
-					do:   func() error { return t.SetNamespaceANAGroup(context.Background(), nqn, nn.NSID, nn.ANAGroup) },
-					undo: func() error { return t.SetNamespaceANAGroup(context.Background(), nqn, nn.NSID, cn.ANAGroup) }})
+					change: func() (*target.ANAFence, error) { return t.MoveNamespaceANAGroup(nqn, nn.NSID, nn.ANAGroup) },
+					undo:   func() error { return t.SetNamespaceANAGroup(context.Background(), nqn, nn.NSID, cn.ANAGroup) }})
 			}
 			if cn.ReadOnly != nn.ReadOnly {
 				ro = append(ro, step{what: fmt.Sprintf("subsystem %s: namespace %d read_only %t → %t", nqn, nn.NSID, cn.ReadOnly, nn.ReadOnly),
@@ -518,8 +578,8 @@ func (s *Server) anaSteps(cur, next *conf.Config) (up, down []step) {
 					map[bool]string{true: "now set", false: "no longer set"}[rawTo != ""])
 			}
 			changes = append(changes, change{rank, step{what: what,
-				do:   func() error { return s.setANAStateWait(addr, g, rawTo) },
-				undo: func() error { return s.setANAStateWait(addr, g, rawFrom) }}})
+				change: func() (*target.ANAFence, error) { return s.setANAState(addr, g, rawTo) },
+				undo:   func() error { return s.setANAStateWait(addr, g, rawFrom) }}})
 		}
 	}
 	slices.SortStableFunc(changes, func(a, b change) int { return a.rank - b.rank })
@@ -534,7 +594,7 @@ func (s *Server) anaSteps(cur, next *conf.Config) (up, down []step) {
 }
 
 // setANAStateWait is setANAState and the wait for the commands admitted before it, at
-// most the target's queue-close timeout: a reload step.
+// most the target's queue-close timeout: the undo of a reload's ANA change.
 func (s *Server) setANAStateWait(listener netip.AddrPort, group uint32, state conf.ANAState) error {
 	f, err := s.setANAState(listener, group, state)
 	if err != nil {

@@ -886,3 +886,77 @@ func TestReloadOpenSettingsOfWriteProtected(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadANAWaitsTogether: a reload that moves two namespaces into a group serving no
+// I/O on a port, each with a write that port admitted before held in its backend, waits
+// for the two moves' fences together: it returns after about one queue-close timeout,
+// not one for each move, with both moves applied and the writes still held. The old code
+// waited for each move's fence before the next step: the reload took two close timeouts.
+func TestReloadANAWaitsTogether(t *testing.T) {
+	const closeTimeout = 500 * time.Millisecond
+	base := config("10.99.0.1", 0) // namespace 1: memory, ana_group 1
+	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces,
+		conf.Namespace{NSID: 2, Backend: conf.BackendMemory, Size: 4 << 20})
+
+	gate := testutil.NewWriteGate()
+	defer gate.Open() // before the cleanups, which wait for the held writes
+	s := loopServer(t, base, target.WithBackendOpener(gate.Opener()), target.WithQueueCloseTimeout(closeTimeout))
+	var states [conf.MaxANAGroup + 1]conf.ANAState
+	states[2] = conf.ANAInaccessible
+	lp, err := loop.New(s.Target(), loop.Options{Name: "b", ANAStates: states})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lp.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: subNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f", Logger: quiet,
+		Loop: func(depth int) (initiator.LoopConn, error) { return lp.Dial(depth) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	written := make(chan error, 2)
+	for nsid := uint32(1); nsid <= 2; nsid++ {
+		ns, err := h.Namespace(nsid)
+		if err != nil {
+			t.Fatalf("namespace %d: %v", nsid, err)
+		}
+		go func() {
+			_, err := ns.WriteAt(ctx, make([]byte, 4096), 0, 0)
+			written <- err
+		}()
+	}
+	gate.WaitHeld(t, 2)
+
+	next := base.Clone()
+	next.Subsystems[0].Namespaces[0].ANAGroup = 2
+	next.Subsystems[0].Namespaces[1].ANAGroup = 2
+	start := time.Now()
+	changes, err := s.Reload(next)
+	d := time.Since(start)
+	if err != nil || len(changes) != 2 || !strings.Contains(changes[0], "namespace 1 ana_group 1 → 2") ||
+		!strings.Contains(changes[1], "namespace 2 ana_group 1 → 2") {
+		t.Fatalf("reload: %v %v; want both moves applied", changes, err)
+	}
+	if d < closeTimeout {
+		t.Errorf("the reload returned after %v, before the close timeout %v, with writes admitted before the moves in the backends", d, closeTimeout)
+	}
+	if d >= 2*closeTimeout {
+		t.Errorf("the reload took %v, two close timeouts (%v): the moves' fences were waited for one after the other", d, 2*closeTimeout)
+	}
+	if n := len(written); n != 0 {
+		t.Errorf("%d writes completed during the reload, with the gate closed", n)
+	}
+	gate.Open()
+	for range 2 {
+		select {
+		case err := <-written:
+			if err != nil {
+				t.Errorf("a write admitted before the moves: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a write did not complete within 10 s of the gate opening")
+		}
+	}
+}
