@@ -125,23 +125,29 @@ func (h *Host) SameAs(o *Host) bool {
 // Keys reads the host's secrets (from their files for "file:" secrets, so a rewritten
 // file takes effect the next time Keys is called) and returns what the target needs to
 // authenticate the host. The error names the field and never quotes a secret.
-func (h *Host) Keys() (*dhchap.HostKeys, error) {
+func (h *Host) Keys() (*dhchap.HostKeys, error) { return h.KeysWith(LoadSecret) }
+
+// KeysWith is Keys with load reading each secret (a dhchap_secret or dhchap_ctrl_secret
+// value) in place of LoadSecret: the target bounds the time a "file:" secret's read may
+// take.
+func (h *Host) KeysWith(load func(value string) (*dhchap.Secret, error)) (*dhchap.HostKeys, error) {
 	k := &dhchap.HostKeys{Hashes: h.Hashes(), DHGroups: h.DHGroups()}
 	var err error
-	if k.Host, err = loadSecret(h.DHCHAPSecret); err != nil {
+	if k.Host, err = load(h.DHCHAPSecret); err != nil {
 		return nil, fmt.Errorf("host %s: dhchap_secret: %w", h.NQN, err)
 	}
 	if h.DHCHAPCtrlSecret != "" {
-		if k.Ctrl, err = loadSecret(h.DHCHAPCtrlSecret); err != nil {
+		if k.Ctrl, err = load(h.DHCHAPCtrlSecret); err != nil {
 			return nil, fmt.Errorf("host %s: dhchap_ctrl_secret: %w", h.NQN, err)
 		}
 	}
 	return k, nil
 }
 
-// loadSecret parses an inline secret or reads and parses a "file:" one (checking the
-// file's ownership and mode first).
-func loadSecret(v string) (*dhchap.Secret, error) {
+// LoadSecret parses an inline secret or reads and parses a "file:" one (checking the
+// file's ownership and mode first); the error of a "file:" secret names the file. A
+// "file:" secret's read may block as long as its filesystem does.
+func LoadSecret(v string) (*dhchap.Secret, error) {
 	path, isFile := strings.CutPrefix(v, SecretFilePrefix)
 	if !isFile {
 		return dhchap.ParseSecret(v)
@@ -366,7 +372,7 @@ func (v *validator) checkSecrets() {
 				v.fail(p, f.val, msg, fix)
 				continue
 			}
-			if _, err := loadSecret(f.val); err != nil {
+			if _, err := LoadSecret(f.val); err != nil {
 				v.fail(p, f.val, err.Error(), "put the DHHC-1:... text nvme gen-dhchap-key prints in the file, whole")
 			}
 		}

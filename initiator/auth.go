@@ -94,7 +94,13 @@ func (c *Controller) authenticate(ctx context.Context, q *queue) error {
 		}
 		var pe *dhchap.ProtocolError
 		reason := err.Error()
-		if errors.As(err, &pe) && pe.Remote {
+		switch {
+		case errors.As(err, &pe) && pe.Remote && pe.Explanation == nvmeproto.AuthFailProtocolUnusable:
+			// The host offers DH-HMAC-CHAP: the controller cannot run it for this host
+			// (the gonvmf and Linux targets answer so when they cannot use their secret).
+			reason = fmt.Sprintf("the controller cannot authenticate host %s (%v): its secret for the host is unreadable or invalid; see the target's log",
+				o.HostNQN, pe.Explanation)
+		case errors.As(err, &pe) && pe.Remote:
 			reason = fmt.Sprintf("the controller rejected the authentication (%v): check the host secret (--dhchap-secret) against the target's for host %s",
 				pe.Explanation, o.HostNQN)
 		}

@@ -34,13 +34,22 @@ type authKeys struct {
 	required bool
 }
 
-func (a *authKeys) HostKeys(sub, host string) (*dhchap.HostKeys, bool) {
+func (a *authKeys) HostAuth(sub, host string) (authenticates, required bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if sub != subNQN {
-		return nil, false
+		return false, false
 	}
-	return a.keys[host], a.required
+	return a.keys[host] != nil, a.required
+}
+
+func (a *authKeys) HostKeys(_ context.Context, sub, host string) (*dhchap.HostKeys, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if sub != subNQN {
+		return nil, nil
+	}
+	return a.keys[host], nil
 }
 
 func (a *authKeys) set(host string, k *dhchap.HostKeys) {
@@ -647,7 +656,8 @@ func TestAuthFromConfig(t *testing.T) {
 
 // TestAuthKeyFileRotation: rewriting a file: secret rotates the host's key without a
 // restart: re-authentication and new connections use the new key; a secret file that
-// becomes unusable refuses the host (fails closed).
+// becomes unusable fails the host's authentication (fails closed) with "authentication
+// protocol not usable".
 func TestAuthKeyFileRotation(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "host.key")
@@ -677,7 +687,9 @@ func TestAuthKeyFileRotation(t *testing.T) {
 	}
 	roundTrip(t, e.dial(t, func(o *initiator.Options) { o.DHCHAPSecret = next.Encode() }))
 	write(next, 0o644)
-	if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = next.Encode() }); !errors.Is(err, initiator.ErrHostNotAllowed) {
+	err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = next.Encode() })
+	var pe *dhchap.ProtocolError
+	if !errors.Is(err, initiator.ErrAuthFailed) || !errors.As(err, &pe) || pe.Explanation != nvmeproto.AuthFailProtocolUnusable {
 		t.Errorf("secret file open to others: %v", err)
 	}
 }
@@ -754,11 +766,11 @@ func TestAuthLogRateLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range n {
-			if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() }); !errors.Is(err, initiator.ErrHostNotAllowed) {
+			if err := dialErr(t, e, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() }); !errors.Is(err, initiator.ErrAuthFailed) {
 				t.Fatalf("host with an unreadable secret: %v", err)
 			}
 		}
-		if got := buf.count("cannot read a host's DH-HMAC-CHAP secret: refusing the host"); got != 1 {
+		if got := buf.count("cannot read the host's DH-HMAC-CHAP secret: its authentication fails (AUTH_Failure1, authentication protocol not usable)"); got != 1 {
 			t.Errorf("%d Connects with an unreadable secret logged %d lines, want 1", n, got)
 		}
 	})

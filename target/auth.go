@@ -39,8 +39,8 @@ import (
 //
 // Authentication commands do not run on the transport's goroutine, which serves other
 // queues too (an RDMA poll group serves queues of many hosts): a DH exponentiation of
-// ffdhe8192 takes tens of milliseconds, and an admin queue's re-authentication reads the
-// host's secret file. Execute queues them for the queue's authentication worker, a
+// ffdhe8192 takes tens of milliseconds, and an admin queue's AUTH_Negotiate reads the
+// host's secret files. Execute queues them for the queue's authentication worker, a
 // goroutine that exists while the queue has some queued and runs them one at a time in
 // the order Execute received them (the admin queue's are not queued for the admin worker:
 // they do not wait behind its commands, nor its commands behind them). Each runs holding
@@ -66,23 +66,41 @@ import (
 //
 // Keys come from AuthKeys: by default the running configuration's hosts section and the
 // subsystems' auth_required, which change at run time (SetHostKeys, RemoveHostKeys,
-// SetAuthRequired). A controller takes its host's keys at the admin queue's Connect, and
-// takes them again when the admin queue re-authenticates (as the Linux target does); its
-// I/O queues use the controller's current keys. So a key rotation applies to new
-// connections and to re-authentications, and leaves authenticated queues alone until
-// they reconnect or re-authenticate. The admin queue's re-authentication is judged as a
-// new connection would be: when the host has no keys any more (its entry removed, its
-// secret file unreadable), it fails (AUTH_Failure1) and the queue is disconnected, which
-// ends the controller; until then the controller's I/O queues connect and re-authenticate
-// with the keys it took (as with the Linux target).
+// SetAuthRequired). Connect decides from memory whether the host authenticates
+// (AuthKeys.HostAuth: it has a secret configured), on the transport's goroutine, which
+// reads no file. The admin queue's every AUTH_Negotiate, first authentication or
+// re-authentication, then takes the host's keys (AuthKeys.HostKeys, which reads "file:"
+// secrets) on the queue's authentication worker, before the step takes its slots or the
+// queue's authentication lock: a read that hangs holds neither. The read is bounded by
+// SecretReadTimeout and by the queue's closing; a file's read in flight is shared by
+// every step that needs it, so a filesystem that hangs costs one goroutine per file,
+// however many hosts retry. The controller's I/O queues use the keys its admin queue's
+// last transaction took. So a key rotation applies to new connections and to
+// re-authentications, and leaves authenticated queues alone until they reconnect or
+// re-authenticate. An admin queue's transaction for a host whose keys cannot be taken
+// fails at its AUTH_Negotiate (AUTH_Failure1; the Linux target answers the same for
+// keys it cannot use): with "authentication protocol not usable" when the secret cannot
+// be read, parsed or read in time (logged with the file and the error), with
+// "authentication failed" when the host's entry was removed. The queue is then
+// disconnected as for any failure, which ends the controller; until then the
+// controller's I/O queues connect and re-authenticate with the keys it took (as with the
+// Linux target).
 
 // AuthKeys tells the target which hosts authenticate and with which keys. Implementations
 // must be safe for concurrent use.
 type AuthKeys interface {
-	// HostKeys returns the DH-HMAC-CHAP keys of host hostNQN for subsystem subNQN, nil if
-	// the host has none; required reports whether the subsystem admits only hosts that
-	// authenticate (a host without keys is then refused at Connect).
-	HostKeys(subNQN, hostNQN string) (keys *dhchap.HostKeys, required bool)
+	// HostAuth reports whether host hostNQN authenticates to subsystem subNQN (it has a
+	// secret configured), and whether the subsystem admits only hosts that authenticate
+	// (a host that does not is then refused at Connect). Connect asks it on the
+	// transport's goroutine, which serves other hosts' queues too: it answers from memory
+	// and must not block (no file I/O).
+	HostAuth(subNQN, hostNQN string) (authenticates, required bool)
+	// HostKeys returns the DH-HMAC-CHAP keys of host hostNQN for subsystem subNQN, nil
+	// (and no error) if the host has none any more. The target asks it at each
+	// AUTH_Negotiate of an admin queue, on the queue's authentication worker; it may read
+	// files, and must return once ctx is done (SecretReadTimeout, or the queue closed).
+	// An error fails the transaction; it should name what could not be read.
+	HostKeys(ctx context.Context, subNQN, hostNQN string) (*dhchap.HostKeys, error)
 }
 
 // WithAuthKeys sets where the target finds its hosts' DH-HMAC-CHAP keys, replacing the
@@ -99,6 +117,11 @@ var (
 	// AuthFailureGrace is how long a queue whose authentication failed stays connected,
 	// so that the host receives the Failure1 message before the connection goes.
 	AuthFailureGrace = 2 * time.Second
+	// SecretReadTimeout bounds the time an admin queue's AUTH_Negotiate waits for its
+	// host's keys (the secret files' reads): longer, and the transaction fails with
+	// AUTH_Failure1, well before the host gives up on its command (the Linux host waits
+	// 60 s for an admin command) and before AuthTimeout.
+	SecretReadTimeout = 10 * time.Second
 )
 
 // ErrAuthFailed is the reason a queue is disconnected after failing to authenticate.
@@ -281,12 +304,10 @@ func (a *queueAuth) allowReauth(now time.Time) error {
 	return nil
 }
 
-// newQueueAuth starts the authentication state of queue q of controller c (with keys).
-func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
-	ctl, err := dhchap.NewController(c.auth.current(), c.hostNQN, c.subsys.nqn, &c.auth.seq, nil)
-	if err != nil {
-		return nil, err
-	}
+// newQueueAuth starts the authentication state of queue q of controller c (with its
+// current keys: none yet for an admin queue, whose AUTH_Negotiate takes them).
+func (q *Queue) newQueueAuth(c *controller, qid uint16) *queueAuth {
+	ctl := dhchap.NewController(c.auth.current(), c.hostNQN, c.subsys.nqn, &c.auth.seq, nil)
 	a := &queueAuth{ctl: ctl, stopped: make(chan struct{})}
 	timeout := AuthTimeout
 	a.timer = time.AfterFunc(timeout, func() {
@@ -297,7 +318,7 @@ func (q *Queue) newQueueAuth(c *controller, qid uint16) (*queueAuth, error) {
 			q.disconnect(ErrAuthFailed)
 		}
 	})
-	return a, nil
+	return a
 }
 
 // stop releases the queue's timer and wipes the key material of a transaction left
@@ -395,11 +416,21 @@ func (q *Queue) authWorker(b *binding) {
 }
 
 // authStep runs one queued authentication command holding its slots, or completes it
-// with Command Aborted due to SQ Deletion when its queue is closing.
+// with Command Aborted due to SQ Deletion when its queue is closing. An admin queue's
+// AUTH_Negotiate first takes the host's keys, holding no slot and not the queue's
+// authentication lock (the read of a secret file may take up to SecretReadTimeout).
 func (q *Queue) authStep(r *Request, b *binding) {
 	if q.closing() {
 		q.finish(r, nvmeproto.StatusAbortSQDeletion)
 		return
+	}
+	var keys hostKeysLoad
+	if b.qid == 0 && isNegotiate(r) {
+		keys = q.t.loadHostKeys(b.ctrl, b.auth.stopped)
+		if isClosed(b.auth.stopped) {
+			q.finish(r, nvmeproto.StatusAbortSQDeletion)
+			return
+		}
 	}
 	slots, ok := q.t.authSlots.acquire(b.ctrl.hostNQN, b.auth.stopped)
 	if !ok {
@@ -407,14 +438,56 @@ func (q *Queue) authStep(r *Request, b *binding) {
 		return
 	}
 	defer q.t.authSlots.release(slots)
-	q.runAuth(r, b)
+	q.runAuth(r, b, keys)
+}
+
+// isNegotiate reports whether r is an Authentication Send of an AUTH_Negotiate.
+func isNegotiate(r *Request) bool {
+	if r.Cmd.FabricsType() != nvmeproto.FabricsAuthSend {
+		return false
+	}
+	data := r.Data[:r.Length]
+	return len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate
+}
+
+// hostKeysLoad is what an admin queue's AUTH_Negotiate found of its host's keys: the keys
+// (nil when the host has none any more), or why they could not be taken.
+type hostKeysLoad struct {
+	keys *dhchap.HostKeys
+	err  error
+}
+
+// loadHostKeys takes the keys of controller c's host from the target's AuthKeys, waiting
+// at most SecretReadTimeout, and not once stop is closed. A failure is logged (once per
+// host and interval) with what could not be read and why.
+func (t *Target) loadHostKeys(c *controller, stop <-chan struct{}) hostKeysLoad {
+	if t.authKeys == nil {
+		return hostKeysLoad{}
+	}
+	timeout := SecretReadTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	go func() { // ends with ctx: at the latest when loadHostKeys returns
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	keys, err := t.authKeys.HostKeys(ctx, c.subsys.nqn, c.hostNQN)
+	if err != nil && !isClosed(stop) {
+		t.authLog(c.log, slog.LevelError, "auth-secret", c.hostNQN,
+			"cannot read the host's DH-HMAC-CHAP secret: its authentication fails (AUTH_Failure1, authentication protocol not usable)",
+			"timeout", timeout, "err", err)
+	}
+	return hostKeysLoad{keys: keys, err: err}
 }
 
 // runAuth runs an Authentication Send/Receive and completes it: with Command Aborted due
 // to SQ Deletion, running nothing, once the queue's authentication has stopped (Close).
 // Checked under a.mu, which stop holds: a transaction step either runs before stop, which
 // then wipes its key material, or not at all.
-func (q *Queue) runAuth(r *Request, b *binding) {
+func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 	a, c := b.auth, b.ctrl
 	a.mu.Lock()
 	if a.closed {
@@ -425,28 +498,35 @@ func (q *Queue) runAuth(r *Request, b *binding) {
 	wasOK, wasInTx := a.ok.Load(), a.ctl.InProgress()
 	if r.Cmd.FabricsType() == nvmeproto.FabricsAuthSend {
 		data := r.Data[:r.Length]
-		negotiate := len(data) >= 2 && data[0] == nvmeproto.AuthTypeCommon && data[1] == nvmeproto.AuthMsgNegotiate
+		negotiate := isNegotiate(r)
 		if negotiate {
 			var refuse error
+			expl := nvmeproto.AuthFailFailed
 			if !wasOK {
 				if a.started++; a.started > authMaxTransactions {
 					refuse = fmt.Errorf("AUTH_Negotiate %d on a queue not authenticated yet refused: a queue may start at most %d transactions before it authenticates",
 						a.started, authMaxTransactions)
 				}
-			} else if refuse = a.allowReauth(time.Now()); refuse == nil && b.qid == 0 {
-				// Re-authentication of the admin queue: take the host's keys again.
-				if keys, _ := q.t.lookupAuthKeys(c.subsys.nqn, c.hostNQN); keys != nil && keys.Host != nil {
+			} else {
+				refuse = a.allowReauth(time.Now())
+			}
+			if refuse == nil && b.qid == 0 {
+				// The admin queue's transaction takes the keys authStep loaded.
+				switch {
+				case keys.err != nil:
+					refuse, expl = keys.err, nvmeproto.AuthFailProtocolUnusable
+				case keys.keys == nil || keys.keys.Host == nil:
+					refuse = errors.New("AUTH_Negotiate refused: the host has no DH-HMAC-CHAP secret any more (its hosts entry was removed)")
+				default:
 					c.auth.mu.Lock()
-					c.auth.keys = *keys
+					c.auth.keys = *keys.keys
 					c.auth.mu.Unlock()
-				} else {
-					refuse = errors.New("re-authentication refused: the host has no DH-HMAC-CHAP secret any more")
 				}
 			}
 			// Every transaction uses the controller's current keys.
 			a.ctl.SetKeys(c.auth.current())
 			if refuse != nil {
-				a.ctl.Refuse(data, refuse)
+				a.ctl.Refuse(data, expl, refuse)
 				q.authFailed(a, c, b.qid, "answered with AUTH_Failure1", refuse, true)
 				a.mu.Unlock()
 				q.finish(r, nvmeproto.StatusSuccess)
@@ -562,29 +642,34 @@ func (t *Target) authLog(l *slog.Logger, level slog.Level, what, host, msg strin
 	}
 }
 
-// lookupAuthKeys asks the target's AuthKeys, if any.
-func (t *Target) lookupAuthKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool) {
+// hostAuth asks the target's AuthKeys, if any, whether host hostNQN authenticates to
+// subsystem subNQN and whether the subsystem requires it (from memory).
+func (t *Target) hostAuth(subNQN, hostNQN string) (authenticates, required bool) {
 	if t.authKeys == nil {
-		return nil, false
+		return false, false
 	}
-	return t.authKeys.HostKeys(subNQN, hostNQN)
+	return t.authKeys.HostAuth(subNQN, hostNQN)
 }
 
 // configAuthKeys serves the keys of the running configuration's hosts section and the
-// subsystems' auth_required. A host's secrets are read again at every lookup (admin
-// Connect, re-authentication), so rewriting a file: secret rotates the key without a
-// restart, as does a change of the hosts section (SetHostKeys, RemoveHostKeys, a
-// reload). A secret that cannot be read fails closed: the host is refused at Connect,
-// and its re-authentications fail.
+// subsystems' auth_required. Whether a host authenticates is whether it has an entry. Its
+// secrets are read again at every HostKeys (each admin queue AUTH_Negotiate), through
+// secretReads, so rewriting a file: secret rotates the key without a restart, as does a
+// change of the hosts section (SetHostKeys, RemoveHostKeys, a reload). Re-reading costs
+// a read of a file of a hundred bytes per admin queue transaction; a cache keyed by the
+// file's stat would still stat it (the call that hangs on a dead mount) and could miss a
+// rewrite within the file system's timestamp granularity. A secret that cannot be read
+// fails closed: the host's transactions fail.
 type configAuthKeys struct {
 	t     *Target
+	reads secretReads
 	mu    sync.Mutex
 	hosts map[string]conf.Host // by host NQN; replaced whole by set
 }
 
 // newConfigAuthKeys serves cfg's hosts, each of whose secrets must be readable.
 func newConfigAuthKeys(t *Target, cfg *conf.Config) (*configAuthKeys, error) {
-	k := &configAuthKeys{t: t}
+	k := &configAuthKeys{t: t, reads: secretReads{load: loadSecretFile}}
 	for _, h := range cfg.Hosts {
 		if _, err := h.Keys(); err != nil {
 			return nil, err
@@ -605,26 +690,26 @@ func (k *configAuthKeys) set(hosts []conf.Host) {
 	k.mu.Unlock()
 }
 
-func (k *configAuthKeys) HostKeys(subNQN, hostNQN string) (*dhchap.HostKeys, bool) {
-	required := false
+func (k *configAuthKeys) HostAuth(subNQN, hostNQN string) (authenticates, required bool) {
 	if s := k.t.subsystem(subNQN); s != nil {
 		s.mu.Lock()
 		required = s.authRequired
 		s.mu.Unlock()
 	}
 	k.mu.Lock()
+	_, authenticates = k.hosts[hostNQN]
+	k.mu.Unlock()
+	return authenticates, required
+}
+
+func (k *configAuthKeys) HostKeys(ctx context.Context, _, hostNQN string) (*dhchap.HostKeys, error) {
+	k.mu.Lock()
 	h, ok := k.hosts[hostNQN]
 	k.mu.Unlock()
 	if !ok {
-		return nil, required
+		return nil, nil
 	}
-	keys, err := h.Keys()
-	if err != nil {
-		k.t.authLog(k.t.log, slog.LevelError, "auth-secret", hostNQN, "cannot read a host's DH-HMAC-CHAP secret: refusing the host",
-			"subsystem", subNQN, "host", hostNQN, "err", err)
-		return nil, true
-	}
-	return keys, required
+	return h.KeysWith(func(v string) (*dhchap.Secret, error) { return k.reads.secret(ctx, v) })
 }
 
 // --- run-time changes of the hosts section and auth_required ---

@@ -2,6 +2,7 @@ package target_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"testing"
@@ -14,11 +15,15 @@ import (
 // oneHostKeys gives hostNQN a key on subNQN.
 type oneHostKeys struct{ keys *dhchap.HostKeys }
 
-func (k oneHostKeys) HostKeys(sub, host string) (*dhchap.HostKeys, bool) {
+func (k oneHostKeys) HostAuth(sub, host string) (authenticates, required bool) {
+	return sub == subNQN && host == hostNQN && k.keys != nil, true
+}
+
+func (k oneHostKeys) HostKeys(_ context.Context, sub, host string) (*dhchap.HostKeys, error) {
 	if sub == subNQN && host == hostNQN {
-		return k.keys, true
+		return k.keys, nil
 	}
-	return nil, true
+	return nil, nil
 }
 
 func authCmd(send bool, n int) nvmeproto.Command {

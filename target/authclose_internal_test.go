@@ -2,6 +2,7 @@ package target
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"log/slog"
 	"runtime"
@@ -24,11 +25,15 @@ type oneHostAuthKeys struct {
 	keys *dhchap.HostKeys
 }
 
-func (k oneHostAuthKeys) HostKeys(_, host string) (*dhchap.HostKeys, bool) {
+func (k oneHostAuthKeys) HostAuth(_, host string) (authenticates, required bool) {
+	return host == k.host && k.keys != nil, false
+}
+
+func (k oneHostAuthKeys) HostKeys(_ context.Context, _, host string) (*dhchap.HostKeys, error) {
 	if host == k.host {
-		return k.keys, false
+		return k.keys, nil
 	}
-	return nil, false
+	return nil, nil
 }
 
 // syncBuffer is a bytes.Buffer safe for the goroutines that log.
@@ -149,7 +154,7 @@ func TestAuthStepNotRunAfterClose(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("Close did not stop the queue's authentication")
 		}
-		q.runAuth(r, b) // as the worker does once it has its slots
+		q.runAuth(r, b, hostKeysLoad{keys: keys.keys}) // as the worker does once it has its slots
 
 		tr.mu.Lock()
 		n := tr.completed[r]

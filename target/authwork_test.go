@@ -1,6 +1,7 @@
 package target_test
 
 import (
+	"context"
 	"crypto/rand"
 	"slices"
 	"sync"
@@ -15,11 +16,15 @@ import (
 // hostKeys gives each listed host NQN its keys on subNQN; other hosts have none.
 type hostKeys map[string]*dhchap.HostKeys
 
-func (k hostKeys) HostKeys(sub, host string) (*dhchap.HostKeys, bool) {
+func (k hostKeys) HostAuth(sub, host string) (authenticates, required bool) {
+	return sub == subNQN && k[host] != nil, false
+}
+
+func (k hostKeys) HostKeys(_ context.Context, sub, host string) (*dhchap.HostKeys, error) {
 	if sub != subNQN {
-		return nil, false
+		return nil, nil
 	}
-	return k[host], false
+	return k[host], nil
 }
 
 // heldDH holds the target's DH exponentiations (dhchap.SetControllerDHHook) until

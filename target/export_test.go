@@ -3,6 +3,8 @@ package target
 import (
 	"os"
 	"time"
+
+	"github.com/gonvmf/gonvmf/internal/dhchap"
 )
 
 // SetSyncDir replaces the state file's directory fsync until the returned function runs.
@@ -40,4 +42,12 @@ func HoldANAStates(p *Port) (release func()) {
 func HoldChanges(t *Target) (release func()) {
 	t.cfgMu.Lock()
 	return t.cfgMu.Unlock
+}
+
+// SetSecretFileLoad replaces the read of the "file:" secrets of targets created from now
+// on (each value is "file:<path>") until the returned function runs.
+func SetSecretFileLoad(f func(value string) (*dhchap.Secret, error)) (restore func()) {
+	old := loadSecretFile
+	loadSecretFile = f
+	return func() { loadSecretFile = old }
 }

@@ -155,16 +155,15 @@ func (q *Queue) connectAdmin(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvme
 	}
 	var auth *ctrlAuth
 	if !s.disc {
-		keys, required := q.t.lookupAuthKeys(s.nqn, d.HostNQN)
-		if keys == nil && required {
+		// From memory: the host's secret files are read by its AUTH_Negotiate, on the
+		// queue's authentication worker (see auth.go), not on this goroutine.
+		authenticates, required := q.t.hostAuth(s.nqn, d.HostNQN)
+		if !authenticates && required {
 			// Not admitted: the same answer as for an unknown subsystem (see connectCheck).
 			return invalidData(nvmeproto.ConnectDataOffSubNQN, "the subsystem requires authentication and the host has no DH-HMAC-CHAP secret")
 		}
-		if keys != nil && keys.Host == nil {
-			return &connectError{st: nvmeproto.StatusInternalError, msg: "the host's authentication keys lack the host secret"}
-		}
-		if keys != nil {
-			auth = &ctrlAuth{keys: *keys}
+		if authenticates {
+			auth = &ctrlAuth{}
 		}
 	}
 	// Counted only once admitted: a refused Connect must not use up the host's limits.
@@ -201,12 +200,7 @@ func (q *Queue) connectAdmin(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvme
 	}
 	b := &binding{ctrl: c, qid: 0, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
 	if c.auth != nil {
-		var err error
-		if b.auth, err = q.newQueueAuth(c, 0); err != nil {
-			s.removeController(c)
-			q.t.hostRelease(d.HostNQN, true)
-			return &connectError{st: nvmeproto.StatusInternalError, msg: err.Error()}
-		}
+		b.auth = q.newQueueAuth(c, 0)
 	}
 	c.mu.Lock()
 	if c.failReason != nil {
@@ -275,11 +269,7 @@ func (q *Queue) connectIO(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvmepro
 	}
 	b := &binding{ctrl: c, qid: cc.QID, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
 	if c.auth != nil {
-		var err error
-		if b.auth, err = q.newQueueAuth(c, cc.QID); err != nil {
-			q.t.hostRelease(d.HostNQN, false)
-			return &connectError{st: nvmeproto.StatusInternalError, msg: err.Error()}
-		}
+		b.auth = q.newQueueAuth(c, cc.QID)
 	}
 	c.queues[cc.QID] = q
 	// Listed before the queue is bound, so before any command on it reads a reservation

@@ -78,11 +78,10 @@ type Controller struct {
 
 // NewController returns the controller side of authentication for host hostNQN on
 // subsystem subNQN. seq is the sequence number counter shared by the controller's queues
-// (nil: a private one); rnd is the randomness source (nil: crypto/rand).
-func NewController(keys HostKeys, hostNQN, subNQN string, seq *SeqCounter, rnd io.Reader) (*Controller, error) {
-	if keys.Host == nil {
-		return nil, errors.New("dhchap: no host secret")
-	}
+// (nil: a private one); rnd is the randomness source (nil: crypto/rand). Without a host
+// secret in keys (keys.Host nil, until SetKeys gives one) every transaction fails:
+// Failure1, authentication failed.
+func NewController(keys HostKeys, hostNQN, subNQN string, seq *SeqCounter, rnd io.Reader) *Controller {
 	if len(keys.Hashes) == 0 {
 		keys.Hashes = DefaultHashes
 	}
@@ -95,7 +94,7 @@ func NewController(keys HostKeys, hostNQN, subNQN string, seq *SeqCounter, rnd i
 	if seq == nil {
 		seq = new(SeqCounter)
 	}
-	return &Controller{keys: keys, hostNQN: hostNQN, subNQN: subNQN, rand: rnd, seq: seq}, nil
+	return &Controller{keys: keys, hostNQN: hostNQN, subNQN: subNQN, rand: rnd, seq: seq}
 }
 
 // SetKeys replaces the keys used by transactions that start from now on (a
@@ -209,17 +208,18 @@ func (c *Controller) Send(b []byte) error {
 }
 
 // Refuse ends the transaction that the AUTH_Negotiate b starts, without running it: the
-// next Receive returns Failure1 (authentication failed) for its T_ID, and the queue is no
-// longer authenticated. The target uses it when the host has lost its keys since the
-// queue authenticated (a re-authentication after the host's secret was removed). err
-// says why, for the log.
-func (c *Controller) Refuse(b []byte, err error) error {
+// next Receive returns Failure1 with explanation e for its T_ID, and the queue is no
+// longer authenticated. The target uses it when it will not run the transaction: the
+// host has no keys any more (authentication failed), its secret cannot be read (the
+// protocol is not usable), the queue started too many transactions. err says why, for
+// the log.
+func (c *Controller) Refuse(b []byte, e nvmeproto.AuthFailExplanation, err error) error {
 	c.clearSecrets()
 	c.c2, c.s2 = nil, 0
 	if len(b) >= 6 {
 		c.tx.TID = binary.LittleEndian.Uint16(b[4:])
 	}
-	return c.fail(nvmeproto.AuthFailFailed, err)
+	return c.fail(e, err)
 }
 
 func (c *Controller) negotiate(b []byte) error {
@@ -233,6 +233,9 @@ func (c *Controller) negotiate(b []byte) error {
 		return c.fail(nvmeproto.AuthFailIncorrectPayload, fmt.Errorf("dhchap: %w", err))
 	}
 	c.tx = Transaction{TID: n.TID, SCC: n.SCC, HostNQN: c.hostNQN, SubNQN: c.subNQN}
+	if c.keys.Host == nil {
+		return c.fail(nvmeproto.AuthFailFailed, errors.New("dhchap: the controller has no secret for the host"))
+	}
 	if n.SCC != nvmeproto.AuthSCNone {
 		return c.fail(nvmeproto.AuthFailConcatMismatch, fmt.Errorf("dhchap: the host asks for secure channel concatenation (SC_C %d), which needs TLS: not supported", n.SCC))
 	}

@@ -80,11 +80,8 @@ func TestExchangeMatrix(t *testing.T) {
 		for _, g := range groups {
 			for _, bidi := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%v/%v/bidi=%v", hash, g, bidi), func(t *testing.T) {
-					c, err := NewController(HostKeys{Host: hostKey, Ctrl: ctrlKey, Hashes: []nvmeproto.AuthHashID{hash},
+					c := NewController(HostKeys{Host: hostKey, Ctrl: ctrlKey, Hashes: []nvmeproto.AuthHashID{hash},
 						DHGroups: []nvmeproto.AuthDHGroupID{g}}, pHost, pSub, nil, nil)
-					if err != nil {
-						t.Fatal(err)
-					}
 					cfg := HostConfig{Secret: hostKey, HostNQN: pHost, SubNQN: pSub}
 					if bidi {
 						cfg.CtrlSecret = ctrlKey
@@ -113,10 +110,7 @@ func TestExchangeFailures(t *testing.T) {
 	ctrlKey := mustSecret(t, 2, nvmeproto.AuthHashSHA512, 64)
 	keys := HostKeys{Host: hostKey, Ctrl: ctrlKey, DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupFFDHE2048}}
 	newPair := func(k HostKeys, cfg HostConfig) (*Host, *Controller) {
-		c, err := NewController(k, pHost, pSub, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := NewController(k, pHost, pSub, nil, nil)
 		cfg.HostNQN, cfg.SubNQN = pHost, pSub
 		if cfg.Secret == nil {
 			cfg.Secret = hostKey
@@ -144,7 +138,7 @@ func TestExchangeFailures(t *testing.T) {
 		}
 	})
 	t.Run("host key of another host NQN", func(t *testing.T) {
-		c, _ := NewController(keys, "nqn.2024-01.io.gonvmf:other-host", pSub, nil, nil)
+		c := NewController(keys, "nqn.2024-01.io.gonvmf:other-host", pSub, nil, nil)
 		h, _ := NewHost(HostConfig{Secret: hostKey, HostNQN: pHost, SubNQN: pSub}, 1)
 		herr, _ := exchange(t, h, c)
 		wantRemote(t, herr, nvmeproto.AuthFailFailed)
@@ -189,10 +183,7 @@ func TestExchangeFailures(t *testing.T) {
 // step drives a controller to the point where it expects the Reply and returns the host.
 func atReply(t *testing.T, keys HostKeys) (*Host, *Controller, []byte) {
 	t.Helper()
-	c, err := NewController(keys, pHost, pSub, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := NewController(keys, pHost, pSub, nil, nil)
 	h, _ := NewHost(HostConfig{Secret: keys.Host, CtrlSecret: keys.Ctrl, HostNQN: pHost, SubNQN: pSub}, 5)
 	if err := c.Send(h.Negotiate()); err != nil {
 		t.Fatal(err)
@@ -323,7 +314,7 @@ func TestControllerProtocolErrors(t *testing.T) {
 		}
 	})
 	t.Run("secure channel concatenation and foreign protocols", func(t *testing.T) {
-		c, _ := NewController(keys, pHost, pSub, nil, nil)
+		c := NewController(keys, pHost, pSub, nil, nil)
 		n := nvmeproto.AuthNegotiate{TID: 1, SCC: nvmeproto.AuthSCNewTLSPSK, Protocols: []nvmeproto.AuthProtocolDescriptor{{AuthID: 1,
 			HashIDs: []nvmeproto.AuthHashID{1}, DHGroupIDs: []nvmeproto.AuthDHGroupID{1}}}}
 		b := make([]byte, n.Size())
@@ -344,13 +335,13 @@ func TestControllerProtocolErrors(t *testing.T) {
 		}
 	})
 	t.Run("receive with nothing to send", func(t *testing.T) {
-		c, _ := NewController(keys, pHost, pSub, nil, nil)
+		c := NewController(keys, pHost, pSub, nil, nil)
 		if f := failure1(t, c); f.Explanation != nvmeproto.AuthFailIncorrectProtocol {
 			t.Errorf("%+v", f)
 		}
 	})
 	t.Run("short allocation length", func(t *testing.T) {
-		c, _ := NewController(keys, pHost, pSub, nil, nil)
+		c := NewController(keys, pHost, pSub, nil, nil)
 		h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 2)
 		_ = c.Send(h.Negotiate())
 		if _, err := c.Receive(100); err == nil {
@@ -364,7 +355,7 @@ func TestControllerProtocolErrors(t *testing.T) {
 	t.Run("short allocation length with nothing to send", func(t *testing.T) {
 		// Idle and after a success alike: a Receive too short for Failure1 fails and
 		// leaves everything as it was (the queue stays authenticated, nothing pends).
-		c, _ := NewController(keys, pHost, pSub, nil, nil)
+		c := NewController(keys, pHost, pSub, nil, nil)
 		for _, authenticated := range []bool{false, true} {
 			if authenticated {
 				h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 3)
@@ -385,7 +376,7 @@ func TestControllerProtocolErrors(t *testing.T) {
 
 func TestReauthentication(t *testing.T) {
 	keys := HostKeys{Host: mustSecret(t, 1, 0, 32), Ctrl: mustSecret(t, 2, 0, 32)}
-	c, _ := NewController(keys, pHost, pSub, nil, nil)
+	c := NewController(keys, pHost, pSub, nil, nil)
 	h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 1)
 	if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
 		t.Fatal(herr, cerr)
@@ -420,7 +411,7 @@ func TestReauthentication(t *testing.T) {
 // new transaction works.
 func TestAbandon(t *testing.T) {
 	keys := HostKeys{Host: mustSecret(t, 1, 0, 32), DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupFFDHE2048}}
-	c, _ := NewController(keys, pHost, pSub, nil, nil)
+	c := NewController(keys, pHost, pSub, nil, nil)
 	h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 1)
 	if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
 		t.Fatal(herr, cerr)
@@ -468,24 +459,43 @@ func TestAbandon(t *testing.T) {
 // Failure1 (authentication failed) and leaves the queue unauthenticated.
 func TestRefuse(t *testing.T) {
 	keys := HostKeys{Host: mustSecret(t, 1, 0, 32)}
-	c, _ := NewController(keys, pHost, pSub, nil, nil)
+	c := NewController(keys, pHost, pSub, nil, nil)
 	h, _ := NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 1)
 	if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
 		t.Fatal(herr, cerr)
 	}
 	h, _ = NewHost(HostConfig{Secret: keys.Host, HostNQN: pHost, SubNQN: pSub}, 0x1234)
-	why := errors.New("the host has no secret any more")
-	if err := c.Refuse(h.Negotiate(), why); err != why || c.Authenticated() || !c.FailurePending() {
+	why := errors.New("the host's secret cannot be read")
+	if err := c.Refuse(h.Negotiate(), nvmeproto.AuthFailProtocolUnusable, why); err != why || c.Authenticated() || !c.FailurePending() {
 		t.Fatalf("Refuse: %v, authenticated %v, failure pending %v", err, c.Authenticated(), c.FailurePending())
 	}
 	b, err := c.Receive(4096)
 	var f nvmeproto.AuthFailure
 	if err != nil || f.Unmarshal(b) != nil || f.AuthID != nvmeproto.AuthMsgFailure1 || f.TID != 0x1234 ||
-		f.Reason != nvmeproto.AuthFailReasonFailed || f.Explanation != nvmeproto.AuthFailFailed {
+		f.Reason != nvmeproto.AuthFailReasonFailed || f.Explanation != nvmeproto.AuthFailProtocolUnusable {
 		t.Fatalf("after Refuse, Receive: %v %+v", err, f)
 	}
-	if expl, cause := c.Failure(); expl != nvmeproto.AuthFailFailed || cause != why {
+	if expl, cause := c.Failure(); expl != nvmeproto.AuthFailProtocolUnusable || cause != why {
 		t.Errorf("Failure: %v %v", expl, cause)
+	}
+}
+
+// TestControllerWithoutHostSecret: a controller given no host secret (an admin queue
+// before its keys are read) fails every transaction with Failure1 (authentication
+// failed) until SetKeys gives one, and then authenticates.
+func TestControllerWithoutHostSecret(t *testing.T) {
+	key := mustSecret(t, 1, 0, 32)
+	c := NewController(HostKeys{}, pHost, pSub, nil, nil)
+	h, _ := NewHost(HostConfig{Secret: key, HostNQN: pHost, SubNQN: pSub}, 1)
+	herr, cerr := exchange(t, h, c)
+	var pe *ProtocolError
+	if !errors.As(herr, &pe) || !pe.Remote || pe.Explanation != nvmeproto.AuthFailFailed || cerr == nil || c.Authenticated() {
+		t.Fatalf("without a host secret: host %v, controller %v, authenticated %v", herr, cerr, c.Authenticated())
+	}
+	c.SetKeys(HostKeys{Host: key})
+	h, _ = NewHost(HostConfig{Secret: key, HostNQN: pHost, SubNQN: pSub}, 2)
+	if herr, cerr := exchange(t, h, c); herr != nil || cerr != nil || !c.Authenticated() {
+		t.Fatal(herr, cerr)
 	}
 }
 
@@ -529,7 +539,7 @@ func FuzzControllerSend(f *testing.F) {
 	f.Add(h.Negotiate(), []byte{1, 2, 0, 0, 1, 0, 32}, uint16(4096))
 	f.Add([]byte{0, 0xF0, 0, 0, 1, 0, 1, 1}, []byte{1, 4, 0, 0, 1, 0}, uint16(8))
 	f.Fuzz(func(t *testing.T, a, b []byte, al uint16) {
-		c, _ := NewController(HostKeys{Host: key, DHGroups: []nvmeproto.AuthDHGroupID{0}}, pHost, pSub, nil, nil)
+		c := NewController(HostKeys{Host: key, DHGroups: []nvmeproto.AuthDHGroupID{0}}, pHost, pSub, nil, nil)
 		for _, m := range [][]byte{a, b, a} {
 			_ = c.Send(m)
 			out, err := c.Receive(int(al))

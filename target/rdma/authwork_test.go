@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"context"
 	"crypto/rand"
 	"sync"
 	"testing"
@@ -20,11 +21,15 @@ type oneHostKeys struct {
 	keys *dhchap.HostKeys
 }
 
-func (k oneHostKeys) HostKeys(sub, host string) (*dhchap.HostKeys, bool) {
+func (k oneHostKeys) HostAuth(sub, host string) (authenticates, required bool) {
+	return sub == testSubNQN && host == k.host && k.keys != nil, false
+}
+
+func (k oneHostKeys) HostKeys(_ context.Context, sub, host string) (*dhchap.HostKeys, error) {
 	if sub == testSubNQN && host == k.host {
-		return k.keys, false
+		return k.keys, nil
 	}
-	return nil, false
+	return nil, nil
 }
 
 // authCmd is Authentication Send (n bytes of message) or Receive (allocation length n).

@@ -1,0 +1,69 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/dhchap"
+)
+
+// secretReads reads the hosts' "file:" secrets for configAuthKeys, bounding the time a
+// caller waits for one: a file on a hung mount must fail the authentication that needs
+// it, not hold the authentication worker for ever. Each read runs on a goroutine of its
+// own, which the caller waits for until its context is done; a read of a file already in
+// flight is joined, not started again, so a file whose read never returns holds one
+// goroutine, however many authentications ask for it meanwhile. A read that ends is
+// forgotten: the next caller reads the file again (and sees a rotated secret). Inline
+// secrets are parsed on the caller's goroutine (no I/O).
+type secretReads struct {
+	load func(value string) (*dhchap.Secret, error) // reads a "file:" value: loadSecretFile
+
+	mu       sync.Mutex
+	inFlight map[string]*secretRead // by path
+}
+
+// secretRead is one read of a secret file: secret and err are set before done closes.
+type secretRead struct {
+	done   chan struct{}
+	secret *dhchap.Secret
+	err    error
+}
+
+// loadSecretFile reads a "file:" secret for secretReads (tests replace it).
+var loadSecretFile = conf.LoadSecret
+
+// secret returns the secret that v (a dhchap_secret or dhchap_ctrl_secret value)
+// gives, waiting for a "file:" secret's read until ctx is done; the error names the file.
+func (s *secretReads) secret(ctx context.Context, v string) (*dhchap.Secret, error) {
+	path, isFile := strings.CutPrefix(v, conf.SecretFilePrefix)
+	if !isFile {
+		return conf.LoadSecret(v)
+	}
+	s.mu.Lock()
+	r := s.inFlight[path]
+	if r == nil {
+		r = &secretRead{done: make(chan struct{})}
+		if s.inFlight == nil {
+			s.inFlight = map[string]*secretRead{}
+		}
+		s.inFlight[path] = r
+		go func() {
+			r.secret, r.err = s.load(v)
+			s.mu.Lock()
+			delete(s.inFlight, path)
+			s.mu.Unlock()
+			close(r.done)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.secret, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("secret file %s: no answer in the time allowed (%w); its read is still pending: check the file system that holds it",
+			path, context.Cause(ctx))
+	}
+}

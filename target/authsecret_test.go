@@ -1,0 +1,363 @@
+package target_test
+
+import (
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/dhchap"
+	"github.com/gonvmf/gonvmf/nvmeproto"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// heldSecretFile holds the target's reads of one secret file (a file on a hung mount)
+// until released; other secrets are read as usual. Each held read is counted and reported
+// on entered.
+type heldSecretFile struct {
+	reads   atomic.Int32
+	entered chan struct{}
+	mu      sync.Mutex
+	gate    chan struct{} // closed: reads pass
+}
+
+// holdSecretFile holds the reads of path by targets created from now on until release;
+// restore removes the hold for targets created after it.
+func holdSecretFile(path string) (h *heldSecretFile, restore func()) {
+	h = &heldSecretFile{entered: make(chan struct{}, 16), gate: make(chan struct{})}
+	restore = target.SetSecretFileLoad(func(v string) (*dhchap.Secret, error) {
+		h.mu.Lock()
+		gate := h.gate
+		h.mu.Unlock()
+		if v == conf.SecretFilePrefix+path && !isDone(gate) {
+			h.reads.Add(1)
+			h.entered <- struct{}{}
+			<-gate
+		}
+		return conf.LoadSecret(v)
+	})
+	return h, restore
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// release lets the held reads, and all that follow, through.
+func (h *heldSecretFile) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !isDone(h.gate) {
+		close(h.gate)
+	}
+}
+
+// hold makes the reads that start from now on wait again.
+func (h *heldSecretFile) hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if isDone(h.gate) {
+		h.gate = make(chan struct{})
+	}
+}
+
+// writeSecretFile writes s to a new secret file (mode 0600) and returns its path.
+func writeSecretFile(t *testing.T, s *dhchap.Secret) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "host.key")
+	if err := os.WriteFile(path, []byte(s.Encode()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// authConnect sends an admin queue Connect of host on a new queue, which must succeed
+// and ask for authentication.
+func authConnect(t *testing.T, e *env, host string) *hostQueue {
+	t.Helper()
+	q := e.dial(32)
+	c := q.connect(0, 31, 0, nvmeproto.CNTLIDDynamic, subNQN, host)
+	expectOK(t, "admin Connect of the host with a secret file", c)
+	if _, atr := nvmeproto.ParseConnectSuccessDW0(c.DW0); atr != nvmeproto.AuthReqATR {
+		t.Fatalf("Connect AUTHREQ %#x, want ATR", atr)
+	}
+	return q
+}
+
+// expectFailure1 receives the transaction's next message on q, which must be
+// AUTH_Failure1 (authentication failed, explanation want) for transaction tid.
+func expectFailure1(t *testing.T, q *hostQueue, tid uint16, want nvmeproto.AuthFailExplanation) {
+	t.Helper()
+	msg, c := q.authReceive()
+	expectOK(t, "Authentication Receive after the AUTH_Negotiate", c)
+	var f nvmeproto.AuthFailure
+	if err := f.Unmarshal(msg); err != nil || f.AuthID != nvmeproto.AuthMsgFailure1 {
+		t.Fatalf("Authentication Receive returned %x (%v), want AUTH_Failure1", msg[:8], err)
+	}
+	if f.TID != tid || f.Reason != nvmeproto.AuthFailReasonFailed || f.Explanation != want {
+		t.Fatalf("AUTH_Failure1 T_ID %d, reason %#x, explanation %v; want T_ID %d, reason %#x, explanation %v",
+			f.TID, f.Reason, f.Explanation, tid, nvmeproto.AuthFailReasonFailed, want)
+	}
+}
+
+// expectAuthDisconnect waits for the target to disconnect q for failing to authenticate.
+func expectAuthDisconnect(t *testing.T, q *hostQueue) {
+	t.Helper()
+	select {
+	case <-q.conn.Done():
+		if !errors.Is(q.conn.Err(), target.ErrAuthFailed) {
+			t.Errorf("queue disconnected with %v, want %v", q.conn.Err(), target.ErrAuthFailed)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("queue whose authentication failed still connected 10 s later")
+	}
+}
+
+// TestAuthSecretReadHungSparesPollGroup: a host whose secret file's read hangs (a hung
+// NFS mount) holds up neither the goroutine that executes its Connect — an RDMA poll
+// group, which serves other hosts' queues — nor anyone else. One goroutine plays the poll
+// group: it submits the host's admin Connect, then another host's write and Keep Alive,
+// which complete; the Connect completes at once and asks for authentication. The
+// host's AUTH_Negotiate waits for the read on its authentication worker, as does a second
+// controller's, which joins the same read rather than starting another; both fail after
+// SecretReadTimeout with AUTH_Failure1 (authentication protocol not usable), the target
+// logs the file and the error, and disconnects the queues. Once the file system answers,
+// the host authenticates. The old code read the file inside Connect, on the poll group's
+// goroutine: the write and Keep Alive submitted after it never ran.
+func TestAuthSecretReadHungSparesPollGroup(t *testing.T) {
+	defer func(d, g time.Duration) { target.SecretReadTimeout, target.AuthFailureGrace = d, g }(target.SecretReadTimeout, target.AuthFailureGrace)
+	target.SecretReadTimeout, target.AuthFailureGrace = 300*time.Millisecond, 100*time.Millisecond
+	key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeSecretFile(t, key)
+	held, restore := holdSecretFile(path)
+	defer restore()
+	defer held.release() // before the cleanups close the target
+	var logs logBuffer
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: conf.SecretFilePrefix + path, DHCHAPDHGroups: []string{"null"}}}
+	e := newEnv(t, cfg, target.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0) // no secret: no authentication
+	io := e.ioConnect(1, cntlid, 8)
+
+	// The poll group: the Connect of the host whose file hangs, then the other host's I/O.
+	hung := e.dial(32)
+	connCmd := nvmeproto.Command{Flags: nvmeproto.PSDTSGL << 6, SGL: keyed(nvmeproto.ConnectDataSize)}
+	(&nvmeproto.ConnectCommand{QID: 0, SQSize: 31}).ToCommand(&connCmd)
+	connCmd.CID = hung.nextCID()
+	connData := make([]byte, nvmeproto.ConnectDataSize)
+	(&nvmeproto.ConnectData{HostID: hostID, CNTLID: nvmeproto.CNTLIDDynamic, SubNQN: subNQN, HostNQN: otherNQN}).Marshal(connData)
+	wr := rw(nvmeproto.OpWrite, 1, 0, 8, 4096)
+	wr.CID = io.nextCID()
+	ka := nvmeproto.Command{Opcode: nvmeproto.OpKeepAlive, Flags: nvmeproto.PSDTSGL << 6, SGL: keyed(0)}
+	ka.CID = admin.nextCID()
+	connDone, wrDone, kaDone := make(chan nvmeproto.Completion, 1), make(chan nvmeproto.Completion, 1), make(chan nvmeproto.Completion, 1)
+	errc := make(chan error, 3)
+	go func() {
+		errc <- hung.conn.Submit(&connCmd, connData, func(c nvmeproto.Completion) { connDone <- c })
+		errc <- io.conn.Submit(&wr, make([]byte, 4096), func(c nvmeproto.Completion) { wrDone <- c })
+		errc <- admin.conn.Submit(&ka, nil, func(c nvmeproto.Completion) { kaDone <- c })
+	}()
+	for _, w := range []struct {
+		what string
+		ch   chan nvmeproto.Completion
+	}{{"the other host's write", wrDone}, {"the other host's Keep Alive", kaDone}} {
+		select {
+		case c := <-w.ch:
+			expectOK(t, w.what+" submitted after the Connect of a host whose secret file hangs", c)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s, submitted on the poll group after the Connect of a host whose secret file hangs, did not complete in 5 s: the Connect holds the poll group (secret reads: %d)",
+				w.what, held.reads.Load())
+		}
+	}
+	for range 3 {
+		if err := <-errc; err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+	}
+	c := wait(t, connDone)
+	expectOK(t, "admin Connect of the host whose secret file hangs", c)
+	if _, atr := nvmeproto.ParseConnectSuccessDW0(c.DW0); atr != nvmeproto.AuthReqATR {
+		t.Fatalf("Connect AUTHREQ %#x, want ATR", atr)
+	}
+	if n := held.reads.Load(); n != 0 {
+		t.Errorf("Connect read the secret file (%d reads): it must decide from memory", n)
+	}
+
+	// Its AUTH_Negotiate waits for the read, off the transport's goroutine; a second
+	// controller's joins the same read.
+	host, _ := dhchap.NewHost(dhchap.HostConfig{Secret: key, HostNQN: otherNQN, SubNQN: subNQN}, 1)
+	neg := host.Negotiate()
+	negDone := submitDataOffGoroutine(t, hung, authCmd(true, len(neg)), neg, 5*time.Second)
+	select {
+	case <-held.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the AUTH_Negotiate did not read the secret file")
+	}
+	second := authConnect(t, e, otherNQN)
+	host2, _ := dhchap.NewHost(dhchap.HostConfig{Secret: key, HostNQN: otherNQN, SubNQN: subNQN}, 2)
+	neg2 := host2.Negotiate()
+	negDone2 := submitDataOffGoroutine(t, second, authCmd(true, len(neg2)), neg2, 5*time.Second)
+	expectOK(t, "the other host's write while a secret file's read hangs", io.do(&wr, make([]byte, 4096)))
+
+	expectOK(t, "AUTH_Negotiate whose secret file's read hangs", wait(t, negDone))
+	expectOK(t, "second controller's AUTH_Negotiate whose secret file's read hangs", wait(t, negDone2))
+	expectFailure1(t, hung, 1, nvmeproto.AuthFailProtocolUnusable)
+	expectFailure1(t, second, 2, nvmeproto.AuthFailProtocolUnusable)
+	if n := held.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the hung secret file, want 1: the second AUTH_Negotiate must wait for the read in flight", n)
+	}
+	if l := logs.line("cannot read the host's DH-HMAC-CHAP secret"); !strings.Contains(l, path) || !strings.Contains(l, "deadline exceeded") {
+		t.Errorf("log line %q does not name the file %s and the error", l, path)
+	}
+	expectAuthDisconnect(t, hung)
+	expectAuthDisconnect(t, second)
+
+	// Once the file system answers, the host authenticates.
+	held.release()
+	q := authConnect(t, e, otherNQN)
+	host3, _ := dhchap.NewHost(dhchap.HostConfig{Secret: key, HostNQN: otherNQN, SubNQN: subNQN}, 3)
+	expectOK(t, "AUTH_Negotiate once the secret file reads", q.authSend(host3.Negotiate()))
+	q.finishAuth(host3)
+	if _, c := q.propGet(nvmeproto.PropVS, false); c.Status.Code() != 0 {
+		t.Errorf("Property Get on the authenticated queue: %v", c.Status)
+	}
+}
+
+// TestAuthSecretUnreadable: a host whose secret file is missing, or holds no valid
+// secret, is admitted at Connect (which asks for authentication: the host has a secret
+// configured), and its authentication fails with AUTH_Failure1, authentication protocol
+// not usable (as the Linux target answers for a key it cannot use); the target logs the
+// file and the error, and disconnects the queue. The old code refused the Connect
+// (Connect Invalid Parameters, as for a host without a secret), reading the file on the
+// transport's goroutine.
+func TestAuthSecretUnreadable(t *testing.T) {
+	defer func(g time.Duration) { target.AuthFailureGrace = g }(target.AuthFailureGrace)
+	target.AuthFailureGrace = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		spoil func(path string) error
+		err   string
+	}{
+		{"missing", os.Remove, "no such file or directory"},
+		{"invalid", func(path string) error { return os.WriteFile(path, []byte("DHHC-1:01:bm90IGEga2V5:\n"), 0o600) }, "base64 decodes to 9 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := writeSecretFile(t, key)
+			var logs logBuffer
+			cfg := baseConfig(memNS(1, 1<<20))
+			cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: conf.SecretFilePrefix + path}}
+			e := newEnv(t, cfg, target.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			if err := tc.spoil(path); err != nil {
+				t.Fatal(err)
+			}
+			q := authConnect(t, e, otherNQN)
+			host, _ := dhchap.NewHost(dhchap.HostConfig{Secret: key, HostNQN: otherNQN, SubNQN: subNQN}, 7)
+			expectOK(t, "AUTH_Negotiate", q.authSend(host.Negotiate()))
+			expectFailure1(t, q, 7, nvmeproto.AuthFailProtocolUnusable)
+			if l := logs.line("cannot read the host's DH-HMAC-CHAP secret"); !strings.Contains(l, path) || !strings.Contains(l, tc.err) {
+				t.Errorf("log line %q does not name the file %s and the error (%q)", l, path, tc.err)
+			}
+			expectAuthDisconnect(t, q)
+		})
+	}
+}
+
+// TestAuthReauthSecretReadHungHoldsNoSlot: admin queues whose re-authentication waits for
+// a hung secret file hold no authentication slot (nor their queue's authentication
+// lock), so other hosts still authenticate. With two slots (one per host), two hosts
+// whose secret is the same file re-authenticate their admin queues while the file's read
+// hangs; a third host's authentication completes meanwhile. Both re-authentications then
+// fail after SecretReadTimeout with AUTH_Failure1 (authentication protocol not usable),
+// having shared one read. The old code read the file inside the re-authentication's step,
+// holding a slot of its host's and one of all: the two hung hosts held both, and the
+// third host's AUTH_Negotiate waited for ever.
+func TestAuthReauthSecretReadHungHoldsNoSlot(t *testing.T) {
+	defer target.SetAuthSlots(2)()
+	defer func(d time.Duration) { target.SecretReadTimeout = d }(target.SecretReadTimeout)
+	target.SecretReadTimeout = 2 * time.Second
+	const (
+		hostB = "nqn.2014-08.org.nvmexpress:uuid:66666666-7777-8888-9999-000000000000"
+		hostC = "nqn.2014-08.org.nvmexpress:uuid:77777777-8888-9999-aaaa-bbbbbbbbbbbb"
+	)
+	key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyC, _ := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	path := writeSecretFile(t, key)
+	held, restore := holdSecretFile(path)
+	defer restore()
+	defer held.release() // before the cleanups close the target
+	held.release()       // the first authentications read the file at once
+	cfg := baseConfig(memNS(1, 1<<20))
+	null := []string{"null"}
+	cfg.Hosts = []conf.Host{
+		{NQN: otherNQN, DHCHAPSecret: conf.SecretFilePrefix + path, DHCHAPDHGroups: null},
+		{NQN: hostB, DHCHAPSecret: conf.SecretFilePrefix + path, DHCHAPDHGroups: null},
+		{NQN: hostC, DHCHAPSecret: keyC.Encode(), DHCHAPDHGroups: null},
+	}
+	e := newEnv(t, cfg)
+	type authHost struct {
+		q   *hostQueue
+		cfg dhchap.HostConfig
+	}
+	var hung []authHost
+	for _, nqn := range []string{otherNQN, hostB} {
+		h := authHost{authConnect(t, e, nqn), dhchap.HostConfig{Secret: key, HostNQN: nqn, SubNQN: subNQN}}
+		host, _ := dhchap.NewHost(h.cfg, 1)
+		expectOK(t, "AUTH_Negotiate", h.q.authSend(host.Negotiate()))
+		h.q.finishAuth(host)
+		hung = append(hung, h)
+	}
+
+	held.hold()
+	var done []<-chan nvmeproto.Completion
+	for i, h := range hung {
+		host, _ := dhchap.NewHost(h.cfg, 2)
+		neg := host.Negotiate()
+		done = append(done, submitDataOffGoroutine(t, h.q, authCmd(true, len(neg)), neg, 5*time.Second))
+		if i == 0 {
+			<-held.entered
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the second re-authentication's step starts
+
+	c := authConnect(t, e, hostC)
+	hc, _ := dhchap.NewHost(dhchap.HostConfig{Secret: keyC, HostNQN: hostC, SubNQN: subNQN}, 1)
+	neg := hc.Negotiate()
+	select {
+	case r := <-submitDataOffGoroutine(t, c, authCmd(true, len(neg)), neg, 5*time.Second):
+		expectOK(t, "another host's AUTH_Negotiate while two re-authentications wait for a hung secret file", r)
+	case <-time.After(time.Second):
+		t.Fatalf("another host's AUTH_Negotiate did not complete while two re-authentications wait for a hung secret file: they hold the authentication slots (reads of the file: %d)",
+			held.reads.Load())
+	}
+	c.finishAuth(hc)
+
+	for i, h := range hung {
+		expectOK(t, "re-authentication's AUTH_Negotiate", wait(t, done[i]))
+		expectFailure1(t, h.q, 2, nvmeproto.AuthFailProtocolUnusable)
+	}
+	if n := held.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the hung secret file, want 1 (shared)", n)
+	}
+}
