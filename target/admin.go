@@ -50,43 +50,24 @@ func (c *controller) execAdmin(q *Queue, r *Request) {
 		c.runAdmin(q, r)
 		return
 	}
-	c.workMu.Lock()
-	if !c.working && r.Cmd.Opcode == nvmeproto.OpFabrics {
-		c.workMu.Unlock()
-		c.runAdmin(q, r)
+	if r.Cmd.Opcode == nvmeproto.OpFabrics {
+		if !c.adminWork.pushUnlessIdle(r) {
+			c.runAdmin(q, r)
+		}
 		return
 	}
-	c.work = append(c.work, r)
-	start := !c.working
-	c.working = true
-	c.workMu.Unlock()
-	if start {
-		go c.adminWorker()
-	}
+	c.adminWork.push(r)
 }
 
-// adminWorker runs the queued admin commands in order and returns when none is left. A
-// command whose queue is closing meanwhile (the host is gone, or the controller failed)
-// is not run: it completes with Command Aborted due to SQ Deletion.
-func (c *controller) adminWorker() {
-	for {
-		c.workMu.Lock()
-		if len(c.work) == 0 {
-			c.working = false
-			c.work = c.work[:0]
-			c.workMu.Unlock()
-			return
-		}
-		r := c.work[0]
-		c.work[0] = nil
-		c.work = c.work[1:]
-		c.workMu.Unlock()
-		if r.q.closing() {
-			r.q.finish(r, nvmeproto.StatusAbortSQDeletion)
-			continue
-		}
-		c.runAdmin(r.q, r)
+// adminStep runs a command on the admin worker. A command whose queue is closing
+// meanwhile (the host is gone, or the controller failed) is not run: it completes with
+// Command Aborted due to SQ Deletion.
+func (c *controller) adminStep(r *Request) {
+	if r.q.closing() {
+		r.q.finish(r, nvmeproto.StatusAbortSQDeletion)
+		return
 	}
+	c.runAdmin(r.q, r)
 }
 
 // runAdmin executes an admin or Fabrics command and completes it.

@@ -279,14 +279,10 @@ type queueAuth struct {
 	reauthAt   [authMaxReauths]time.Time
 	reauthNext int
 
-	// The queue's authentication worker (see execAuth): the commands queued for it, in
-	// the order Execute received them, and whether its goroutine runs (it does while work
-	// is not empty, and while it runs the last command taken from it). stopped closes
-	// when the queue closes (stop): a command waiting for a slot then completes with
-	// Command Aborted due to SQ Deletion.
-	workMu  sync.Mutex
-	work    []*Request
-	working bool
+	// work is the queue's authentication worker (see execAuth). stopped closes when the
+	// queue closes (stop): a command waiting for its host's keys or for a slot then
+	// completes with Command Aborted due to SQ Deletion.
+	work    workQueue
 	stopped chan struct{}
 }
 
@@ -304,11 +300,14 @@ func (a *queueAuth) allowReauth(now time.Time) error {
 	return nil
 }
 
-// newQueueAuth starts the authentication state of queue q of controller c (with its
-// current keys: none yet for an admin queue, whose AUTH_Negotiate takes them).
-func (q *Queue) newQueueAuth(c *controller, qid uint16) *queueAuth {
+// newQueueAuth starts the authentication state of queue q bound by b (with its
+// controller's current keys: none yet for an admin queue, whose AUTH_Negotiate takes
+// them).
+func (q *Queue) newQueueAuth(b *binding) *queueAuth {
+	c, qid := b.ctrl, b.qid
 	ctl := dhchap.NewController(c.auth.current(), c.hostNQN, c.subsys.nqn, &c.auth.seq, nil)
 	a := &queueAuth{ctl: ctl, stopped: make(chan struct{})}
+	a.work.run = func(r *Request) { q.authWorkerStep(r, b) }
 	timeout := AuthTimeout
 	a.timer = time.AfterFunc(timeout, func() {
 		if !a.ok.Load() {
@@ -375,44 +374,22 @@ func (q *Queue) beginAuth(r *Request, b *binding) nvmeproto.Status {
 }
 
 // execAuth queues an Authentication Send/Receive that beginAuth accepted for the queue's
-// authentication worker, starting it if it is not running.
+// authentication worker, which runs them in order (authWorkerStep).
 func (q *Queue) execAuth(r *Request, b *binding) {
-	a := b.auth
-	a.workMu.Lock()
 	b.ctrl.authBusy.Add(1)
-	a.work = append(a.work, r)
-	start := !a.working
-	a.working = true
-	a.workMu.Unlock()
-	if start {
-		go q.authWorker(b)
-	}
+	b.auth.work.push(r)
 }
 
-// authWorker runs the queue's queued authentication commands in order, each holding
-// authentication slots (its host's and the target's), and returns when none is left. A
-// command whose queue closes before it runs is not run: it completes with Command Aborted
-// due to SQ Deletion. Each command counts in its controller's authBusy from execAuth until
-// it has completed, and its completion is keep-alive activity: the host's keep-alive
-// timeout does not run while its authentication waits for the target.
-func (q *Queue) authWorker(b *binding) {
-	a := b.auth
-	for {
-		a.workMu.Lock()
-		if len(a.work) == 0 {
-			a.working = false
-			a.work = nil
-			a.workMu.Unlock()
-			return
-		}
-		r := a.work[0]
-		a.work[0] = nil
-		a.work = a.work[1:]
-		a.workMu.Unlock()
-		q.authStep(r, b)
-		b.ctrl.activity()
-		b.ctrl.authBusy.Add(-1)
-	}
+// authWorkerStep runs a queued authentication command on the queue's authentication
+// worker, holding authentication slots (its host's and the target's). A command whose
+// queue closes before it runs is not run: it completes with Command Aborted due to SQ
+// Deletion. Each command counts in its controller's authBusy from execAuth until it has
+// completed, and its completion is keep-alive activity: the host's keep-alive timeout
+// does not run while its authentication waits for the target.
+func (q *Queue) authWorkerStep(r *Request, b *binding) {
+	q.authStep(r, b)
+	b.ctrl.activity()
+	b.ctrl.authBusy.Add(-1)
 }
 
 // authStep runs one queued authentication command holding its slots, or completes it

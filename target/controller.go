@@ -117,12 +117,7 @@ type controller struct {
 	created time.Time
 	gone    chan struct{} // closed when it leaves its subsystem's table (removeController)
 
-	// The admin worker (see execAdmin): the commands queued for it, in arrival order, and
-	// whether its goroutine runs (it does while work is not empty, and while it executes
-	// the last command taken from it).
-	workMu  sync.Mutex
-	work    []*Request
-	working bool
+	adminWork workQueue // the admin worker (see execAdmin): runs adminStep
 
 	kaSeen  atomic.Bool // a command arrived since the last keep-alive tick
 	enabled atomic.Bool // CC.EN = 1 and CSTS.RDY = 1: admin commands are accepted
@@ -186,6 +181,7 @@ func newController(q *Queue, s *subsystem, hostNQN string, hostID [16]byte) *con
 		created: time.Now(), gone: make(chan struct{}),
 	}
 	c.queues = make([]*Queue, q.t.tr.MaxIOQueues+1)
+	c.adminWork.run = c.adminStep
 	c.defaults()
 	return c
 }

@@ -200,7 +200,7 @@ func (q *Queue) connectAdmin(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvme
 	}
 	b := &binding{ctrl: c, qid: 0, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
 	if c.auth != nil {
-		b.auth = q.newQueueAuth(c, 0)
+		b.auth = q.newQueueAuth(b)
 	}
 	c.mu.Lock()
 	if c.failReason != nil {
@@ -269,7 +269,7 @@ func (q *Queue) connectIO(s *subsystem, cc *nvmeproto.ConnectCommand, d *nvmepro
 	}
 	b := &binding{ctrl: c, qid: cc.QID, entries: uint32(cc.SQSize) + 1, sqhdOff: cc.DisableSQFlowControl()}
 	if c.auth != nil {
-		b.auth = q.newQueueAuth(c, cc.QID)
+		b.auth = q.newQueueAuth(b)
 	}
 	c.queues[cc.QID] = q
 	// Listed before the queue is bound, so before any command on it reads a reservation
