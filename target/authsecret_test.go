@@ -137,8 +137,8 @@ func expectAuthDisconnect(t *testing.T, q *hostQueue) {
 // the host authenticates. The old code read the file inside Connect, on the poll group's
 // goroutine: the write and Keep Alive submitted after it never ran.
 func TestAuthSecretReadHungSparesPollGroup(t *testing.T) {
-	defer func(d, g time.Duration) { target.SecretReadTimeout, target.AuthFailureGrace = d, g }(target.SecretReadTimeout, target.AuthFailureGrace)
-	target.SecretReadTimeout, target.AuthFailureGrace = 300*time.Millisecond, 100*time.Millisecond
+	defer func(d time.Duration) { target.SecretReadTimeout = d }(target.SecretReadTimeout)
+	target.SecretReadTimeout = 300 * time.Millisecond
 	key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
 	if err != nil {
 		t.Fatal(err)
@@ -215,8 +215,8 @@ func TestAuthSecretReadHungSparesPollGroup(t *testing.T) {
 	expectOK(t, "the other host's write while a secret file's read hangs", io.do(&wr, make([]byte, 4096)))
 
 	expectOK(t, "AUTH_Negotiate whose secret file's read hangs", wait(t, negDone))
-	expectOK(t, "second controller's AUTH_Negotiate whose secret file's read hangs", wait(t, negDone2))
 	expectFailure1(t, hung, 1, nvmeproto.AuthFailProtocolUnusable)
+	expectOK(t, "second controller's AUTH_Negotiate whose secret file's read hangs", wait(t, negDone2))
 	expectFailure1(t, second, 2, nvmeproto.AuthFailProtocolUnusable)
 	if n := held.reads.Load(); n != 1 {
 		t.Errorf("%d reads of the hung secret file, want 1: the second AUTH_Negotiate must wait for the read in flight", n)
@@ -246,8 +246,6 @@ func TestAuthSecretReadHungSparesPollGroup(t *testing.T) {
 // (Connect Invalid Parameters, as for a host without a secret), reading the file on the
 // transport's goroutine.
 func TestAuthSecretUnreadable(t *testing.T) {
-	defer func(g time.Duration) { target.AuthFailureGrace = g }(target.AuthFailureGrace)
-	target.AuthFailureGrace = 100 * time.Millisecond
 	for _, tc := range []struct {
 		name  string
 		spoil func(path string) error
