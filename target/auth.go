@@ -80,11 +80,13 @@ import (
 // re-authenticate. An admin queue's transaction for a host whose keys cannot be taken
 // fails at its AUTH_Negotiate (AUTH_Failure1; the Linux target answers the same for
 // keys it cannot use): with "authentication protocol not usable" when the secret cannot
-// be read, parsed or read in time (logged with the file and the error), with
-// "authentication failed" when the host's entry was removed. The queue is then
-// disconnected as for any failure, which ends the controller; until then the
-// controller's I/O queues connect and re-authenticate with the keys it took (as with the
-// Linux target).
+// be read or parsed (logged with the file and the error), with "authentication failed"
+// when the host has no secret any more. A read that does not end within
+// SecretReadTimeout is no verdict on the keys: the AUTH_Negotiate completes with Command
+// Interrupted, without DNR, and no transaction starts (authKeysTimedOut), so that the
+// host reconnects later. Either way the queue is then disconnected as for any failure,
+// which ends the controller; until then the controller's I/O queues connect and
+// re-authenticate with the keys it took (as with the Linux target).
 
 // AuthKeys tells the target which hosts authenticate and with which keys. Implementations
 // must be safe for concurrent use.
@@ -118,9 +120,9 @@ var (
 	// so that the host receives the Failure1 message before the connection goes.
 	AuthFailureGrace = 2 * time.Second
 	// SecretReadTimeout bounds the time an admin queue's AUTH_Negotiate waits for its
-	// host's keys (the secret files' reads): longer, and the transaction fails with
-	// AUTH_Failure1, well before the host gives up on its command (the Linux host waits
-	// 60 s for an admin command) and before AuthTimeout.
+	// host's keys (the secret files' reads): longer, and the AUTH_Negotiate completes with
+	// Command Interrupted and the queue is disconnected, well before the host gives up on
+	// its command (the Linux host waits 60 s for an admin command) and before AuthTimeout.
 	SecretReadTimeout = 10 * time.Second
 )
 
@@ -430,8 +432,9 @@ func isNegotiate(r *Request) bool {
 // hostKeysLoad is what an admin queue's AUTH_Negotiate found of its host's keys: the keys
 // (nil when the host has none any more), or why they could not be taken.
 type hostKeysLoad struct {
-	keys *dhchap.HostKeys
-	err  error
+	keys     *dhchap.HostKeys
+	err      error
+	timedOut bool // err is SecretReadTimeout's expiry: the file system may answer later
 }
 
 // loadHostKeys takes the keys of controller c's host from the target's AuthKeys, waiting
@@ -452,12 +455,19 @@ func (t *Target) loadHostKeys(c *controller, stop <-chan struct{}) hostKeysLoad 
 		}
 	}()
 	keys, err := t.authKeys.HostKeys(ctx, c.subsys.nqn, c.hostNQN)
-	if err != nil && !isClosed(stop) {
+	timedOut := errors.Is(err, context.DeadlineExceeded)
+	switch {
+	case err == nil || isClosed(stop):
+	case timedOut:
+		t.authLog(c.log, slog.LevelError, "auth-secret", c.hostNQN,
+			"cannot read the host's DH-HMAC-CHAP secret in time: its AUTH_Negotiate completes with Command Interrupted and the queue is disconnected, so that the host reconnects",
+			"timeout", timeout, "err", err)
+	default:
 		t.authLog(c.log, slog.LevelError, "auth-secret", c.hostNQN,
 			"cannot read the host's DH-HMAC-CHAP secret: its authentication fails (AUTH_Failure1, authentication protocol not usable)",
-			"timeout", timeout, "err", err)
+			"err", err)
 	}
-	return hostKeysLoad{keys: keys, err: err}
+	return hostKeysLoad{keys: keys, err: err, timedOut: timedOut}
 }
 
 // runAuth runs an Authentication Send/Receive and completes it: with Command Aborted due
@@ -486,6 +496,10 @@ func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 				}
 			} else {
 				refuse = a.allowReauth(time.Now())
+			}
+			if refuse == nil && b.qid == 0 && keys.timedOut {
+				q.authKeysTimedOut(r, a, c, keys.err)
+				return
 			}
 			if refuse == nil && b.qid == 0 {
 				// The admin queue's transaction takes the keys authStep loaded.
@@ -543,6 +557,23 @@ func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 	}
 	a.mu.Unlock()
 	q.finish(r, nvmeproto.StatusSuccess)
+}
+
+// authKeysTimedOut completes an admin queue's AUTH_Negotiate whose host's keys could not
+// be read within SecretReadTimeout (cause) with Command Interrupted, without DNR, and
+// disconnects the queue after AuthFailureGrace, as for a failed authentication. The
+// transaction does not start. A slow file system is transient, and an AUTH_Failure1 is
+// final for the host: the Linux host (6.10 and later) turns a received AUTH_Failure1 into
+// -EKEYREJECTED, after which nvmf_should_reconnect gives the controller up, while an NVMe
+// status without DNR on an Authentication Send lets it reconnect within ctrl_loss_tmo.
+// Called with a.mu held; releases it.
+func (q *Queue) authKeysTimedOut(r *Request, a *queueAuth, c *controller, cause error) {
+	q.t.rejects.add(RejectAuthFailed)
+	q.t.authLog(c.log, slog.LevelWarn, "auth-failed", c.hostNQN, "authentication not started: the host's secret could not be read in time",
+		"qid", 0, "status", nvmeproto.StatusCommandInterrupted.String(), "cause", cause)
+	q.authFailed(a, c, 0, "", cause, false)
+	a.mu.Unlock()
+	q.finish(r, nvmeproto.StatusCommandInterrupted)
 }
 
 // reauthStarted arms AuthTimeout for the re-authentication an AUTH_Negotiate just started
