@@ -507,7 +507,8 @@ func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 				case keys.err != nil:
 					refuse, expl = keys.err, nvmeproto.AuthFailProtocolUnusable
 				case keys.keys == nil || keys.keys.Host == nil:
-					refuse = errors.New("AUTH_Negotiate refused: the host has no DH-HMAC-CHAP secret any more (its hosts entry was removed)")
+					refuse = fmt.Errorf("AUTH_Negotiate refused: AuthKeys returned no host secret for host %s (subsystem %s)",
+						c.hostNQN, c.subsys.nqn)
 				default:
 					c.auth.mu.Lock()
 					c.auth.keys = *keys.keys

@@ -1,6 +1,7 @@
 package target_test
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"log/slog"
@@ -364,4 +365,37 @@ func TestAuthReauthSecretReadHungHoldsNoSlot(t *testing.T) {
 	if n := held.reads.Load(); n != 1 {
 		t.Errorf("%d reads of the hung secret file, want 1 (shared)", n)
 	}
+}
+
+// noHostSecret admits every host as one that authenticates, and has no secret for any
+// (a key store that lost the host between Connect and its AUTH_Negotiate).
+type noHostSecret struct{}
+
+func (noHostSecret) HostAuth(sub, host string) (authenticates, required bool) { return true, false }
+
+func (noHostSecret) HostKeys(context.Context, string, string) (*dhchap.HostKeys, error) {
+	return nil, nil
+}
+
+// TestAuthNoHostSecret: when the AuthKeys return no secret for a host that Connect asked
+// to authenticate, its AUTH_Negotiate is answered with AUTH_Failure1 (authentication
+// failed), and the log says that the AuthKeys returned no secret for that host — whatever
+// the AuthKeys are, not only the configuration's hosts section.
+func TestAuthNoHostSecret(t *testing.T) {
+	var logs logBuffer
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)), target.WithAuthKeys(noHostSecret{}),
+		target.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	q := authConnect(t, e, otherNQN)
+	key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := dhchap.NewHost(dhchap.HostConfig{Secret: key, HostNQN: otherNQN, SubNQN: subNQN}, 1)
+	expectOK(t, "AUTH_Negotiate", q.authSend(host.Negotiate()))
+	expectFailure1(t, q, 1, nvmeproto.AuthFailFailed)
+	want := "AuthKeys returned no host secret for host " + otherNQN
+	if l := logs.line("authentication failed"); !strings.Contains(l, want) {
+		t.Errorf("log line %q does not say %q", l, want)
+	}
+	expectAuthDisconnect(t, q)
 }
