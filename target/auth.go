@@ -398,27 +398,43 @@ func (q *Queue) authWorkerStep(r *Request, b *binding) {
 // with Command Aborted due to SQ Deletion when its queue is closing. An admin queue's
 // AUTH_Negotiate first takes the host's keys, holding no slot and not the queue's
 // authentication lock (the read of a secret file may take up to SecretReadTimeout).
+//
+// The keys are the ones the configuration holds when the step runs, not when it started
+// waiting for its slots: the load records the AuthKeys generation it read, and runAuth
+// compares it with the current one (from memory). A change in between (SetHostKeys,
+// RemoveHostKeys, a reload) sends the step back to load the keys again, holding no slot;
+// after authKeysLoads loads that a change overtook, the AUTH_Negotiate is refused.
 func (q *Queue) authStep(r *Request, b *binding) {
-	if q.closing() {
-		q.finish(r, nvmeproto.StatusAbortSQDeletion)
-		return
-	}
-	var keys hostKeysLoad
-	if b.qid == 0 && isNegotiate(r) {
-		keys = q.t.loadHostKeys(b.ctrl, b.auth.stopped)
-		if isClosed(b.auth.stopped) {
+	for load := 1; ; load++ {
+		if q.closing() {
 			q.finish(r, nvmeproto.StatusAbortSQDeletion)
 			return
 		}
+		var keys hostKeysLoad
+		if b.qid == 0 && isNegotiate(r) {
+			keys = q.t.loadHostKeys(b.ctrl, b.auth.stopped)
+			keys.last = load == authKeysLoads
+			if isClosed(b.auth.stopped) {
+				q.finish(r, nvmeproto.StatusAbortSQDeletion)
+				return
+			}
+		}
+		slots, ok := q.t.authSlots.acquire(b.ctrl.hostNQN, b.auth.stopped)
+		if !ok {
+			q.finish(r, nvmeproto.StatusAbortSQDeletion)
+			return
+		}
+		ran := q.runAuth(r, b, keys)
+		q.t.authSlots.release(slots)
+		if ran {
+			return
+		}
 	}
-	slots, ok := q.t.authSlots.acquire(b.ctrl.hostNQN, b.auth.stopped)
-	if !ok {
-		q.finish(r, nvmeproto.StatusAbortSQDeletion)
-		return
-	}
-	defer q.t.authSlots.release(slots)
-	q.runAuth(r, b, keys)
 }
+
+// authKeysLoads bounds the loads of a host's keys for one AUTH_Negotiate when changes of
+// the AuthKeys keep overtaking them (see authStep).
+const authKeysLoads = 3
 
 // isNegotiate reports whether r is an Authentication Send of an AUTH_Negotiate.
 func isNegotiate(r *Request) bool {
@@ -435,6 +451,24 @@ type hostKeysLoad struct {
 	keys     *dhchap.HostKeys
 	err      error
 	timedOut bool // err is SecretReadTimeout's expiry: the file system may answer later
+
+	loaded bool   // the keys were loaded (an admin queue's AUTH_Negotiate)
+	gen    uint64 // the AuthKeys generation read before the load
+	last   bool   // no load follows: a stale load refuses the AUTH_Negotiate
+}
+
+// authKeysGenerations is implemented by AuthKeys that count their changes: generation
+// answers from memory and changes whenever HostKeys' answers may have.
+type authKeysGenerations interface {
+	generation() uint64
+}
+
+// authKeysGen is the generation of the target's AuthKeys, 0 when they count no changes.
+func (t *Target) authKeysGen() uint64 {
+	if g, ok := t.authKeys.(authKeysGenerations); ok {
+		return g.generation()
+	}
+	return 0
 }
 
 // loadHostKeys takes the keys of controller c's host from the target's AuthKeys, waiting
@@ -444,6 +478,7 @@ func (t *Target) loadHostKeys(c *controller, stop <-chan struct{}) hostKeysLoad 
 	if t.authKeys == nil {
 		return hostKeysLoad{}
 	}
+	gen := t.authKeysGen()
 	timeout := SecretReadTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -467,20 +502,27 @@ func (t *Target) loadHostKeys(c *controller, stop <-chan struct{}) hostKeysLoad 
 			"cannot read the host's DH-HMAC-CHAP secret: its authentication fails (AUTH_Failure1, authentication protocol not usable)",
 			"err", err)
 	}
-	return hostKeysLoad{keys: keys, err: err, timedOut: timedOut}
+	return hostKeysLoad{keys: keys, err: err, timedOut: timedOut, loaded: true, gen: gen}
 }
 
 // runAuth runs an Authentication Send/Receive and completes it: with Command Aborted due
 // to SQ Deletion, running nothing, once the queue's authentication has stopped (Close).
 // Checked under a.mu, which stop holds: a transaction step either runs before stop, which
-// then wipes its key material, or not at all.
-func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
+// then wipes its key material, or not at all. It returns false, running nothing and
+// completing nothing, when the host's keys it was given are stale (the AuthKeys changed
+// since their load) and may be loaded again (see authStep).
+func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) (ran bool) {
 	a, c := b.auth, b.ctrl
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		q.finish(r, nvmeproto.StatusAbortSQDeletion)
-		return
+		return true
+	}
+	stale := keys.loaded && keys.gen != q.t.authKeysGen()
+	if stale && !keys.last {
+		a.mu.Unlock()
+		return false
 	}
 	wasOK, wasInTx := a.ok.Load(), a.ctl.InProgress()
 	if r.Cmd.FabricsType() == nvmeproto.FabricsAuthSend {
@@ -497,13 +539,16 @@ func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 			} else {
 				refuse = a.allowReauth(time.Now())
 			}
-			if refuse == nil && b.qid == 0 && keys.timedOut {
+			if refuse == nil && b.qid == 0 && keys.timedOut && !stale {
 				q.authKeysTimedOut(r, a, c, keys.err)
-				return
+				return true
 			}
 			if refuse == nil && b.qid == 0 {
 				// The admin queue's transaction takes the keys authStep loaded.
 				switch {
+				case stale:
+					refuse = fmt.Errorf("AUTH_Negotiate refused: the host's keys changed during each of %d loads of them (SetHostKeys, RemoveHostKeys or a reload while the step waited for its slots)",
+						authKeysLoads)
 				case keys.err != nil:
 					refuse, expl = keys.err, nvmeproto.AuthFailProtocolUnusable
 				case keys.keys == nil || keys.keys.Host == nil:
@@ -522,7 +567,7 @@ func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 				q.authFailed(a, c, b.qid, "answered with AUTH_Failure1", refuse, true)
 				a.mu.Unlock()
 				q.finish(r, nvmeproto.StatusSuccess)
-				return
+				return true
 			}
 		}
 		if err := a.ctl.Send(data); err != nil {
@@ -538,14 +583,14 @@ func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 		}
 		a.mu.Unlock()
 		q.finish(r, nvmeproto.StatusSuccess)
-		return
+		return true
 	}
 	pending := a.ctl.FailurePending()
 	out, err := a.ctl.Receive(int(r.Length))
 	if err != nil {
 		a.mu.Unlock()
 		q.reject(r, nvmeproto.StatusInvalidField.WithDNR(), err.Error())
-		return
+		return true
 	}
 	n := copy(r.Data[:r.Length], out)
 	clear(r.Data[n:r.Length])
@@ -558,6 +603,7 @@ func (q *Queue) runAuth(r *Request, b *binding, keys hostKeysLoad) {
 	}
 	a.mu.Unlock()
 	q.finish(r, nvmeproto.StatusSuccess)
+	return true
 }
 
 // authKeysTimedOut completes an admin queue's AUTH_Negotiate whose host's keys could not
@@ -672,6 +718,7 @@ func (t *Target) hostAuth(subNQN, hostNQN string) (authenticates, required bool)
 type configAuthKeys struct {
 	t     *Target
 	reads secretReads
+	gen   atomic.Uint64 // bumped by set, after hosts is replaced (authKeysGenerations)
 	mu    sync.Mutex
 	hosts map[string]conf.Host // by host NQN; replaced whole by set
 }
@@ -696,8 +743,11 @@ func (k *configAuthKeys) set(hosts []conf.Host) {
 	}
 	k.mu.Lock()
 	k.hosts = m
+	k.gen.Add(1)
 	k.mu.Unlock()
 }
+
+func (k *configAuthKeys) generation() uint64 { return k.gen.Load() }
 
 func (k *configAuthKeys) HostAuth(subNQN, hostNQN string) (authenticates, required bool) {
 	if s := k.t.subsystem(subNQN); s != nil {

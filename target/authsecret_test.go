@@ -399,3 +399,56 @@ func TestAuthNoHostSecret(t *testing.T) {
 	}
 	expectAuthDisconnect(t, q)
 }
+
+// TestAuthReauthKeyRemovedWhileWaitingForSlot: an admin queue re-authentication that
+// waits for its host's authentication slot uses the keys the configuration holds when it
+// runs. Host H has two controllers and one slot; the first controller's re-authentication
+// holds the slot (its DH computation held), the second's loads the keys and waits for the
+// slot; the operator removes H's keys (RemoveHostKeys). The second re-authentication then
+// fails with AUTH_Failure1 (authentication failed) and its queue is disconnected.
+func TestAuthReauthKeyRemovedWhileWaitingForSlot(t *testing.T) {
+	defer target.SetAuthSlots(2)() // one per host
+	key, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: key.Encode(), DHCHAPDHGroups: []string{"ffdhe2048"}}}
+	e := newEnv(t, cfg)
+	hcfg := dhchap.HostConfig{Secret: key, HostNQN: otherNQN, SubNQN: subNQN}
+	var qs []*hostQueue
+	for range 2 {
+		q := authConnect(t, e, otherNQN)
+		host, _ := dhchap.NewHost(hcfg, 1)
+		expectOK(t, "AUTH_Negotiate", q.authSend(host.Negotiate()))
+		q.finishAuth(host)
+		qs = append(qs, q)
+	}
+
+	dh := holdDH(t)
+	reauth := func(q *hostQueue) <-chan nvmeproto.Completion {
+		host, _ := dhchap.NewHost(hcfg, 2)
+		neg := host.Negotiate()
+		return submitDataOffGoroutine(t, q, authCmd(true, len(neg)), neg, 10*time.Second)
+	}
+	doneA := reauth(qs[0])
+	dh.wait(t) // the first re-authentication holds the host's slot
+	doneB := reauth(qs[1])
+	deadline := time.Now().Add(10 * time.Second)
+	for target.AuthSlotUsers(e.tgt, otherNQN) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second re-authentication did not wait for its host's slot within 10 s (%d steps hold or wait)",
+				target.AuthSlotUsers(e.tgt, otherNQN))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := e.tgt.RemoveHostKeys(otherNQN); err != nil {
+		t.Fatal(err)
+	}
+	dh.release()
+
+	expectOK(t, "the first re-authentication's AUTH_Negotiate", wait(t, doneA))
+	expectOK(t, "the second re-authentication's AUTH_Negotiate", wait(t, doneB))
+	expectFailure1(t, qs[1], 2, nvmeproto.AuthFailFailed)
+	expectAuthDisconnect(t, qs[1])
+}

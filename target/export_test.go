@@ -51,3 +51,14 @@ func SetSecretFileLoad(f func(value string) (*dhchap.Secret, error)) (restore fu
 	loadSecretFile = f
 	return func() { loadSecretFile = old }
 }
+
+// AuthSlotUsers is the number of t's authentication steps of host that hold or wait for
+// one of its authentication slots.
+func AuthSlotUsers(t *Target, host string) int {
+	t.authSlots.mu.Lock()
+	defer t.authSlots.mu.Unlock()
+	if h := t.authSlots.hosts[host]; h != nil {
+		return h.refs
+	}
+	return 0
+}
