@@ -27,9 +27,10 @@ type secretReads struct {
 
 // secretRead is one read of a secret file: secret and err are set before done closes.
 type secretRead struct {
-	done   chan struct{}
-	secret *dhchap.Secret
-	err    error
+	done    chan struct{}
+	secret  *dhchap.Secret
+	err     error
+	waiters int // callers waiting for it (under secretReads.mu)
 }
 
 // loadSecretFile reads a "file:" secret for secretReads (tests replace it).
@@ -58,7 +59,13 @@ func (s *secretReads) secret(ctx context.Context, v string) (*dhchap.Secret, err
 			close(r.done)
 		}()
 	}
+	r.waiters++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		r.waiters--
+		s.mu.Unlock()
+	}()
 	select {
 	case <-r.done:
 		return r.secret, r.err
@@ -66,4 +73,14 @@ func (s *secretReads) secret(ctx context.Context, v string) (*dhchap.Secret, err
 		return nil, fmt.Errorf("secret file %s: no answer in the time allowed (%w); its read is still pending: check the file system that holds it",
 			path, context.Cause(ctx))
 	}
+}
+
+// waiting is the number of callers waiting for the read of path in flight (tests).
+func (s *secretReads) waiting(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.inFlight[path]; r != nil {
+		return r.waiters
+	}
+	return 0
 }

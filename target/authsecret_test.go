@@ -298,7 +298,7 @@ func TestAuthSecretUnreadable(t *testing.T) {
 func TestAuthReauthSecretReadHungHoldsNoSlot(t *testing.T) {
 	defer target.SetAuthSlots(2)()
 	defer func(d time.Duration) { target.SecretReadTimeout = d }(target.SecretReadTimeout)
-	target.SecretReadTimeout = 2 * time.Second
+	target.SecretReadTimeout = 7 * time.Second // longer than the 5 s the third host is given
 	const (
 		hostB = "nqn.2014-08.org.nvmexpress:uuid:66666666-7777-8888-9999-000000000000"
 		hostC = "nqn.2014-08.org.nvmexpress:uuid:77777777-8888-9999-aaaa-bbbbbbbbbbbb"
@@ -341,10 +341,19 @@ func TestAuthReauthSecretReadHungHoldsNoSlot(t *testing.T) {
 		neg := host.Negotiate()
 		done = append(done, submitDataOffGoroutine(t, h.q, authCmd(true, len(neg)), neg, 5*time.Second))
 		if i == 0 {
-			<-held.entered
+			select {
+			case <-held.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first re-authentication did not read the secret file within 10 s")
+			}
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // the second re-authentication's step starts
+	for deadline := time.Now().Add(10 * time.Second); target.SecretReadWaiters(e.tgt, path) < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d re-authentications wait for the hung secret file's read after 10 s, want 2",
+				target.SecretReadWaiters(e.tgt, path))
+		}
+	}
 
 	c := authConnect(t, e, hostC)
 	hc, _ := dhchap.NewHost(dhchap.HostConfig{Secret: keyC, HostNQN: hostC, SubNQN: subNQN}, 1)
@@ -352,7 +361,7 @@ func TestAuthReauthSecretReadHungHoldsNoSlot(t *testing.T) {
 	select {
 	case r := <-submitDataOffGoroutine(t, c, authCmd(true, len(neg)), neg, 5*time.Second):
 		expectOK(t, "another host's AUTH_Negotiate while two re-authentications wait for a hung secret file", r)
-	case <-time.After(time.Second):
+	case <-time.After(5 * time.Second):
 		t.Fatalf("another host's AUTH_Negotiate did not complete while two re-authentications wait for a hung secret file: they hold the authentication slots (reads of the file: %d)",
 			held.reads.Load())
 	}

@@ -62,3 +62,13 @@ func AuthSlotUsers(t *Target, host string) int {
 	}
 	return 0
 }
+
+// SecretReadWaiters is the number of t's authentication steps waiting for the read of
+// secret file path in flight (0 when t serves no hosts section of its own).
+func SecretReadWaiters(t *Target, path string) int {
+	k, _ := t.authKeys.(*configAuthKeys)
+	if k == nil {
+		return 0
+	}
+	return k.reads.waiting(path)
+}
