@@ -456,7 +456,9 @@ func TestAbandon(t *testing.T) {
 }
 
 // TestRefuse: a refused re-authentication answers the Negotiate's transaction with
-// Failure1 (authentication failed) and leaves the queue unauthenticated.
+// Failure1 carrying the explanation Refuse was given (here authentication protocol not
+// usable, for a secret that cannot be read), reports that explanation and the cause in
+// Failure, and leaves the queue unauthenticated.
 func TestRefuse(t *testing.T) {
 	keys := HostKeys{Host: mustSecret(t, 1, 0, 32)}
 	c := NewController(keys, pHost, pSub, nil, nil)
