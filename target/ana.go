@@ -386,29 +386,41 @@ func (f *ANAFence) Wait(ctx context.Context) error {
 		return nil
 	}
 	e := &ANAInFlightError{Change: f.change, Waited: since(start), Err: ctx.Err()}
-	type key struct {
-		sub string
-		id  uint16
-	}
-	at := map[key]int{}
+	// By controller object, not by NQN and ID: a removed subsystem's controllers have the
+	// IDs of the controllers of the subsystem added again with its NQN (fenceScope).
+	at := map[*controller]int{}
 	for _, sq := range stuck {
-		var k key
-		var host string
+		var c *controller // nil: a queue not bound to a controller
 		if b := sq.q.bind.Load(); b != nil {
-			k, host = key{b.ctrl.subsys.nqn, b.ctrl.cntlid}, b.ctrl.hostNQN
+			c = b.ctrl
 		}
-		i, ok := at[k]
+		i, ok := at[c]
 		if !ok {
 			i = len(e.Controllers)
-			at[k] = i
-			e.Controllers = append(e.Controllers, ControllerInFlight{Subsystem: k.sub, ID: k.id, HostNQN: host})
+			at[c] = i
+			ci := ControllerInFlight{}
+			if c != nil {
+				ci = ControllerInFlight{Subsystem: c.subsys.nqn, ID: c.cntlid, HostNQN: c.hostNQN, Removed: c.subsysRemoved()}
+			}
+			e.Controllers = append(e.Controllers, ci)
 		}
 		e.Controllers[i].Commands += sq.commands
 	}
-	slices.SortFunc(e.Controllers, func(a, b ControllerInFlight) int {
-		return cmp.Or(strings.Compare(a.Subsystem, b.Subsystem), cmp.Compare(a.ID, b.ID))
+	slices.SortStableFunc(e.Controllers, func(a, b ControllerInFlight) int {
+		return cmp.Or(strings.Compare(a.Subsystem, b.Subsystem), cmp.Compare(a.ID, b.ID), compareBool(a.Removed, b.Removed))
 	})
 	return e
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // ANAInFlightError is the error of an ANAFence's Wait that ended with I/O commands
@@ -416,15 +428,20 @@ func (f *ANAFence) Wait(ctx context.Context) error {
 type ANAInFlightError struct {
 	Change      string               // what changed: the port and group and new state, or the namespace and its groups
 	Waited      time.Duration        // how long Wait waited
-	Controllers []ControllerInFlight // the controllers whose commands still execute, by subsystem and ID
+	Controllers []ControllerInFlight // the controllers whose commands still execute, by subsystem, ID and Removed
 	Err         error                // why the wait ended: the context's error
 }
 
 // ControllerInFlight counts one controller's I/O commands an ANAFence still waited for.
+// Subsystem and ID name a controller of the subsystem registered under that NQN unless
+// Removed is set: then the controller was one of a subsystem RemoveSubsystem took out
+// (its commands still in its namespaces' backends), and a controller of the subsystem
+// added again with the NQN, if any, may have the same ID.
 type ControllerInFlight struct {
 	Subsystem string
 	ID        uint16 // CNTLID
 	HostNQN   string
+	Removed   bool // its subsystem is no longer the one registered under Subsystem
 	Commands  int64
 }
 
@@ -450,7 +467,11 @@ func (e *ANAInFlightError) Error() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%d on controller %d of %s (host %s)", c.Commands, c.ID, c.Subsystem, c.HostNQN)
+		fmt.Fprintf(&b, "%d on controller %d of %s", c.Commands, c.ID, c.Subsystem)
+		if c.Removed {
+			b.WriteString(" (removed subsystem)")
+		}
+		fmt.Fprintf(&b, " (host %s)", c.HostNQN)
 	}
 	they := "they"
 	if n == 1 {

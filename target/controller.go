@@ -326,6 +326,14 @@ func roundKATO(ms uint32) time.Duration {
 	return time.Duration(nvmeproto.RoundKATO(ms, kas)) * time.Millisecond
 }
 
+// subsysRemoved reports whether c's subsystem is no longer the one registered under its
+// NQN: RemoveSubsystem took it out of the target's table (its controllers' commands may
+// still be in its namespaces' backends), and a subsystem added again with the NQN hands
+// out controller IDs from the start of its range, c's among them.
+func (c *controller) subsysRemoved() bool {
+	return c.t.subsystem(c.subsys.nqn) != c.subsys
+}
+
 // fail is a fatal controller error: CSTS.CFS is set and every queue is disconnected.
 func (c *controller) fail(reason error) {
 	c.mu.Lock()

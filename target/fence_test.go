@@ -3,8 +3,10 @@ package target_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -524,5 +526,85 @@ func TestFenceSubsystemBeingRemoved(t *testing.T) {
 	}
 	if err := <-removed; err != nil {
 		t.Errorf("RemoveSubsystem: %v", err)
+	}
+}
+
+// TestFenceRemovedSubsystemControllerNamed: host a's write to namespace 1, a shared file,
+// is stuck when the subsystem is removed; the subsystem is added again on the file, host
+// a connects again, getting the same controller ID (the new subsystem hands IDs out from
+// the start of its range), and writes again, stuck as well. An ANA change of group 1 then
+// fails with an ANAInFlightError naming two controllers with 1 command each: the removed
+// subsystem's, marked Removed and "(removed subsystem)", and the live one; a Preempt and
+// Abort of a logs its two stuck queues, removed_subsystem true for one and false for the
+// other. The old code counted stuck commands by NQN and controller ID: the error named one
+// controller with 2 commands, the live one, as if both were its own, and the log gave no
+// way to tell the two queues apart.
+func TestFenceRemovedSubsystemControllerNamed(t *testing.T) {
+	const closeTimeout = 300 * time.Millisecond
+	hb := newHungBackends(hungNSSize, false)
+	logs := &logBuffer{}
+	ns1 := fileNS(t, 1, hungNSSize)
+	ns1.Shared = true
+	e := newEnv(t, baseConfig(ns1), target.WithBackendOpener(hb.open), target.WithQueueCloseTimeout(closeTimeout),
+		target.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	t.Cleanup(func() { hb.release(nil) }) // before the env's cleanups, which wait for the writes
+
+	const hostA = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001" // connectHost(1)'s
+	a := e.connectHost(1)
+	w := rw(nvmeproto.OpWrite, 1, 0, 1, 512)
+	a.io.submit(&w, pattern(512, 4))
+	waitFor(t, func() bool { return hb.writes.Load() == 1 })
+	cs := e.tgt.Config().Subsystems[0]
+	if err := e.tgt.RemoveSubsystem(subNQN); err != nil {
+		t.Fatalf("RemoveSubsystem with a write stuck in its namespace 1: %v", err)
+	}
+	if err := e.tgt.AddSubsystem(cs); err != nil {
+		t.Fatalf("AddSubsystem again, namespace 1 on the same shared file: %v", err)
+	}
+	a2, b := e.connectHost(1), e.connectHost(2)
+	if a2.cntlid != a.cntlid {
+		t.Fatalf("host a's controller of the subsystem added again has ID %d, its removed one %d; the test needs them equal", a2.cntlid, a.cntlid)
+	}
+	a2.io.submit(&w, pattern(512, 5))
+	waitFor(t, func() bool { return hb.writes.Load() == 2 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var ie *target.ANAInFlightError
+	err := e.port.Target().SetANAState(ctx, 1, conf.ANAInaccessible)
+	if !errors.As(err, &ie) {
+		t.Fatalf("SetANAState(group 1, inaccessible), a write stuck on each of two controllers: %v; want an ANAInFlightError", err)
+	}
+	want := []target.ControllerInFlight{
+		{Subsystem: subNQN, ID: a.cntlid, HostNQN: hostA, Commands: 1},
+		{Subsystem: subNQN, ID: a.cntlid, HostNQN: hostA, Removed: true, Commands: 1},
+	}
+	if !slices.Equal(ie.Controllers, want) {
+		t.Errorf("SetANAState's error names controllers %+v; want %+v", ie.Controllers, want)
+	}
+	for _, s := range []string{
+		fmt.Sprintf("1 on controller %d of %s (host %s)", a.cntlid, subNQN, hostA),
+		fmt.Sprintf("1 on controller %d of %s (removed subsystem) (host %s)", a.cntlid, subNQN, hostA),
+	} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("SetANAState's error %q does not say %q", err, s)
+		}
+	}
+	if err := e.port.Target().SetANAState(context.Background(), 1, ""); err != nil {
+		t.Fatalf("SetANAState(group 1, optimized): %v", err)
+	}
+
+	expectOK(t, "register a", a2.register(nvmeproto.ResvRegister, false, 0, 0, 0xA))
+	expectOK(t, "register b", b.register(nvmeproto.ResvRegister, false, 0, 0, 0xB))
+	expectStatus(t, "preempt and abort of a, a write of its stuck on each of its controllers",
+		wait(t, b.preemptAbort(0xB, 0xA)), nvmeproto.StatusInternalError)
+	const failed = "preempt and abort failed"
+	if n := logs.count(failed); n != 2 {
+		t.Errorf("%d log lines say %q; want one for each of a's stuck queues", n, failed)
+	}
+	for _, removed := range []string{"removed_subsystem=true", "removed_subsystem=false"} {
+		if n := logs.count(removed); n != 1 {
+			t.Errorf("%d log lines say %q; want 1 of the preempt and abort's 2", n, removed)
+		}
 	}
 }

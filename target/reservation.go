@@ -222,11 +222,17 @@ func (s *subsystem) abortWait(ns *namespace, hosts [][16]byte) bool {
 	stuck := fenceQueues(ctx, ws)
 	for _, f := range stuck {
 		q := f.q
+		// The queue may be one of a removed subsystem with s's NQN (scope), whose
+		// controller IDs those of s's controllers may repeat: removed_subsystem says so.
+		removed := false
+		if b := q.bind.Load(); b != nil {
+			removed = b.ctrl.subsysRemoved()
+		}
 		s.t.log.Error("preempt and abort failed: a preempted host's command to the namespace is still executing; "+
 			"the preemption took effect, but the command fails with Internal Error because the host's "+
 			"write may still reach the namespace (a backend request that does not complete: check the backend)",
-			"subsystem", s.nqn, "nsid", nsid, "qid", q.QID(), "cntlid", q.ControllerID(), "host", q.HostNQN(),
-			"commands", f.commands, "waited", since(start))
+			"subsystem", s.nqn, "nsid", nsid, "qid", q.QID(), "cntlid", q.ControllerID(), "removed_subsystem", removed,
+			"host", q.HostNQN(), "commands", f.commands, "waited", since(start))
 	}
 	return len(stuck) == 0
 }
