@@ -93,10 +93,13 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 				fenced = append(fenced, fencedStep{st.what, f})
 				continue
 			}
-			// The ANA changes applied before it are undone below without their fences
-			// waited for: undone, a change to a state that serves no I/O serves I/O again,
-			// and the undo of any other (setANAStateWait, SetNamespaceANAGroup) waits for
-			// its own fence.
+			// The ANA changes applied before it (fenced) are undone below without their
+			// fences waited for. A fence not waited for covers only commands admitted under
+			// a state the undo restores, or none: a change's fence covers the commands
+			// admitted under the state (group, for a move) it left, which its undo
+			// restores, and a change to a state that serves I/O has none to cover. The
+			// undo that leaves a state serving no I/O waits for its own fence
+			// (setANAStateWait, SetNamespaceANAGroup).
 		} else {
 			done = s.waitFences(done, fenced)
 			fenced = nil
