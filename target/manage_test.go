@@ -630,3 +630,49 @@ func TestInsertAtIndex(t *testing.T) {
 		t.Errorf("%d namespaces served, want 6", n)
 	}
 }
+
+// closeFailsBackend is a backend whose Close closes it and reports a failure.
+type closeFailsBackend struct{ backend.Backend }
+
+func (b closeFailsBackend) Close() error {
+	b.Backend.Close()
+	return errors.New("injected: close failed")
+}
+
+// TestRemoveSubsystemReleaseFails: a subsystem whose namespace 1's backend fails to close
+// is removed all the same, and RemoveSubsystem says so with an error wrapping
+// ErrRemovedUnclean that names the subsystem and the namespace, as RemoveNamespace does
+// for a namespace; namespace 2, whose backend closes, is not named, and the subsystem can
+// be added again. A backend still executing commands at the close timeout is no error
+// (TestFenceRemovedSubsystemStore). The old code dropped the close's error: RemoveSubsystem
+// returned nil.
+func TestRemoveSubsystemReleaseFails(t *testing.T) {
+	const doomed = 3 << 20
+	var doomedOpens atomic.Int32
+	open := target.WithBackendOpener(func(spec backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(spec)
+		if err == nil && spec.Size == doomed && doomedOpens.Add(1) == 1 { // not once added again
+			b = closeFailsBackend{b}
+		}
+		return b, err
+	})
+	e := newEnv(t, baseConfig(memNS(1, doomed), memNS(2, 1<<20)), open)
+	cs := e.tgt.Config().Subsystems[0]
+	err := e.tgt.RemoveSubsystem(subNQN)
+	if !errors.Is(err, target.ErrRemovedUnclean) || !strings.Contains(err.Error(), subNQN) ||
+		!strings.Contains(err.Error(), "namespace 1: closing backend: injected: close failed") ||
+		strings.Contains(err.Error(), "namespace 2") {
+		t.Fatalf("RemoveSubsystem, namespace 1's backend failing to close: %v; want ErrRemovedUnclean naming %s and namespace 1 only", err, subNQN)
+	}
+	if n := len(e.tgt.Config().Subsystems); n != 0 {
+		t.Errorf("%d subsystems in the running configuration after the removal, want none", n)
+	}
+	for _, s := range e.tgt.Subsystems() {
+		if s.NQN == subNQN {
+			t.Errorf("subsystem %s still listed after its removal", subNQN)
+		}
+	}
+	if err := e.tgt.AddSubsystem(cs); err != nil {
+		t.Errorf("AddSubsystem again: %v", err)
+	}
+}

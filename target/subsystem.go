@@ -417,7 +417,7 @@ func (s *subsystem) close() error {
 	if !ok {
 		return nil
 	}
-	return s.closeUnpublished(tab)
+	return errors.Join(s.closeUnpublished(tab)...)
 }
 
 // unpublish closes s — hosts can no longer connect to it — and takes its namespaces out
@@ -440,9 +440,11 @@ func (s *subsystem) unpublish() ([]*namespace, bool) {
 
 // closeUnpublished fails every controller and closes the namespaces tab that unpublish
 // took out of the table (closeRemoved: each leaves the removed list once its backends
-// have closed). A subsystem RemoveSubsystem took out of the target's table stays among
-// its removed subsystems until the last has (forgetIfRemoved).
-func (s *subsystem) closeUnpublished(tab []*namespace) error {
+// have closed), and returns the error of each namespace whose close failed (closeRemoved's:
+// one wrapping ErrNamespaceBusy when commands still execute in its backend). A subsystem
+// RemoveSubsystem took out of the target's table stays among its removed subsystems until
+// the last has closed (forgetIfRemoved).
+func (s *subsystem) closeUnpublished(tab []*namespace) []error {
 	for _, c := range s.controllers() {
 		c.fail(ErrClosed)
 	}
@@ -453,7 +455,7 @@ func (s *subsystem) closeUnpublished(tab []*namespace) error {
 		}
 	}
 	s.forgetIfRemoved() // it had no namespace, or every backend has closed
-	return errors.Join(errs...)
+	return errs
 }
 
 // namespace is one namespace: its backend, the executor that runs commands on it, and

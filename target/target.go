@@ -416,7 +416,9 @@ func (t *Target) forgetSubsystem(s *subsystem) {
 // they complete). Until its namespaces' backends have closed, the I/O fence of an ANA
 // change or a Preempt and Abort waits for their commands as for those of a removed
 // namespace (RemoveNamespace; see fence.go), also when a subsystem with its NQN is added
-// again on the same stores.
+// again on the same stores. When a namespace's backend fails to close, the subsystem is
+// removed all the same and the error wraps ErrRemovedUnclean, as RemoveNamespace's; a
+// backend still executing commands at the close timeout is no error, as there.
 func (t *Target) RemoveSubsystem(nqn string) error {
 	var s *subsystem
 	var tab []*namespace
@@ -438,12 +440,22 @@ func (t *Target) RemoveSubsystem(nqn string) error {
 	if err != nil {
 		return err
 	}
+	var closeErrs []error
 	if unpublished {
-		s.closeUnpublished(tab)
+		for _, err := range s.closeUnpublished(tab) {
+			// Removed all the same, as by RemoveNamespace: hosts no longer see it, and
+			// its backend closes when the stuck commands complete (close logged both).
+			if !errors.Is(err, ErrNamespaceBusy) {
+				closeErrs = append(closeErrs, err)
+			}
+		}
 	} else {
 		s.forgetIfRemoved() // a Close meanwhile closes it, maybe before unlink listed it
 	}
 	t.discoveryChanged()
+	if len(closeErrs) > 0 {
+		return fmt.Errorf("target: subsystem %q: %w: %w", nqn, ErrRemovedUnclean, errors.Join(closeErrs...))
+	}
 	return nil
 }
 

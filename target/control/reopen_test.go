@@ -274,3 +274,44 @@ func (s notReadySpy) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmep
 		done(cqe)
 	})
 }
+
+// closeFails is a backend whose Close closes it and reports a failure.
+type closeFails struct{ backend.Backend }
+
+func (b closeFails) Close() error {
+	b.Backend.Close()
+	return errors.New("injected: close failed")
+}
+
+// TestRemoveReleaseFails: RemoveSubsystem and RemoveNamespace of what has a backend that
+// fails to close take effect (the subsystem, the namespace, are no longer listed) and
+// answer alike: FailedPrecondition saying the removal took effect but releasing failed,
+// and naming the namespace. The old code answered RemoveSubsystem with success.
+func TestRemoveReleaseFails(t *testing.T) {
+	const doomed = 5 << 20
+	cfg := testConfig(socketPath(t))
+	cfg.Subsystems[0].Namespaces = append(cfg.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: doomed})
+	cfg.Subsystems = append(cfg.Subsystems, conf.Subsystem{NQN: twoNQN, AllowAnyHost: true,
+		Namespaces: []conf.Namespace{{NSID: 3, Backend: conf.BackendNull, Size: doomed}}})
+	_, cl := startOpener(t, cfg, func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err == nil && s.Size == doomed {
+			b = closeFails{b}
+		}
+		return b, err
+	})
+	c := ctx(t)
+	_, err := cl.RemoveNamespace(c, &pb.RemoveNamespaceRequest{Subsystem: subNQN, Nsid: 2})
+	wantCode(t, "RemoveNamespace, its backend failing to close", err, codes.FailedPrecondition,
+		target.ErrRemovedUnclean.Error()+": namespace 2: closing backend: injected: close failed")
+	_, err = cl.RemoveSubsystem(c, &pb.RemoveSubsystemRequest{Nqn: twoNQN})
+	wantCode(t, "RemoveSubsystem, its namespace's backend failing to close", err, codes.FailedPrecondition,
+		target.ErrRemovedUnclean.Error()+": namespace 3: closing backend: injected: close failed")
+	subs, err := cl.ListSubsystems(c, &pb.ListSubsystemsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(subs.Subsystems) != 1 || subs.Subsystems[0].Nqn != subNQN || len(subs.Subsystems[0].Namespaces) != 1 {
+		t.Errorf("subsystems after the removals: %v; want %s with namespace 1 alone", subs.Subsystems, subNQN)
+	}
+}

@@ -257,10 +257,11 @@ func (b closeFails) Close() error {
 	return errors.New("injected: close failed")
 }
 
-// TestReloadRemovalReleaseFails: a namespace removal that takes effect but whose backend
-// fails to close is applied (with a warning), not taken for a failed step: the reload
-// goes on and the running configuration is the new one. (It used to undo the steps
-// before it but not the removal, leaving a state that was neither configuration.)
+// TestReloadRemovalReleaseFails: a namespace removal and a subsystem removal that take
+// effect but whose backends fail to close (target.ErrRemovedUnclean) are applied (with a
+// warning), not taken for failed steps: the reload goes on and the running configuration
+// is the new one. (It used to undo the steps before the namespace removal but not the
+// removal, leaving a state that was neither configuration.)
 func TestReloadRemovalReleaseFails(t *testing.T) {
 	const doomed = 5 << 20
 	opener := func(s backend.Spec) (backend.Backend, error) {
@@ -272,8 +273,11 @@ func TestReloadRemovalReleaseFails(t *testing.T) {
 	}
 	base := config("10.99.0.1", 0)
 	base.Subsystems[0].Namespaces = append(base.Subsystems[0].Namespaces, conf.Namespace{NSID: 2, Backend: conf.BackendNull, Size: doomed})
+	base.Subsystems = append(base.Subsystems, conf.Subsystem{NQN: subNQN + "-doomed", AllowAnyHost: true,
+		Namespaces: []conf.Namespace{{NSID: 1, Backend: conf.BackendNull, Size: doomed}}})
 	s := loopServer(t, base, target.WithBackendOpener(opener))
 	next := base.Clone()
+	next.Subsystems = next.Subsystems[:1]
 	next.AutoReopen.Attempts, next.AutoReopen.MaxBackoff = 3, time.Minute // changes in place
 	sub := &next.Subsystems[0]
 	sub.AllowAnyHost, sub.Hosts = false, []string{"nqn.2014-08.org.nvmexpress:uuid:8e5e5e4c-1f1b-4c39-9a0c-0a1b2c3d4e5f"}
