@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gonvmf/gonvmf/internal/dhchap"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -18,7 +19,14 @@ import (
 // host's side is reported to the controller with AUTH_Failure2; either side's failure
 // fails Dial with a *ConnectError wrapping ErrAuthFailed, as does a queue whose Connect
 // does not ask for authentication while Options.DHCHAPCtrlSecret is set (the controller
-// would go unauthenticated).
+// would go unauthenticated). An I/O queue that authenticates keeps one of its slots for
+// its authentication commands (queue.reserveAuthSlot), so its Depth is one less.
+//
+// A controller may also ask for authentication later: an I/O command that fails with
+// Authentication Required without Do Not Retry makes the host re-authenticate the
+// controller and then send the command again, as the Linux host does
+// (nvme_decide_disposition AUTHENTICATE: its dhchap_auth_work, then nvme_retry_req): see
+// awaitReauth.
 
 // ErrAuthFailed: in-band authentication failed (wrong or missing secret on either side).
 var ErrAuthFailed = errors.New("initiator: authentication failed")
@@ -45,6 +53,52 @@ func (o *Options) parseSecrets() error {
 	return nil
 }
 
+// authBuffer returns the controller's buffer for authentication messages, registered
+// memory of its own made at the first authentication and freed by teardown
+// (releaseAuthBuffer). Authentication does not take pool buffers: when the commands
+// waiting for a re-authentication hold every pool buffer (the bounce buffers of ReadAt
+// and WriteAt), the re-authentication still has one. Its callers use it one at a time:
+// Dial's connect runs on one goroutine, and re-authentications hold authMu; its commands
+// are ownBuf requests, so none outlives its exec.
+func (c *Controller) authBuffer() (*Buffer, error) {
+	if c.authBuf != nil {
+		return c.authBuf, nil
+	}
+	// A user of the pool's gate, as a dedicated buffer is: the transport the region is
+	// registered with is closed after it is freed.
+	if c.closing.Load() || !c.pool.users.Enter() {
+		return nil, fmt.Errorf("initiator: authentication buffer: %w", ErrClosed)
+	}
+	reg, err := c.tr.newRegion(authBufSize)
+	if err != nil {
+		c.pool.leave()
+		return nil, fmt.Errorf("initiator: authentication buffer of %d bytes: %w", authBufSize, err)
+	}
+	free := reg.close
+	reg.close = func() error {
+		var err error
+		if free != nil {
+			err = free()
+		}
+		c.pool.leave()
+		return err
+	}
+	c.authBuf = &Buffer{reg: reg, b: reg.mem[:authBufSize:authBufSize]}
+	c.authBuf.refs.Store(1)
+	return c.authBuf, nil
+}
+
+// releaseAuthBuffer frees the authentication buffer (teardown, once every queue has
+// ended its commands).
+func (c *Controller) releaseAuthBuffer() {
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
+	if c.authBuf != nil {
+		c.authBuf.Release()
+		c.authBuf = nil
+	}
+}
+
 // authenticate runs one DH-HMAC-CHAP transaction on q.
 func (c *Controller) authenticate(ctx context.Context, q *queue) error {
 	o := &c.opts
@@ -55,11 +109,10 @@ func (c *Controller) authenticate(ctx context.Context, q *queue) error {
 	if o.hostSecret == nil {
 		return fail("the controller requires in-band authentication (Connect AUTHREQ): give a DH-HMAC-CHAP secret (--dhchap-secret)", nil)
 	}
-	buf, err := c.pool.Get(ctx, authBufSize)
+	buf, err := c.authBuffer()
 	if err != nil {
 		return err
 	}
-	defer buf.Release()
 	tid := uint16(c.authTID.Add(1))
 	h, err := dhchap.NewHost(dhchap.HostConfig{Secret: o.hostSecret, CtrlSecret: o.ctrlSecret,
 		HostNQN: o.HostNQN, SubNQN: o.SubNQN, Seq: &c.authSeq}, tid)
@@ -70,14 +123,16 @@ func (c *Controller) authenticate(ctx context.Context, q *queue) error {
 		copy(buf.b, msg)
 		sub := buf.Slice(0, len(msg))
 		defer sub.Release()
-		r := &Request{Op: opCommand, name: "Authentication Send (" + name + ")", Buf: sub, dir: nvmeproto.DirHostToCtrl}
+		r := &Request{Op: opCommand, name: "Authentication Send (" + name + ")", Buf: sub, dir: nvmeproto.DirHostToCtrl,
+			reserved: true, ownBuf: true}
 		(&nvmeproto.AuthSendCommand{SECP: nvmeproto.AuthSECPDHHMACCHAP, SPSP0: nvmeproto.AuthSPSP0,
 			SPSP1: nvmeproto.AuthSPSP1, TL: uint32(len(msg))}).ToCommand(&r.cmd)
 		return q.exec(ctx, r)
 	}
 	recv := func(name string) ([]byte, error) {
 		clear(buf.b)
-		r := &Request{Op: opCommand, name: "Authentication Receive (" + name + ")", Buf: buf, dir: nvmeproto.DirCtrlToHost}
+		r := &Request{Op: opCommand, name: "Authentication Receive (" + name + ")", Buf: buf, dir: nvmeproto.DirCtrlToHost,
+			reserved: true, ownBuf: true}
 		(&nvmeproto.AuthReceiveCommand{SECP: nvmeproto.AuthSECPDHHMACCHAP, SPSP0: nvmeproto.AuthSPSP0,
 			SPSP1: nvmeproto.AuthSPSP1, AL: authBufSize}).ToCommand(&r.cmd)
 		if err := q.exec(ctx, r); err != nil {
@@ -141,10 +196,14 @@ func (c *Controller) authenticate(ctx context.Context, q *queue) error {
 }
 
 // Reauthenticate runs a new authentication transaction on the admin queue and then on
-// every I/O queue, as the Linux host does when its secret changes (writing
-// /sys/class/nvme/nvmeX/dhchap_secret). Non-empty hostSecret / ctrlSecret replace the
-// secrets first. The controller keeps working during the transactions; a failure is
-// returned, and the controller then disconnects the queues that failed.
+// every I/O queue that authenticated at its Connect, as the Linux host does when its
+// secret changes (writing /sys/class/nvme/nvmeX/dhchap_secret; nvme_ctrl_auth_work).
+// Non-empty hostSecret / ctrlSecret replace the secrets first. The controller keeps
+// working during the transactions; a failure is returned, and the controller then
+// disconnects the queues that failed. It waits for a re-authentication a command's
+// Authentication Required started, and that one for it: one runs at a time. When ctx
+// ends, the step in flight is still waited for (at most the command timeout): its
+// message buffer is the next transaction's.
 func (c *Controller) Reauthenticate(ctx context.Context, hostSecret, ctrlSecret string) error {
 	c.authMu.Lock()
 	defer c.authMu.Unlock()
@@ -162,13 +221,109 @@ func (c *Controller) Reauthenticate(ctx context.Context, hostSecret, ctrlSecret 
 		c.opts.DHCHAPSecret, c.opts.DHCHAPCtrlSecret = o.DHCHAPSecret, o.DHCHAPCtrlSecret
 		c.opts.hostSecret, c.opts.ctrlSecret = o.hostSecret, o.ctrlSecret
 	}
+	return c.reauthAll(ctx)
+}
+
+// reauthAll authenticates the admin queue, then the I/O queues that authenticated at
+// their Connect (nvme_ctrl_auth_work skips the others too). Called with authMu held.
+func (c *Controller) reauthAll(ctx context.Context) error {
 	if err := c.authenticate(ctx, c.admin); err != nil {
 		return err
 	}
 	for _, q := range c.io {
+		if !q.authed {
+			continue
+		}
 		if err := c.authenticate(ctx, q); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// reauthWaiter is a slot waiting for a re-authentication, and the Command Retry Delay
+// to wait after it.
+type reauthWaiter struct {
+	s     *slot
+	delay time.Duration
+}
+
+// awaitReauth makes s, whose I/O command failed with Authentication Required and waits
+// in retryReq, wait for a re-authentication of the controller: the one running, which
+// any Authentication Required seen meanwhile joins, or a new one it starts (the Linux
+// host queues its controller's dhchap_auth_work, which runs one at a time). An attempt
+// sent before the last re-authentication succeeded met the controller before it: it is
+// retried without another. Unlike the Linux host, which requeues the command at once,
+// the retry's delay starts only once the re-authentication succeeded, so that the retry
+// does not meet the same status. Called on the completion goroutine (queue.retry), so
+// teardown's wait for bg, which starts once every completion goroutine has returned,
+// never races with its bg.Add.
+func (c *Controller) awaitReauth(s *slot, delay time.Duration) {
+	c.reauthMu.Lock()
+	defer c.reauthMu.Unlock()
+	if !c.reauthRunning && s.sentAuth < c.reauthDone.Load() {
+		s.timer.Reset(delay)
+		return
+	}
+	if !c.reauthRunning {
+		c.reauthRunning = true
+		c.reauthGen++
+		c.bg.Add(1)
+		go c.reauthenticate(c.reauthGen, s.q.qid, s.req.opName())
+	}
+	s.authWait.Store(c.reauthGen)
+	c.reauthWaiters = append(c.reauthWaiters, reauthWaiter{s, delay})
+}
+
+// reauthenticate is re-authentication gen, which a command (op on queue qid) failed with
+// Authentication Required started. On success it arms the timers of the commands that
+// wait for it (a slot whose command left retryReq meanwhile, stopped by its caller or
+// aborted, waits for nothing: its authWait no longer matches, or a kick of a later
+// command only sends that one's retry early, as in stopRetries). On failure it fails the
+// controller with the reason: the controller refuses the queues' commands until they
+// authenticate, and this host does not reconnect (a controller disconnects a queue whose
+// authentication failed: gonvmf's target AuthFailureGrace after it); the waiting commands
+// end with that error (abortAll). A failure while the controller closes ends nothing:
+// the teardown ends the waiting commands with ErrClosed.
+func (c *Controller) reauthenticate(gen uint64, qid uint16, op string) {
+	defer c.bg.Done()
+	var err error
+	c.authMu.Lock()
+	if c.opts.hostSecret == nil {
+		err = fmt.Errorf("%w: no DH-HMAC-CHAP secret is configured: give the host's (Options.DHCHAPSecret, --dhchap-secret)", ErrAuthFailed)
+	} else {
+		c.log.Info("re-authenticating: the controller answered Authentication Required", "qid", qid, "command", op)
+		err = c.reauthAll(context.Background())
+	}
+	c.authMu.Unlock()
+	c.reauthMu.Lock()
+	waiters := c.reauthWaiters
+	c.reauthWaiters = nil
+	c.reauthRunning = false
+	if err == nil {
+		c.reauthDone.Store(gen)
+	}
+	c.reauthMu.Unlock()
+	if err != nil {
+		if !c.closing.Load() {
+			what := "the controller"
+			if ce := (*ConnectError)(nil); errors.As(err, &ce) {
+				// Not a Connect: say which queue's transaction failed, and why.
+				what = fmt.Sprintf("queue %d", ce.QID)
+				if errors.Is(ce.Err, ErrAuthFailed) {
+					err = fmt.Errorf("%w: %s", ErrAuthFailed, ce.Reason) // Reason says what Err's parts say
+				} else {
+					err = fmt.Errorf("%s: %w", ce.Reason, ce.Err)
+				}
+			}
+			c.fail(fmt.Errorf("initiator: %s on queue %d failed with Authentication Required, and re-authenticating %s failed: %w",
+				op, qid, what, err))
+		}
+		return
+	}
+	for _, w := range waiters {
+		if w.s.authWait.CompareAndSwap(gen, 0) {
+			w.s.timer.Reset(w.delay)
+		}
+	}
 }

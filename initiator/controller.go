@@ -49,9 +49,19 @@ type Controller struct {
 	crdt    [3]time.Duration // Command Retry Delay Times (Identify CRDT1..3)
 	acre    bool             // Host Behavior Support ACRE enabled: failed statuses carry CRD
 
-	authMu  sync.Mutex        // serializes Reauthenticate
+	authMu  sync.Mutex        // serializes re-authentications (Reauthenticate, reauthenticate)
 	authTID atomic.Uint32     // transaction IDs of in-band authentication
 	authSeq dhchap.SeqCounter // sequence numbers (S2) of in-band authentication
+	authBuf *Buffer           // authentication messages (authBuffer); under authMu after Dial
+
+	// The re-authentication commands failed with Authentication Required wait for (see
+	// awaitReauth): at most one runs; reauthGen numbers them, and reauthDone is the
+	// number of the last one that succeeded (written under reauthMu).
+	reauthMu      sync.Mutex
+	reauthRunning bool
+	reauthGen     uint64
+	reauthWaiters []reauthWaiter
+	reauthDone    atomic.Uint64
 
 	start time.Time
 	clock atomic.Int64 // nanoseconds since start, updated by the watchdog
@@ -220,9 +230,13 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16
 			Err:    ErrNotSupported}
 	}
 	if authreq&nvmeproto.AuthReqATR != 0 {
+		if q.qid != 0 {
+			q.reserveAuthSlot()
+		}
 		if err := c.authenticate(ctx, q); err != nil {
 			return 0, err
 		}
+		q.authed = true
 	} else if o.ctrlSecret != nil {
 		// Bidirectional authentication was asked for: a controller that does not
 		// authenticate the queue never proves it holds the controller secret.
@@ -729,6 +743,7 @@ func (c *Controller) teardown() {
 		}
 	}
 	c.bg.Wait()
+	c.releaseAuthBuffer()
 	if c.pool == nil {
 		c.closeTransport()
 		return

@@ -90,6 +90,23 @@
 // last status), and so does Close (a waiting retry ends with ErrClosed). Retries allocate
 // nothing: a queue's slots keep their timers.
 //
+// An I/O command failed with Authentication Required (without DNR: the controller wants
+// the queue authenticated again) is retried only after the host has re-authenticated the
+// controller, as the Linux host does (nvme_decide_disposition AUTHENTICATE, which runs
+// its dhchap_auth_work): a new DH-HMAC-CHAP transaction on the admin queue, then on every
+// I/O queue that authenticated at its Connect. One re-authentication runs at a time per
+// controller, and every Authentication Required seen while it runs waits for it (one
+// for an attempt sent before the last re-authentication succeeded is retried without
+// another). An I/O queue that authenticates keeps a slot for its authentication
+// commands, as the Linux host keeps a reserved tag, and authentication messages have
+// registered memory of their own, not the pool's: a re-authentication runs even when
+// the commands waiting for it hold every slot and every pool buffer. The retry counts
+// against MaxRetries (negative: the status goes to the caller, and nothing
+// re-authenticates). When the re-authentication fails (the controller refused the
+// secret, or the host has none), the controller fails with that reason, wrapping
+// ErrAuthFailed, and so do the commands waiting for it: the controller refuses the
+// queue's commands until it authenticates, and this host does not reconnect.
+//
 // # Memory registration
 //
 // On RDMA each region of registered memory is one memory region (MR) with one remote

@@ -103,7 +103,8 @@ type Options struct {
 	// the status selects (CRD 1..3: Identify Controller CRDT1..3, in 100 ms units; CRD 0:
 	// none); Dial enables ACRE so that controllers that report CRDT1 set CRD. Admin,
 	// Fabrics and path-related (SCT 3h) statuses are never retried: see the package
-	// documentation.
+	// documentation. Authentication Required is retried after the controller has been
+	// re-authenticated (see "Retries" in the package documentation).
 	MaxRetries int
 	// NoInCapsuleData disables in-capsule data for small writes even when the controller
 	// offers it (Identify SGLS bit 20 and IOCCSZ).

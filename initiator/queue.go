@@ -87,6 +87,12 @@ type slot struct {
 	retries  uint8 // attempts sent again for the current command
 	retryReq atomic.Pointer[Request]
 	timer    *time.Timer // runs retryDue; created stopped with the queue, so retries allocate no timer
+	// A command failed with Authentication Required waits in retryReq for the
+	// controller's re-authentication (Controller.awaitReauth) before its timer is
+	// armed: authWait is the number of the re-authentication it waits for (0: none).
+	authWait atomic.Uint64
+	sentAuth uint64 // Controller.reauthDone when the attempt was sent (arm)
+	reserved bool   // the queue's authentication slot (queue.authSlot): never in free
 
 	x any // transport's per-slot state
 }
@@ -106,6 +112,12 @@ type queue struct {
 	tr      queueTransport
 	nevents int32
 	usable  int // slots in use (≤ depth)
+
+	// authSlot holds the index of the slot kept for authentication commands on an I/O
+	// queue that authenticates (reserveAuthSlot), nil otherwise: a re-authentication
+	// must find a slot while every other one waits for it.
+	authSlot chan uint16
+	authed   bool // the queue authenticated at its Connect (re-authentication repeats it)
 
 	active  atomic.Int32 // submitters between the dead check and their post
 	waiting atomic.Int32 // busy slots waiting for a retry delay (slot.retryReq set)
@@ -200,15 +212,19 @@ func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 	if q.qid != 0 && q.ctrl.closing.Load() {
 		return fmt.Errorf("initiator: %s on queue %d: %w", r.opName(), q.qid, ErrClosed)
 	}
+	free := q.free
+	if r.reserved && q.authSlot != nil {
+		free = q.authSlot
+	}
 	var idx uint16
 	select {
-	case idx = <-q.free:
+	case idx = <-free:
 	default:
 		if !wait {
 			return ErrQueueFull
 		}
 		select {
-		case idx = <-q.free:
+		case idx = <-free:
 		case <-ctx.Done():
 			return fmt.Errorf("initiator: %s: waiting for a free slot on queue %d: %w", r.opName(), q.qid, ctx.Err())
 		case <-q.deadCh:
@@ -217,7 +233,7 @@ func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 	}
 	s := &q.slots[idx]
 	if err := q.build(s, r); err != nil {
-		q.free <- idx
+		q.release(s)
 		return err
 	}
 	s.req, r.slot = r, s
@@ -233,12 +249,38 @@ func (q *queue) submit(ctx context.Context, r *Request, wait bool) error {
 			s.buf.unref()
 		}
 		s.req, s.buf = nil, nil
-		q.free <- idx
+		q.release(s)
 		err = fmt.Errorf("%w: posting %s on queue %d: %v", ErrDisconnected, r.opName(), q.qid, err)
 		q.fail(err)
 		return err
 	}
 	return nil
+}
+
+// release returns a slot no command holds to the free list it came from.
+func (q *queue) release(s *slot) {
+	if s.reserved {
+		q.authSlot <- s.idx
+		return
+	}
+	q.free <- s.idx
+}
+
+// reserveAuthSlot keeps one slot of an I/O queue for its authentication commands, as the
+// Linux host sends them on a reserved tag (nvme_auth_submit, NVME_SUBMIT_RESERVED): when
+// every command of the queue failed with Authentication Required and waits for the
+// re-authentication, the re-authentication still finds a slot. Called after Connect,
+// before the queue is used; the queue's Depth shrinks by one. A queue of one slot keeps
+// none.
+func (q *queue) reserveAuthSlot() {
+	if q.authSlot != nil || q.usable < 2 {
+		return
+	}
+	idx := <-q.free
+	q.slots[idx].reserved = true
+	q.authSlot = make(chan uint16, 1)
+	q.authSlot <- idx
+	q.usable--
 }
 
 // arm readies a busy slot whose SQE is built for an attempt: the events to wait for, the
@@ -252,6 +294,7 @@ func (q *queue) arm(s *slot) {
 		s.deadline.Store(deadlineAfter(monoNow(q.ctrl), q.timeout))
 	}
 	s.info.Store(uint32(s.cmd.Opcode) | uint32(s.cmd.CID)<<16)
+	s.sentAuth = q.ctrl.reauthDone.Load()
 	s.state.Store(slotBusy)
 }
 
@@ -377,7 +420,7 @@ func (q *queue) finish(s *slot, err error) {
 	s.req, s.buf, s.reg = nil, nil, nil
 	s.deadline.Store(0)
 	s.state.Store(slotFree)
-	q.free <- s.idx
+	q.release(s)
 	if buf != nil {
 		buf.unref()
 	}
@@ -401,14 +444,17 @@ func (q *queue) finish(s *slot, err error) {
 // the Linux host's nvme_decide_disposition and nvme_retry_req do for block I/O: an I/O
 // command (not an admin or Fabrics command: the Linux host fails those fast) whose status
 // lacks Do Not Retry, at most Options.MaxRetries times, after the Command Retry Delay the
-// status's CRD selects (retryDelay). Path-related statuses (SCT 3h: ANA states, path
-// errors) go to the caller at once, as the Linux host's multipath sends them to another
-// path: this host has one path, and failing over is its caller's business. A stopped
-// request (its caller's context ended), a closing controller (as the Linux host fails
-// requests of a dying queue) and a dead queue end the command instead.
+// status's CRD selects (retryDelay); for Authentication Required the delay starts once
+// the controller has been re-authenticated (Controller.awaitReauth). Path-related
+// statuses (SCT 3h: ANA states, path errors) go to the caller at once, as the Linux
+// host's multipath sends them to another path: this host has one path, and failing over
+// is its caller's business. A stopped request (its caller's context ended), a closing
+// controller (as the Linux host fails requests of a dying queue) and a dead queue end the
+// command instead.
 //
 // It keeps the slot busy with its request and buffer reference, with no deadline while
-// waiting, and arms the slot's timer (retryDue). Called on the completion goroutine.
+// waiting, and arms the slot's timer (retryDue), or has the re-authentication arm it.
+// Called on the completion goroutine.
 func (q *queue) retry(s *slot) bool {
 	r, st := s.req, s.cqe.Status
 	if r.Op == opCommand || st.DNR() || st.SCT() == nvmeproto.SCTPathRelated ||
@@ -418,7 +464,11 @@ func (q *queue) retry(s *slot) bool {
 	s.retries++
 	s.deadline.Store(0)
 	s.wait(r)
-	s.timer.Reset(q.ctrl.retryDelay(st.CRD()))
+	if delay := q.ctrl.retryDelay(st.CRD()); st.Code() == nvmeproto.StatusAuthRequired.Code() {
+		q.ctrl.awaitReauth(s, delay)
+	} else {
+		s.timer.Reset(delay)
+	}
 	if r.stop.Load() {
 		s.timer.Reset(0) // stopped meanwhile: see stopRetries
 	}
@@ -456,6 +506,7 @@ func (s *slot) retryDue() {
 	if r == nil || q.dead.Load() {
 		return
 	}
+	s.authWait.Store(0) // a re-authentication ending later has nothing to kick here
 	if r.stop.Load() {
 		q.finish(s, nil) // Done gets the last attempt's status; a stopped request's Done runs anywhere
 		return
@@ -569,7 +620,8 @@ type IOQueue struct{ q *queue }
 // ID returns the queue ID (1..N).
 func (q *IOQueue) ID() uint16 { return q.q.qid }
 
-// Depth returns how many commands the queue holds at once.
+// Depth returns how many commands the queue holds at once: its entries, less the slot an
+// authenticated queue keeps for its authentication commands.
 func (q *IOQueue) Depth() int { return q.q.usable }
 
 // Submit starts r without blocking. It returns ErrQueueFull when Depth commands are

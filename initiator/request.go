@@ -71,6 +71,7 @@ type Request struct {
 	cmd       nvmeproto.Command // opCommand: the SQE (CID, flags and SGL are set by the queue)
 	dir       nvmeproto.Direction
 	noTimeout bool   // held by the controller indefinitely (Asynchronous Event Request)
+	reserved  bool   // an authentication command: takes the queue's authSlot if it has one
 	name      string // opCommand: the command's name for errors
 
 	// The synchronous API's (queue.execWait) bookkeeping; the asynchronous API leaves it
