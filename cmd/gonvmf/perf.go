@@ -56,6 +56,8 @@ namespaces live and die with perf and need no flag.`,
 			&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"},
 			&cli.BoolFlag{Name: "progress", Value: true, Usage: "print a live progress line on standard error"},
 			&cli.DurationFlag{Name: "io-timeout", Value: initiator.DefaultCommandTimeout, Usage: "fail the controller when a command takes longer than `DURATION`"},
+			&cli.IntFlag{Name: "max-retries", Value: initiator.DefaultMaxRetries,
+				Usage: fmt.Sprintf("send an I/O command the controller failed without Do Not Retry again up to `COUNT` times, 0..%d (0: never), as the Linux host's nvme_core.max_retries", initiator.MaxRetriesLimit)},
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the measured run to `FILE`"}),
 		Action: runPerf,
 	}
@@ -63,9 +65,10 @@ namespaces live and die with perf and need no flag.`,
 
 // perfFlags is the parsed command line: the run, and the controller options it needs.
 type perfFlags struct {
-	run    perf.Config
-	queues int
-	json   bool
+	run        perf.Config
+	queues     int
+	maxRetries int // initiator.Options.MaxRetries: negative for none
+	json       bool
 }
 
 func parsePerf(c *cli.Context) (*perfFlags, error) {
@@ -95,6 +98,14 @@ func parsePerf(c *cli.Context) (*perfFlags, error) {
 	}
 	if pf.queues < 1 || pf.queues > 256 {
 		return nil, usageError("--queues %d: want 1..256", pf.queues)
+	}
+	switch n := c.Int("max-retries"); {
+	case n < 0 || n > initiator.MaxRetriesLimit:
+		return nil, usageError("--max-retries %d: want 0..%d retries of a failed I/O command (0: fail it at its first error)", n, initiator.MaxRetriesLimit)
+	case n == 0:
+		pf.maxRetries = -1 // Options.MaxRetries 0 would mean the default
+	default:
+		pf.maxRetries = n
 	}
 	if pc.Runtime < 0 {
 		return nil, usageError("--runtime must be positive")
@@ -132,6 +143,7 @@ func runPerf(c *cli.Context) error {
 	o.Queues = pf.queues
 	o.QueueSize = max(pf.run.QueueDepth, 2)
 	o.CommandTimeout = c.Duration("io-timeout")
+	o.MaxRetries = pf.maxRetries
 	ctx, cancel := connectCtx(c)
 	err = dial(ctx, o, s)
 	cancel()
