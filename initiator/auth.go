@@ -58,8 +58,9 @@ func (o *Options) parseSecrets() error {
 // (releaseAuthBuffer). Authentication does not take pool buffers: when the commands
 // waiting for a re-authentication hold every pool buffer (the bounce buffers of ReadAt
 // and WriteAt), the re-authentication still has one. Its callers use it one at a time:
-// Dial's connect runs on one goroutine, and re-authentications hold authMu; its commands
-// are ownBuf requests, so none outlives its exec.
+// Dial's connect runs on one goroutine, and re-authentications hold authMu. A command
+// whose exec returned before it ended (its context ended) holds its own reference:
+// detachAuthBuffer leaves the buffer to it, and the next transaction gets a new one.
 func (c *Controller) authBuffer() (*Buffer, error) {
 	if c.authBuf != nil {
 		return c.authBuf, nil
@@ -86,6 +87,18 @@ func (c *Controller) authBuffer() (*Buffer, error) {
 	c.authBuf = &Buffer{reg: reg, b: reg.mem[:authBufSize:authBufSize]}
 	c.authBuf.refs.Store(1)
 	return c.authBuf, nil
+}
+
+// detachAuthBuffer drops the controller's reference to the authentication buffer after
+// an authentication command was left outstanding (its exec's context ended): the
+// controller may still transfer into the buffer, so no later transaction uses it, and the
+// command's reference frees it when the command ends. Called by the buffer's user (see
+// authBuffer).
+func (c *Controller) detachAuthBuffer() {
+	if c.authBuf != nil {
+		c.authBuf.Release()
+		c.authBuf = nil
+	}
 }
 
 // releaseAuthBuffer frees the authentication buffer (teardown, once every queue has
@@ -124,18 +137,26 @@ func (c *Controller) authenticate(ctx context.Context, q *queue) error {
 		sub := buf.Slice(0, len(msg))
 		defer sub.Release()
 		r := &Request{Op: opCommand, name: "Authentication Send (" + name + ")", Buf: sub, dir: nvmeproto.DirHostToCtrl,
-			reserved: true, ownBuf: true}
+			reserved: true}
 		(&nvmeproto.AuthSendCommand{SECP: nvmeproto.AuthSECPDHHMACCHAP, SPSP0: nvmeproto.AuthSPSP0,
 			SPSP1: nvmeproto.AuthSPSP1, TL: uint32(len(msg))}).ToCommand(&r.cmd)
-		return q.exec(ctx, r)
+		completed, err := q.execWait(ctx, r)
+		if !completed {
+			c.detachAuthBuffer()
+		}
+		return err
 	}
 	recv := func(name string) ([]byte, error) {
 		clear(buf.b)
 		r := &Request{Op: opCommand, name: "Authentication Receive (" + name + ")", Buf: buf, dir: nvmeproto.DirCtrlToHost,
-			reserved: true, ownBuf: true}
+			reserved: true}
 		(&nvmeproto.AuthReceiveCommand{SECP: nvmeproto.AuthSECPDHHMACCHAP, SPSP0: nvmeproto.AuthSPSP0,
 			SPSP1: nvmeproto.AuthSPSP1, AL: authBufSize}).ToCommand(&r.cmd)
-		if err := q.exec(ctx, r); err != nil {
+		completed, err := q.execWait(ctx, r)
+		if !completed {
+			c.detachAuthBuffer()
+		}
+		if err != nil {
 			return nil, err
 		}
 		return append([]byte(nil), buf.b...), nil
@@ -202,8 +223,8 @@ func (c *Controller) authenticate(ctx context.Context, q *queue) error {
 // working during the transactions; a failure is returned, and the controller then
 // disconnects the queues that failed. It waits for a re-authentication a command's
 // Authentication Required started, and that one for it: one runs at a time. When ctx
-// ends, the step in flight is still waited for (at most the command timeout): its
-// message buffer is the next transaction's.
+// ends it returns at once; a step left in flight keeps its message buffer, and the next
+// transaction authenticates in a new one.
 func (c *Controller) Reauthenticate(ctx context.Context, hostSecret, ctrlSecret string) error {
 	c.authMu.Lock()
 	defer c.authMu.Unlock()

@@ -32,6 +32,10 @@ type authGate struct {
 	// until barrier of them have arrived; allIn is closed then.
 	barrier, arrived int
 	allIn            chan struct{}
+	// withhold, if set, makes the gate keep every Authentication Receive of the admin
+	// queue from the target and never answer it; withheld receives them.
+	withhold bool
+	withheld chan struct{}
 }
 
 // close makes every I/O queue refuse its commands until it authenticates again.
@@ -82,6 +86,11 @@ func (c gateConn) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeprot
 			g.log = append(g.log, fmt.Sprintf("negotiate %d", c.qid))
 		}
 	case cmd.IsFabrics() && cmd.FabricsType() == nvmeproto.FabricsAuthReceive:
+		if g.withhold && c.qid == 0 {
+			g.mu.Unlock()
+			g.withheld <- struct{}{}
+			return nil
+		}
 	case g.shut[c.qid]:
 		if g.barrier > 0 {
 			if g.arrived++; g.arrived == g.barrier {
@@ -313,4 +322,74 @@ func TestLoopReauthPoolExhausted(t *testing.T) {
 	if refused, log := g.events(); refused != n || negotiations(log, 0) != 1 {
 		t.Errorf("events %q, want %d reads refused and one re-authentication", log, n)
 	}
+}
+
+// TestLoopAuthCancel: a context that ends while the controller withholds the answer to
+// an Authentication Receive ends Dial and Reauthenticate at once: they do not wait for
+// the command (AdminTimeout), whose message buffer the controller may still write. After
+// the cancelled Reauthenticate the next one authenticates (in a new buffer).
+func TestLoopAuthCancel(t *testing.T) {
+	hk, keys := nullGroupKeys(t)
+	e, _ := authEnv(t, keys)
+	const wait = 3 * time.Second // far below AdminTimeout
+	withhold := func(g *authGate) {
+		g.mu.Lock()
+		g.withhold, g.withheld = true, make(chan struct{}, 16)
+		g.mu.Unlock()
+	}
+	cancelAtWithheld := func(g *authGate, cancel context.CancelFunc) {
+		select {
+		case <-g.withheld:
+		case <-time.After(10 * time.Second):
+		}
+		cancel()
+	}
+	mut := func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode(); o.AdminTimeout = 30 * time.Second }
+
+	t.Run("Dial", func(t *testing.T) {
+		g := &authGate{shut: map[int]bool{}}
+		withhold(g)
+		o := e.options()
+		mut(&o)
+		dial := o.Loop
+		o.Loop = func(depth int) (initiator.LoopConn, error) {
+			conn, err := dial(depth)
+			g.mu.Lock()
+			qid := g.dials
+			g.dials++
+			g.mu.Unlock()
+			return gateConn{conn, g, qid}, err
+		}
+		cx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go cancelAtWithheld(g, cancel)
+		start := time.Now()
+		c, err := initiator.Dial(cx, o)
+		if err == nil {
+			c.Close()
+			t.Fatal("Dial whose Authentication Receive was never answered succeeded")
+		}
+		if d := time.Since(start); d > wait || !errors.Is(err, context.Canceled) {
+			t.Errorf("Dial cancelled at its withheld Authentication Receive returned after %v with %v, want context.Canceled within %v", d, err, wait)
+		}
+	})
+	t.Run("Reauthenticate", func(t *testing.T) {
+		c, g := e.dialGate(t, mut)
+		withhold(g)
+		cx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go cancelAtWithheld(g, cancel)
+		start := time.Now()
+		err := c.Reauthenticate(cx, "", "")
+		if d := time.Since(start); d > wait || !errors.Is(err, context.Canceled) {
+			t.Errorf("Reauthenticate cancelled at its withheld Authentication Receive returned after %v with %v, want context.Canceled within %v", d, err, wait)
+		}
+		g.mu.Lock()
+		g.withhold = false
+		g.mu.Unlock()
+		if err := c.Reauthenticate(ctx(t), "", ""); err != nil {
+			t.Errorf("Reauthenticate after a cancelled one: %v", err)
+		}
+		roundTrip(t, c)
+	})
 }
