@@ -242,46 +242,83 @@ func (c *Controller) Reauthenticate(ctx context.Context, hostSecret, ctrlSecret 
 		c.opts.DHCHAPSecret, c.opts.DHCHAPCtrlSecret = o.DHCHAPSecret, o.DHCHAPCtrlSecret
 		c.opts.hostSecret, c.opts.ctrlSecret = o.hostSecret, o.ctrlSecret
 	}
-	return c.reauthAll(ctx)
+	seq := c.reauthBegin()
+	if err := c.reauthAll(ctx); err != nil {
+		return err
+	}
+	c.reauthMu.Lock()
+	c.reauthDone.Store(seq)
+	c.reauthMu.Unlock()
+	return nil
 }
 
 // reauthAll authenticates the admin queue, then the I/O queues that authenticated at
-// their Connect (nvme_ctrl_auth_work skips the others too). Called with authMu held.
+// their Connect (nvme_ctrl_auth_work skips the others too). Called with authMu held. A
+// failure wraps ErrAuthFailed and names the queue whose transaction failed.
 func (c *Controller) reauthAll(ctx context.Context) error {
 	if err := c.authenticate(ctx, c.admin); err != nil {
-		return err
+		return reauthError(c.admin, err)
 	}
 	for _, q := range c.io {
 		if !q.authed {
 			continue
 		}
 		if err := c.authenticate(ctx, q); err != nil {
-			return err
+			return reauthError(q, err)
 		}
 	}
 	return nil
 }
 
-// reauthWaiter is a slot waiting for a re-authentication, and the Command Retry Delay
-// to wait after it.
+// authError is a failed re-authentication: its message says which queue's transaction
+// failed and why, and it wraps ErrAuthFailed and the transaction's error (a
+// *ConnectError, whose own message speaks of a connect, or what exec returned).
+type authError struct {
+	msg  string
+	errs []error
+}
+
+func (e *authError) Error() string   { return e.msg }
+func (e *authError) Unwrap() []error { return e.errs }
+
+// reauthError wraps the error of q's re-authentication transaction.
+func reauthError(q *queue, err error) error {
+	what := "the admin queue"
+	if q.qid != 0 {
+		what = fmt.Sprintf("I/O queue %d", q.qid)
+	}
+	reason := err.Error()
+	if ce := (*ConnectError)(nil); errors.As(err, &ce) {
+		reason = ce.Reason // Reason says what Err's parts say
+	}
+	return &authError{msg: fmt.Sprintf("%v: re-authenticating %s: %s", ErrAuthFailed, what, reason), errs: []error{ErrAuthFailed, err}}
+}
+
+// reauthWaiter is a slot waiting for a re-authentication with its request r (the slot's
+// retryReq when it registered), and the Command Retry Delay to wait after it.
 type reauthWaiter struct {
 	s     *slot
+	r     *Request
 	delay time.Duration
 }
 
-// awaitReauth makes s, whose I/O command failed with Authentication Required and waits
+// awaitReauth makes s, whose I/O command r failed with Authentication Required and waits
 // in retryReq, wait for a re-authentication of the controller: the one running, which
 // any Authentication Required seen meanwhile joins, or a new one it starts (the Linux
 // host queues its controller's dhchap_auth_work, which runs one at a time). An attempt
 // sent before the last re-authentication succeeded met the controller before it: it is
 // retried without another. Unlike the Linux host, which requeues the command at once,
 // the retry's delay starts only once the re-authentication succeeded, so that the retry
-// does not meet the same status. Called on the completion goroutine (queue.retry), so
-// teardown's wait for bg, which starts once every completion goroutine has returned,
-// never races with its bg.Add.
-func (c *Controller) awaitReauth(s *slot, delay time.Duration) {
+// does not meet the same status. A request no longer in retryReq (its caller stopped it,
+// and retryDue ended it) waits for nothing. Called on the completion goroutine
+// (queue.retry), so teardown's wait for bg, which starts once every completion goroutine
+// has returned, never races with its bg.Add.
+func (c *Controller) awaitReauth(s *slot, r *Request, delay time.Duration) {
 	c.reauthMu.Lock()
 	defer c.reauthMu.Unlock()
+	if s.retryReq.Load() != r {
+		return
+	}
 	if !c.reauthRunning && s.sentAuth < c.reauthDone.Load() {
 		s.timer.Reset(delay)
 		return
@@ -290,30 +327,48 @@ func (c *Controller) awaitReauth(s *slot, delay time.Duration) {
 		c.reauthRunning = true
 		c.reauthGen++
 		c.bg.Add(1)
-		go c.reauthenticate(c.reauthGen, s.q.qid, s.req.opName())
+		go c.reauthenticate(c.reauthGen, s.q.qid, r.opName())
 	}
-	s.authWait.Store(c.reauthGen)
-	c.reauthWaiters = append(c.reauthWaiters, reauthWaiter{s, delay})
+	s.authWait.Store(c.reauthGen) // the running one's: only reauthenticate advances reauthGen
+	c.reauthWaiters = append(c.reauthWaiters, reauthWaiter{s, r, delay})
+}
+
+// reauthBegin numbers a re-authentication that starts (Reauthenticate's or
+// reauthenticate's, with authMu held, so in the order they run): once it succeeded,
+// reauthDone holds its number, and a command sent before then that fails with
+// Authentication Required is retried without another.
+func (c *Controller) reauthBegin() uint64 {
+	c.reauthMu.Lock()
+	defer c.reauthMu.Unlock()
+	c.reauthSeq++
+	return c.reauthSeq
 }
 
 // reauthenticate is re-authentication gen, which a command (op on queue qid) failed with
 // Authentication Required started. On success it arms the timers of the commands that
-// wait for it (a slot whose command left retryReq meanwhile, stopped by its caller or
-// aborted, waits for nothing: its authWait no longer matches, or a kick of a later
-// command only sends that one's retry early, as in stopRetries). On failure it fails the
-// controller with the reason: the controller refuses the queues' commands until they
-// authenticate, and this host does not reconnect (a controller disconnects a queue whose
-// authentication failed: gonvmf's target AuthFailureGrace after it); the waiting commands
-// end with that error (abortAll). A failure while the controller closes ends nothing:
-// the teardown ends the waiting commands with ErrClosed.
+// wait for it, those whose slot still waits with the request it registered (a slot
+// whose command left retryReq meanwhile, stopped by its caller or aborted, waits for
+// nothing). A failure is a soft state, as in the Linux host (nvme_ctrl_auth_work: the
+// credentials stay valid until the controller terminates the connection): it is logged,
+// the controller stays up, and the commands waiting for it end with their Authentication
+// Required status wrapped with the failure (queue.endAuthWait), not retried again; the
+// controller disconnects the queues whose authentication it refused if it wants to
+// (gonvmf's target AuthFailureGrace after the failure). Once the controller is closing it
+// does not authenticate, and ends nothing: the teardown ends the waiting commands with
+// ErrClosed.
 func (c *Controller) reauthenticate(gen uint64, qid uint16, op string) {
 	defer c.bg.Done()
 	var err error
+	var seq uint64
 	c.authMu.Lock()
-	if c.opts.hostSecret == nil {
+	switch {
+	case c.closing.Load():
+		err = ErrClosed
+	case c.opts.hostSecret == nil:
 		err = fmt.Errorf("%w: no DH-HMAC-CHAP secret is configured: give the host's (Options.DHCHAPSecret, --dhchap-secret)", ErrAuthFailed)
-	} else {
+	default:
 		c.log.Info("re-authenticating: the controller answered Authentication Required", "qid", qid, "command", op)
+		seq = c.reauthBegin()
 		err = c.reauthAll(context.Background())
 	}
 	c.authMu.Unlock()
@@ -322,28 +377,23 @@ func (c *Controller) reauthenticate(gen uint64, qid uint16, op string) {
 	c.reauthWaiters = nil
 	c.reauthRunning = false
 	if err == nil {
-		c.reauthDone.Store(gen)
+		c.reauthDone.Store(seq)
 	}
 	c.reauthMu.Unlock()
 	if err != nil {
-		if !c.closing.Load() {
-			what := "the controller"
-			if ce := (*ConnectError)(nil); errors.As(err, &ce) {
-				// Not a Connect: say which queue's transaction failed, and why.
-				what = fmt.Sprintf("queue %d", ce.QID)
-				if errors.Is(ce.Err, ErrAuthFailed) {
-					err = fmt.Errorf("%w: %s", ErrAuthFailed, ce.Reason) // Reason says what Err's parts say
-				} else {
-					err = fmt.Errorf("%s: %w", ce.Reason, ce.Err)
-				}
-			}
-			c.fail(fmt.Errorf("initiator: %s on queue %d failed with Authentication Required, and re-authenticating %s failed: %w",
-				op, qid, what, err))
+		if errors.Is(err, ErrClosed) {
+			return
+		}
+		c.log.Warn("re-authentication failed: the commands that waited for it fail; the controller stays connected until it disconnects",
+			"qid", qid, "command", op, "err", err)
+		cause := fmt.Errorf("re-authenticating the controller failed: %w", err)
+		for _, w := range waiters {
+			w.s.q.endAuthWait(w.s, w.r, cause)
 		}
 		return
 	}
 	for _, w := range waiters {
-		if w.s.authWait.CompareAndSwap(gen, 0) {
+		if w.s.retryReq.Load() == w.r && w.s.authWait.CompareAndSwap(gen, 0) {
 			w.s.timer.Reset(w.delay)
 		}
 	}

@@ -55,11 +55,13 @@ type Controller struct {
 	authBuf *Buffer           // authentication messages (authBuffer); under authMu after Dial
 
 	// The re-authentication commands failed with Authentication Required wait for (see
-	// awaitReauth): at most one runs; reauthGen numbers them, and reauthDone is the
-	// number of the last one that succeeded (written under reauthMu).
+	// awaitReauth): at most one runs; reauthGen numbers them. reauthSeq numbers every
+	// re-authentication, Reauthenticate's too, in the order they run (reauthBegin), and
+	// reauthDone is the number of the last one that succeeded (written under reauthMu).
 	reauthMu      sync.Mutex
 	reauthRunning bool
 	reauthGen     uint64
+	reauthSeq     uint64
 	reauthWaiters []reauthWaiter
 	reauthDone    atomic.Uint64
 

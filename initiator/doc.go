@@ -102,10 +102,14 @@
 // registered memory of their own, not the pool's: a re-authentication runs even when
 // the commands waiting for it hold every slot and every pool buffer. The retry counts
 // against MaxRetries (negative: the status goes to the caller, and nothing
-// re-authenticates). When the re-authentication fails (the controller refused the
-// secret, or the host has none), the controller fails with that reason, wrapping
-// ErrAuthFailed, and so do the commands waiting for it: the controller refuses the
-// queue's commands until it authenticates, and this host does not reconnect.
+// re-authenticates). A failed re-authentication (the controller refused the secret, the
+// host has none, a step failed) is a soft state, as in the Linux host
+// (nvme_ctrl_auth_work): it is logged, the controller stays connected, and the commands
+// waiting for it end, not retried again, with their Authentication Required status (a
+// *StatusError) wrapped with the failure, which wraps ErrAuthFailed and names the queue
+// whose transaction failed. The controller may then disconnect the queues that failed
+// (gonvmf's target does after its AuthFailureGrace), which fails this controller; until
+// then a command it refuses again starts a new re-authentication.
 //
 // # Memory registration
 //

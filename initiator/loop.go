@@ -137,6 +137,7 @@ func (t *loopQueue) run() {
 	q := t.q
 	connDone := t.conn.Done()
 	for {
+		q.runAuthEnds()
 		if b := t.take(); len(b) > 0 {
 			t.deliver(b)
 			continue

@@ -92,7 +92,11 @@ type slot struct {
 	// armed: authWait is the number of the re-authentication it waits for (0: none).
 	authWait atomic.Uint64
 	sentAuth uint64 // Controller.reauthDone when the attempt was sent (arm)
-	reserved bool   // the queue's authentication slot (queue.authSlot): never in free
+	// authEnd is the failure of the re-authentication the command waited for, set by
+	// endAuthWait once it took the request out of retryReq: the completion goroutine
+	// ends the command with it (runAuthEnds).
+	authEnd  atomic.Pointer[error]
+	reserved bool // the queue's authentication slot (queue.authSlot): never in free
 
 	x any // transport's per-slot state
 }
@@ -117,7 +121,8 @@ type queue struct {
 	// queue that authenticates (reserveAuthSlot), nil otherwise: a re-authentication
 	// must find a slot while every other one waits for it.
 	authSlot chan uint16
-	authed   bool // the queue authenticated at its Connect (re-authentication repeats it)
+	authed   bool        // the queue authenticated at its Connect (re-authentication repeats it)
+	authEnds atomic.Bool // some slot's authEnd is set: runAuthEnds has commands to end
 
 	active  atomic.Int32 // submitters between the dead check and their post
 	waiting atomic.Int32 // busy slots waiting for a retry delay (slot.retryReq set)
@@ -413,6 +418,12 @@ func (q *queue) finish(s *slot, err error) {
 	if err == nil && s.gotResp && !s.cqe.Status.Success() && q.retry(s) {
 		return
 	}
+	q.end(s, err, nil)
+}
+
+// end frees the slot and calls Done with its response or err; cause, if not nil, is
+// why the failed status is final (the request's Err wraps the *StatusError and cause).
+func (q *queue) end(s *slot, err, cause error) {
 	r := s.req
 	buf := s.buf
 	cqe := s.cqe
@@ -435,6 +446,9 @@ func (q *queue) finish(s *slot, err error) {
 			r.Err = nil
 		} else {
 			r.Err = &StatusError{Op: r.opName(), QID: q.qid, CID: cqe.CID, Status: cqe.Status, DW0: cqe.DW0, ioCmd: q.qid != 0 && r.Op != opCommand}
+			if cause != nil {
+				r.Err = fmt.Errorf("%w, and %w", r.Err, cause)
+			}
 		}
 	}
 	r.Done(r)
@@ -465,7 +479,7 @@ func (q *queue) retry(s *slot) bool {
 	s.deadline.Store(0)
 	s.wait(r)
 	if delay := q.ctrl.retryDelay(st.CRD()); st.Code() == nvmeproto.StatusAuthRequired.Code() {
-		q.ctrl.awaitReauth(s, delay)
+		q.ctrl.awaitReauth(s, r, delay)
 	} else {
 		s.timer.Reset(delay)
 	}
@@ -473,6 +487,36 @@ func (q *queue) retry(s *slot) bool {
 		s.timer.Reset(0) // stopped meanwhile: see stopRetries
 	}
 	return true
+}
+
+// endAuthWait ends r, which waits in s's retryReq for a re-authentication that failed
+// with cause: unless another took r out of retryReq first (retryDue for a stopped
+// request, abortAll), it takes the slot and hands it to the completion goroutine
+// (runAuthEnds), which ends r with its Authentication Required status and cause. Until
+// then only abortAll, the last thing the completion goroutine does, can end the slot.
+func (q *queue) endAuthWait(s *slot, r *Request, cause error) {
+	if !s.retryReq.CompareAndSwap(r, nil) {
+		return
+	}
+	q.waiting.Add(-1)
+	s.authWait.Store(0)
+	s.authEnd.Store(&cause)
+	q.authEnds.Store(true)
+	q.tr.wake()
+}
+
+// runAuthEnds ends the commands endAuthWait handed over. The transports' completion
+// goroutines call it whenever they wake up; it costs an atomic load when there are none.
+func (q *queue) runAuthEnds() {
+	if !q.authEnds.Load() || !q.authEnds.Swap(false) {
+		return
+	}
+	for i := range q.slots {
+		s := &q.slots[i]
+		if p := s.authEnd.Swap(nil); p != nil && s.state.Load() == slotBusy {
+			q.end(s, nil, *p)
+		}
+	}
 }
 
 // wait puts the slot's request r in retryReq: the slot waits for a retry delay.

@@ -440,6 +440,7 @@ func (rq *rdmaQueue) handle(wcs []rdmacm.Completion) {
 func (rq *rdmaQueue) run() {
 	q := rq.q
 	for !q.dead.Load() {
+		q.runAuthEnds()
 		n, err := rq.cq.Poll(rq.wcs)
 		if err != nil {
 			q.fail(fmt.Errorf("initiator: queue %d: polling: %w", q.qid, err))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,12 +240,15 @@ func TestLoopReauthFullQueues(t *testing.T) {
 }
 
 // TestLoopReauthFails: when the re-authentication a command's Authentication Required
-// started fails, the command fails with an error that names the authentication failure,
-// and so does the controller: the target refused the host's key (it was rotated on the
-// target only), or the host has no secret to authenticate with. With retries disabled
-// (MaxRetries negative) the host does not re-authenticate: the command fails with the
-// controller's status.
+// started fails, the command fails with its Authentication Required status wrapped with
+// the authentication failure, and the controller stays up (a failed re-authentication is
+// a soft state, as in the Linux host): the target refused the host's key (it was rotated
+// on the target only), or the host has no secret to authenticate with (then every
+// refused command tries again, and fails again). With retries disabled (MaxRetries
+// negative) the host does not re-authenticate: the command fails with the controller's
+// status.
 func TestLoopReauthFails(t *testing.T) {
+	authRequired := &initiator.StatusError{Status: nvmeproto.StatusAuthRequired}
 	t.Run("key rotated on the target", func(t *testing.T) {
 		hk, keys := nullGroupKeys(t)
 		e, ak := authEnv(t, keys)
@@ -253,11 +257,14 @@ func TestLoopReauthFails(t *testing.T) {
 		ak.set(hostNQN, keys2)
 		g.close(2)
 		err := c.Namespaces()[0].Flush(ctx(t))
-		if !errors.Is(err, initiator.ErrAuthFailed) {
-			t.Fatalf("flush whose re-authentication failed: %v, want an error wrapping ErrAuthFailed", err)
+		var ce *initiator.ConnectError
+		if !errors.Is(err, initiator.ErrAuthFailed) || !errors.Is(err, authRequired) || !errors.As(err, &ce) ||
+			!strings.Contains(err.Error(), "the admin queue") {
+			t.Fatalf("flush whose re-authentication failed: %v, want Authentication Required wrapped with ErrAuthFailed and the admin queue's *ConnectError", err)
 		}
-		if !errors.Is(c.Err(), initiator.ErrAuthFailed) {
-			t.Errorf("controller after the failed re-authentication: %v, want ErrAuthFailed", c.Err())
+		// The target drops the queues AuthFailureGrace (2 s) after the failure.
+		if err := c.Err(); err != nil {
+			t.Errorf("controller after the failed re-authentication: %v, want it still connected", err)
 		}
 		if _, log := g.events(); negotiations(log, 0) != 1 {
 			t.Errorf("events %q, want one AUTH_Negotiate on the admin queue", log)
@@ -267,9 +274,17 @@ func TestLoopReauthFails(t *testing.T) {
 		e := newEnv(t, nil)
 		c, g := e.dialGate(t, nil)
 		g.close(2)
-		err := c.Namespaces()[0].Flush(ctx(t))
-		if !errors.Is(err, initiator.ErrAuthFailed) {
-			t.Fatalf("flush answered Authentication Required on a host without a secret: %v, want ErrAuthFailed", err)
+		for i := range 2 {
+			err := c.Namespaces()[0].Flush(ctx(t))
+			if !errors.Is(err, initiator.ErrAuthFailed) || !errors.Is(err, authRequired) {
+				t.Fatalf("flush %d answered Authentication Required on a host without a secret: %v, want it wrapped with ErrAuthFailed", i, err)
+			}
+			if err := c.Err(); err != nil {
+				t.Fatalf("controller after failed re-authentication %d: %v, want it still connected", i, err)
+			}
+		}
+		if refused, log := g.events(); refused != 2 {
+			t.Errorf("events %q, want each flush refused once, not retried after its re-authentication failed", log)
 		}
 	})
 	t.Run("retries disabled", func(t *testing.T) {
@@ -392,4 +407,41 @@ func TestLoopAuthCancel(t *testing.T) {
 		}
 		roundTrip(t, c)
 	})
+}
+
+// TestLoopReauthAfterReauthenticate: a flush sent before Reauthenticate whose
+// Authentication Required arrives after Reauthenticate succeeded met the controller
+// before the re-authentication: it is retried at once, without a second one.
+func TestLoopReauthAfterReauthenticate(t *testing.T) {
+	hk, keys := nullGroupKeys(t)
+	e, _ := authEnv(t, keys)
+	c, g := e.dialGate(t, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() })
+	// The gate holds the refused flush until allIn is closed (a barrier never reached).
+	g.mu.Lock()
+	g.barrier, g.allIn = 2, make(chan struct{})
+	g.mu.Unlock()
+	g.close(2)
+	errc := make(chan error, 1)
+	go func() { errc <- c.Namespaces()[0].Flush(ctx(t)) }()
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		g.mu.Lock()
+		n := g.arrived
+		g.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the flush did not reach the gate in 5 s")
+		}
+	}
+	if err := c.Reauthenticate(ctx(t), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	close(g.allIn)
+	if err := <-errc; err != nil {
+		t.Fatalf("flush refused before Reauthenticate succeeded: %v", err)
+	}
+	if _, log := g.events(); negotiations(log, 0) != 1 {
+		t.Errorf("events %q, want one AUTH_Negotiate on the admin queue (Reauthenticate's), no second re-authentication", log)
+	}
 }
