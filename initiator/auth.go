@@ -19,8 +19,9 @@ import (
 // host's side is reported to the controller with AUTH_Failure2; either side's failure
 // fails Dial with a *ConnectError wrapping ErrAuthFailed, as does a queue whose Connect
 // does not ask for authentication while Options.DHCHAPCtrlSecret is set (the controller
-// would go unauthenticated). An I/O queue that authenticates keeps one of its slots for
-// its authentication commands (queue.reserveAuthSlot), so its Depth is one less.
+// would go unauthenticated). An I/O queue that authenticates keeps one of its entries
+// for its authentication commands (queue.reserveAuthSlot); it is opened one entry larger
+// when the controller allows, so its Depth is still Options.QueueSize.
 //
 // A controller may also ask for authentication later: an I/O command that fails with
 // Authentication Required without Do Not Retry makes the host re-authenticate the

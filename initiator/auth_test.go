@@ -775,3 +775,35 @@ func TestAuthLogRateLimited(t *testing.T) {
 		}
 	})
 }
+
+// TestAuthQueueDepth: an I/O queue that authenticates keeps one entry for its
+// authentication commands, and is opened one entry larger, so Depth is the QueueSize
+// asked for; when the controller allows no larger queue (the target's MAXCMD 64),
+// Depth is one less, and AuthReserved says why. Without authentication Depth is
+// QueueSize and nothing is reserved.
+func TestAuthQueueDepth(t *testing.T) {
+	hk := genSecret(t, nvmeproto.AuthHashSHA256)
+	auth, _ := authEnv(t, &dhchap.HostKeys{Host: hk})
+	plain := newEnv(t, nil)
+	for _, tc := range []struct {
+		e           *env
+		size, depth int
+		secret      string
+		reserved    bool
+	}{
+		{auth, 32, 32, hk.Encode(), true},
+		{auth, 64, 63, hk.Encode(), true},
+		{plain, 32, 32, "", false},
+	} {
+		c := tc.e.dial(t, func(o *initiator.Options) { o.QueueSize = tc.size; o.DHCHAPSecret = tc.secret })
+		for i := range c.IOQueues() {
+			q := c.IOQueue(i)
+			if q.Depth() != tc.depth || q.AuthReserved() != tc.reserved {
+				t.Errorf("QueueSize %d, authenticated %v: queue %d depth %d, reserved for authentication %v; want %d, %v",
+					tc.size, tc.secret != "", q.ID(), q.Depth(), q.AuthReserved(), tc.depth, tc.reserved)
+			}
+		}
+		roundTrip(t, c)
+		c.Close()
+	}
+}

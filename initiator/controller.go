@@ -233,7 +233,10 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16
 	}
 	if authreq&nvmeproto.AuthReqATR != 0 {
 		if q.qid != 0 {
-			q.reserveAuthSlot()
+			if err := q.reserveAuthSlot(); err != nil {
+				return 0, &ConnectError{Target: o.target(), QID: q.qid, SubNQN: o.SubNQN, HostNQN: o.HostNQN,
+					Reason: strings.TrimPrefix(err.Error(), "initiator: "), Err: err}
+			}
 		}
 		if err := c.authenticate(ctx, q); err != nil {
 			return 0, err
@@ -400,14 +403,20 @@ func (c *Controller) retryDelay(crd uint8) time.Duration {
 	return c.crdt[crd-1]
 }
 
-// ioDepth returns the I/O queue size to connect with.
+// ioDepth returns the I/O queue size asked for (Options.QueueSize), within the
+// controller's limit (ioDepthLimit).
 func (c *Controller) ioDepth() int {
-	d := c.opts.QueueSize
-	d = min(d, int(c.cap.MQES())+1)
+	return max(min(c.opts.QueueSize, c.ioDepthLimit()), 2)
+}
+
+// ioDepthLimit returns the largest I/O queue the controller takes: CAP.MQES+1 entries,
+// and no more than Identify MAXCMD commands.
+func (c *Controller) ioDepthLimit() int {
+	d := int(c.cap.MQES()) + 1
 	if c.id.MAXCMD != 0 {
 		d = min(d, int(c.id.MAXCMD))
 	}
-	return max(d, 2)
+	return d
 }
 
 // openIOQueues negotiates the number of I/O queues and connects them.
@@ -424,9 +433,21 @@ func (c *Controller) openIOQueues(ctx context.Context) error {
 	if n < want {
 		c.log.Info("controller granted fewer I/O queues", "asked", want, "granted", n)
 	}
+	// I/O queues authenticate when the admin queue did (the controller asks the host, not
+	// the queue). Such a queue keeps one entry for its authentication commands
+	// (reserveAuthSlot): open it one entry larger, so that Depth is the size asked for.
 	depth := c.ioDepth()
+	entries := depth
+	if c.admin.authed {
+		if limit := c.ioDepthLimit(); depth < limit {
+			entries = depth + 1
+		} else {
+			c.log.Info("I/O queues hold one command less than asked: the host keeps one entry of each for authentication commands, and the controller allows no larger queue",
+				"asked", depth, "depth", depth-1, "controller_limit", limit)
+		}
+	}
 	for i := 1; i <= n; i++ {
-		q, err := c.openQueue(ctx, uint16(i), depth, c.cntlid)
+		q, err := c.openQueue(ctx, uint16(i), entries, c.cntlid)
 		if err != nil {
 			return err
 		}
@@ -436,6 +457,13 @@ func (c *Controller) openIOQueues(ctx context.Context) error {
 		c.closeMu.Unlock()
 		if _, err := c.fabricsConnect(ctx, q, c.cntlid); err != nil {
 			return err
+		}
+		if entries > depth && q.authSlot == nil && q.usable > depth {
+			// Opened for authentication, which this queue's Connect did not ask for:
+			// the extra entry stays unused (Depth is what was asked for).
+			if err := q.reserveAuthSlot(); err != nil {
+				return err
+			}
 		}
 		c.ioq = append(c.ioq, &IOQueue{q: q})
 	}

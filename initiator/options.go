@@ -79,7 +79,9 @@ type Options struct {
 	// fewer (Set Features Number of Queues). Discovery controllers get none.
 	Queues int
 	// QueueSize is the number of entries per I/O queue (default 128, at most 1024); it is
-	// clamped to CAP.MQES+1, MAXCMD and the transport's receive queue size.
+	// clamped to CAP.MQES+1, MAXCMD and the transport's receive queue size. A queue that
+	// authenticates is opened one entry larger (within those limits) for its
+	// authentication commands, so that IOQueue.Depth is QueueSize.
 	QueueSize int
 	// KeepAlive is the keep-alive timeout (KATO) sent in Connect; Keep Alive commands go
 	// out every KeepAlive/2. Zero means DefaultKeepAlive for I/O controllers and none for

@@ -275,17 +275,24 @@ func (q *queue) release(s *slot) {
 // Linux host sends them on a reserved tag (nvme_auth_submit, NVME_SUBMIT_RESERVED): when
 // every command of the queue failed with Authentication Required and waits for the
 // re-authentication, the re-authentication still finds a slot. Called after Connect,
-// before the queue is used; the queue's Depth shrinks by one. A queue of one slot keeps
-// none.
-func (q *queue) reserveAuthSlot() {
-	if q.authSlot != nil || q.usable < 2 {
-		return
+// before the queue is used; the queue's Depth is one less than its usable entries (the
+// controller opens I/O queues one entry larger when it expects them to authenticate:
+// see openIOQueues). A queue of one usable entry cannot keep one for authentication and
+// go on working: that is an error.
+func (q *queue) reserveAuthSlot() error {
+	if q.authSlot != nil {
+		return nil
+	}
+	if q.usable < 2 {
+		return fmt.Errorf("initiator: I/O queue %d has %d usable entry (the controller's receive queue size): a queue that authenticates needs 2, one kept for authentication commands",
+			q.qid, q.usable)
 	}
 	idx := <-q.free
 	q.slots[idx].reserved = true
 	q.authSlot = make(chan uint16, 1)
 	q.authSlot <- idx
 	q.usable--
+	return nil
 }
 
 // arm readies a busy slot whose SQE is built for an attempt: the events to wait for, the
@@ -664,9 +671,15 @@ type IOQueue struct{ q *queue }
 // ID returns the queue ID (1..N).
 func (q *IOQueue) ID() uint16 { return q.q.qid }
 
-// Depth returns how many commands the queue holds at once: its entries, less the slot an
-// authenticated queue keeps for its authentication commands.
+// Depth returns how many commands the queue holds at once: its usable entries, less the
+// one a queue that authenticates keeps for its authentication commands (AuthReserved).
+// The controller opens such queues one entry larger than Options.QueueSize when the
+// controller allows, so that Depth is the size asked for.
 func (q *IOQueue) Depth() int { return q.q.usable }
+
+// AuthReserved reports whether the queue keeps one of its entries for authentication
+// commands, which Depth does not count.
+func (q *IOQueue) AuthReserved() bool { return q.q.authSlot != nil }
 
 // Submit starts r without blocking. It returns ErrQueueFull when Depth commands are
 // outstanding, an error wrapping ErrClosed once Close or Shutdown began, or the

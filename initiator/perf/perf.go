@@ -460,7 +460,11 @@ func Run(ctx context.Context, ctrl *initiator.Controller, cfg Config) (*Result, 
 	}
 	qd := pc.QueueDepth
 	if d := ctrl.IOQueue(0).Depth(); d < qd {
-		fmt.Fprintf(progress, "perf: queue depth %d limited to the controller's %d\n", qd, d)
+		if ctrl.IOQueue(0).AuthReserved() {
+			fmt.Fprintf(progress, "perf: queue depth %d limited to %d: the host keeps one of the controller's %d queue entries for authentication\n", qd, d, d+1)
+		} else {
+			fmt.Fprintf(progress, "perf: queue depth %d limited to the controller's %d\n", qd, d)
+		}
 		qd = d
 	}
 	per := units / uint64(nq)
