@@ -88,7 +88,9 @@
 // its slot and its buffer; Done and the synchronous calls see only the last attempt. A
 // synchronous call's context stops the retries (a waiting retry ends at once with the
 // last status), and so does Close (a waiting retry ends with ErrClosed). Retries allocate
-// nothing: a queue's slots keep their timers.
+// nothing (a queue's slots keep their timers), except after Authentication Required: the
+// re-authentication the retry waits for allocates its goroutine, its DH-HMAC-CHAP
+// messages and commands, and the list of the commands waiting for it.
 //
 // An I/O command failed with Authentication Required (without DNR: the controller wants
 // the queue authenticated again) is retried only after the host has re-authenticated the
@@ -135,7 +137,11 @@
 // and no wider in time. Doing that here needs fast-registration work requests in package
 // rdmacm, which it lacks. What this host narrows: a queue's control memory (Connect data,
 // Dataset Management ranges, capsules, responses) is registered for remote read only,
-// and the pool is one region per chunk. A program that wants buffers out of one
+// and the pool is one region per chunk. In-band authentication messages live in a 4 KiB
+// region of their own (registered for remote read and write, as data regions are), made
+// at the first authentication and freed at Close; an authentication step abandoned when
+// its context ended keeps it until the command ends, and the next authentication makes
+// a new one. A program that wants buffers out of one
 // another's reach allocates them with separate AllocBuffer calls instead of slicing one.
 // Each Controller registers its memory in a protection domain of its own, so no key of
 // one Controller reaches another's memory.
