@@ -191,7 +191,7 @@ func TestLoopReauthFullQueues(t *testing.T) {
 		r *initiator.Request
 	}
 	var reads []read
-	done := make(chan error, 2*64)
+	var done chan error // made once the reads are counted, before any is submitted
 	for qi := 0; qi < c.IOQueues(); qi++ {
 		q := c.IOQueue(qi)
 		for range q.Depth() {
@@ -204,6 +204,7 @@ func TestLoopReauthFullQueues(t *testing.T) {
 				Done: func(r *initiator.Request) { done <- r.Err }}})
 		}
 	}
+	done = make(chan error, len(reads))
 	// Every read meets the shut gate: the re-authentication the first one starts waits
 	// at its AUTH_Negotiate until all of them have been answered.
 	hold := make(chan struct{})
