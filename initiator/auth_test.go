@@ -780,7 +780,8 @@ func TestAuthLogRateLimited(t *testing.T) {
 // authentication commands, and is opened one entry larger, so Depth is the QueueSize
 // asked for; when the controller allows no larger queue (the target's MAXCMD 64),
 // Depth is one less, and AuthReserved says why. Without authentication Depth is
-// QueueSize and nothing is reserved.
+// QueueSize and nothing is reserved. Size, which identify reports, is QueueSize in every
+// case.
 func TestAuthQueueDepth(t *testing.T) {
 	hk := genSecret(t, nvmeproto.AuthHashSHA256)
 	auth, _ := authEnv(t, &dhchap.HostKeys{Host: hk})
@@ -798,9 +799,9 @@ func TestAuthQueueDepth(t *testing.T) {
 		c := tc.e.dial(t, func(o *initiator.Options) { o.QueueSize = tc.size; o.DHCHAPSecret = tc.secret })
 		for i := range c.IOQueues() {
 			q := c.IOQueue(i)
-			if q.Depth() != tc.depth || q.AuthReserved() != tc.reserved {
-				t.Errorf("QueueSize %d, authenticated %v: queue %d depth %d, reserved for authentication %v; want %d, %v",
-					tc.size, tc.secret != "", q.ID(), q.Depth(), q.AuthReserved(), tc.depth, tc.reserved)
+			if q.Depth() != tc.depth || q.AuthReserved() != tc.reserved || q.Size() != tc.size {
+				t.Errorf("QueueSize %d, authenticated %v: queue %d depth %d, reserved for authentication %v, size %d; want %d, %v, %d",
+					tc.size, tc.secret != "", q.ID(), q.Depth(), q.AuthReserved(), q.Size(), tc.depth, tc.reserved, tc.size)
 			}
 		}
 		roundTrip(t, c)

@@ -465,6 +465,11 @@ func (c *Controller) openIOQueues(ctx context.Context) error {
 				return err
 			}
 		}
+		q.size = q.usable
+		if q.authSlot != nil {
+			q.size++
+		}
+		q.size = min(q.size, depth)
 		c.ioq = append(c.ioq, &IOQueue{q: q})
 	}
 	return nil

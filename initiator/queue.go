@@ -116,6 +116,7 @@ type queue struct {
 	tr      queueTransport
 	nevents int32
 	usable  int // slots in use (≤ depth)
+	size    int // I/O queues: the queue size asked for, as granted (IOQueue.Size)
 
 	// authSlot holds the index of the slot kept for authentication commands on an I/O
 	// queue that authenticates (reserveAuthSlot), nil otherwise: a re-authentication
@@ -676,6 +677,13 @@ func (q *IOQueue) ID() uint16 { return q.q.qid }
 // The controller opens such queues one entry larger than Options.QueueSize when the
 // controller allows, so that Depth is the size asked for.
 func (q *IOQueue) Depth() int { return q.q.usable }
+
+// Size returns the I/O queue size: Options.QueueSize within the controller's limits
+// (CAP.MQES+1, MAXCMD, on RDMA its receive queue size), as a queue that does not
+// authenticate has it. The extra entry a queue that authenticates is opened with is not
+// counted; the one it keeps when it could not get that extra entry is (Depth is then
+// Size-1).
+func (q *IOQueue) Size() int { return q.q.size }
 
 // AuthReserved reports whether the queue keeps one of its entries for authentication
 // commands, which Depth does not count.

@@ -162,7 +162,7 @@ func ioDepthOf(c *initiator.Controller) int {
 	if c.IOQueues() == 0 {
 		return 0
 	}
-	return c.IOQueue(0).Depth()
+	return c.IOQueue(0).Size() // with authentication too: Depth may leave out an entry
 }
 
 func fieldMap(fs []field) map[string]any {
