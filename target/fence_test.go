@@ -164,6 +164,43 @@ func liveHeap() int64 {
 	return int64(m.HeapAlloc)
 }
 
+// anaFenceCheck checks ANA changes made on port p while one write (stuck, what it was
+// for) is still in a backend: fenced expects the change to fail within 100 ms with an
+// ANAInFlightError for that one command; unfenced expects it to succeed in less than
+// limit (a fenced change would wait for the close timeout, then fail).
+type anaFenceCheck struct {
+	t     *testing.T
+	p     *target.Port
+	stuck string
+	limit time.Duration
+}
+
+func (c anaFenceCheck) fenced(what string, change func(context.Context) error) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var ie *target.ANAInFlightError
+	if err := change(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
+		c.t.Errorf("%s, %s stuck in its backend: %v; want an ANAInFlightError for 1 command", what, c.stuck, err)
+	}
+}
+
+func (c anaFenceCheck) unfenced(what string, change func(context.Context) error) {
+	c.t.Helper()
+	start := time.Now()
+	if err := change(context.Background()); err != nil {
+		c.t.Errorf("%s: %v", what, err)
+	}
+	if d := time.Since(start); d >= c.limit {
+		c.t.Errorf("%s took %v", what, d)
+	}
+}
+
+// setState is a change of group g's ANA state to st on the checked port.
+func (c anaFenceCheck) setState(g uint32, st conf.ANAState) func(context.Context) error {
+	return func(ctx context.Context) error { return c.p.SetANAState(ctx, g, st) }
+}
+
 // TestFenceRemovedNamespaceStore: namespace 1, a shared file, is removed while a host's
 // write to it is stuck in its backend (RemoveNamespace gives up after the close timeout,
 // the backend stays open). Until the write completes it may still land on the file, which
@@ -197,28 +234,8 @@ func TestFenceRemovedNamespaceStore(t *testing.T) {
 	}
 
 	p := e.port.Target()
-	fenced := func(what string, change func(context.Context) error) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		var ie *target.ANAInFlightError
-		if err := change(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
-			t.Errorf("%s, a write of the removed namespace 1 stuck in its backend: %v; want an ANAInFlightError for 1 command", what, err)
-		}
-	}
-	setState := func(g uint32, st conf.ANAState) func(context.Context) error {
-		return func(ctx context.Context) error { return p.SetANAState(ctx, g, st) }
-	}
-	unfenced := func(what string, change func(context.Context) error) {
-		t.Helper()
-		start := time.Now()
-		if err := change(context.Background()); err != nil {
-			t.Errorf("%s: %v", what, err)
-		}
-		if d := time.Since(start); d >= closeTimeout { // a fenced change would wait this long, then fail
-			t.Errorf("%s took %v", what, d)
-		}
-	}
+	chk := anaFenceCheck{t: t, p: p, stuck: "a write of the removed namespace 1", limit: closeTimeout}
+	fenced, unfenced, setState := chk.fenced, chk.unfenced, chk.setState
 
 	fenced("group 1 (namespace 1's last) set inaccessible", setState(1, conf.ANAInaccessible))
 	unfenced("group 1 set optimized", setState(1, ""))
@@ -331,16 +348,7 @@ func TestFenceReopenedRemovedStore(t *testing.T) {
 	}
 
 	p := e.port.Target()
-	fenced := func(what string, change func(context.Context) error) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		var ie *target.ANAInFlightError
-		if err := change(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
-			t.Errorf("%s, a write stuck in the backend namespace 1 had before a reopen and its removal: %v; want an ANAInFlightError for 1 command",
-				what, err)
-		}
-	}
+	fenced := anaFenceCheck{t: t, p: p, stuck: "a write namespace 1 had before a reopen and its removal"}.fenced
 	fenced("group 1 set inaccessible, namespace 1 added again", func(ctx context.Context) error {
 		return p.SetANAState(ctx, 1, conf.ANAInaccessible)
 	})
@@ -400,28 +408,8 @@ func TestFenceRemovedSubsystemStore(t *testing.T) {
 	}
 
 	p := e.port.Target()
-	fenced := func(what string, change func(context.Context) error) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		var ie *target.ANAInFlightError
-		if err := change(ctx); !errors.As(err, &ie) || ie.Commands() != 1 {
-			t.Errorf("%s, a write of the removed subsystem's namespace 1 stuck in its backend: %v; want an ANAInFlightError for 1 command", what, err)
-		}
-	}
-	setState := func(g uint32, st conf.ANAState) func(context.Context) error {
-		return func(ctx context.Context) error { return p.SetANAState(ctx, g, st) }
-	}
-	unfenced := func(what string, change func(context.Context) error) {
-		t.Helper()
-		start := time.Now()
-		if err := change(context.Background()); err != nil {
-			t.Errorf("%s: %v", what, err)
-		}
-		if d := time.Since(start); d >= closeTimeout/2 {
-			t.Errorf("%s took %v", what, d)
-		}
-	}
+	chk := anaFenceCheck{t: t, p: p, stuck: "a write of the removed subsystem's namespace 1", limit: closeTimeout / 2}
+	fenced, unfenced, setState := chk.fenced, chk.unfenced, chk.setState
 
 	fenced("group 1 set inaccessible, the subsystem removed", setState(1, conf.ANAInaccessible))
 	unfenced("group 1 set optimized", setState(1, ""))
