@@ -303,8 +303,9 @@ type reauthWaiter struct {
 	delay time.Duration
 }
 
-// awaitReauth makes s, whose I/O command r failed with Authentication Required and waits
-// in retryReq, wait for a re-authentication of the controller: the one running, which
+// awaitReauth makes s, whose I/O command r (named op; sent is the slot's sentAuth of that
+// attempt, read by retry before it published r) failed with Authentication Required and
+// waits in retryReq, wait for a re-authentication of the controller: the one running, which
 // any Authentication Required seen meanwhile joins, or a new one it starts (the Linux
 // host queues its controller's dhchap_auth_work, which runs one at a time). An attempt
 // sent before the last re-authentication succeeded met the controller before it: it is
@@ -314,13 +315,13 @@ type reauthWaiter struct {
 // and retryDue ended it) waits for nothing. Called on the completion goroutine
 // (queue.retry), so teardown's wait for bg, which starts once every completion goroutine
 // has returned, never races with its bg.Add.
-func (c *Controller) awaitReauth(s *slot, r *Request, delay time.Duration) {
+func (c *Controller) awaitReauth(s *slot, r *Request, delay time.Duration, sent uint64, op string) {
 	c.reauthMu.Lock()
 	defer c.reauthMu.Unlock()
 	if s.retryReq.Load() != r {
 		return
 	}
-	if !c.reauthRunning && s.sentAuth < c.reauthDone.Load() {
+	if !c.reauthRunning && sent < c.reauthDone.Load() {
 		s.timer.Reset(delay)
 		return
 	}
@@ -328,7 +329,7 @@ func (c *Controller) awaitReauth(s *slot, r *Request, delay time.Duration) {
 		c.reauthRunning = true
 		c.reauthGen++
 		c.bg.Add(1)
-		go c.reauthenticate(c.reauthGen, s.q.qid, r.opName())
+		go c.reauthenticate(c.reauthGen, s.q.qid, op)
 	}
 	s.authWait.Store(c.reauthGen) // the running one's: only reauthenticate advances reauthGen
 	c.reauthWaiters = append(c.reauthWaiters, reauthWaiter{s, r, delay})

@@ -485,9 +485,12 @@ func (q *queue) retry(s *slot) bool {
 	}
 	s.retries++
 	s.deadline.Store(0)
+	// Read before s.wait publishes r: from then on its caller may stop it, and another
+	// request take the slot (arm writes sentAuth).
+	sent, op := s.sentAuth, r.opName()
 	s.wait(r)
 	if delay := q.ctrl.retryDelay(st.CRD()); st.Code() == nvmeproto.StatusAuthRequired.Code() {
-		q.ctrl.awaitReauth(s, r, delay)
+		q.ctrl.awaitReauth(s, r, delay, sent, op)
 	} else {
 		s.timer.Reset(delay)
 	}

@@ -23,7 +23,7 @@ func TestAwaitReauthStaleRequest(t *testing.T) {
 		s.req = nil
 		q.free <- s.idx
 	}()
-	c.awaitReauth(s, stale, time.Hour)
+	c.awaitReauth(s, stale, time.Hour, 0, stale.opName())
 	c.reauthMu.Lock()
 	gen, waiters := c.reauthGen, len(c.reauthWaiters)
 	c.reauthMu.Unlock()
