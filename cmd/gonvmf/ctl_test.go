@@ -811,6 +811,20 @@ func TestCtlNsAddRBD(t *testing.T) {
 			[]string{"--rbd-*: rbd describes the image of an rbd namespace, not of a memory one; remove the --rbd-* flags, or set --backend rbd"}},
 		{[]string{"--backend", "block", "--path", "/dev/null", "--size", "1GiB"},
 			[]string{"--size 1GiB: block namespaces take their size from the device; remove --size"}},
+		{[]string{"--backend", "file", "--size", "1GiB"},
+			[]string{"--path: missing; file namespaces need the path of their backing file, e.g. --path /var/lib/gonvmf/disk0.img"}},
+		{[]string{"--backend", "block"},
+			[]string{"--path: missing; block namespaces need the path of their backing device, e.g. --path /dev/nvme0n1"}},
+		{[]string{"--backend", "null"},
+			[]string{"--size: missing; null namespaces need a capacity, e.g. --size 10GiB"}},
+		{[]string{"--backend", "memory"},
+			[]string{"--size: missing; memory namespaces need a capacity, e.g. --size 10GiB"}},
+		{[]string{"--backend", "null", "--size", "1GiB", "--path", "/srv/x.img"},
+			[]string{"--path /srv/x.img: null namespaces have no backing file; remove --path, or use --backend file"}},
+		{[]string{"--backend", "memory", "--size", "2TiB"},
+			[]string{"--size 2TiB: ", "a memory namespace may have; use a smaller size, or --backend null for benchmarks that need no data"}},
+		{[]string{"--backend", "rbd", "--rbd-image", "v"},
+			[]string{"--rbd-pool: missing; name the pool, e.g. --rbd-pool rbd"}},
 	} {
 		out := ctl(2, append([]string{"--nsid", "4"}, c.args...)...)
 		contains("ns add "+strings.Join(c.args, " "), out, append([]string{"gonvmf: "}, c.want...)...)
