@@ -410,8 +410,9 @@ func (s *subsystem) installReopened(old, ns *namespace, keepFailure bool, auto i
 	return nil
 }
 
-// close fails every controller and closes every namespace: unpublish, then
-// closeUnpublished. Closing a closed subsystem does nothing.
+// close fails every controller and closes every namespace, all at once (about one
+// queue-close timeout at most, however many there are): unpublish, then closeUnpublished.
+// Closing a closed subsystem does nothing.
 func (s *subsystem) close() error {
 	tab, ok := s.unpublish()
 	if !ok {
@@ -441,21 +442,23 @@ func (s *subsystem) unpublish() ([]*namespace, bool) {
 // closeUnpublished fails every controller and closes the namespaces tab that unpublish
 // took out of the table (closeRemoved: each leaves the removed list once its backends
 // have closed), and returns the error of each namespace whose close failed (closeRemoved's:
-// one wrapping ErrNamespaceBusy when commands still execute in its backend). A subsystem
-// RemoveSubsystem took out of the target's table stays among its removed subsystems until
-// the last has closed (forgetIfRemoved).
+// one wrapping ErrNamespaceBusy when commands still execute in its backend), in tab's
+// order. The namespaces close at once, each on its own goroutine: it returns after about
+// one queue-close timeout however many have commands stuck in their backends, not one
+// timeout for each. A subsystem RemoveSubsystem took out of the target's table stays
+// among its removed subsystems until the last has closed (forgetIfRemoved).
 func (s *subsystem) closeUnpublished(tab []*namespace) []error {
 	for _, c := range s.controllers() {
 		c.fail(ErrClosed)
 	}
-	var errs []error
-	for _, ns := range tab {
-		if err := s.closeRemoved(ns); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(tab))
+	var wg sync.WaitGroup
+	for i, ns := range tab {
+		wg.Go(func() { errs[i] = s.closeRemoved(ns) })
 	}
+	wg.Wait()
 	s.forgetIfRemoved() // it had no namespace, or every backend has closed
-	return errs
+	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
 // namespace is one namespace: its backend, the executor that runs commands on it, and

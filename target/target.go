@@ -411,14 +411,16 @@ func (t *Target) forgetSubsystem(s *subsystem) {
 }
 
 // RemoveSubsystem removes a subsystem: its controllers fail and their queues are torn
-// down, its namespaces are closed once their in-flight commands finish (at most the
-// queue-close timeout for each; a backend with commands still executing then closes when
-// they complete). Until its namespaces' backends have closed, the I/O fence of an ANA
-// change or a Preempt and Abort waits for their commands as for those of a removed
-// namespace (RemoveNamespace; see fence.go), also when a subsystem with its NQN is added
-// again on the same stores. When a namespace's backend fails to close, the subsystem is
-// removed all the same and the error wraps ErrRemovedUnclean, as RemoveNamespace's; a
-// backend still executing commands at the close timeout is no error, as there.
+// down, its namespaces are closed once their in-flight commands finish (a backend with
+// commands still executing at the queue-close timeout closes when they complete). They
+// close at once, so the call waits about one queue-close timeout at most however many
+// namespaces the subsystem has. Until its namespaces' backends have closed, the I/O
+// fence of an ANA change or a Preempt and Abort waits for their commands as for those of
+// a removed namespace (RemoveNamespace; see fence.go), also when a subsystem with its NQN
+// is added again on the same stores. When a namespace's backend fails to close, the
+// subsystem is removed all the same and the error wraps ErrRemovedUnclean, as
+// RemoveNamespace's; a backend still executing commands at the close timeout is no error,
+// as there.
 func (t *Target) RemoveSubsystem(nqn string) error {
 	var s *subsystem
 	var tab []*namespace

@@ -1,0 +1,158 @@
+package target_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/backend"
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// heldCloseTimeout is the queue-close timeout of the heldCloses tests: long enough that
+// no close gives up during a test, so a namespace's close ends only when the test lets
+// its backend's Close return.
+const heldCloseTimeout = time.Hour
+
+// heldCloses opens backends whose Close reports its namespace on entered, then waits
+// until the test releases that namespace, closes the backend, reports the namespace on
+// returned and fails with an error naming the namespace. A namespace of nsid has size
+// nsid MiB: that is how its backend knows it.
+type heldCloses struct {
+	n        int
+	entered  chan uint32
+	returned chan uint32
+	gates    map[uint32]chan struct{}
+	once     map[uint32]*sync.Once
+}
+
+// newHeldCloses returns heldCloses for namespaces 1 to n, and their configurations. The
+// caller defers releaseAll: its target's Close, or a close it left waiting, may need it.
+func newHeldCloses(n int) (*heldCloses, []conf.Namespace) {
+	h := &heldCloses{n: n, entered: make(chan uint32, n), returned: make(chan uint32, n),
+		gates: map[uint32]chan struct{}{}, once: map[uint32]*sync.Once{}}
+	var nss []conf.Namespace
+	for nsid := uint32(1); nsid <= uint32(n); nsid++ {
+		h.gates[nsid] = make(chan struct{})
+		h.once[nsid] = new(sync.Once)
+		nss = append(nss, memNS(nsid, conf.Size(nsid)<<20))
+	}
+	return h, nss
+}
+
+func (h *heldCloses) open(spec backend.Spec) (backend.Backend, error) {
+	b, err := backend.Open(spec)
+	if err != nil {
+		return nil, err
+	}
+	nsid := uint32(spec.Size >> 20)
+	return &heldCloseBackend{Backend: b, h: h, nsid: nsid}, nil
+}
+
+// release lets the Close of namespace nsid's backend return.
+func (h *heldCloses) release(nsid uint32) { h.once[nsid].Do(func() { close(h.gates[nsid]) }) }
+
+// releaseInReverse lets the backends of namespaces n to 1 return from Close, each once the
+// one before has: last to first.
+func (h *heldCloses) releaseInReverse(t *testing.T) {
+	t.Helper()
+	for nsid := uint32(h.n); nsid >= 1; nsid-- {
+		h.release(nsid)
+		if got := <-h.returned; got != nsid {
+			t.Fatalf("namespace %d's backend returned from Close, only namespace %d's was let go", got, nsid)
+		}
+	}
+}
+
+func (h *heldCloses) releaseAll() {
+	for nsid := range h.gates {
+		h.release(nsid)
+	}
+}
+
+// waitEntered waits until the backends of all n namespaces are in Close at once (none
+// returns before the test releases it), at most 5 s.
+func (h *heldCloses) waitEntered(t *testing.T, what string) {
+	t.Helper()
+	var in []uint32
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for len(in) < h.n {
+		select {
+		case nsid := <-h.entered:
+			in = append(in, nsid)
+		case <-deadline.C:
+			t.Fatalf("%s: after 5 s only the backends of namespaces %v are closing, want all %d closing at once (a close waits for the one before?)",
+				what, in, h.n)
+		}
+	}
+}
+
+// closeHeld runs closeAll, which closes every namespace: it waits until all n backends are
+// in Close at once, checks that closeAll has not returned, lets them return last to first,
+// and checks that closeAll's error names each namespace's close error in namespace order.
+// It returns that error.
+func (h *heldCloses) closeHeld(t *testing.T, what string, closeAll func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- closeAll() }()
+	h.waitEntered(t, what)
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) with every namespace's backend still closing", what, err)
+	default:
+	}
+	h.releaseInReverse(t)
+	err := <-done
+	if err == nil {
+		t.Fatalf("%s, every backend failing to close: no error", what)
+	}
+	msg := err.Error()
+	at := -1
+	for nsid := 1; nsid <= h.n; nsid++ {
+		i := strings.Index(msg, fmt.Sprintf("injected: namespace %d's backend", nsid))
+		if i < 0 || i < at {
+			t.Fatalf("%s: %v; want the close errors of namespaces 1 to %d in namespace order", what, err, h.n)
+		}
+		at = i
+	}
+	return err
+}
+
+// heldCloseBackend is a backend of a heldCloses.
+type heldCloseBackend struct {
+	backend.Backend
+	h    *heldCloses
+	nsid uint32
+}
+
+func (b *heldCloseBackend) Close() error {
+	b.h.entered <- b.nsid
+	<-b.h.gates[b.nsid]
+	b.Backend.Close()
+	b.h.returned <- b.nsid
+	return fmt.Errorf("injected: namespace %d's backend failed to close", b.nsid)
+}
+
+// TestRemoveSubsystemClosesNamespacesAtOnce: RemoveSubsystem closes a subsystem's
+// namespaces at once, so it waits about one queue-close timeout however many have a
+// backend that does not close: the backends of all 8 namespaces are in Close together, each
+// held by the test (the close timeout, an hour, never ends one), and RemoveSubsystem
+// returns only once they are let go. Released last to first, the close errors still come
+// in namespace order, joined in an error wrapping ErrRemovedUnclean. The old code closed
+// one namespace after the other: namespace 2's close began only after namespace 1's
+// returned — after its backend's Close or the timeout — 8 timeouts for 8 stuck namespaces.
+func TestRemoveSubsystemClosesNamespacesAtOnce(t *testing.T) {
+	const n = 8
+	h, nss := newHeldCloses(n)
+	defer h.releaseAll()
+	e := newEnv(t, baseConfig(nss...), target.WithBackendOpener(h.open), target.WithQueueCloseTimeout(heldCloseTimeout))
+	err := h.closeHeld(t, "RemoveSubsystem", func() error { return e.tgt.RemoveSubsystem(subNQN) })
+	if !errors.Is(err, target.ErrRemovedUnclean) || !strings.Contains(err.Error(), subNQN) {
+		t.Fatalf("RemoveSubsystem, every backend failing to close: %v; want ErrRemovedUnclean naming %s", err, subNQN)
+	}
+}
