@@ -156,3 +156,21 @@ func TestRemoveSubsystemClosesNamespacesAtOnce(t *testing.T) {
 		t.Fatalf("RemoveSubsystem, every backend failing to close: %v; want ErrRemovedUnclean naming %s", err, subNQN)
 	}
 }
+
+// TestCloseClosesSubsystemsAtOnce: Target.Close closes every subsystem's namespaces at
+// once, so it waits about one queue-close timeout however many subsystems have a backend
+// that does not close: the backends of two subsystems' 4 namespaces each are in Close
+// together, each held by the test (the close timeout, an hour, never ends one), and Close
+// returns only once they are let go. Released last to first, the close errors still come
+// in the subsystems' order, each's in namespace order. The old code closed one subsystem
+// after the other: the second's namespaces began closing only after the first's had
+// closed or timed out.
+func TestCloseClosesSubsystemsAtOnce(t *testing.T) {
+	const n = 8
+	h, nss := newHeldCloses(n)
+	defer h.releaseAll()
+	cfg := baseConfig(nss[:n/2]...)
+	cfg.Subsystems = append(cfg.Subsystems, conf.Subsystem{NQN: "nqn.2024-01.io.gonvmf:two", AllowAnyHost: true, Namespaces: nss[n/2:]})
+	e := newEnv(t, cfg, target.WithBackendOpener(h.open), target.WithQueueCloseTimeout(heldCloseTimeout))
+	h.closeHeld(t, "Close", e.tgt.Close)
+}

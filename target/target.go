@@ -730,7 +730,9 @@ func (t *Target) subsystem(nqn string) *subsystem {
 // for an automatic reopen to stop (one opening a backend then closes it). Ports stay
 // registered but accept no new queues. The wait for a namespace's commands is bounded
 // (see WithQueueCloseTimeout); one whose flush Flush left executing is not waited for
-// again (see Flush).
+// again (see Flush). Every subsystem's namespaces close at once, so the wait for them is
+// about one queue-close timeout at most however many subsystems and namespaces there
+// are; the errors come in the subsystems' order, each's in its namespaces' order.
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -747,12 +749,12 @@ func (t *Target) Close() error {
 	for _, p := range ports {
 		p.closeQueues(ErrClosed)
 	}
-	var errs []error
-	for _, s := range subs {
-		if err := s.close(); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(subs))
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		wg.Go(func() { errs[i] = s.close() })
 	}
+	wg.Wait()
 	t.disc.close()
 	t.bg.Wait()
 	if t.resv != nil {
