@@ -123,6 +123,8 @@ var (
 	// host's keys (the secret files' reads): longer, and the AUTH_Negotiate completes with
 	// Command Interrupted and the queue is disconnected, well before the host gives up on
 	// its command (the Linux host waits 60 s for an admin command) and before AuthTimeout.
+	// It bounds as well the reads of a host's secrets by SetHostKeys and New, which then
+	// fail.
 	SecretReadTimeout = 10 * time.Second
 )
 
@@ -723,16 +725,33 @@ type configAuthKeys struct {
 	hosts map[string]conf.Host // by host NQN; replaced whole by set
 }
 
-// newConfigAuthKeys serves cfg's hosts, each of whose secrets must be readable.
+// newConfigAuthKeys serves cfg's hosts, each of whose secrets must be readable, each
+// host's within SecretReadTimeout (checkKeys): a secret file on a hung mount fails New
+// rather than holding it for ever. The error names the host's entry (hosts[i]).
 func newConfigAuthKeys(t *Target, cfg *conf.Config) (*configAuthKeys, error) {
 	k := &configAuthKeys{t: t, reads: secretReads{load: loadSecretFile}}
-	for _, h := range cfg.Hosts {
-		if _, err := h.Keys(); err != nil {
-			return nil, err
+	for i := range cfg.Hosts {
+		if err := k.checkKeys(&cfg.Hosts[i]); err != nil {
+			return nil, fmt.Errorf("hosts[%d]: %w", i, err)
 		}
 	}
 	k.set(cfg.Hosts)
 	return k, nil
+}
+
+// checkKeys reads host h's secrets as an authentication does (through k.reads, joining a
+// read of the same file already in flight), waiting at most SecretReadTimeout, and
+// discards them: a configuration change (or New) that checks an entry's secrets fails
+// when a file's read does not end in time, rather than waiting for ever for a file
+// system that hangs. The error names the host, the field and the file, and wraps
+// context.DeadlineExceeded when the time ran out.
+func (k *configAuthKeys) checkKeys(h *conf.Host) error {
+	d := SecretReadTimeout
+	ctx, cancel := context.WithTimeoutCause(context.Background(), d,
+		fmt.Errorf("%w: SecretReadTimeout %v", context.DeadlineExceeded, d))
+	defer cancel()
+	_, err := h.KeysWith(func(v string) (*dhchap.Secret, error) { return k.reads.secret(ctx, v) })
+	return err
 }
 
 // set replaces the hosts served (a resolved hosts section).
@@ -820,41 +839,39 @@ func (ch HostKeysChange) Fields() []string {
 // to others) before anything changes. From then on the host's new connections and
 // re-authentications use the new entry; its authenticated queues keep working. It
 // reports whether the entry is new.
+//
+// The secrets are read before the change is serialized with the others (cfgMu), each
+// host's within SecretReadTimeout, so a secret file on a hung mount fails this change
+// after SecretReadTimeout and holds up no other change meanwhile. The read applies the
+// change to the running configuration as it is then; under cfgMu the change is applied
+// again to the running configuration as it is by then, and the entry is installed only if
+// each of its secret values (as resolved: a file's absolute path) has been read by this
+// call: when another change altered the entry in between, the values not read yet are
+// read there, within SecretReadTimeout too. Reading a file before cfgMu validates as
+// much as reading it under cfgMu: the lock does not guard the file's contents, which may
+// change right after either read (every authentication reads them again).
 func (t *Target) SetHostKeys(hostNQN string, ch HostKeysChange) (created bool, err error) {
 	what := fmt.Sprintf("host %q: keys", hostNQN)
 	k, _ := t.authKeys.(*configAuthKeys)
+	var read *conf.Host // the entry whose secrets were read before cfgMu; nil: none
+	if k != nil {
+		if read, err = t.readHostKeysChange(k, what, hostNQN, ch); err != nil {
+			return false, fmt.Errorf("target: %w", err)
+		}
+	}
 	err = t.change(what, true, func(c *conf.Config) error {
 		if k == nil {
 			return fmt.Errorf("%s: %w", what, errExternalAuthKeys)
 		}
-		i := slices.IndexFunc(c.Hosts, func(h conf.Host) bool { return h.NQN == hostNQN })
-		created = i < 0
-		if created {
-			c.Hosts = append(c.Hosts, conf.Host{NQN: hostNQN})
-			i = len(c.Hosts) - 1
-		}
-		h := &c.Hosts[i]
-		if ch.DHCHAPSecret != nil {
-			// Whitespace around a secret (the newline of a key file) is not part of it.
-			h.DHCHAPSecret = strings.TrimSpace(*ch.DHCHAPSecret)
-			if h.DHCHAPSecret == "" && !created {
-				return fmt.Errorf("target: %s: dhchap_secret cannot be emptied: a host listed under hosts authenticates; remove the host's entry instead", what)
-			}
-		}
-		if ch.DHCHAPCtrlSecret != nil {
-			h.DHCHAPCtrlSecret = strings.TrimSpace(*ch.DHCHAPCtrlSecret)
-		}
-		if ch.DHCHAPHashes != nil {
-			h.DHCHAPHashes = slices.Clone(*ch.DHCHAPHashes)
-		}
-		if ch.DHCHAPDHGroups != nil {
-			h.DHCHAPDHGroups = slices.Clone(*ch.DHCHAPDHGroups)
-		}
-		return nil
+		var err error
+		created, err = editHostKeys(c, what, hostNQN, ch)
+		return err
 	}, func(c *conf.Config) error {
 		h := c.HostByNQN(hostNQN)
-		if _, err := h.Keys(); err != nil {
-			return fmt.Errorf("target: %w", err)
+		if read == nil || read.DHCHAPSecret != h.DHCHAPSecret || read.DHCHAPCtrlSecret != h.DHCHAPCtrlSecret {
+			if err := k.checkKeys(h); err != nil {
+				return fmt.Errorf("target: %w", err)
+			}
 		}
 		k.set(c.Hosts)
 		return nil
@@ -863,6 +880,62 @@ func (t *Target) SetHostKeys(hostNQN string, ch HostKeysChange) (created bool, e
 		return false, err
 	}
 	t.log.Info("host keys set", "host", hostNQN, "new", created, "fields", ch.Fields())
+	return created, nil
+}
+
+// readHostKeysChange applies ch to host hostNQN's entry in a copy of the running
+// configuration, resolves it and reads the entry's secrets (checkKeys), without cfgMu.
+// It returns the entry read, or nil (and no error) when the change does not apply to
+// the copy (the target is closed, the edit or the resolution fails): SetHostKeys's
+// change then reports why, or reads the secrets itself if the configuration changed
+// meanwhile so that it applies.
+func (t *Target) readHostKeysChange(k *configAuthKeys, what, hostNQN string, ch HostKeysChange) (*conf.Host, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, nil
+	}
+	c := t.cfg.Clone()
+	t.mu.Unlock()
+	if _, err := editHostKeys(c, what, hostNQN, ch); err != nil {
+		return nil, nil
+	}
+	if err := c.Resolve(); err != nil {
+		return nil, nil
+	}
+	h := c.HostByNQN(hostNQN)
+	if err := k.checkKeys(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// editHostKeys applies ch to host hostNQN's entry in c, creating it if there is none,
+// and reports whether it did. what names the change in errors.
+func editHostKeys(c *conf.Config, what, hostNQN string, ch HostKeysChange) (created bool, err error) {
+	i := slices.IndexFunc(c.Hosts, func(h conf.Host) bool { return h.NQN == hostNQN })
+	created = i < 0
+	if created {
+		c.Hosts = append(c.Hosts, conf.Host{NQN: hostNQN})
+		i = len(c.Hosts) - 1
+	}
+	h := &c.Hosts[i]
+	if ch.DHCHAPSecret != nil {
+		// Whitespace around a secret (the newline of a key file) is not part of it.
+		h.DHCHAPSecret = strings.TrimSpace(*ch.DHCHAPSecret)
+		if h.DHCHAPSecret == "" && !created {
+			return created, fmt.Errorf("target: %s: dhchap_secret cannot be emptied: a host listed under hosts authenticates; remove the host's entry instead", what)
+		}
+	}
+	if ch.DHCHAPCtrlSecret != nil {
+		h.DHCHAPCtrlSecret = strings.TrimSpace(*ch.DHCHAPCtrlSecret)
+	}
+	if ch.DHCHAPHashes != nil {
+		h.DHCHAPHashes = slices.Clone(*ch.DHCHAPHashes)
+	}
+	if ch.DHCHAPDHGroups != nil {
+		h.DHCHAPDHGroups = slices.Clone(*ch.DHCHAPDHGroups)
+	}
 	return created, nil
 }
 

@@ -12,12 +12,13 @@ import (
 
 // secretReads reads the hosts' "file:" secrets for configAuthKeys, bounding the time a
 // caller waits for one: a file on a hung mount must fail the authentication that needs
-// it, not hold the authentication worker for ever. Each read runs on a goroutine of its
-// own, which the caller waits for until its context is done; a read of a file already in
-// flight is joined, not started again, so a file whose read never returns holds one
-// goroutine, however many authentications ask for it meanwhile. A read that ends is
-// forgotten: the next caller reads the file again (and sees a rotated secret). Inline
-// secrets are parsed on the caller's goroutine (no I/O).
+// it, not hold the authentication worker for ever, and fail the configuration change (or
+// New) that checks it, not hold the target's later changes for ever (checkKeys). Each
+// read runs on a goroutine of its own, which the caller waits for until its context is
+// done; a read of a file already in flight is joined, not started again, so a file whose
+// read never returns holds one goroutine, however many authentications ask for it
+// meanwhile. A read that ends is forgotten: the next caller reads the file again (and
+// sees a rotated secret). Inline secrets are parsed on the caller's goroutine (no I/O).
 type secretReads struct {
 	load func(value string) (*dhchap.Secret, error) // reads a "file:" value: loadSecretFile
 

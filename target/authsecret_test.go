@@ -161,7 +161,9 @@ func TestAuthSecretReadHungSparesPollGroup(t *testing.T) {
 	var logs logBuffer
 	cfg := baseConfig(memNS(1, 1<<20))
 	cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: conf.SecretFilePrefix + path, DHCHAPDHGroups: []string{"null"}}}
+	held.release() // New reads the file
 	e := newEnv(t, cfg, target.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	held.hold()
 	admin, cntlid := e.adminConnect(subNQN, hostNQN, 0) // no secret: no authentication
 	io := e.ioConnect(1, cntlid, 8)
 

@@ -152,10 +152,10 @@ type Target struct {
 
 // New builds a target from a configuration: it resolves a copy of cfg (conf.Load output is
 // resolved already and stays as it is; a Config built in code gets its defaults there, see
-// conf.Config.Resolve), opens every namespace's backend and starts its executor. cfg is not
-// changed, and not kept. Listeners are not opened here: a transport registers each
-// listener it serves with AddPort (package target/server does both). On error nothing is
-// left open.
+// conf.Config.Resolve), reads the hosts' secrets (each host's within SecretReadTimeout),
+// opens every namespace's backend and starts its executor. cfg is not changed, and not
+// kept. Listeners are not opened here: a transport registers each listener it serves
+// with AddPort (package target/server does both). On error nothing is left open.
 func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 	if cfg == nil {
 		return nil, errors.New("target: nil configuration")

@@ -1,0 +1,232 @@
+package target_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gonvmf/gonvmf/conf"
+	"github.com/gonvmf/gonvmf/internal/dhchap"
+	"github.com/gonvmf/gonvmf/target"
+)
+
+// setHostKeysResult is what a SetHostKeys run on a goroutine of its own returned.
+type setHostKeysResult struct {
+	created bool
+	err     error
+}
+
+// goSetHostKeys runs tgt.SetHostKeys on a goroutine of its own and delivers its result.
+func goSetHostKeys(tgt *target.Target, host string, ch target.HostKeysChange) <-chan setHostKeysResult {
+	done := make(chan setHostKeysResult, 1)
+	go func() {
+		created, err := tgt.SetHostKeys(host, ch)
+		done <- setHostKeysResult{created, err}
+	}()
+	return done
+}
+
+// awaitSetHostKeys waits for a SetHostKeys started by goSetHostKeys; the wait is a
+// watchdog (what says what it waits for), far longer than any bound the tests set.
+func awaitSetHostKeys(t *testing.T, what string, done <-chan setHostKeysResult) setHostKeysResult {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: SetHostKeys has not returned 10 s later", what)
+	}
+	panic("unreachable")
+}
+
+// awaitHeldRead waits until a read of the held secret file has started.
+func awaitHeldRead(t *testing.T, what string, held *heldSecretFile) {
+	t.Helper()
+	select {
+	case <-held.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: the secret file was not read (through the target's file loader) within 10 s", what)
+	}
+}
+
+func newSecret(t *testing.T) *dhchap.Secret {
+	t.Helper()
+	s, err := dhchap.GenerateSecret(rand.Reader, 0, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// holdNewSecretFile sets SecretReadTimeout to d and writes a new secret file whose reads
+// by targets created from now on are held (holdSecretFile); both are restored when the
+// test ends. The test defers held.release, so that it runs before the cleanups close the
+// target.
+func holdNewSecretFile(t *testing.T, d time.Duration) (path string, held *heldSecretFile) {
+	t.Helper()
+	old := target.SecretReadTimeout
+	target.SecretReadTimeout = d
+	path = writeSecretFile(t, newSecret(t))
+	held, restore := holdSecretFile(path)
+	t.Cleanup(func() {
+		restore()
+		target.SecretReadTimeout = old
+	})
+	return path, held
+}
+
+// TestSetHostKeysSecretReadHungFails: SetHostKeys whose secret file's read hangs (a hung
+// mount) fails after SecretReadTimeout, naming the host, the field, the file and the
+// fix, and wrapping context.DeadlineExceeded; nothing changes. A second SetHostKeys of
+// the same file joins the read still in flight rather than starting another. Once the
+// file system answers, the change applies.
+func TestSetHostKeysSecretReadHungFails(t *testing.T) {
+	path, held := holdNewSecretFile(t, 50*time.Millisecond)
+	defer held.release() // before the cleanups close the target
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+	ch := target.HostKeysChange{DHCHAPSecret: new(conf.SecretFilePrefix + path)}
+
+	for _, what := range []string{"SetHostKeys of a secret file whose read hangs", "second SetHostKeys of the file"} {
+		r := awaitSetHostKeys(t, what, goSetHostKeys(e.tgt, otherNQN, ch))
+		if r.err == nil {
+			t.Fatalf("%s succeeded (reads held: %d), want it to fail after SecretReadTimeout", what, held.reads.Load())
+		}
+		if !errors.Is(r.err, context.DeadlineExceeded) {
+			t.Errorf("%s: error %v does not wrap context.DeadlineExceeded", what, r.err)
+		}
+		for _, want := range []string{otherNQN, "dhchap_secret", path, "check the file system that holds it"} {
+			if !strings.Contains(r.err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", what, r.err, want)
+			}
+		}
+		if h := e.tgt.Config().HostByNQN(otherNQN); h != nil {
+			t.Errorf("%s failed but the host has an entry: %+v", what, h)
+		}
+	}
+	if n := held.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the hung secret file, want 1: the second SetHostKeys must join the read in flight", n)
+	}
+
+	held.release()
+	r := awaitSetHostKeys(t, "SetHostKeys once the file system answers", goSetHostKeys(e.tgt, otherNQN, ch))
+	if r.err != nil || !r.created {
+		t.Fatalf("SetHostKeys once the file system answers: created %v, %v; want a new entry", r.created, r.err)
+	}
+}
+
+// TestSetHostKeysSecretReadHoldsNoChange: while SetHostKeys waits for its secret file's
+// read, other configuration changes of the target apply (AddNamespace here): the read
+// holds no lock they need. Once the file answers, SetHostKeys applies too.
+func TestSetHostKeysSecretReadHoldsNoChange(t *testing.T) {
+	path, held := holdNewSecretFile(t, time.Hour) // the read waits until the test releases it
+	defer held.release()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20)))
+
+	done := goSetHostKeys(e.tgt, otherNQN, target.HostKeysChange{DHCHAPSecret: new(conf.SecretFilePrefix + path)})
+	awaitHeldRead(t, "SetHostKeys", held)
+	added := make(chan error, 1)
+	go func() { added <- e.tgt.AddNamespace(subNQN, memNS(2, 1<<20)) }()
+	select {
+	case err := <-added:
+		if err != nil {
+			t.Fatalf("AddNamespace while SetHostKeys waits for its secret file: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AddNamespace did not complete within 10 s while SetHostKeys waits for its secret file: the read holds the configuration lock")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("SetHostKeys returned (%v) while its secret file's read is held", r.err)
+	default:
+	}
+
+	held.release()
+	if r := awaitSetHostKeys(t, "SetHostKeys once the file answers", done); r.err != nil || !r.created {
+		t.Fatalf("SetHostKeys once the file answers: created %v, %v; want a new entry", r.created, r.err)
+	}
+	c := e.tgt.Config()
+	if h := c.HostByNQN(otherNQN); h == nil || h.DHCHAPSecret != conf.SecretFilePrefix+path {
+		t.Errorf("host entry after SetHostKeys: %+v, want dhchap_secret file:%s", h, path)
+	}
+	if n := len(c.Subsystems[0].Namespaces); n != 2 {
+		t.Errorf("%d namespaces after AddNamespace, want 2", n)
+	}
+}
+
+// TestSetHostKeysEntryChangedDuringRead: SetHostKeys reads the secrets of the entry it
+// would install before it takes the configuration lock; when another change alters the
+// entry meanwhile, what it installs is checked again. Host A has an inline secret; one
+// SetHostKeys gives it a file secret whose read is held; meanwhile another gives it a
+// controller secret file, which is then removed. Once the first read answers, the first
+// SetHostKeys — whose entry now holds the removed controller secret — fails naming that
+// file, and the entry stays as the second change left it.
+func TestSetHostKeysEntryChangedDuringRead(t *testing.T) {
+	hostPath, held := holdNewSecretFile(t, time.Hour)
+	inline := newSecret(t).Encode()
+	ctrlPath := writeSecretFile(t, newSecret(t))
+	defer held.release()
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: inline}}
+	e := newEnv(t, cfg)
+
+	first := goSetHostKeys(e.tgt, otherNQN, target.HostKeysChange{DHCHAPSecret: new(conf.SecretFilePrefix + hostPath)})
+	awaitHeldRead(t, "first SetHostKeys", held)
+	r := awaitSetHostKeys(t, "second SetHostKeys", goSetHostKeys(e.tgt, otherNQN, target.HostKeysChange{DHCHAPCtrlSecret: new(conf.SecretFilePrefix + ctrlPath)}))
+	if r.err != nil {
+		t.Fatalf("second SetHostKeys (controller secret) while the first waits for its file: %v", r.err)
+	}
+	if err := os.Remove(ctrlPath); err != nil {
+		t.Fatal(err)
+	}
+
+	held.release()
+	r = awaitSetHostKeys(t, "first SetHostKeys once its file answers", first)
+	if r.err == nil || !strings.Contains(r.err.Error(), "dhchap_ctrl_secret") || !strings.Contains(r.err.Error(), ctrlPath) {
+		t.Fatalf("first SetHostKeys, whose entry now names the removed controller secret file %s: %v; want an error naming dhchap_ctrl_secret and the file", ctrlPath, r.err)
+	}
+	h := e.tgt.Config().HostByNQN(otherNQN)
+	if h == nil || h.DHCHAPSecret != inline || h.DHCHAPCtrlSecret != conf.SecretFilePrefix+ctrlPath {
+		t.Errorf("host entry after the failed SetHostKeys: %+v; want the inline secret and controller secret file:%s", h, ctrlPath)
+	}
+}
+
+// TestNewSecretReadHungFails: New whose configuration's host has a secret file whose read
+// hangs fails after SecretReadTimeout, naming the entry (hosts[0]), the host, the field,
+// the file and the fix, and wrapping context.DeadlineExceeded.
+func TestNewSecretReadHungFails(t *testing.T) {
+	path, held := holdNewSecretFile(t, 50*time.Millisecond)
+	defer held.release()
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: conf.SecretFilePrefix + path}}
+	type result struct {
+		tgt *target.Target
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		tgt, err := target.New(cfg, target.WithLogger(testLogger(t)))
+		done <- result{tgt, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("New has not returned 10 s after it started reading a secret file that hangs")
+	}
+	if r.err == nil {
+		r.tgt.Close()
+		t.Fatalf("New succeeded (reads held: %d), want it to fail after SecretReadTimeout", held.reads.Load())
+	}
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Errorf("New: error %v does not wrap context.DeadlineExceeded", r.err)
+	}
+	for _, want := range []string{"hosts[0]", otherNQN, "dhchap_secret", path, "check the file system that holds it"} {
+		if !strings.Contains(r.err.Error(), want) {
+			t.Errorf("New: error %q does not say %q", r.err, want)
+		}
+	}
+}
