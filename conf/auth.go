@@ -5,7 +5,9 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -349,10 +351,75 @@ func (v *validator) subsystemAuth(s *Subsystem, p string) {
 
 // --- system checks ---
 
-// checkSecrets reads every "file:" secret: the file must exist, belong to this user, be
-// closed to others and hold a valid secret. A configuration file that holds inline
-// secrets and is readable by others gets a warning.
+// secretCheckTimeout bounds the time CheckSystem waits for the checks of the "file:"
+// secrets: one bound for all of them, which run at once.
+var secretCheckTimeout = 10 * time.Second
+
+// checkSecretFile checks the file of a "file:" secret: it must exist, belong to this
+// user, be closed to others and hold a valid secret. It returns what is wrong and how to
+// fix it, or "" and "". Its stat and read block as long as the file system does (tests
+// replace it).
+var checkSecretFile = func(path string) (msg, fix string) {
+	if msg, fix := secretFileProblem(path); msg != "" {
+		return msg, fix
+	}
+	if _, err := LoadSecret(SecretFilePrefix + path); err != nil {
+		return err.Error(), "put the DHHC-1:... text nvme gen-dhchap-key prints in the file, whole"
+	}
+	return "", ""
+}
+
+// secretChecks are the secret file checks in flight in this process, by path.
+var secretChecks struct {
+	mu sync.Mutex
+	m  map[string]*secretCheck
+}
+
+// secretCheck is one check of a secret file (checkSecretFile): msg and fix are set
+// before done closes.
+type secretCheck struct {
+	done     chan struct{}
+	msg, fix string
+}
+
+// startSecretCheck starts checking the secret file path on a goroutine of its own, or
+// joins the check of path in flight: a file whose stat or read never returns (a hung
+// mount) holds one goroutine, and the thread blocked in it, however many times the
+// configuration is checked meanwhile (each SIGHUP of gonvmf serve). A check that ends is
+// forgotten: the next one reads the file again.
+func startSecretCheck(path string) *secretCheck {
+	secretChecks.mu.Lock()
+	defer secretChecks.mu.Unlock()
+	if c := secretChecks.m[path]; c != nil {
+		return c
+	}
+	c := &secretCheck{done: make(chan struct{})}
+	if secretChecks.m == nil {
+		secretChecks.m = map[string]*secretCheck{}
+	}
+	secretChecks.m[path] = c
+	check := checkSecretFile
+	go func() {
+		c.msg, c.fix = check(path)
+		secretChecks.mu.Lock()
+		delete(secretChecks.m, path)
+		secretChecks.mu.Unlock()
+		close(c.done)
+	}()
+	return c
+}
+
+// checkSecrets checks every "file:" secret's file (checkSecretFile), all at once, and
+// waits for them at most secretCheckTimeout: a file that has not answered by then (a
+// hung mount) fails the check, naming the field, the host and the file, rather than
+// holding CheckSystem (gonvmf check, serve's start and reload) for ever. A configuration
+// file that holds inline secrets and is readable by others gets a warning.
 func (v *validator) checkSecrets() {
+	type pending struct {
+		field, val, host, path string
+		c                      *secretCheck
+	}
+	var checks []pending
 	inline := ""
 	for i := range v.c.Hosts {
 		h := &v.c.Hosts[i]
@@ -368,13 +435,29 @@ func (v *validator) checkSecrets() {
 				}
 				continue
 			}
-			if msg, fix := secretFileProblem(path); msg != "" {
-				v.fail(p, f.val, msg, fix)
-				continue
+			checks = append(checks, pending{p, f.val, h.NQN, path, startSecretCheck(path)})
+		}
+	}
+	d := secretCheckTimeout
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	expired := false
+	for _, c := range checks {
+		if !expired {
+			select {
+			case <-c.c.done:
+			case <-timeout.C:
+				expired = true
 			}
-			if _, err := LoadSecret(f.val); err != nil {
-				v.fail(p, f.val, err.Error(), "put the DHHC-1:... text nvme gen-dhchap-key prints in the file, whole")
+		}
+		select {
+		case <-c.c.done:
+			if c.c.msg != "" {
+				v.fail(c.field, c.val, c.c.msg, c.c.fix)
 			}
+		default:
+			v.fail(c.field, c.val, fmt.Sprintf("host %s: the secret file %s did not answer within %v: its stat or read is still pending", c.host, c.path, d),
+				"check the file system that holds it (a hung NFS mount?), or keep the secret in a file on a local file system, and check again")
 		}
 	}
 	if inline != "" && v.c.File != "" {

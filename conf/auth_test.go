@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
@@ -172,5 +173,68 @@ func TestRedactSecretAndSameAs(t *testing.T) {
 		if a.SameAs(&c) {
 			t.Errorf("%+v is the same as %+v", c, a)
 		}
+	}
+}
+
+// TestCheckSystemSecretFileHung: CheckSystem waits for the checks of secret files that do
+// not answer (a hung mount; here checks held until the test ends) at most
+// secretCheckTimeout, all of them at once, and fails each with the field, the host, the
+// file and the fix. A check of a file whose check is in flight joins it rather than
+// starting another; one after it ended reads the file again.
+func TestCheckSystemSecretFileHung(t *testing.T) {
+	dir := t.TempDir()
+	path := authConfig(t, dir, "file:host.key", "file:ctrl.key", 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	savedCheck, savedTimeout := checkSecretFile, secretCheckTimeout
+	checkSecretFile = func(string) (string, string) {
+		<-release
+		return "", ""
+	}
+	secretCheckTimeout = 50 * time.Millisecond
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(release)
+		}
+		checkSecretFile, secretCheckTimeout = savedCheck, savedTimeout
+	})
+
+	checked := make(chan error, 1)
+	go func() { checked <- c.CheckSystem() }()
+	select {
+	case err = <-checked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("CheckSystem still waits for the held secret files after 10 s")
+	}
+	errs := Errors(err)
+	if len(errs) != 2 {
+		t.Fatalf("CheckSystem: %v, want one error per held secret file", err)
+	}
+	for i, f := range []string{"dhchap_secret", "dhchap_ctrl_secret"} {
+		file := filepath.Join(dir, map[string]string{"dhchap_secret": "host.key", "dhchap_ctrl_secret": "ctrl.key"}[f])
+		e := errs[i]
+		if e.Field != "hosts[0]."+f || !strings.Contains(e.Msg, "host "+authHost) || !strings.Contains(e.Msg, file) ||
+			!strings.Contains(e.Msg, "did not answer within 50ms") || !strings.Contains(e.Fix, "hung NFS mount") {
+			t.Errorf("error %d: %+v, want field hosts[0].%s, host, file %s, the time waited and the fix", i, e, f, file)
+		}
+	}
+	hostKey := filepath.Join(dir, "host.key")
+	held := startSecretCheck(hostKey)
+	if again := startSecretCheck(hostKey); again != held {
+		t.Error("a check of a file whose check is in flight started another")
+	}
+	close(release)
+	released = true
+	select {
+	case <-held.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the released check did not end within 10 s")
+	}
+	if startSecretCheck(hostKey) == held {
+		t.Error("a check after the file's check ended joined the ended one")
 	}
 }
