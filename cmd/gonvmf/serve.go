@@ -45,7 +45,9 @@ configuration, /run/gonvmf/gonvmf.sock by default), Prometheus scrapes its metri
 http://<metrics.address>/metrics when the configuration has a metrics section, and SIGHUP re-reads the
 configuration file and applies the difference with the same operations: subsystems,
 namespaces, hosts and listeners come and go, namespaces grow or change write
-protection. A file that is invalid, or that changes what cannot change while hosts are
+protection. A reload runs beside the signals: SIGINT or SIGTERM during one stops serve,
+which waits for the reload at most 5 s, and SIGHUPs during one ask for one more reload
+after it. A file that is invalid, or that changes what cannot change while hosts are
 connected (the transport section, for one), changes nothing; the log says why, and
 the metrics count it (gonvmf_config_reloads_total{result="failure"},
 gonvmf_config_last_reload_successful 0).
@@ -126,7 +128,8 @@ const (
 )
 
 // serve runs the target until ctx is done or a signal arrives on term, then shuts it down
-// in order; a signal on hup reloads the configuration file. A second signal on term ends
+// in order; a signal on hup reloads the configuration file, on a goroutine of its own
+// (reloader), so that no reload holds up the stop. A second signal on term ends
 // the shutdown, or the start (see startServer), at once with an error. mopts are added to
 // the metrics server's options when the configuration serves metrics.
 func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-chan os.Signal, mopts ...metrics.Option) error {
@@ -168,6 +171,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 			return err
 		}
 	}
+	rl := startReloader(func() { reload(s, cfg.File, log, reloads) })
 	for !stop {
 		select {
 		case <-ctx.Done():
@@ -175,11 +179,22 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 		case <-term:
 			stop = true
 		case <-hup:
-			reload(s, cfg.File, log, reloads)
+			rl.request()
 		}
 	}
 	// A second signal, or a shutdown that takes too long, ends the process at once; it
 	// counts from here, closing the control and metrics servers included.
+	if rl.stop() {
+		log.Info("shutting down: waiting for the reload in progress", "at_most", reloadStopWait)
+		select {
+		case <-rl.done:
+		case s := <-term:
+			return fmt.Errorf("shutdown interrupted by a second %v while it waited for the reload in progress", s)
+		case <-time.After(reloadStopWait):
+			log.Warn("shutting down without the reload in progress: it did not finish in time; what it changes from now on may escape the stop's flush",
+				"waited", reloadStopWait)
+		}
+	}
 	ctl.Close()
 	if met != nil {
 		met.Close()
@@ -274,6 +289,88 @@ func (st *reloadStats) get() metrics.Reloads {
 	return st.r
 }
 
+// reloadStopWait bounds the time serve's stop waits for a reload in progress (see
+// reloader).
+var reloadStopWait = 5 * time.Second
+
+// reloader runs serve's SIGHUP reloads on a goroutine of its own, one at a time, so that
+// serve's signal loop takes every signal at once however long a reload takes: a
+// configuration check that waits for a file on a hung mount (a secret's, a backend's), a
+// backend slow to open. A SIGHUP while a reload runs asks for one more reload after it;
+// any number of them meanwhile ask for that one (coalesced), which reads the file as it
+// is when it starts.
+//
+// serve's stop (stop) starts no reload after it, and waits for the one in progress at
+// most reloadStopWait (or until a second signal): a reload applying its changes is let
+// finish, so that what it adds is drained, flushed and closed with the rest. One still
+// running after that is not waited for: the stop goes on, the reload's later changes
+// fail on the closed server (server.ErrClosed) or escape the stop's flush, and the
+// process exits without it.
+type reloader struct {
+	pending chan struct{} // holds a reload asked for and not started yet
+	done    chan struct{} // closed when the goroutine returns
+
+	mu      sync.Mutex
+	quit    chan struct{} // closed by stop, under mu
+	running bool          // a reload is in progress (under mu)
+}
+
+// startReloader starts the goroutine that runs the reloads: each is a call of run.
+func startReloader(run func()) *reloader {
+	r := &reloader{pending: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for {
+			select {
+			case <-r.quit:
+				return
+			case <-r.pending:
+			}
+			r.mu.Lock()
+			select {
+			case <-r.quit: // both were ready, and select took pending
+				r.mu.Unlock()
+				return
+			default:
+			}
+			r.running = true
+			r.mu.Unlock()
+			run()
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+		}
+	}()
+	return r
+}
+
+// request asks for a reload: it starts at once, or after the one in progress (joining
+// one already asked for). It never blocks.
+func (r *reloader) request() {
+	select {
+	case r.pending <- struct{}{}:
+	default:
+	}
+}
+
+// stop starts no more reloads and reports whether one is in progress; done closes once
+// it has ended (at once when none is).
+func (r *reloader) stop() (inProgress bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	close(r.quit)
+	return r.running
+}
+
+// checkReload checks a reloaded configuration against this build and the system as
+// check does (tests replace it).
+var checkReload = func(cfg *conf.Config) error {
+	if err := cfg.CheckBackends(missingBackends()); err != nil {
+		return err
+	}
+	return cfg.CheckSystem()
+}
+
 // reload re-reads the configuration file (SIGHUP) and applies its difference from the
 // running configuration; an invalid file, or one that cannot be applied, changes nothing
 // and is logged with the reasons. The reload is counted in stats before the line that
@@ -284,10 +381,7 @@ func reload(s *server.Server, file string, log *slog.Logger, stats *reloadStats)
 	log.Info("SIGHUP: reloading the configuration", "file", file)
 	cfg, err := conf.Load(file)
 	if err == nil {
-		err = cfg.CheckBackends(missingBackends())
-	}
-	if err == nil {
-		err = cfg.CheckSystem()
+		err = checkReload(cfg)
 	}
 	if err != nil {
 		for _, e := range conf.Errors(err) {

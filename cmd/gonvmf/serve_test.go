@@ -649,3 +649,113 @@ func TestServeSecondSignalDuringStop(t *testing.T) {
 		t.Errorf("serve's log does not say why it exited:\n%s", log)
 	}
 }
+
+// TestServeStopDuringHungReload: SIGTERM while a SIGHUP's reload waits in its
+// configuration check (held here, as a secret file on a hung mount holds it) stops
+// serve: its signal loop takes the signal, the stop waits for the reload at most
+// reloadStopWait, says so, and goes on without it. The old code ran the reload in the
+// signal loop, which took no signal until the check returned.
+func TestServeStopDuringHungReload(t *testing.T) {
+	file := ctlConfig(t, "")
+	cfg, err := conf.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	savedNew, savedCheck, savedWait := newServer, checkReload, reloadStopWait
+	newServer = func(cfg *conf.Config, o server.Options) (*server.Server, error) {
+		o.Loop = true
+		return server.New(cfg, o)
+	}
+	checkReload = func(*conf.Config) error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	}
+	reloadStopWait = 50 * time.Millisecond
+	t.Cleanup(func() {
+		close(release) // the reload then fails on the closed server
+		newServer, checkReload, reloadStopWait = savedNew, savedCheck, savedWait
+	})
+	var out syncBuffer
+	hup, term := make(chan os.Signal), make(chan os.Signal) // a send returns once serve took it
+	served := make(chan error, 1)
+	go func() {
+		served <- serve(context.Background(), cfg, slog.New(slog.NewTextHandler(&out, nil)), hup, term)
+	}()
+	send := func(ch chan os.Signal, sig os.Signal, when string) {
+		t.Helper()
+		select {
+		case ch <- sig:
+		case err := <-served:
+			t.Fatalf("serve returned %v before it took %v:\n%s", err, sig, out.String())
+		case <-time.After(10 * time.Second):
+			t.Fatalf("serve took no %v within 10 s %s:\n%s", sig, when, out.String())
+		}
+	}
+	send(hup, syscall.SIGHUP, "of its start")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the reload did not reach its configuration check within 10 s:\n%s", out.String())
+	}
+	send(term, syscall.SIGTERM, "while a reload waits in its configuration check")
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serve after SIGTERM during a hung reload: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve did not return within 10 s of SIGTERM during a hung reload:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "shutting down without the reload in progress") {
+		t.Errorf("serve's log does not say it stopped without the reload in progress:\n%s", out.String())
+	}
+}
+
+// TestReloaderCoalesces: reloads run one at a time; any number of requests while one
+// runs ask for one more after it; stop reports the reload in progress, and no reload
+// asked for before it starts after it.
+func TestReloaderCoalesces(t *testing.T) {
+	runs := make(chan chan struct{})
+	r := startReloader(func() {
+		release := make(chan struct{})
+		runs <- release
+		<-release
+	})
+	next := func(what string) chan struct{} {
+		t.Helper()
+		select {
+		case release := <-runs:
+			return release
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not start within 10 s", what)
+			return nil
+		}
+	}
+	r.request()
+	first := next("the first reload")
+	r.request()
+	r.request()
+	r.request()
+	close(first)
+	second := next("the reload asked for during the first")
+	if n := len(r.pending); n != 0 {
+		t.Errorf("%d more reloads asked for after the second started, want none: the three requests during the first ask for one", n)
+	}
+	r.request()
+	if !r.stop() {
+		t.Error("stop during a reload reports none in progress")
+	}
+	close(second)
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reloader did not return within 10 s of its stop and the end of the reload in progress (a reload asked for before the stop started after it?)")
+	}
+	idle := startReloader(func() { t.Error("a reload ran that nobody asked for") })
+	if idle.stop() {
+		t.Error("stop of an idle reloader reports a reload in progress")
+	}
+	<-idle.done
+}
