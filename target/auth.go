@@ -840,8 +840,8 @@ func (ch HostKeysChange) Fields() []string {
 // re-authentications use the new entry; its authenticated queues keep working. It
 // reports whether the entry is new.
 //
-// The secrets are read before the change is serialized with the others (cfgMu), each
-// host's within SecretReadTimeout, so a secret file on a hung mount fails this change
+// The secrets are read (ReadHostKeys) before the change is serialized with the others
+// (cfgMu; SetHostKeysRead), each host's within SecretReadTimeout, so a secret file on a hung mount fails this change
 // after SecretReadTimeout and holds up no other change meanwhile. The read applies the
 // change to the running configuration as it is then; under cfgMu the change is applied
 // again to the running configuration as it is by then, and the entry is installed only if
@@ -851,14 +851,48 @@ func (ch HostKeysChange) Fields() []string {
 // much as reading it under cfgMu: the lock does not guard the file's contents, which may
 // change right after either read (every authentication reads them again).
 func (t *Target) SetHostKeys(hostNQN string, ch HostKeysChange) (created bool, err error) {
-	what := fmt.Sprintf("host %q: keys", hostNQN)
-	k, _ := t.authKeys.(*configAuthKeys)
-	var read *conf.Host // the entry whose secrets were read before cfgMu; nil: none
-	if k != nil {
-		if read, err = t.readHostKeysChange(k, what, hostNQN, ch); err != nil {
-			return false, fmt.Errorf("target: %w", err)
+	r, err := t.ReadHostKeys(hostNQN, ch)
+	if err != nil {
+		return false, err
+	}
+	return t.SetHostKeysRead(r)
+}
+
+// HostKeysRead is a change of a host's entry whose secrets ReadHostKeys has read:
+// SetHostKeysRead applies it.
+type HostKeysRead struct {
+	hostNQN string
+	ch      HostKeysChange
+	read    *conf.Host // the entry whose secrets were read; nil: none (readHostKeysChange)
+}
+
+// ReadHostKeys is the first half of SetHostKeys(hostNQN, ch): it reads the secrets of
+// the entry the change gives, holding none of the target's locks, and fails as
+// SetHostKeys does when one cannot be read. SetHostKeysRead applies the change. A caller
+// that serializes its changes with a lock of its own (package target/server) reads
+// before it takes that lock and applies under it, so that a secret file on a hung mount
+// holds up none of its other changes either.
+func (t *Target) ReadHostKeys(hostNQN string, ch HostKeysChange) (*HostKeysRead, error) {
+	r := &HostKeysRead{hostNQN: hostNQN, ch: ch}
+	if k, _ := t.authKeys.(*configAuthKeys); k != nil {
+		var err error
+		if r.read, err = t.readHostKeysChange(k, fmt.Sprintf("host %q: keys", hostNQN), hostNQN, ch); err != nil {
+			return nil, fmt.Errorf("target: %w", err)
 		}
 	}
+	return r, nil
+}
+
+// SetHostKeysRead is the second half of SetHostKeys: it applies the change r (from
+// ReadHostKeys) under cfgMu, reading the entry's secrets again there when the change
+// gives an entry other than the one r read (see SetHostKeys).
+func (t *Target) SetHostKeysRead(r *HostKeysRead) (created bool, err error) {
+	if r == nil {
+		return false, errors.New("target: SetHostKeysRead of no HostKeysRead: call ReadHostKeys first")
+	}
+	hostNQN, ch, read := r.hostNQN, r.ch, r.read
+	what := fmt.Sprintf("host %q: keys", hostNQN)
+	k, _ := t.authKeys.(*configAuthKeys)
 	err = t.change(what, true, func(c *conf.Config) error {
 		if k == nil {
 			return fmt.Errorf("%s: %w", what, errExternalAuthKeys)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,4 +165,59 @@ func TestReloadAuth(t *testing.T) {
 		t.Error("controller still connected 10 s after its re-authentication failed")
 	}
 	works(t, "c1 after c2 went", c1)
+}
+
+// TestSetHostKeysReadHoldsNoServerChange: while a SetHostKeys's read of its secrets is
+// held (as a secret file on a hung mount holds it), another change of the server
+// completes; the SetHostKeys applies once its read returns. The old code read under the
+// server's change lock, which held every other change until the read ended.
+func TestSetHostKeysReadHoldsNoServerChange(t *testing.T) {
+	s := loopServer(t, config("10.99.0.1", 0))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	defer server.SetReadHostKeys(func(tg *target.Target, host string, ch target.HostKeysChange) (*target.HostKeysRead, error) {
+		close(entered)
+		<-release
+		return tg.ReadHostKeys(host, ch)
+	})()
+	secret := newSecret(t)
+	set := make(chan error, 1)
+	go func() {
+		_, err := s.SetHostKeys(authHost, target.HostKeysChange{DHCHAPSecret: &secret})
+		set <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetHostKeys did not start reading its secrets within 10 s")
+	}
+	changed := make(chan error, 1)
+	go func() { changed <- s.AddSubsystem(conf.Subsystem{NQN: twoNQN, AllowAnyHost: true}) }()
+	select {
+	case err := <-changed:
+		if err != nil {
+			t.Errorf("AddSubsystem while SetHostKeys's read is held: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		free()
+		t.Fatal("AddSubsystem did not complete within 10 s while SetHostKeys's read was held: the read holds the server's changes")
+	}
+	free()
+	select {
+	case err := <-set:
+		if err != nil {
+			t.Fatalf("SetHostKeys after its held read: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SetHostKeys did not return within 10 s of its read's release")
+	}
+	c := s.Config()
+	if h := c.HostByNQN(authHost); h == nil || h.DHCHAPSecret != secret {
+		t.Errorf("host entry after SetHostKeys: %+v", h)
+	}
+	if !slices.ContainsFunc(c.Subsystems, func(cs conf.Subsystem) bool { return cs.NQN == twoNQN }) {
+		t.Errorf("subsystem %s missing after AddSubsystem", twoNQN)
+	}
 }

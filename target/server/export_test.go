@@ -1,4 +1,14 @@
 package server
 
+import "github.com/gonvmf/gonvmf/target"
+
 // OverlapsListener exports overlapsListener to the package's external tests.
 var OverlapsListener = overlapsListener
+
+// SetReadHostKeys replaces the read of SetHostKeys's secrets, which happens before the
+// change is serialized with the others, until the returned function runs.
+func SetReadHostKeys(f func(t *target.Target, hostNQN string, ch target.HostKeysChange) (*target.HostKeysRead, error)) (restore func()) {
+	old := readHostKeys
+	readHostKeys = f
+	return func() { readHostKeys = old }
+}

@@ -97,12 +97,23 @@ func (s *Server) DenyHost(nqn, host string) error {
 
 // SetHostKeys adds or changes a host's entry in the hosts section: its DH-HMAC-CHAP
 // secrets, hash functions and DH groups (target.Target.SetHostKeys). New connections and
-// re-authentications use it; authenticated connections keep working.
+// re-authentications use it; authenticated connections keep working. The secrets are
+// read (target.Target.ReadHostKeys, at most target.SecretReadTimeout) before the change
+// is serialized with the others, so a secret file on a hung mount holds up no other
+// change; the change then applies under the serialization (SetHostKeysRead), which
+// reads the secrets again only if another change altered the entry meanwhile.
 func (s *Server) SetHostKeys(hostNQN string, ch target.HostKeysChange) (created bool, err error) {
+	r, err := readHostKeys(s.t, hostNQN, ch)
+	if err != nil {
+		return false, err
+	}
 	s.chg.Lock()
 	defer s.chg.Unlock()
-	return s.t.SetHostKeys(hostNQN, ch)
+	return s.t.SetHostKeysRead(r)
 }
+
+// readHostKeys is target.Target.ReadHostKeys (tests replace it).
+var readHostKeys = (*target.Target).ReadHostKeys
 
 // RemoveHostKeys removes a host's entry from the hosts section
 // (target.Target.RemoveHostKeys).
