@@ -743,14 +743,20 @@ func newConfigAuthKeys(t *Target, cfg *conf.Config) (*configAuthKeys, error) {
 // read of the same file already in flight), waiting at most SecretReadTimeout, and
 // discards them: a configuration change (or New) that checks an entry's secrets fails
 // when a file's read does not end in time, rather than waiting for ever for a file
-// system that hangs. The error names the host, the field and the file, and wraps
-// context.DeadlineExceeded when the time ran out.
-func (k *configAuthKeys) checkKeys(h *conf.Host) error {
+// system that hangs. A secret whose value is one of read (values the caller has read
+// already) is not read again. The error names the host, the field and the file, and
+// wraps context.DeadlineExceeded when the time ran out.
+func (k *configAuthKeys) checkKeys(h *conf.Host, read ...string) error {
 	d := SecretReadTimeout
 	ctx, cancel := context.WithTimeoutCause(context.Background(), d,
 		fmt.Errorf("%w: SecretReadTimeout %v", context.DeadlineExceeded, d))
 	defer cancel()
-	_, err := h.KeysWith(func(v string) (*dhchap.Secret, error) { return k.reads.secret(ctx, v) })
+	_, err := h.KeysWith(func(v string) (*dhchap.Secret, error) {
+		if slices.Contains(read, v) {
+			return nil, nil // read by the caller; the keys are discarded
+		}
+		return k.reads.secret(ctx, v)
+	})
 	return err
 }
 
@@ -841,15 +847,17 @@ func (ch HostKeysChange) Fields() []string {
 // reports whether the entry is new.
 //
 // The secrets are read (ReadHostKeys) before the change is serialized with the others
-// (cfgMu; SetHostKeysRead), each host's within SecretReadTimeout, so a secret file on a hung mount fails this change
-// after SecretReadTimeout and holds up no other change meanwhile. The read applies the
-// change to the running configuration as it is then; under cfgMu the change is applied
-// again to the running configuration as it is by then, and the entry is installed only if
-// each of its secret values (as resolved: a file's absolute path) has been read by this
-// call: when another change altered the entry in between, the values not read yet are
-// read there, within SecretReadTimeout too. Reading a file before cfgMu validates as
-// much as reading it under cfgMu: the lock does not guard the file's contents, which may
-// change right after either read (every authentication reads them again).
+// (cfgMu; SetHostKeysRead), within SecretReadTimeout, so a secret file on a hung mount
+// fails this change after SecretReadTimeout and holds up no other change meanwhile. The
+// read applies the change to the running configuration as it is then; under cfgMu the
+// change is applied again to the running configuration as it is by then, and the entry
+// is installed only if each of its secret values (as resolved: a file: path cleaned,
+// and made absolute against the configuration file's directory when it has one) has been read by
+// this call: when another change altered a secret of the entry in between, the values
+// this call has not read yet are read there, within SecretReadTimeout too (a value it
+// has read is not read again). Reading a file before cfgMu validates as much as reading
+// it under cfgMu: the lock does not guard the file's contents, which may change right
+// after either read (every authentication reads them again).
 func (t *Target) SetHostKeys(hostNQN string, ch HostKeysChange) (created bool, err error) {
 	r, err := t.ReadHostKeys(hostNQN, ch)
 	if err != nil {
@@ -902,8 +910,12 @@ func (t *Target) SetHostKeysRead(r *HostKeysRead) (created bool, err error) {
 		return err
 	}, func(c *conf.Config) error {
 		h := c.HostByNQN(hostNQN)
-		if read == nil || read.DHCHAPSecret != h.DHCHAPSecret || read.DHCHAPCtrlSecret != h.DHCHAPCtrlSecret {
+		if read == nil {
 			if err := k.checkKeys(h); err != nil {
+				return fmt.Errorf("target: %w", err)
+			}
+		} else if read.DHCHAPSecret != h.DHCHAPSecret || read.DHCHAPCtrlSecret != h.DHCHAPCtrlSecret {
+			if err := k.checkKeys(h, read.DHCHAPSecret, read.DHCHAPCtrlSecret); err != nil {
 				return fmt.Errorf("target: %w", err)
 			}
 		}

@@ -463,3 +463,14 @@ func TestAuthReauthKeyRemovedWhileWaitingForSlot(t *testing.T) {
 	expectFailure1(t, qs[1], 2, nvmeproto.AuthFailFailed)
 	expectAuthDisconnect(t, qs[1])
 }
+
+// handOver lets the held reads through and holds those that start from now on.
+func (h *heldSecretFile) handOver() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := h.gate
+	h.gate = make(chan struct{})
+	if !isDone(old) {
+		close(old)
+	}
+}

@@ -158,39 +158,59 @@ func TestSetHostKeysSecretReadHoldsNoChange(t *testing.T) {
 }
 
 // TestSetHostKeysEntryChangedDuringRead: SetHostKeys reads the secrets of the entry it
-// would install before it takes the configuration lock; when another change alters the
-// entry meanwhile, what it installs is checked again. Host A has an inline secret; one
-// SetHostKeys gives it a file secret whose read is held; meanwhile another gives it a
-// controller secret file, which is then removed. Once the first read answers, the first
-// SetHostKeys — whose entry now holds the removed controller secret — fails naming that
-// file, and the entry stays as the second change left it.
+// would install before it takes the configuration lock; when another change alters
+// either secret of the entry meanwhile, what it installs is checked again. Host A has an
+// inline secret; one SetHostKeys sets one of its secrets (held) to a file whose read is
+// held (its read reads the other secret as it is then); meanwhile another sets the other
+// secret (changed) to a file, which is then removed. Once the first read answers, the
+// first SetHostKeys — whose entry now holds the removed file, which it has not read —
+// fails naming that field and file, and the entry stays as the second change left it.
 func TestSetHostKeysEntryChangedDuringRead(t *testing.T) {
-	hostPath, held := holdNewSecretFile(t, time.Hour)
-	inline := newSecret(t).Encode()
-	ctrlPath := writeSecretFile(t, newSecret(t))
-	defer held.release()
-	cfg := baseConfig(memNS(1, 1<<20))
-	cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: inline}}
-	e := newEnv(t, cfg)
+	for _, tc := range []struct{ held, changed string }{
+		{held: "dhchap_secret", changed: "dhchap_ctrl_secret"},
+		{held: "dhchap_ctrl_secret", changed: "dhchap_secret"},
+	} {
+		t.Run(tc.changed+" changed", func(t *testing.T) {
+			heldPath, held := holdNewSecretFile(t, time.Hour)
+			inline := newSecret(t).Encode()
+			changedPath := writeSecretFile(t, newSecret(t))
+			defer held.release()
+			cfg := baseConfig(memNS(1, 1<<20))
+			cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: inline}}
+			e := newEnv(t, cfg)
+			set := func(field, path string) target.HostKeysChange {
+				if field == "dhchap_secret" {
+					return target.HostKeysChange{DHCHAPSecret: new(conf.SecretFilePrefix + path)}
+				}
+				return target.HostKeysChange{DHCHAPCtrlSecret: new(conf.SecretFilePrefix + path)}
+			}
 
-	first := goSetHostKeys(e.tgt, otherNQN, target.HostKeysChange{DHCHAPSecret: new(conf.SecretFilePrefix + hostPath)})
-	awaitHeldRead(t, "first SetHostKeys", held)
-	r := awaitSetHostKeys(t, "second SetHostKeys", goSetHostKeys(e.tgt, otherNQN, target.HostKeysChange{DHCHAPCtrlSecret: new(conf.SecretFilePrefix + ctrlPath)}))
-	if r.err != nil {
-		t.Fatalf("second SetHostKeys (controller secret) while the first waits for its file: %v", r.err)
-	}
-	if err := os.Remove(ctrlPath); err != nil {
-		t.Fatal(err)
-	}
+			first := goSetHostKeys(e.tgt, otherNQN, set(tc.held, heldPath))
+			awaitHeldRead(t, "first SetHostKeys", held)
+			r := awaitSetHostKeys(t, "second SetHostKeys", goSetHostKeys(e.tgt, otherNQN, set(tc.changed, changedPath)))
+			if r.err != nil {
+				t.Fatalf("second SetHostKeys (%s) while the first waits for its file: %v", tc.changed, r.err)
+			}
+			if err := os.Remove(changedPath); err != nil {
+				t.Fatal(err)
+			}
 
-	held.release()
-	r = awaitSetHostKeys(t, "first SetHostKeys once its file answers", first)
-	if r.err == nil || !strings.Contains(r.err.Error(), "dhchap_ctrl_secret") || !strings.Contains(r.err.Error(), ctrlPath) {
-		t.Fatalf("first SetHostKeys, whose entry now names the removed controller secret file %s: %v; want an error naming dhchap_ctrl_secret and the file", ctrlPath, r.err)
-	}
-	h := e.tgt.Config().HostByNQN(otherNQN)
-	if h == nil || h.DHCHAPSecret != inline || h.DHCHAPCtrlSecret != conf.SecretFilePrefix+ctrlPath {
-		t.Errorf("host entry after the failed SetHostKeys: %+v; want the inline secret and controller secret file:%s", h, ctrlPath)
+			held.release()
+			r = awaitSetHostKeys(t, "first SetHostKeys once its file answers", first)
+			if r.err == nil || !strings.Contains(r.err.Error(), tc.changed+": ") || !strings.Contains(r.err.Error(), changedPath) {
+				t.Fatalf("first SetHostKeys, whose entry now names the removed file %s as %s: %v; want an error naming %s and the file",
+					changedPath, tc.changed, r.err, tc.changed)
+			}
+			want := conf.Host{NQN: otherNQN, DHCHAPSecret: inline, DHCHAPCtrlSecret: conf.SecretFilePrefix + changedPath}
+			if tc.changed == "dhchap_secret" {
+				want.DHCHAPSecret, want.DHCHAPCtrlSecret = conf.SecretFilePrefix+changedPath, ""
+			}
+			h := e.tgt.Config().HostByNQN(otherNQN)
+			if h == nil || h.DHCHAPSecret != want.DHCHAPSecret || h.DHCHAPCtrlSecret != want.DHCHAPCtrlSecret {
+				t.Errorf("host entry after the failed SetHostKeys: %+v; want dhchap_secret %q, dhchap_ctrl_secret %q", h,
+					conf.RedactSecret(want.DHCHAPSecret), conf.RedactSecret(want.DHCHAPCtrlSecret))
+			}
+		})
 	}
 }
 
@@ -228,5 +248,41 @@ func TestNewSecretReadHungFails(t *testing.T) {
 		if !strings.Contains(r.err.Error(), want) {
 			t.Errorf("New: error %q does not say %q", r.err, want)
 		}
+	}
+}
+
+// TestSetHostKeysReadsOnlyChangedSecrets: when another change alters the entry while
+// SetHostKeys reads its secrets, SetHostKeys reads under the configuration lock only the
+// values it has not read: the file it read before is not read again, so a file system
+// that hangs after that read holds no change under the lock. Host A has an inline
+// secret; one SetHostKeys gives it a secret file whose read is held; meanwhile another
+// gives it an inline controller secret. The file's read then answers, and every read of
+// it after that hangs: the first SetHostKeys applies without another.
+func TestSetHostKeysReadsOnlyChangedSecrets(t *testing.T) {
+	hostPath, held := holdNewSecretFile(t, time.Hour)
+	defer held.release()
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.Hosts = []conf.Host{{NQN: otherNQN, DHCHAPSecret: newSecret(t).Encode()}}
+	e := newEnv(t, cfg)
+
+	first := goSetHostKeys(e.tgt, otherNQN, target.HostKeysChange{DHCHAPSecret: new(conf.SecretFilePrefix + hostPath)})
+	awaitHeldRead(t, "first SetHostKeys", held)
+	ctrl := newSecret(t).Encode()
+	r := awaitSetHostKeys(t, "second SetHostKeys", goSetHostKeys(e.tgt, otherNQN, target.HostKeysChange{DHCHAPCtrlSecret: &ctrl}))
+	if r.err != nil {
+		t.Fatalf("second SetHostKeys (inline controller secret) while the first waits for its file: %v", r.err)
+	}
+
+	held.handOver()
+	r = awaitSetHostKeys(t, "first SetHostKeys once its file answered", first)
+	if r.err != nil {
+		t.Fatalf("first SetHostKeys once its file answered: %v", r.err)
+	}
+	if n := held.reads.Load(); n != 1 {
+		t.Errorf("%d reads of the secret file, want 1: SetHostKeys read it again under the lock", n)
+	}
+	h := e.tgt.Config().HostByNQN(otherNQN)
+	if h == nil || h.DHCHAPSecret != conf.SecretFilePrefix+hostPath || h.DHCHAPCtrlSecret != ctrl {
+		t.Errorf("host entry after both SetHostKeys: %+v; want dhchap_secret file:%s and the inline controller secret", h, hostPath)
 	}
 }
