@@ -19,6 +19,12 @@ import (
 // read never returns holds one goroutine, however many authentications ask for it
 // meanwhile. A read that ends is forgotten: the next caller reads the file again (and
 // sees a rotated secret). Inline secrets are parsed on the caller's goroutine (no I/O).
+//
+// A read's goroutine lives until the read returns, whoever still waits: after the
+// target closes, or after the New that made it failed, a file that never answers keeps
+// one goroutine (and the thread blocked in the read) for each secretReads, that is for
+// each target or failed New, that asked for it. The reads are not shared between
+// targets: each target's reads go through the loader it was created with.
 type secretReads struct {
 	load func(value string) (*dhchap.Secret, error) // reads a "file:" value: loadSecretFile
 

@@ -155,7 +155,11 @@ type Target struct {
 // conf.Config.Resolve), reads the hosts' secrets (each host's within SecretReadTimeout),
 // opens every namespace's backend and starts its executor. cfg is not changed, and not
 // kept. Listeners are not opened here: a transport registers each listener it serves
-// with AddPort (package target/server does both). On error nothing is left open.
+// with AddPort (package target/server does both). On error nothing is left open, but a
+// secret file's read that did not answer within SecretReadTimeout goes on until the
+// file system answers: one goroutine, and the thread blocked in the read, per such file
+// and failed call (each target reads its files on its own; see secretReads). A program
+// that retries New while a mount hangs adds one per retry.
 func New(cfg *conf.Config, opts ...Option) (*Target, error) {
 	if cfg == nil {
 		return nil, errors.New("target: nil configuration")
