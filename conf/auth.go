@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -147,26 +148,37 @@ func (h *Host) KeysWith(load func(value string) (*dhchap.Secret, error)) (*dhcha
 }
 
 // LoadSecret parses an inline secret or reads and parses a "file:" one (checking the
-// file's ownership and mode first); the error of a "file:" secret names the file. A
-// "file:" secret's read may block as long as its filesystem does.
+// file's ownership and mode first); the error of a "file:" secret names the file and
+// says how to fix it ("<what is wrong>; <fix>", as a FieldError prints). A "file:"
+// secret's read may block as long as its filesystem does.
 func LoadSecret(v string) (*dhchap.Secret, error) {
 	path, isFile := strings.CutPrefix(v, SecretFilePrefix)
 	if !isFile {
 		return dhchap.ParseSecret(v)
 	}
-	if msg, _ := secretFileProblem(path); msg != "" {
-		return nil, fmt.Errorf("%s", msg)
+	s, fix, err := readSecretFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w; %s", err, fix)
+	}
+	return s, nil
+}
+
+// readSecretFile checks the secret file path (secretFileProblem), reads it and parses
+// the secret; on failure it returns what is wrong and how to fix it.
+func readSecretFile(path string) (s *dhchap.Secret, fix string, err error) {
+	if msg, fix := secretFileProblem(path); msg != "" {
+		return nil, fix, errors.New(msg)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, "check that the target's user can read it (chmod 600, and the file system holding it)",
+			fmt.Errorf("cannot read the secret file: %w", err)
 	}
 	defer clear(data) // the secret's text; the Secret keeps its own copy of the key
-	s, err := dhchap.ParseSecretBytes(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if s, err = dhchap.ParseSecretBytes(data); err != nil {
+		return nil, "put the DHHC-1:... text nvme gen-dhchap-key prints in the file, whole", fmt.Errorf("%s: %w", path, err)
 	}
-	return s, nil
+	return s, "", nil
 }
 
 // secretFileProblem checks that path is a regular file owned by this process's user
@@ -360,11 +372,8 @@ var secretCheckTimeout = 10 * time.Second
 // fix it, or "" and "". Its stat and read block as long as the file system does (tests
 // replace it).
 var checkSecretFile = func(path string) (msg, fix string) {
-	if msg, fix := secretFileProblem(path); msg != "" {
-		return msg, fix
-	}
-	if _, err := LoadSecret(SecretFilePrefix + path); err != nil {
-		return err.Error(), "put the DHHC-1:... text nvme gen-dhchap-key prints in the file, whole"
+	if _, fix, err := readSecretFile(path); err != nil {
+		return err.Error(), fix
 	}
 	return "", ""
 }

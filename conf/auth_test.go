@@ -106,8 +106,9 @@ func TestAuthSecretFiles(t *testing.T) {
 			if strings.Contains(err.Error(), "vpq37fuC3d") || strings.Contains(err.Error(), "AAECAwQFBgcI") {
 				t.Errorf("error quotes the secret: %v", err)
 			}
-			if _, err := c.HostByNQN(authHost).Keys(); err == nil || !strings.Contains(err.Error(), "host "+authHost+": dhchap_secret: ") {
-				t.Errorf("Keys: %v", err)
+			if _, err := c.HostByNQN(authHost).Keys(); err == nil || !strings.Contains(err.Error(), "host "+authHost+": dhchap_secret: ") ||
+				!strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "; ") || !strings.Contains(err.Error(), tc.fix) {
+				t.Errorf("Keys: %v; want the host, the field, %q and the fix (%q)", err, tc.want, tc.fix)
 			}
 		})
 	}
