@@ -8,7 +8,7 @@ set xtics ("1" 1, "2" 2, "4" 4, "8" 8, "16" 16, "32" 32, "64" 64, "128" 128)
 set grid
 set key below horizontal maxrows 2 box spacing 1.2
 set bmargin 7
-set multiplot layout 1,2 title '4k random read, one fio job: gonvmf vs Linux nvmet-rdma (461dcf4, 3 rep.; median, min-max bars)'
+set multiplot layout 1,2 title '4k random read, one fio job: gonvmf vs Linux nvmet-rdma (70ca550, 3 rep.; median, min-max bars)'
 set title 'IOPS vs queue depth'
 set xlabel 'iodepth'
 set ylabel 'IOPS'
