@@ -65,15 +65,27 @@ import (
 // removed returns to its place in the order) and the error names the step and the
 // reason. Reload returns a description of each change applied, in order (none when next
 // is what runs).
+//
+// Once Shutdown has begun (or Close), Reload applies no step: it checks before each one,
+// and stops with an error wrapping ErrClosed that names the step it did not apply. The
+// steps applied before that stay applied and are not undone: an undo is a change of the
+// same kind (a backend opened again, a subsystem added back, hosts reconnecting) and
+// would change what the stop drains and flushes just as the reload's next step would;
+// what stays is drained, flushed and closed with the rest, and the configuration file
+// read at the next start is what counts. A step in progress when Shutdown begins runs to
+// its end.
 func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	s.chg.Lock()
 	defer s.chg.Unlock()
 	s.mu.Lock()
-	closed := s.closed
+	closed, stopping := s.closed, s.stopping
 	cur := s.configLocked()
 	s.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if stopping {
+		return nil, fmt.Errorf("server: reload: nothing applied: the server is shutting down: %w", ErrClosed)
 	}
 	nc := next.Clone()
 	if err := nc.Resolve(); err != nil {
@@ -86,6 +98,12 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	var done []string
 	var fenced []fencedStep // ANA changes applied, their fences not waited for yet
 	for i, st := range steps {
+		if s.isStopping() {
+			s.log.Warn("reload stopped: the server is shutting down; the changes applied before stay applied until it has stopped",
+				"not_applied", st.what, "applied", i)
+			return nil, fmt.Errorf("server: reload: %s and the %d steps after it not applied: the server is shutting down (the %d changes before it stay applied until it has stopped): %w",
+				st.what, len(steps)-i-1, i, ErrClosed)
+		}
 		var err error
 		if st.change != nil {
 			var f *target.ANAFence
@@ -133,6 +151,13 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 		done = append(done, st.what)
 	}
 	return s.waitFences(done, fenced), nil
+}
+
+// isStopping reports whether Shutdown (or Close) has begun.
+func (s *Server) isStopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopping || s.closed
 }
 
 // step is one change of a reload and, where it can be undone, how. An ANA change has

@@ -967,3 +967,66 @@ func TestReloadANAWaitsTogether(t *testing.T) {
 		}
 	}
 }
+
+// heldFlush is a backend whose Flush reports itself on entered and returns once release
+// is closed.
+type heldFlush struct {
+	backend.Backend
+	entered chan<- struct{}
+	release <-chan struct{}
+}
+
+func (b heldFlush) Flush() error {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.Backend.Flush()
+}
+
+// TestReloadDuringShutdown: a Reload while Shutdown flushes (held here) applies nothing and
+// fails with ErrClosed, so that no reload changes the target its stop drains and flushes.
+// The old code checked only Close's mark, set after the flush, and added the subsystem.
+func TestReloadDuringShutdown(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	opener := func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		if err != nil {
+			return nil, err
+		}
+		return heldFlush{b, entered, release}, nil
+	}
+	base := config("10.99.0.1", 0)
+	s := loopServer(t, base, target.WithBackendOpener(opener))
+	shut, shutDone := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(shutDone)
+		shut <- s.Shutdown(context.Background())
+	}()
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(release)
+		}
+		<-shutDone
+	})
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not flush the namespace within 10 s")
+	}
+	next := base.Clone()
+	next.Subsystems = append(next.Subsystems, conf.Subsystem{NQN: twoNQN, AllowAnyHost: true})
+	changes, err := s.Reload(next)
+	if !errors.Is(err, server.ErrClosed) {
+		t.Errorf("Reload during Shutdown's flush: %v (changes %q), want an error wrapping server.ErrClosed", err, changes)
+	}
+	for _, sub := range s.Config().Subsystems {
+		if sub.NQN == twoNQN {
+			t.Errorf("Reload during Shutdown's flush added subsystem %s", twoNQN)
+		}
+	}
+	close(release)
+	released = true
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+}

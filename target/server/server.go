@@ -73,6 +73,7 @@ type Server struct {
 	chg       sync.Mutex // serializes changes: every operation of manage.go, and Reload
 	mu        sync.Mutex
 	listeners []served
+	stopping  bool // Shutdown has begun: Reload applies no more steps (under mu)
 	closed    bool
 }
 
@@ -381,9 +382,14 @@ func (s *Server) Rejects() []rdma.RejectCount {
 // namespace, and a flush still executing in a backend that hangs is logged and left
 // behind, its error wrapping target.ErrFlushUnfinished; Close then does not wait for that
 // backend again. It returns the errors of every step, joined.
+//
+// From its start, before the drain, a Reload applies no more steps (see Reload): what the
+// stop drains and flushes is not changed under it by a reload, apart from the one step a
+// reload may be in the middle of then.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	closed := s.closed
+	s.stopping = true
 	s.mu.Unlock()
 	if closed {
 		return nil
