@@ -333,7 +333,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	grown := strings.Replace(string(text), "{nsid: 1, backend: memory, size: 4MiB}", "{nsid: 1, backend: memory, size: 8MiB}\n      - {nsid: 2, backend: null, size: 1GiB}", 1)
 	os.WriteFile(file, []byte(grown), 0o600)
-	reload(s, file, log, stats)
+	reload(s, file, log, stats, nil)
 	if ns := s.Target().Namespaces(); len(ns) != 2 || ns[0].Blocks != 8<<20/512 {
 		t.Errorf("namespaces after the reload: %+v\n%s", ns, logs.String())
 	}
@@ -344,7 +344,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	before := s.Config().String()
 	logs.Reset()
 	os.WriteFile(file, []byte(strings.Replace(grown, "size: 1GiB", "size: 1GiB, lba_size: 1000", 1)), 0o600)
-	reload(s, file, log, stats)
+	reload(s, file, log, stats, nil)
 	if s.Config().String() != before || !strings.Contains(logs.String(), "lba_size: 1000 is not a supported LBA size") ||
 		!strings.Contains(logs.String(), "reload refused: nothing changed") {
 		t.Errorf("invalid file: log\n%s", logs.String())
@@ -354,7 +354,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		logs.Reset()
 		os.WriteFile(file, []byte(strings.Replace(grown, "{nsid: 2, backend: null, size: 1GiB}",
 			"{nsid: 2, backend: rbd, rbd: {pool: p, image: i}}", 1)), 0o600)
-		reload(s, file, log, stats)
+		reload(s, file, log, stats, nil)
 		if s.Config().String() != before || !strings.Contains(logs.String(), "make build-ceph") ||
 			!strings.Contains(logs.String(), "reload refused: nothing changed") {
 			t.Errorf("rbd in a build without ceph: log\n%s", logs.String())
@@ -362,7 +362,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	}
 	logs.Reset()
 	os.WriteFile(file, []byte(strings.Replace(grown, "poll_groups: 1", "poll_groups: 2", 1)), 0o600)
-	reload(s, file, log, stats)
+	reload(s, file, log, stats, nil)
 	if s.Config().String() != before || !strings.Contains(logs.String(), "transport.poll_groups: 1 → 2") {
 		t.Errorf("transport change: log\n%s", logs.String())
 	}
@@ -550,7 +550,7 @@ func TestCtlHostKeys(t *testing.T) {
 	next := strings.Replace(string(text), "    allow_any_host: true\n", "    allow_any_host: true\n    auth_required: true\n", 1) +
 		"hosts:\n  - nqn: " + host + "\n    dhchap_secret: \"" + key1 + "\"\n"
 	os.WriteFile(file, []byte(next), 0o600)
-	reload(s, file, log, &reloadStats{})
+	reload(s, file, log, &reloadStats{}, nil)
 	contains("reload log", logs.String(), "reload: 2 changes applied", "add host "+host+" to the hosts section (dhchap_secret DHHC-1:01:<32-byte key>:)")
 	if h := s.Config().HostByNQN(host); h == nil || h.DHCHAPSecret != key1 || !s.Config().Subsystems[0].AuthRequired {
 		t.Errorf("after the reload: %+v", s.Config())

@@ -171,7 +171,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 			return err
 		}
 	}
-	rl := startReloader(func() { reload(s, cfg.File, log, reloads) })
+	rl := startReloader(func(stopping <-chan struct{}) { reload(s, cfg.File, log, reloads, stopping) })
 	for !stop {
 		select {
 		case <-ctx.Done():
@@ -191,7 +191,7 @@ func serve(ctx context.Context, cfg *conf.Config, log *slog.Logger, hup, term <-
 		case s := <-term:
 			return fmt.Errorf("shutdown interrupted by a second %v while it waited for the reload in progress", s)
 		case <-time.After(reloadStopWait):
-			log.Warn("shutting down without the reload in progress: it did not finish in time; what it changes from now on may escape the stop's flush",
+			log.Warn("shutting down without the reload in progress: it did not finish in time; it applies nothing from now on but the step it may be in the middle of",
 				"waited", reloadStopWait)
 		}
 	}
@@ -303,9 +303,11 @@ var reloadStopWait = 5 * time.Second
 // serve's stop (stop) starts no reload after it, and waits for the one in progress at
 // most reloadStopWait (or until a second signal): a reload applying its changes is let
 // finish, so that what it adds is drained, flushed and closed with the rest. One still
-// running after that is not waited for: the stop goes on, the reload's later changes
-// fail on the closed server (server.ErrClosed) or escape the stop's flush, and the
-// process exits without it.
+// running after that is not waited for: the stop goes on and the process exits without
+// it. Such a reload applies nothing more: one still in its configuration check is
+// abandoned when the check returns (reload sees the stop on the channel run gets), and
+// one inside server.Server.Reload applies no step after Shutdown has begun (its error
+// wraps server.ErrClosed); only the step it is in the middle of then runs to its end.
 type reloader struct {
 	pending chan struct{} // holds a reload asked for and not started yet
 	done    chan struct{} // closed when the goroutine returns
@@ -315,8 +317,9 @@ type reloader struct {
 	running bool          // a reload is in progress (under mu)
 }
 
-// startReloader starts the goroutine that runs the reloads: each is a call of run.
-func startReloader(run func()) *reloader {
+// startReloader starts the goroutine that runs the reloads: each is a call of run, whose
+// argument is closed once the stop has begun.
+func startReloader(run func(stopping <-chan struct{})) *reloader {
 	r := &reloader{pending: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
@@ -335,7 +338,7 @@ func startReloader(run func()) *reloader {
 			}
 			r.running = true
 			r.mu.Unlock()
-			run()
+			run(r.quit)
 			r.mu.Lock()
 			r.running = false
 			r.mu.Unlock()
@@ -375,9 +378,10 @@ var checkReload = func(cfg *conf.Config) error {
 // running configuration; an invalid file, or one that cannot be applied, changes nothing
 // and is logged with the reasons. The reload is counted in stats before the line that
 // ends it ("reload: N changes applied", "reload refused: nothing changed", "reload
-// failed") is logged: whoever reads that line and then scrapes the metrics sees it
-// counted.
-func reload(s *server.Server, file string, log *slog.Logger, stats *reloadStats) {
+// failed", "reload abandoned") is logged: whoever reads that line and then scrapes the
+// metrics sees it counted. Once stopping is closed (serve's stop has begun) a reload whose
+// check passes applies nothing: it is abandoned and counted as failed.
+func reload(s *server.Server, file string, log *slog.Logger, stats *reloadStats, stopping <-chan struct{}) {
 	log.Info("SIGHUP: reloading the configuration", "file", file)
 	cfg, err := conf.Load(file)
 	if err == nil {
@@ -396,6 +400,13 @@ func reload(s *server.Server, file string, log *slog.Logger, stats *reloadStats)
 	}
 	for _, w := range cfg.Warnings {
 		log.Warn("reload: configuration warning", "warning", w.Error())
+	}
+	select {
+	case <-stopping:
+		stats.record(false)
+		log.Error("reload abandoned: serve is stopping; nothing changed", "file", file)
+		return
+	default:
 	}
 	changes, err := s.Reload(cfg)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,9 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/rdmacm"
 	"github.com/gonvmf/gonvmf/rdmacm/rdmatest"
+	"github.com/gonvmf/gonvmf/target"
 	"github.com/gonvmf/gonvmf/target/server"
 	"github.com/urfave/cli/v2"
 )
@@ -713,12 +716,172 @@ func TestServeStopDuringHungReload(t *testing.T) {
 	}
 }
 
+// reloadLog is serve's log for the tests of a reload that the stop does not wait for:
+// ended is closed once the log has the line that ends a reload (see reload).
+type reloadLog struct {
+	syncBuffer
+	once  sync.Once
+	ended chan struct{}
+}
+
+func newReloadLog() *reloadLog { return &reloadLog{ended: make(chan struct{})} }
+
+var reloadEndLine = regexp.MustCompile(`msg="reload (abandoned|failed|refused)|msg="reload: [0-9]+ changes? applied"`)
+
+func (l *reloadLog) Write(p []byte) (int, error) {
+	n, err := l.syncBuffer.Write(p)
+	if reloadEndLine.Match(p) {
+		l.once.Do(func() { close(l.ended) })
+	}
+	return n, err
+}
+
+// await waits for the reload's end line, at most 10 s.
+func (l *reloadLog) await(t *testing.T) {
+	t.Helper()
+	select {
+	case <-l.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the reload did not end within 10 s:\n%s", l.String())
+	}
+}
+
+// heldFlush is a backend whose Flush closes entered (once) and returns once release is
+// closed.
+type heldFlush struct {
+	backend.Backend
+	once    *sync.Once
+	entered chan struct{}
+	release <-chan struct{}
+}
+
+func (b heldFlush) Flush() error {
+	b.once.Do(func() { close(b.entered) })
+	<-b.release
+	return b.Backend.Flush()
+}
+
+// TestServeReloadAbandonedDuringStop: a SIGHUP's reload whose configuration check the
+// stop did not wait for, and which passes while Shutdown flushes (held here), applies
+// nothing: it is abandoned and logged so, and the subsystem the edited file adds is not
+// added to the target being stopped. The old code applied the reload's changes to the
+// flushing target ("subsystem added", "reload: 1 change applied" after "shutting down").
+func TestServeReloadAbandonedDuringStop(t *testing.T) {
+	file := ctlConfig(t, "")
+	cfg, err := conf.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const twoNQN = "nqn.2024-01.io.gonvmf:review-two"
+	edited := strings.Replace(string(text), "\ntransport:", "\n  - nqn: "+twoNQN+"\n    allow_any_host: true\ntransport:", 1)
+	if err := os.WriteFile(file, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checking, releaseCheck := make(chan struct{}), make(chan struct{})
+	flushing, releaseFlush := make(chan struct{}), make(chan struct{})
+	var srv *server.Server // set by newServer, read after serve returned
+	savedNew, savedCheck, savedWait := newServer, checkReload, reloadStopWait
+	newServer = func(cfg *conf.Config, o server.Options) (*server.Server, error) {
+		o.Loop = true
+		once := new(sync.Once)
+		o.Target = append(o.Target, target.WithBackendOpener(func(s backend.Spec) (backend.Backend, error) {
+			b, err := backend.Open(s)
+			if err != nil {
+				return nil, err
+			}
+			return heldFlush{b, once, flushing, releaseFlush}, nil
+		}))
+		s, err := server.New(cfg, o)
+		srv = s
+		return s, err
+	}
+	checkReload = func(*conf.Config) error {
+		checking <- struct{}{}
+		<-releaseCheck
+		return nil
+	}
+	reloadStopWait = 50 * time.Millisecond
+	out := newReloadLog()
+	served := make(chan error, 1)
+	var checkReleased, flushReleased bool
+	t.Cleanup(func() {
+		if !checkReleased {
+			close(releaseCheck)
+		}
+		if !flushReleased {
+			close(releaseFlush)
+		}
+		<-out.ended // the reload, which outlives serve, has returned
+		<-served
+		newServer, checkReload, reloadStopWait = savedNew, savedCheck, savedWait
+	})
+	hup, term := make(chan os.Signal), make(chan os.Signal) // a send returns once serve took it
+	go func() {
+		served <- serve(context.Background(), cfg, slog.New(slog.NewTextHandler(out, nil)), hup, term)
+	}()
+	send := func(ch chan os.Signal, sig os.Signal, when string) {
+		t.Helper()
+		select {
+		case ch <- sig:
+		case err := <-served:
+			served <- err
+			t.Fatalf("serve returned %v before it took %v:\n%s", err, sig, out.String())
+		case <-time.After(10 * time.Second):
+			t.Fatalf("serve took no %v within 10 s %s:\n%s", sig, when, out.String())
+		}
+	}
+	send(hup, syscall.SIGHUP, "of its start")
+	select {
+	case <-checking:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the reload did not reach its configuration check within 10 s:\n%s", out.String())
+	}
+	send(term, syscall.SIGTERM, "while a reload waits in its configuration check")
+	select {
+	case <-flushing:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve's stop did not flush within 10 s:\n%s", out.String())
+	}
+	close(releaseCheck)
+	checkReleased = true
+	out.await(t)
+	log := out.String()
+	if !strings.Contains(log, `msg="reload abandoned: serve is stopping; nothing changed"`) {
+		t.Errorf("the log does not say the reload was abandoned:\n%s", log)
+	}
+	for _, bad := range []string{"nqn=" + twoNQN, `msg="reload: applied"`, "change applied"} {
+		if strings.Contains(log, bad) {
+			t.Errorf("a reload applied changes during the stop (%q):\n%s", bad, log)
+		}
+	}
+	close(releaseFlush)
+	flushReleased = true
+	select {
+	case err := <-served:
+		served <- err
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve did not return within 10 s of the flush's release:\n%s", out.String())
+	}
+	for _, sub := range srv.Config().Subsystems {
+		if sub.NQN == twoNQN {
+			t.Errorf("the reload added subsystem %s to the target being stopped", twoNQN)
+		}
+	}
+}
+
 // TestReloaderCoalesces: reloads run one at a time; any number of requests while one
 // runs ask for one more after it; stop reports the reload in progress, and no reload
 // asked for before it starts after it.
 func TestReloaderCoalesces(t *testing.T) {
 	runs := make(chan chan struct{})
-	r := startReloader(func() {
+	r := startReloader(func(<-chan struct{}) {
 		release := make(chan struct{})
 		runs <- release
 		<-release
@@ -753,7 +916,7 @@ func TestReloaderCoalesces(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the reloader did not return within 10 s of its stop and the end of the reload in progress (a reload asked for before the stop started after it?)")
 	}
-	idle := startReloader(func() { t.Error("a reload ran that nobody asked for") })
+	idle := startReloader(func(<-chan struct{}) { t.Error("a reload ran that nobody asked for") })
 	if idle.stop() {
 		t.Error("stop of an idle reloader reports a reload in progress")
 	}
