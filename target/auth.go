@@ -847,7 +847,7 @@ func (ch HostKeysChange) Fields() []string {
 // reports whether the entry is new.
 //
 // The secrets are read (ReadHostKeys) before the change is serialized with the others
-// (cfgMu; SetHostKeysRead), within SecretReadTimeout, so a secret file on a hung mount
+// (cfgMu; HostKeysRead.Apply), within SecretReadTimeout, so a secret file on a hung mount
 // fails this change after SecretReadTimeout and holds up no other change meanwhile. The
 // read applies the change to the running configuration as it is then; under cfgMu the
 // change is applied again to the running configuration as it is by then, and the entry
@@ -863,25 +863,36 @@ func (t *Target) SetHostKeys(hostNQN string, ch HostKeysChange) (created bool, e
 	if err != nil {
 		return false, err
 	}
-	return t.SetHostKeysRead(r)
+	return r.Apply()
 }
 
-// HostKeysRead is a change of a host's entry whose secrets ReadHostKeys has read:
-// SetHostKeysRead applies it.
+// HostKeysRead is a change of a host's entry on one Target whose secrets ReadHostKeys
+// has read; Apply applies it to that Target. Only ReadHostKeys makes one: the zero value
+// is not a change, and Apply refuses it.
 type HostKeysRead struct {
+	t       *Target // nil in the zero value
 	hostNQN string
 	ch      HostKeysChange
-	read    *conf.Host // the entry whose secrets were read; nil: none (readHostKeysChange)
+	read    *conf.Host  // the entry whose secrets were read; nil: none (readHostKeysChange)
+	applied atomic.Bool // Apply was called
 }
 
 // ReadHostKeys is the first half of SetHostKeys(hostNQN, ch): it reads the secrets of
 // the entry the change gives, holding none of the target's locks, and fails as
-// SetHostKeys does when one cannot be read. SetHostKeysRead applies the change. A caller
-// that serializes its changes with a lock of its own (package target/server) reads
-// before it takes that lock and applies under it, so that a secret file on a hung mount
-// holds up none of its other changes either.
+// SetHostKeys does when one cannot be read. The second half, the change itself, is the
+// result's Apply. A caller that serializes its changes with a lock of its own (package
+// target/server) reads before it takes that lock and applies under it, so that a secret
+// file on a hung mount holds up none of its other changes either.
+//
+// A change that cannot apply for another reason than a secret it cannot read (an
+// invalid entry, a target whose keys come from WithAuthKeys, a closed target) returns
+// a HostKeysRead and no error: Apply returns that error. The secrets are read as they
+// are when ReadHostKeys runs, and Apply does not read again those whose values it has
+// read: apply the result at once (a file: secret deleted or changed in between is
+// installed as it was read; every authentication reads its file again, and fails then
+// if it is gone).
 func (t *Target) ReadHostKeys(hostNQN string, ch HostKeysChange) (*HostKeysRead, error) {
-	r := &HostKeysRead{hostNQN: hostNQN, ch: ch}
+	r := &HostKeysRead{t: t, hostNQN: hostNQN, ch: ch}
 	if k, _ := t.authKeys.(*configAuthKeys); k != nil {
 		var err error
 		if r.read, err = t.readHostKeysChange(k, fmt.Sprintf("host %q: keys", hostNQN), hostNQN, ch); err != nil {
@@ -891,14 +902,20 @@ func (t *Target) ReadHostKeys(hostNQN string, ch HostKeysChange) (*HostKeysRead,
 	return r, nil
 }
 
-// SetHostKeysRead is the second half of SetHostKeys: it applies the change r (from
-// ReadHostKeys) under cfgMu, reading the entry's secrets again there when the change
-// gives an entry other than the one r read (see SetHostKeys).
-func (t *Target) SetHostKeysRead(r *HostKeysRead) (created bool, err error) {
-	if r == nil {
-		return false, errors.New("target: SetHostKeysRead of no HostKeysRead: call ReadHostKeys first")
+// Apply is the second half of SetHostKeys: it applies the change r (from ReadHostKeys)
+// to the Target that read it, under its cfgMu, reading the entry's secrets again there
+// when the change gives an entry other than the one r read (see SetHostKeys), and
+// reports whether the entry is new. A HostKeysRead is one change: it applies once. A
+// second Apply, whatever the first returned, changes nothing and returns an error (call
+// ReadHostKeys again to retry). Apply of a nil or zero HostKeysRead returns an error.
+func (r *HostKeysRead) Apply() (created bool, err error) {
+	if r == nil || r.t == nil {
+		return false, errors.New("target: HostKeysRead.Apply of a HostKeysRead that ReadHostKeys did not return: call Target.ReadHostKeys for the change")
 	}
-	hostNQN, ch, read := r.hostNQN, r.ch, r.read
+	if !r.applied.CompareAndSwap(false, true) {
+		return false, fmt.Errorf("target: host %q: keys: this HostKeysRead was applied already; a HostKeysRead is one change: call Target.ReadHostKeys again to make it again", r.hostNQN)
+	}
+	t, hostNQN, ch, read := r.t, r.hostNQN, r.ch, r.read
 	what := fmt.Sprintf("host %q: keys", hostNQN)
 	k, _ := t.authKeys.(*configAuthKeys)
 	err = t.change(what, true, func(c *conf.Config) error {

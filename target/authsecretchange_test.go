@@ -286,3 +286,43 @@ func TestSetHostKeysReadsOnlyChangedSecrets(t *testing.T) {
 		t.Errorf("host entry after both SetHostKeys: %+v; want dhchap_secret file:%s and the inline controller secret", h, hostPath)
 	}
 }
+
+// TestHostKeysReadApply: Apply applies a ReadHostKeys result once, to the Target that
+// read it: a second Apply, and one of a zero or nil HostKeysRead, change nothing and
+// say why; an invalid change reads as no error and fails in Apply. The old
+// SetHostKeysRead(&HostKeysRead{}) applied a change to host "" and failed with a
+// Resolve error about a missing nqn, and applied the same read twice.
+func TestHostKeysReadApply(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	e := newEnv(t, cfg)
+	secret := newSecret(t).Encode()
+	r, err := e.tgt.ReadHostKeys(otherNQN, target.HostKeysChange{DHCHAPSecret: &secret})
+	if err != nil {
+		t.Fatalf("ReadHostKeys: %v", err)
+	}
+	if created, err := r.Apply(); err != nil || !created {
+		t.Fatalf("Apply: created %v, %v; want a new entry", created, err)
+	}
+	if h := e.tgt.Config().HostByNQN(otherNQN); h == nil || h.DHCHAPSecret != secret {
+		t.Fatalf("host entry after Apply: %+v, want the secret read", h)
+	}
+	if _, err := r.Apply(); err == nil || !strings.Contains(err.Error(), "applied already") {
+		t.Errorf("a second Apply of one HostKeysRead: %v, want an error saying it was applied already", err)
+	}
+	for name, r := range map[string]*target.HostKeysRead{"zero": {}, "nil": nil} {
+		if _, err := r.Apply(); err == nil || !strings.Contains(err.Error(), "call Target.ReadHostKeys") {
+			t.Errorf("Apply of a %s HostKeysRead: %v, want an error saying to call ReadHostKeys", name, err)
+		}
+	}
+	bad := "DHHC-1:00:not-a-key:"
+	r, err = e.tgt.ReadHostKeys(otherNQN, target.HostKeysChange{DHCHAPCtrlSecret: &bad})
+	if err != nil {
+		t.Fatalf("ReadHostKeys of an invalid change: %v, want its error from Apply", err)
+	}
+	if _, err := r.Apply(); err == nil {
+		t.Error("Apply of an invalid controller secret succeeded")
+	}
+	if h := e.tgt.Config().HostByNQN(otherNQN); h == nil || h.DHCHAPCtrlSecret != "" {
+		t.Errorf("host entry after a failed Apply: %+v, want it unchanged", h)
+	}
+}

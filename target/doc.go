@@ -22,6 +22,8 @@
 //	t.AddNamespace(nqn, ns) / t.InsertNamespace / t.RemoveNamespace(nqn, nsid) / t.ResizeNamespace / t.SetNamespaceReadOnly
 //	t.AddSubsystem / t.InsertSubsystem / t.RemoveSubsystem / t.SetAllowedHosts / t.AllowHost / t.DenyHost
 //	t.SetHostKeys / t.RemoveHostKeys / t.SetAuthRequired   // in-band authentication (auth.go)
+//	r, err := t.ReadHostKeys(host, ch); r.Apply()          // SetHostKeys in two halves: read the secrets, then apply
+//	                                                       // (a caller with a lock of its own takes it for Apply only)
 //	t.Controllers() / t.Namespaces()      // inspection snapshots (hosts, queues; capacity, I/O counters)
 //	t.Subsystems() / t.ConnectRejects()   // connections per subsystem, refused queues by reason
 //	t.Config()                            // the running configuration, changes included

@@ -100,8 +100,8 @@ func (s *Server) DenyHost(nqn, host string) error {
 // re-authentications use it; authenticated connections keep working. The secrets are
 // read (target.Target.ReadHostKeys, at most target.SecretReadTimeout) before the change
 // is serialized with the others, so a secret file on a hung mount holds up no other
-// change; the change then applies under the serialization (SetHostKeysRead), which
-// reads the secrets again only if another change altered the entry meanwhile.
+// change; the change then applies under the serialization (target.HostKeysRead.Apply),
+// which reads the secrets again only if another change altered the entry meanwhile.
 func (s *Server) SetHostKeys(hostNQN string, ch target.HostKeysChange) (created bool, err error) {
 	r, err := readHostKeys(s.t, hostNQN, ch)
 	if err != nil {
@@ -109,7 +109,7 @@ func (s *Server) SetHostKeys(hostNQN string, ch target.HostKeysChange) (created 
 	}
 	s.chg.Lock()
 	defer s.chg.Unlock()
-	return s.t.SetHostKeysRead(r)
+	return r.Apply()
 }
 
 // readHostKeys is target.Target.ReadHostKeys (tests replace it).
