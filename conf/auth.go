@@ -3,6 +3,7 @@ package conf
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -164,14 +165,15 @@ func LoadSecret(v string) (*dhchap.Secret, error) {
 }
 
 // readSecretFile checks the secret file path (secretFileProblem), reads it and parses
-// the secret; on failure it returns what is wrong and how to fix it.
+// the secret; on failure it returns what is wrong and how to fix it. An error of the
+// stat or the read wraps the os error (a missing file's is fs.ErrNotExist).
 func readSecretFile(path string) (s *dhchap.Secret, fix string, err error) {
-	if msg, fix := secretFileProblem(path); msg != "" {
-		return nil, fix, errors.New(msg)
+	if fix, err := secretFileProblem(path); err != nil {
+		return nil, fix, err
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, "check that the target's user can read it (chmod 600, and the file system holding it)",
+		return nil, fmt.Sprintf("check that the target's user can read %s (chmod 600 %s) and that its file system answers", path, path),
 			fmt.Errorf("cannot read the secret file: %w", err)
 	}
 	defer clear(data) // the secret's text; the Secret keeps its own copy of the key
@@ -182,23 +184,28 @@ func readSecretFile(path string) (s *dhchap.Secret, fix string, err error) {
 }
 
 // secretFileProblem checks that path is a regular file owned by this process's user
-// and closed to everyone else; it returns what is wrong and how to fix it.
-func secretFileProblem(path string) (msg, fix string) {
+// and closed to everyone else; it returns how to fix what is wrong and what is wrong (a
+// stat error wraps the os error), or "" and nil.
+func secretFileProblem(path string) (fix string, err error) {
 	fi, err := os.Stat(path)
 	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("create it with the key nvme gen-dhchap-key prints, readable only by the target's user (chmod 600 %s)", path),
+			fmt.Errorf("cannot read the secret file: %w", err)
 	case err != nil:
-		return fmt.Sprintf("cannot read the secret file: %v", err), "create it with the key nvme gen-dhchap-key prints, readable only by the target's user (chmod 600)"
+		return fmt.Sprintf("check that the target's user can reach %s (the x permission of each directory above it) and that the file system holding it answers", path),
+			fmt.Errorf("cannot read the secret file: %w", err)
 	case !fi.Mode().IsRegular():
-		return fmt.Sprintf("%s is not a regular file", path), "name a file that holds the secret"
+		return "name a file that holds the secret", fmt.Errorf("%s is not a regular file", path)
 	case fi.Mode().Perm()&0o077 != 0:
-		return fmt.Sprintf("%s is open to other users (mode %#o)", path, fi.Mode().Perm()),
-			fmt.Sprintf("chmod 600 %s: a secret must be readable by the target's user only", path)
+		return fmt.Sprintf("chmod 600 %s: a secret must be readable by the target's user only", path),
+			fmt.Errorf("%s is open to other users (mode %#o)", path, fi.Mode().Perm())
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Sprintf("%s belongs to uid %d, the target runs as uid %d", path, st.Uid, os.Geteuid()),
-			fmt.Sprintf("chown %d %s: the secret file must belong to the target's user", os.Geteuid(), path)
+		return fmt.Sprintf("chown %d %s: the secret file must belong to the target's user", os.Geteuid(), path),
+			fmt.Errorf("%s belongs to uid %d, the target runs as uid %d", path, st.Uid, os.Geteuid())
 	}
-	return "", ""
+	return "", nil
 }
 
 // --- decoding ---

@@ -1,6 +1,8 @@
 package conf
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,7 +83,7 @@ func TestAuthSecretFiles(t *testing.T) {
 		prep            func()
 	}{
 		{"open to others", "is open to other users (mode 0644)", "chmod 600", func() { writeSecret(t, filepath.Join(dir, "host.key"), otherSecret, 0o644) }},
-		{"missing", "cannot read the secret file", "chmod 600", func() { os.Remove(filepath.Join(dir, "host.key")) }},
+		{"missing", "cannot read the secret file", "create it with the key", func() { os.Remove(filepath.Join(dir, "host.key")) }},
 		{"directory", "is not a regular file", "name a file", func() { os.Mkdir(filepath.Join(dir, "host.key"), 0o700) }},
 		{"bad content", "the secret's CRC-32 does not match", "nvme gen-dhchap-key prints", func() {
 			writeSecret(t, filepath.Join(dir, "host.key"), strings.Replace(otherSecret, "KfiaR", "KfiaS", 1), 0o600)
@@ -115,8 +117,8 @@ func TestAuthSecretFiles(t *testing.T) {
 	if os.Geteuid() == 0 {
 		writeSecret(t, filepath.Join(dir, "nobody.key"), otherSecret, 0o600)
 		if err := os.Chown(filepath.Join(dir, "nobody.key"), 65534, 65534); err == nil {
-			if msg, fix := secretFileProblem(filepath.Join(dir, "nobody.key")); !strings.Contains(msg, "belongs to uid 65534") || !strings.Contains(fix, "chown 0") {
-				t.Errorf("foreign owner: %q %q", msg, fix)
+			if fix, err := secretFileProblem(filepath.Join(dir, "nobody.key")); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") || !strings.Contains(fix, "chown 0") {
+				t.Errorf("foreign owner: %v %q", err, fix)
 			}
 		}
 	}
@@ -237,5 +239,25 @@ func TestCheckSystemSecretFileHung(t *testing.T) {
 	}
 	if startSecretCheck(hostKey) == held {
 		t.Error("a check after the file's check ended joined the ended one")
+	}
+}
+
+// TestLoadSecretFileStatErrors: a missing secret file's error is fs.ErrNotExist and its
+// fix is to create the file; a path the target's user cannot reach (here through a
+// regular file: ENOTDIR) is not told to create it, and its fix names the path.
+func TestLoadSecretFileStatErrors(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "host.key")
+	_, err := LoadSecret(SecretFilePrefix + missing)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "create it with the key") || !strings.Contains(err.Error(), "chmod 600 "+missing) {
+		t.Errorf("LoadSecret of a missing file: %v; want fs.ErrNotExist and the fix to create it", err)
+	}
+	plain := filepath.Join(dir, "plain")
+	writeSecret(t, plain, goodSecret, 0o600)
+	through := filepath.Join(plain, "host.key")
+	_, err = LoadSecret(SecretFilePrefix + through)
+	if err == nil || errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), "create it") ||
+		!strings.Contains(err.Error(), "can reach "+through) {
+		t.Errorf("LoadSecret of a file under a regular file: %v; want no fix to create it, and one to make %s reachable", err, through)
 	}
 }
