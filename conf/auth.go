@@ -428,8 +428,10 @@ func startSecretCheck(path string) *secretCheck {
 // checkSecrets checks every "file:" secret's file (checkSecretFile), all at once, and
 // waits for them at most secretCheckTimeout: a file that has not answered by then (a
 // hung mount) fails the check, naming the field, the host and the file, rather than
-// holding CheckSystem (gonvmf check, serve's start and reload) for ever. A configuration
-// file that holds inline secrets and is readable by others gets a warning.
+// holding CheckSystem (gonvmf check, serve's start and reload) for ever. Only these
+// checks are bounded: CheckSystem's others block as long as their file system does (see
+// CheckSystem). A configuration file that holds inline secrets and is readable by
+// others gets a warning.
 func (v *validator) checkSecrets() {
 	type pending struct {
 		field, val, host, path string

@@ -21,10 +21,19 @@ import (
 //   - rbd namespaces: the ceph_conf and keyring given can be read (the cluster itself is
 //     not contacted);
 //   - memory namespaces and the buffer pool fit in this machine's RAM, and the buffer pool
-//     can be pinned under RLIMIT_MEMLOCK.
+//     can be pinned under RLIMIT_MEMLOCK;
+//   - hosts' "file:" secrets: each file exists, belongs to this user, is closed to
+//     others and holds a valid secret (checkSecrets).
 //
 // It changes nothing (it opens files and devices and closes them again) and returns
 // *FieldError values joined as Parse does. c must come from Load, Parse or Resolve.
+//
+// Only the secret files' checks are bounded in time (secretCheckTimeout): a secret file
+// that does not answer fails its field. The other checks (the namespaces' files and
+// devices, the state files, rbd's ceph_conf and keyring, the TLS files) stat, open and
+// read on the calling goroutine and block as long as their file system does: a backend
+// on a hung mount holds CheckSystem, and so gonvmf check, serve's start and a reload's
+// check, until the mount answers.
 func (c *Config) CheckSystem() error {
 	if c.src == nil {
 		c.src = newSource()
