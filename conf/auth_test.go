@@ -237,8 +237,14 @@ func TestCheckSystemSecretFileHung(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the released check did not end within 10 s")
 	}
-	if startSecretCheck(hostKey) == held {
+	next := startSecretCheck(hostKey)
+	if next == held {
 		t.Error("a check after the file's check ended joined the ended one")
+	}
+	select {
+	case <-next.done: // the test leaves no check running
+	case <-time.After(10 * time.Second):
+		t.Fatal("the check after the release did not end within 10 s")
 	}
 }
 

@@ -676,15 +676,19 @@ func TestServeStopDuringHungReload(t *testing.T) {
 		return nil
 	}
 	reloadStopWait = 50 * time.Millisecond
+	out := newReloadLog()
+	checking := false // the reload is in its check (or after it)
 	t.Cleanup(func() {
-		close(release) // the reload then fails on the closed server
+		close(release) // the reload then ends (abandoned, once serve has stopped)
+		if checking {
+			<-out.ended // the reload, which outlives serve, has returned
+		}
 		newServer, checkReload, reloadStopWait = savedNew, savedCheck, savedWait
 	})
-	var out syncBuffer
 	hup, term := make(chan os.Signal), make(chan os.Signal) // a send returns once serve took it
 	served := make(chan error, 1)
 	go func() {
-		served <- serve(context.Background(), cfg, slog.New(slog.NewTextHandler(&out, nil)), hup, term)
+		served <- serve(context.Background(), cfg, slog.New(slog.NewTextHandler(out, nil)), hup, term)
 	}()
 	send := func(ch chan os.Signal, sig os.Signal, when string) {
 		t.Helper()
@@ -699,6 +703,7 @@ func TestServeStopDuringHungReload(t *testing.T) {
 	send(hup, syscall.SIGHUP, "of its start")
 	select {
 	case <-entered:
+		checking = true
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the reload did not reach its configuration check within 10 s:\n%s", out.String())
 	}
@@ -807,7 +812,7 @@ func TestServeReloadAbandonedDuringStop(t *testing.T) {
 	reloadStopWait = 50 * time.Millisecond
 	out := newReloadLog()
 	served := make(chan error, 1)
-	var checkReleased, flushReleased bool
+	var checkReleased, flushReleased, inCheck, stopped bool
 	t.Cleanup(func() {
 		if !checkReleased {
 			close(releaseCheck)
@@ -815,8 +820,12 @@ func TestServeReloadAbandonedDuringStop(t *testing.T) {
 		if !flushReleased {
 			close(releaseFlush)
 		}
-		<-out.ended // the reload, which outlives serve, has returned
-		<-served
+		if inCheck {
+			<-out.ended // the reload, which outlives serve, has returned
+		}
+		if stopped {
+			<-served
+		}
 		newServer, checkReload, reloadStopWait = savedNew, savedCheck, savedWait
 	})
 	hup, term := make(chan os.Signal), make(chan os.Signal) // a send returns once serve took it
@@ -837,10 +846,12 @@ func TestServeReloadAbandonedDuringStop(t *testing.T) {
 	send(hup, syscall.SIGHUP, "of its start")
 	select {
 	case <-checking:
+		inCheck = true
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the reload did not reach its configuration check within 10 s:\n%s", out.String())
 	}
 	send(term, syscall.SIGTERM, "while a reload waits in its configuration check")
+	stopped = true
 	select {
 	case <-flushing:
 	case <-time.After(10 * time.Second):
