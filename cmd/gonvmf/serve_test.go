@@ -676,7 +676,8 @@ func TestServeStopDuringHungReload(t *testing.T) {
 		return nil
 	}
 	reloadStopWait = 50 * time.Millisecond
-	out := newReloadLog()
+	sv := startSignalledServe(cfg)
+	out := sv.out
 	checking := false // the reload is in its check (or after it)
 	t.Cleanup(func() {
 		close(release) // the reload then ends (abandoned, once serve has stopped)
@@ -685,31 +686,12 @@ func TestServeStopDuringHungReload(t *testing.T) {
 		}
 		newServer, checkReload, reloadStopWait = savedNew, savedCheck, savedWait
 	})
-	hup, term := make(chan os.Signal), make(chan os.Signal) // a send returns once serve took it
-	served := make(chan error, 1)
-	go func() {
-		served <- serve(context.Background(), cfg, slog.New(slog.NewTextHandler(out, nil)), hup, term)
-	}()
-	send := func(ch chan os.Signal, sig os.Signal, when string) {
-		t.Helper()
-		select {
-		case ch <- sig:
-		case err := <-served:
-			t.Fatalf("serve returned %v before it took %v:\n%s", err, sig, out.String())
-		case <-time.After(10 * time.Second):
-			t.Fatalf("serve took no %v within 10 s %s:\n%s", sig, when, out.String())
-		}
-	}
-	send(hup, syscall.SIGHUP, "of its start")
+	sv.send(t, sv.hup, syscall.SIGHUP, "of its start")
+	sv.awaitCheck(t, entered)
+	checking = true
+	sv.send(t, sv.term, syscall.SIGTERM, "while a reload waits in its configuration check")
 	select {
-	case <-entered:
-		checking = true
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the reload did not reach its configuration check within 10 s:\n%s", out.String())
-	}
-	send(term, syscall.SIGTERM, "while a reload waits in its configuration check")
-	select {
-	case err := <-served:
+	case err := <-sv.served:
 		if err != nil {
 			t.Errorf("serve after SIGTERM during a hung reload: %v", err)
 		}
@@ -748,6 +730,46 @@ func (l *reloadLog) await(t *testing.T) {
 	case <-l.ended:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the reload did not end within 10 s:\n%s", l.String())
+	}
+}
+
+// signalledServe is serve run by startSignalledServe, with the channels of its signals.
+type signalledServe struct {
+	out       *reloadLog
+	hup, term chan os.Signal // a send returns once serve took it
+	served    chan error     // serve's result: whoever takes it puts it back
+}
+
+// startSignalledServe runs serve with cfg on a goroutine of its own, its log in out.
+func startSignalledServe(cfg *conf.Config) *signalledServe {
+	s := &signalledServe{out: newReloadLog(), hup: make(chan os.Signal), term: make(chan os.Signal), served: make(chan error, 1)}
+	go func() {
+		s.served <- serve(context.Background(), cfg, slog.New(slog.NewTextHandler(s.out, nil)), s.hup, s.term)
+	}()
+	return s
+}
+
+// send delivers sig on ch, and fails t if serve returned first or took none within 10 s.
+func (s *signalledServe) send(t *testing.T, ch chan os.Signal, sig os.Signal, when string) {
+	t.Helper()
+	select {
+	case ch <- sig:
+	case err := <-s.served:
+		s.served <- err
+		t.Fatalf("serve returned %v before it took %v:\n%s", err, sig, s.out.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("serve took no %v within 10 s %s:\n%s", sig, when, s.out.String())
+	}
+}
+
+// awaitCheck waits, at most 10 s, for a SIGHUP's reload to signal on entered that it is
+// in its configuration check (a checkReload the test set).
+func (s *signalledServe) awaitCheck(t *testing.T, entered <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the reload did not reach its configuration check within 10 s:\n%s", s.out.String())
 	}
 }
 
@@ -810,8 +832,8 @@ func TestServeReloadAbandonedDuringStop(t *testing.T) {
 		return nil
 	}
 	reloadStopWait = 50 * time.Millisecond
-	out := newReloadLog()
-	served := make(chan error, 1)
+	sv := startSignalledServe(cfg)
+	out := sv.out
 	var checkReleased, flushReleased, inCheck, stopped bool
 	t.Cleanup(func() {
 		if !checkReleased {
@@ -824,33 +846,14 @@ func TestServeReloadAbandonedDuringStop(t *testing.T) {
 			<-out.ended // the reload, which outlives serve, has returned
 		}
 		if stopped {
-			<-served
+			<-sv.served
 		}
 		newServer, checkReload, reloadStopWait = savedNew, savedCheck, savedWait
 	})
-	hup, term := make(chan os.Signal), make(chan os.Signal) // a send returns once serve took it
-	go func() {
-		served <- serve(context.Background(), cfg, slog.New(slog.NewTextHandler(out, nil)), hup, term)
-	}()
-	send := func(ch chan os.Signal, sig os.Signal, when string) {
-		t.Helper()
-		select {
-		case ch <- sig:
-		case err := <-served:
-			served <- err
-			t.Fatalf("serve returned %v before it took %v:\n%s", err, sig, out.String())
-		case <-time.After(10 * time.Second):
-			t.Fatalf("serve took no %v within 10 s %s:\n%s", sig, when, out.String())
-		}
-	}
-	send(hup, syscall.SIGHUP, "of its start")
-	select {
-	case <-checking:
-		inCheck = true
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the reload did not reach its configuration check within 10 s:\n%s", out.String())
-	}
-	send(term, syscall.SIGTERM, "while a reload waits in its configuration check")
+	sv.send(t, sv.hup, syscall.SIGHUP, "of its start")
+	sv.awaitCheck(t, checking)
+	inCheck = true
+	sv.send(t, sv.term, syscall.SIGTERM, "while a reload waits in its configuration check")
 	stopped = true
 	select {
 	case <-flushing:
@@ -872,8 +875,8 @@ func TestServeReloadAbandonedDuringStop(t *testing.T) {
 	close(releaseFlush)
 	flushReleased = true
 	select {
-	case err := <-served:
-		served <- err
+	case err := <-sv.served:
+		sv.served <- err
 		if err != nil {
 			t.Errorf("serve: %v", err)
 		}
