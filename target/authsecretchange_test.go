@@ -289,9 +289,7 @@ func TestSetHostKeysReadsOnlyChangedSecrets(t *testing.T) {
 
 // TestHostKeysReadApply: Apply applies a ReadHostKeys result once, to the Target that
 // read it: a second Apply, and one of a zero or nil HostKeysRead, change nothing and
-// say why; an invalid change reads as no error and fails in Apply. The old
-// SetHostKeysRead(&HostKeysRead{}) applied a change to host "" and failed with a
-// Resolve error about a missing nqn, and applied the same read twice.
+// say why; an invalid change reads as no error and fails in Apply.
 func TestHostKeysReadApply(t *testing.T) {
 	cfg := baseConfig(memNS(1, 1<<20))
 	e := newEnv(t, cfg)

@@ -52,9 +52,9 @@ says it was abandoned). The check (as check does) waits for hosts' secret files 
 10 s (a file that does not answer fails the reload), but for the namespaces' files and
 devices and the state files as long as their file system takes: a backend on a hung
 mount holds the reload, and serve's start, until the mount answers. A file that is
-invalid, or that changes what cannot change while hosts are connected (the transport section, for one), changes nothing; the log says why, and
-the metrics count it (gonvmf_config_reloads_total{result="failure"},
-gonvmf_config_last_reload_successful 0).
+invalid, or that changes what cannot change while hosts are connected (the transport
+section, for one), changes nothing; the log says why, and the metrics count it
+(gonvmf_config_reloads_total{result="failure"}, gonvmf_config_last_reload_successful 0).
 
 Hosts connect with the Linux NVMe host, for example
   nvme discover -t rdma -a 10.99.0.1 -s 4420
