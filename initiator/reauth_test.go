@@ -142,14 +142,26 @@ func nullGroupKeys(t *testing.T) (*dhchap.Secret, *dhchap.HostKeys) {
 	return hk, &dhchap.HostKeys{Host: hk, DHGroups: []nvmeproto.AuthDHGroupID{nvmeproto.AuthDHGroupNull}}
 }
 
+// dialReauth connects, through an authGate, to a target that authenticates the host with
+// a fresh key of the null DH group; mut (nil: none) changes the options further.
+func dialReauth(t *testing.T, mut func(*initiator.Options)) (*initiator.Controller, *authGate) {
+	t.Helper()
+	hk, keys := nullGroupKeys(t)
+	e, _ := authEnv(t, keys)
+	return e.dialGate(t, func(o *initiator.Options) {
+		o.DHCHAPSecret = hk.Encode()
+		if mut != nil {
+			mut(o)
+		}
+	})
+}
+
 // TestLoopReauthOnAuthRequired: a read the controller fails with Authentication
 // Required (no DNR) makes the host re-authenticate the controller, the admin queue first
 // and then every I/O queue that authenticated at its Connect, as the Linux host's
 // dhchap_auth_work does, and only then is the read sent again: it returns the data.
 func TestLoopReauthOnAuthRequired(t *testing.T) {
-	hk, keys := nullGroupKeys(t)
-	e, _ := authEnv(t, keys)
-	c, g := e.dialGate(t, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() })
+	c, g := dialReauth(t, nil)
 	ns := c.Namespaces()[0]
 	want := bytes.Repeat([]byte{0x5C}, 4096)
 	if _, err := ns.WriteAt(ctx(t), want, 0, 0); err != nil {
@@ -183,9 +195,7 @@ func TestLoopReauthOnAuthRequired(t *testing.T) {
 // slot on each I/O queue (the one kept for authentication), and every read then
 // completes.
 func TestLoopReauthFullQueues(t *testing.T) {
-	hk, keys := nullGroupKeys(t)
-	e, _ := authEnv(t, keys)
-	c, g := e.dialGate(t, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() })
+	c, g := dialReauth(t, nil)
 	type read struct {
 		q *initiator.IOQueue
 		r *initiator.Request
@@ -289,9 +299,7 @@ func TestLoopReauthFails(t *testing.T) {
 		}
 	})
 	t.Run("retries disabled", func(t *testing.T) {
-		hk, keys := nullGroupKeys(t)
-		e, _ := authEnv(t, keys)
-		c, g := e.dialGate(t, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode(); o.MaxRetries = -1 })
+		c, g := dialReauth(t, func(o *initiator.Options) { o.MaxRetries = -1 })
 		g.close(2)
 		err := c.Namespaces()[0].Flush(ctx(t))
 		if !errors.Is(err, &initiator.StatusError{Status: nvmeproto.StatusAuthRequired}) {
@@ -311,9 +319,7 @@ func TestLoopReauthFails(t *testing.T) {
 // 64 KiB pool of eight 8 KiB buffers); the re-authentication still runs (its messages
 // have registered memory of their own), and the reads complete.
 func TestLoopReauthPoolExhausted(t *testing.T) {
-	hk, keys := nullGroupKeys(t)
-	e, _ := authEnv(t, keys)
-	c, g := e.dialGate(t, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode(); o.BufferPoolSize = 64 << 10 })
+	c, g := dialReauth(t, func(o *initiator.Options) { o.BufferPoolSize = 64 << 10 })
 	const n = 8
 	// The gate refuses the reads once all eight have their bounce buffers, so the
 	// re-authentication starts when the pool is empty.
@@ -414,9 +420,7 @@ func TestLoopAuthCancel(t *testing.T) {
 // Authentication Required arrives after Reauthenticate succeeded met the controller
 // before the re-authentication: it is retried at once, without a second one.
 func TestLoopReauthAfterReauthenticate(t *testing.T) {
-	hk, keys := nullGroupKeys(t)
-	e, _ := authEnv(t, keys)
-	c, g := e.dialGate(t, func(o *initiator.Options) { o.DHCHAPSecret = hk.Encode() })
+	c, g := dialReauth(t, nil)
 	// The gate holds the refused flush until allIn is closed (a barrier never reached).
 	g.mu.Lock()
 	g.barrier, g.allIn = 2, make(chan struct{})
