@@ -7,13 +7,13 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gonvmf/gonvmf/internal/dhchap"
+	"github.com/gonvmf/gonvmf/internal/flight"
 	"github.com/gonvmf/gonvmf/nvmeproto"
 )
 
@@ -385,44 +385,25 @@ var checkSecretFile = func(path string) (msg, fix string) {
 	return "", ""
 }
 
-// secretChecks are the secret file checks in flight in this process, by path.
-var secretChecks struct {
-	mu sync.Mutex
-	m  map[string]*secretCheck
-}
+// secretProblem is what checkSecretFile found wrong with a secret file and how to fix
+// it ("" and "": nothing).
+type secretProblem struct{ msg, fix string }
 
-// secretCheck is one check of a secret file (checkSecretFile): msg and fix are set
-// before done closes.
-type secretCheck struct {
-	done     chan struct{}
-	msg, fix string
-}
+// secretChecks are the secret file checks in flight in this process, by path: a check
+// of a file whose check is in flight joins it (startSecretCheck).
+var secretChecks flight.Group[secretProblem]
 
 // startSecretCheck starts checking the secret file path on a goroutine of its own, or
 // joins the check of path in flight: a file whose stat or read never returns (a hung
 // mount) holds one goroutine, and the thread blocked in it, however many times the
 // configuration is checked meanwhile (each SIGHUP of gonvmf serve). A check that ends is
 // forgotten: the next one reads the file again.
-func startSecretCheck(path string) *secretCheck {
-	secretChecks.mu.Lock()
-	defer secretChecks.mu.Unlock()
-	if c := secretChecks.m[path]; c != nil {
-		return c
-	}
-	c := &secretCheck{done: make(chan struct{})}
-	if secretChecks.m == nil {
-		secretChecks.m = map[string]*secretCheck{}
-	}
-	secretChecks.m[path] = c
+func startSecretCheck(path string) *flight.Call[secretProblem] {
 	check := checkSecretFile
-	go func() {
-		c.msg, c.fix = check(path)
-		secretChecks.mu.Lock()
-		delete(secretChecks.m, path)
-		secretChecks.mu.Unlock()
-		close(c.done)
-	}()
-	return c
+	return secretChecks.Start(path, func() (secretProblem, error) {
+		msg, fix := check(path)
+		return secretProblem{msg, fix}, nil
+	})
 }
 
 // checkSecrets checks every "file:" secret's file (checkSecretFile), all at once, and
@@ -435,7 +416,7 @@ func startSecretCheck(path string) *secretCheck {
 func (v *validator) checkSecrets() {
 	type pending struct {
 		field, val, host, path string
-		c                      *secretCheck
+		c                      *flight.Call[secretProblem]
 	}
 	var checks []pending
 	inline := ""
@@ -463,15 +444,15 @@ func (v *validator) checkSecrets() {
 	for _, c := range checks {
 		if !expired {
 			select {
-			case <-c.c.done:
+			case <-c.c.Done():
 			case <-timeout.C:
 				expired = true
 			}
 		}
 		select {
-		case <-c.c.done:
-			if c.c.msg != "" {
-				v.fail(c.field, c.val, c.c.msg, c.c.fix)
+		case <-c.c.Done():
+			if p, _ := c.c.Result(); p.msg != "" {
+				v.fail(c.field, c.val, p.msg, p.fix)
 			}
 		default:
 			v.fail(c.field, c.val, fmt.Sprintf("host %s: the secret file %s did not answer within %v: its stat or read is still pending", c.host, c.path, d),

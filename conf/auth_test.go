@@ -233,7 +233,7 @@ func TestCheckSystemSecretFileHung(t *testing.T) {
 	close(release)
 	released = true
 	select {
-	case <-held.done:
+	case <-held.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the released check did not end within 10 s")
 	}
@@ -242,7 +242,7 @@ func TestCheckSystemSecretFileHung(t *testing.T) {
 		t.Error("a check after the file's check ended joined the ended one")
 	}
 	select {
-	case <-next.done: // the test leaves no check running
+	case <-next.Done(): // the test leaves no check running
 	case <-time.After(10 * time.Second):
 		t.Fatal("the check after the release did not end within 10 s")
 	}

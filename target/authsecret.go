@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/internal/dhchap"
+	"github.com/gonvmf/gonvmf/internal/flight"
 )
 
 // secretReads reads the hosts' "file:" secrets for configAuthKeys, bounding the time a
@@ -28,16 +28,7 @@ import (
 type secretReads struct {
 	load func(value string) (*dhchap.Secret, error) // reads a "file:" value: loadSecretFile
 
-	mu       sync.Mutex
-	inFlight map[string]*secretRead // by path
-}
-
-// secretRead is one read of a secret file: secret and err are set before done closes.
-type secretRead struct {
-	done    chan struct{}
-	secret  *dhchap.Secret
-	err     error
-	waiters int // callers waiting for it (under secretReads.mu)
+	reads flight.Group[*dhchap.Secret] // by path
 }
 
 // loadSecretFile reads a "file:" secret for secretReads (tests replace it).
@@ -50,44 +41,13 @@ func (s *secretReads) secret(ctx context.Context, v string) (*dhchap.Secret, err
 	if !isFile {
 		return conf.LoadSecret(v)
 	}
-	s.mu.Lock()
-	r := s.inFlight[path]
-	if r == nil {
-		r = &secretRead{done: make(chan struct{})}
-		if s.inFlight == nil {
-			s.inFlight = map[string]*secretRead{}
-		}
-		s.inFlight[path] = r
-		go func() {
-			r.secret, r.err = s.load(v)
-			s.mu.Lock()
-			delete(s.inFlight, path)
-			s.mu.Unlock()
-			close(r.done)
-		}()
-	}
-	r.waiters++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		r.waiters--
-		s.mu.Unlock()
-	}()
-	select {
-	case <-r.done:
-		return r.secret, r.err
-	case <-ctx.Done():
+	r := s.reads.Start(path, func() (*dhchap.Secret, error) { return s.load(v) })
+	if !s.reads.Wait(ctx, r) {
 		return nil, fmt.Errorf("secret file %s: no answer in the time allowed (%w); its read is still pending: check the file system that holds it",
 			path, context.Cause(ctx))
 	}
+	return r.Result()
 }
 
 // waiting is the number of callers waiting for the read of path in flight (tests).
-func (s *secretReads) waiting(path string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r := s.inFlight[path]; r != nil {
-		return r.waiters
-	}
-	return 0
-}
+func (s *secretReads) waiting(path string) int { return s.reads.Waiting(path) }
