@@ -115,20 +115,26 @@ func (c gateConn) Submit(cmd *nvmeproto.Command, data []byte, done func(nvmeprot
 	return c.LoopConn.Submit(cmd, data, done)
 }
 
+// wrap makes o's loop connections go through g, each with its queue's ID (in dial order:
+// the admin queue 0, then the I/O queues).
+func (g *authGate) wrap(o *initiator.Options) {
+	dial := o.Loop
+	o.Loop = func(depth int) (initiator.LoopConn, error) {
+		conn, err := dial(depth)
+		g.mu.Lock()
+		qid := g.dials
+		g.dials++
+		g.mu.Unlock()
+		return gateConn{conn, g, qid}, err
+	}
+}
+
 // dialGate connects to e's target through an authGate, with two I/O queues.
 func (e *env) dialGate(t *testing.T, mut func(*initiator.Options)) (*initiator.Controller, *authGate) {
 	t.Helper()
 	g := &authGate{shut: map[int]bool{}}
 	c := e.dial(t, func(o *initiator.Options) {
-		dial := o.Loop
-		o.Loop = func(depth int) (initiator.LoopConn, error) {
-			conn, err := dial(depth)
-			g.mu.Lock()
-			qid := g.dials
-			g.dials++
-			g.mu.Unlock()
-			return gateConn{conn, g, qid}, err
-		}
+		g.wrap(o)
 		o.Queues = 2
 		if mut != nil {
 			mut(o)
@@ -373,15 +379,7 @@ func TestLoopAuthCancel(t *testing.T) {
 		withhold(g)
 		o := e.options()
 		mut(&o)
-		dial := o.Loop
-		o.Loop = func(depth int) (initiator.LoopConn, error) {
-			conn, err := dial(depth)
-			g.mu.Lock()
-			qid := g.dials
-			g.dials++
-			g.mu.Unlock()
-			return gateConn{conn, g, qid}, err
-		}
+		g.wrap(&o)
 		cx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go cancelAtWithheld(g, cancel)
