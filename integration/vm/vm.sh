@@ -19,6 +19,8 @@
 # Exit status of run: the guest script's status; 124 if it did not finish within --timeout;
 # 125 if the harness or the guest failed before or around the script (the message says
 # which); 2 for a usage error.
+# A boot lost before the script began (the kernel died under TCG) is booted again, up to
+# $GONVMF_VM_BOOT_RETRIES times (2): it ran nothing, so it is no result.
 #
 # --kernel K (or GONVMF_VM_KERNEL=K) boots another Debian kernel than the default one
 # (the package linux-image-amd64 depends on, or GONVMF_VM_KPKG): K is a name from the
@@ -539,6 +541,9 @@ cmd_run() {
 	fi
 	local mtu=${GONVMF_VM_MTU:-9000}
 	[[ $mtu =~ ^[0-9]+$ ]] || usage_error "GONVMF_VM_MTU must be a number, got '$mtu'"
+	local retries=${GONVMF_VM_BOOT_RETRIES:-2} boot=1 boots
+	[[ $retries =~ ^[0-9]$ ]] || usage_error "GONVMF_VM_BOOT_RETRIES must be a number from 0 to 9, got '$retries'"
+	boots=$((1 + retries))
 	case "$VM_DIR$SRC" in *[[:space:]]*) die "GONVMF_VM_DIR ($VM_DIR) and the repo path ($SRC) must not contain spaces (they go on the guest kernel command line)" ;; esac
 
 	check_host run
@@ -554,7 +559,7 @@ cmd_run() {
 	fi
 	mkdir -p "$out"
 	out=$(cd "$out" && pwd)
-	rm -rf "$out/.vm" "$out/console.log" "$out/guest.log" "$out/dmesg.txt" "$out/results.txt"
+	rm -rf "$out/.vm" "$out/console.log" "$out"/console.boot*.log "$out/guest.log" "$out/dmesg.txt" "$out/results.txt"
 	mkdir -p "$out/.vm"
 
 	# Paths under the host's /tmp are hidden in the guest (fresh tmpfs) unless bound back.
@@ -600,58 +605,79 @@ cmd_run() {
 	VM_OUT=$out
 	trap vm_exit EXIT
 	trap vm_interrupted INT TERM HUP
-	local drive=()
-	if [ -n "$disk" ]; then
-		mkdir -p "$VM_DIR/disks" || die "cannot create $VM_DIR/disks"
-		rm_stale_disks
-		# a name of its own (pid, time): guests running at the same time never share a disk
-		VM_DISK=$VM_DIR/disks/$name.pid$$.${EPOCHREALTIME/./}.img
-		if ! (set -C && : > "$VM_DISK") 2> /dev/null; then
-			local taken=$VM_DISK
-			VM_DISK="" # not created here: not ours to remove
-			die "cannot create the scratch disk file $taken (exists, or $VM_DIR/disks is not writable)"
-		fi
-		truncate -s "$disk" "$VM_DISK" &&
-			mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$VM_DISK" ||
-			die "cannot create the $disk scratch disk $VM_DISK"
-		drive=(-drive "file=${VM_DISK//,/,,},if=virtio,format=raw")
-	fi
-
 	local kver qout=${out//,/,,} # qemu option values escape a comma by doubling it
 	kver=$(manifest_get "$IMG" KVER)
 	local console=(-chardev "stdio,id=con,signal=off,logfile=$qout/console.log" -serial chardev:con -monitor none)
 	[ "$mode" = shell ] && console=(-chardev "stdio,id=con,mux=on,signal=off,logfile=$qout/console.log" -serial chardev:con -mon chardev=con)
-	# shellcheck disable=SC2054 # qemu option values contain commas
-	local qemu=(
-		qemu-system-x86_64 -name gonvmf-vm
-		-accel tcg,thread=multi,tb-size=512 -cpu max -m "$mem" -smp "$cpus"
-		-display none -no-reboot -nic none "${console[@]}"
-		-kernel "$IMG/vmlinux" -initrd "$INITRD"
-		-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMG/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh ${GONVMF_VM_APPEND:-}"
-		-virtfs local,path=/,mount_tag=gonvmf-root,security_model=none,readonly=on,multidevs=remap
-		-virtfs "local,path=$qout,mount_tag=gonvmf-out,security_model=none,multidevs=remap"
-		"${drive[@]}"
-	)
-	printf '%q ' "${qemu[@]}" > "$out/.vm/qemu-cmdline"
+	[ "$mode" = run ] || boots=1
+	local t0 qpid qrc wall status drive qemu
+	while :; do
+		drive=()
+		if [ -n "$disk" ]; then
+			mkdir -p "$VM_DIR/disks" || die "cannot create $VM_DIR/disks"
+			rm_stale_disks
+			# a name of its own (pid, time): guests running at the same time never share a disk
+			VM_DISK=$VM_DIR/disks/$name.pid$$.${EPOCHREALTIME/./}.img
+			if ! (set -C && : > "$VM_DISK") 2> /dev/null; then
+				local taken=$VM_DISK
+				VM_DISK="" # not created here: not ours to remove
+				die "cannot create the scratch disk file $taken (exists, or $VM_DIR/disks is not writable)"
+			fi
+			truncate -s "$disk" "$VM_DISK" &&
+				mkfs.ext4 -F -q -m 0 -L scratch -E lazy_itable_init=0,lazy_journal_init=0 "$VM_DISK" ||
+				die "cannot create the $disk scratch disk $VM_DISK"
+			drive=(-drive "file=${VM_DISK//,/,,},if=virtio,format=raw")
+		fi
+		# shellcheck disable=SC2054 # qemu option values contain commas
+		qemu=(
+			qemu-system-x86_64 -name gonvmf-vm
+			-accel tcg,thread=multi,tb-size=512 -cpu max -m "$mem" -smp "$cpus"
+			-display none -no-reboot -nic none "${console[@]}"
+			-kernel "$IMG/vmlinux" -initrd "$INITRD"
+			-append "console=ttyS0 panic=-1 quiet gonvmf.kmods=$IMG/kernel/lib/modules/$kver gonvmf.init=$HERE/guest-init.sh ${GONVMF_VM_APPEND:-}"
+			-virtfs local,path=/,mount_tag=gonvmf-root,security_model=none,readonly=on,multidevs=remap
+			-virtfs "local,path=$qout,mount_tag=gonvmf-out,security_model=none,multidevs=remap"
+			"${drive[@]}"
+		)
+		printf '%q ' "${qemu[@]}" > "$out/.vm/qemu-cmdline"
 
-	local t0 qpid qrc=0
-	t0=$(now)
-	[ "$mode" = run ] && msg "booting ${KSEL:+kernel $kver }for $name (timeout ${timeout} s, ${mem} MiB, $cpus vCPUs); results in $out"
-	if [ "$mode" = shell ]; then
-		# --foreground: qemu must stay in the terminal's process group to use it
-		timeout --foreground -k 10 "$timeout" "${qemu[@]}" 2> "$out/.vm/qemu.log" || qrc=$?
-	else
-		# The console goes to our stdout as it happens (and always to console.log).
-		if [ "$quiet" = 1 ]; then exec 8> /dev/null; else exec 8>&1; fi
-		# in the background, so that a signal's trap (vm_interrupted) runs at once
-		timeout -k 10 "$timeout" "${qemu[@]}" < /dev/null >&8 2> "$out/.vm/qemu.log" &
-		qpid=$!
-		wait $qpid || qrc=$?
-	fi
-	[ -z "$VM_DISK" ] || rm -f "$VM_DISK"
-	VM_DISK=""
-	local wall status
-	wall=$(elapsed "$t0")
+		qrc=0
+		t0=$(now)
+		local nth=""
+		[ "$boot" -gt 1 ] && nth=", boot $boot of $boots"
+		[ "$mode" = run ] && msg "booting ${KSEL:+kernel $kver }for $name (timeout ${timeout} s, ${mem} MiB, $cpus vCPUs$nth); results in $out"
+		if [ "$mode" = shell ]; then
+			# --foreground: qemu must stay in the terminal's process group to use it
+			timeout --foreground -k 10 "$timeout" "${qemu[@]}" 2> "$out/.vm/qemu.log" || qrc=$?
+		else
+			# The console goes to our stdout as it happens (and always to console.log).
+			if [ "$quiet" = 1 ]; then exec 8> /dev/null; else exec 8>&1; fi
+			# in the background, so that a signal's trap (vm_interrupted) runs at once
+			timeout -k 10 "$timeout" "${qemu[@]}" < /dev/null >&8 2> "$out/.vm/qemu.log" &
+			qpid=$!
+			wait $qpid || qrc=$?
+		fi
+		[ -z "$VM_DISK" ] || rm -f "$VM_DISK"
+		VM_DISK=""
+		wall=$(elapsed "$t0")
+		# A guest whose kernel died before stage 2 began (no guest.log, no status, stage 1
+		# did not report a failure, not killed by the timeout) ran nothing of the script:
+		# TCG occasionally loses a boot this way (6.12 oopses on an int3 of a static-key
+		# patch another vCPU has not seen). Boot again, keeping the lost boot's console.
+		if [ "$boot" -lt "$boots" ] && [ "$qrc" != 124 ] && [ "$qrc" != 137 ] &&
+			[ ! -e "$out/.vm/status" ] && [ ! -e "$out/guest.log" ] &&
+			! grep -aq GONVMF-VM-STAGE1-FAILED "$out/console.log" 2> /dev/null; then
+			mv "$out/console.log" "$out/console.boot$boot.log" 2> /dev/null || true
+			mv "$out/.vm/qemu.log" "$out/.vm/qemu.boot$boot.log" 2> /dev/null || true
+			msg "$name: the guest died after $wall s before its script began (qemu status $qrc): a lost boot, not a result; booting again ($((boot + 1)) of $boots); its console is in $out/console.boot$boot.log:"
+			{
+				grep -a -m 3 -E 'Kernel panic|BUG:|Oops' "$out/console.boot$boot.log" || tail -n 3 "$out/console.boot$boot.log"
+			} 2> /dev/null | tr -d '\r' | sed 's/^/    /' >&2
+			boot=$((boot + 1))
+			continue
+		fi
+		break
+	done
 	echo "$wall" > "$out/.vm/wall-seconds"
 	status=$(cat "$out/.vm/status" 2> /dev/null || true)
 
