@@ -12,3 +12,11 @@ func SetReadHostKeys(f func(t *target.Target, hostNQN string, ch target.HostKeys
 	readHostKeys = f
 	return func() { readHostKeys = old }
 }
+
+// SetRemoveSubsystem replaces a reload's removal of a subsystem until the returned
+// function runs.
+func SetRemoveSubsystem(f func(t *target.Target, nqn string) error) (restore func()) {
+	old := removeSubsystem
+	removeSubsystem = f
+	return func() { removeSubsystem = old }
+}

@@ -26,7 +26,10 @@ import (
 //     each scrape, so it exports the new level from its next one);
 //  2. namespaces that are gone, or whose identity changed (backend, path, lba_size, uuid,
 //     nguid, eui64, the rbd image or its cluster: hosts would see another namespace), are
-//     removed, then subsystems that are gone (their hosts are disconnected);
+//     removed, then subsystems that are gone (their hosts are disconnected), all at once:
+//     each waits for its namespaces' commands in flight, at most the target's queue-close
+//     timeout (target.RemoveSubsystem), and they wait together, so that the step waits
+//     one queue-close timeout at most, not one for each subsystem;
 //  3. new subsystems are added, then new (and re-created) namespaces;
 //  4. subsystems stop requiring authentication, allowed hosts change (hosts taken off
 //     a list are disconnected), subsystems start requiring authentication, namespaces'
@@ -63,17 +66,21 @@ import (
 // a step fails, the steps already applied are undone in reverse order (a namespace that
 // grew stays grown; hosts disconnected by a removal reconnect; a subsystem or namespace
 // removed returns to its place in the order) and the error names the step and the
-// reason. Reload returns a description of each change applied, in order (none when next
-// is what runs).
+// reason. Removals of subsystems applied at once (step 2, and those of subsystems whose
+// memory namespaces are removed last) all run to their end: when any fails, those that
+// took effect are undone too (last to first, before the steps before them) and the
+// error names each removal that failed. Reload returns a description of each change
+// applied, in order (none when next is what runs).
 //
-// Once Shutdown has begun (or Close), Reload applies no step: it checks before each one,
-// and stops with an error wrapping ErrClosed that names the step it did not apply. The
-// steps applied before that stay applied and are not undone: an undo is a change of the
-// same kind (a backend opened again, a subsystem added back, hosts reconnecting) and
-// would change what the stop drains and flushes just as the reload's next step would;
-// what stays is drained, flushed and closed with the rest, and the configuration file
-// read at the next start is what counts. A step in progress when Shutdown begins runs to
-// its end.
+// Once Shutdown has begun (or Close), Reload applies no step: it checks before each one
+// (once before removals it applies at once), and stops with an error wrapping ErrClosed
+// that names the step it did not apply. The steps applied before that stay applied and
+// are not undone: an undo is a change of the same kind (a backend opened again, a
+// subsystem added back, hosts reconnecting) and would change what the stop drains and
+// flushes just as the reload's next step would; what stays is drained, flushed and
+// closed with the rest, and the configuration file read at the next start is what
+// counts. A step in progress when Shutdown begins runs to its end, and so do the
+// removals applied at once with it.
 func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	s.chg.Lock()
 	defer s.chg.Unlock()
@@ -97,17 +104,20 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	}
 	var done []string
 	var fenced []fencedStep // ANA changes applied, their fences not waited for yet
-	for i, st := range steps {
+	for i, n := 0, 0; i < len(steps); i += n {
+		st := steps[i]
+		n = batchLen(steps[i:])
 		if s.isStopping() {
 			s.log.Warn("reload stopped: the server is shutting down; the changes applied before stay applied until it has stopped",
 				"not_applied", st.what, "applied", i)
 			return nil, fmt.Errorf("server: reload: %s and the %d steps after it not applied: the server is shutting down (the %d changes before it stay applied until it has stopped): %w",
 				st.what, len(steps)-i-1, i, ErrClosed)
 		}
-		var err error
-		if st.change != nil {
+		batch := steps[i : i+n]
+		errs := make([]error, n)
+		if st.change != nil { // never parallel: n is 1
 			var f *target.ANAFence
-			if f, err = st.change(); err == nil {
+			if f, errs[0] = st.change(); errs[0] == nil {
 				fenced = append(fenced, fencedStep{st.what, f})
 				continue
 			}
@@ -121,37 +131,63 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 		} else {
 			done = s.waitFences(done, fenced)
 			fenced = nil
-			err = st.do()
+			applyBatch(batch, errs)
 		}
-		if errors.Is(err, target.ErrRemovedUnclean) {
-			// The removal took effect: it is applied, and nothing is undone for it.
-			s.log.Warn("reload: applied, but releasing what it held failed", "change", st.what, "err", err)
-			err = nil
-		}
-		if err != nil {
-			var undo []error
-			for j := i - 1; j >= 0; j-- {
-				if steps[j].undo == nil {
-					continue
-				}
-				if uerr := steps[j].undo(); uerr != nil {
-					undo = append(undo, fmt.Errorf("undoing %s: %w", steps[j].what, uerr))
-				}
+		var failed []error
+		var failedWhat []string
+		var applied []step // of batch, in its order
+		for k, err := range errs {
+			if errors.Is(err, target.ErrRemovedUnclean) {
+				// The removal took effect: it is applied, and nothing is undone for it.
+				s.log.Warn("reload: applied, but releasing what it held failed", "change", batch[k].what, "err", err)
+				err = nil
 			}
-			s.log.Error("reload failed; the changes made were undone", "step", st.what, "err", err, "undo_errors", len(undo))
-			err = fmt.Errorf("server: reload: %s: %w", st.what, err)
-			if len(undo) > 0 {
-				err = fmt.Errorf("%w; and undoing the steps before it failed: %w", err, errors.Join(undo...))
-			} else if i > 0 {
-				err = fmt.Errorf("%w (the %d changes before it were undone)", err, i)
+			if err != nil {
+				failed = append(failed, fmt.Errorf("%s: %w", batch[k].what, err))
+				failedWhat = append(failedWhat, batch[k].what)
+				continue
 			}
-			return nil, err
+			s.log.Info("reload: applied", "change", batch[k].what)
+			applied = append(applied, batch[k])
 		}
-		s.log.Info("reload: applied", "change", st.what)
-		done = append(done, st.what)
+		if len(failed) == 0 {
+			for _, a := range applied {
+				done = append(done, a.what)
+			}
+			continue
+		}
+		// Undone last to first: the steps of the batch that took effect, then those
+		// before it.
+		toUndo := slices.Concat(steps[:i], applied)
+		var undo []error
+		for j := len(toUndo) - 1; j >= 0; j-- {
+			if toUndo[j].undo == nil {
+				continue
+			}
+			if uerr := toUndo[j].undo(); uerr != nil {
+				undo = append(undo, fmt.Errorf("undoing %s: %w", toUndo[j].what, uerr))
+			}
+		}
+		err := errors.Join(failed...)
+		s.log.Error("reload failed; the changes made were undone", "step", strings.Join(failedWhat, "; "), "err", err, "undo_errors", len(undo))
+		err = fmt.Errorf("server: reload: %w", err)
+		others := "changes before it" // what was undone
+		if n > 1 {
+			others = "other changes applied" // also those of its batch that took effect
+		}
+		if len(undo) > 0 {
+			err = fmt.Errorf("%w; and undoing the %s failed: %w", err, others, errors.Join(undo...))
+		} else if len(toUndo) > 0 {
+			err = fmt.Errorf("%w (the %d %s were undone)", err, len(toUndo), others)
+		}
+		return nil, err
 	}
 	return s.waitFences(done, fenced), nil
 }
+
+// removeSubsystem is target.Target.RemoveSubsystem, a reload's removal of a subsystem
+// (tests replace it).
+var removeSubsystem = (*target.Target).RemoveSubsystem
 
 // isStopping reports whether Shutdown (or Close) has begun.
 func (s *Server) isStopping() bool {
@@ -164,11 +200,47 @@ func (s *Server) isStopping() bool {
 // change instead of do: it applies the change and returns the fence the change is
 // complete after (nil: nothing to wait for), which Reload waits for together with those
 // of the ANA changes next to it (waitFences).
+//
+// A parallel step (a do, never a change) neither needs nor undoes what the other
+// parallel steps of its group do, whichever of them runs first or fails: Reload runs the
+// consecutive parallel steps of one group (a batch) at once (applyBatch) and goes on once
+// all have returned. The steps of a batch that took effect are undone, last to first,
+// when any of them fails, as the steps before it are. group is the step's group in the
+// plan (plan sets it): parallel steps of groups next to each other are two batches, the
+// second applied after the first, as the plan orders them.
 type step struct {
-	what   string
-	do     func() error
-	change func() (*target.ANAFence, error)
-	undo   func() error
+	what     string
+	do       func() error
+	change   func() (*target.ANAFence, error)
+	undo     func() error
+	parallel bool
+	group    int
+}
+
+// batchLen is the number of steps at the start of steps that Reload runs together: the
+// parallel steps of one group there, or the first step alone.
+func batchLen(steps []step) int {
+	n := 1
+	if steps[0].parallel {
+		for n < len(steps) && steps[n].parallel && steps[n].group == steps[0].group {
+			n++
+		}
+	}
+	return n
+}
+
+// applyBatch runs the do of each step of batch at once, each on its own goroutine when
+// there are several, and returns when all have; errs[k] is batch[k]'s error.
+func applyBatch(batch []step, errs []error) {
+	if len(batch) == 1 {
+		errs[0] = batch[0].do()
+		return
+	}
+	var wg sync.WaitGroup
+	for k, st := range batch {
+		wg.Go(func() { errs[k] = st.do() })
+	}
+	wg.Wait()
 }
 
 // fencedStep is an ANA change a reload applied and the fence it is complete after.
@@ -352,8 +424,20 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		if slices.ContainsFunc(next.Subsystems, func(x conf.Subsystem) bool { return x.NQN == cs.NQN }) {
 			continue
 		}
-		st := step{what: fmt.Sprintf("remove subsystem %s", cs.NQN),
-			do: func() error { return t.RemoveSubsystem(cs.NQN) },
+		// The removals of subsystems run at once (parallel): each waits for its hosts'
+		// commands in flight, up to the queue-close timeout, and one slow subsystem does
+		// not hold the others' up. They are independent: RemoveSubsystem takes only its own
+		// subsystem, and an undo puts its subsystem back before the first subsystem that
+		// followed it and is there then, so the ones that took effect return to their
+		// places in the order whichever others took effect too. A removal is one batch
+		// with the others of its group: rmSub, or rmVolatile, whose subsystem removals
+		// come first (its namespace removals follow, one after another). When one of
+		// rmVolatile's fails, those of its batch that took effect are undone and their
+		// memory namespaces come back empty, as the removals before a failing one's
+		// always did; RemoveSubsystem fails there only when the target closes or the
+		// subsystem was removed past the Server (through Target).
+		st := step{what: fmt.Sprintf("remove subsystem %s", cs.NQN), parallel: true,
+			do: func() error { return removeSubsystem(t, cs.NQN) },
 			undo: func() error {
 				now := t.Config().Subsystems
 				return t.InsertSubsystem(restoreIndex(cur.Subsystems, now, cs.NQN, subsystemNQN), cs)
@@ -481,8 +565,11 @@ func (s *Server) plan(cur, next *conf.Config) ([]step, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	var steps []step
-	for _, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, reopen, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis} {
-		steps = append(steps, group...)
+	for g, group := range [][]step{rmFirst, add, setKeys, rmNS, rmSub, addSub, addNS, authOff, hosts, authOn, reopen, createOff, ro, createOn, grow, anaUp, move, anaDown, rmVolatile, rmKeys, rmLis} {
+		for _, st := range group {
+			st.group = g
+			steps = append(steps, st)
+		}
 	}
 	return steps, nil
 }
@@ -498,8 +585,9 @@ func perNamespaceText(level string) string {
 // restoreIndex is where the item with key k, which the list cur had, goes back into the
 // list as it runs now when a removal is undone: before the first item of now that
 // followed it in cur, or last. Undone in reverse order, the removals and additions after
-// this one have been undone: the items of cur in now are in cur's order, and items that
-// cur had not are taken out after it, so each item returns to its index in cur.
+// this one have been undone or did not take effect (removals applied at once with it
+// that failed): the items of cur in now are in cur's order, and items that cur had not
+// are taken out after it, so each item returns to its index in cur.
 func restoreIndex[T any, K comparable](cur, now []T, k K, key func(T) K) int {
 	i := slices.IndexFunc(cur, func(x T) bool { return key(x) == k })
 	after := map[K]bool{}

@@ -370,18 +370,7 @@ func TestReloadUndoRestoresOrder(t *testing.T) {
 		t.Fatalf("reload adding a file in a missing directory: %v (changes %v)", err, changes)
 	}
 
-	if got := s.Config().String(); got != before {
-		t.Errorf("running configuration after the failed reload:\n%s\nwant the one before it:\n%s", got, before)
-	}
-	var listed []string
-	for _, si := range s.Target().Subsystems() {
-		if !si.Discovery {
-			listed = append(listed, si.NQN)
-		}
-	}
-	if !slices.Equal(listed, wantOrder) {
-		t.Errorf("subsystems listed after the failed reload: %v, want %v", listed, wantOrder)
-	}
+	expectRestored(t, s, before, wantOrder)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := initiator.Dial(ctx, initiator.Options{Transport: initiator.TransportLoop, SubNQN: nvmeproto.DiscoveryNQN, Logger: quiet,
@@ -400,6 +389,24 @@ func TestReloadUndoRestoresOrder(t *testing.T) {
 	}
 	if !slices.Equal(discovered, wantOrder) {
 		t.Errorf("discovery log after the failed reload: %v, want %v", discovered, wantOrder)
+	}
+}
+
+// expectRestored checks that the running configuration after a failed reload is before,
+// the one before it, and that the target lists its subsystems in the order want.
+func expectRestored(t *testing.T, s *server.Server, before string, want []string) {
+	t.Helper()
+	if got := s.Config().String(); got != before {
+		t.Errorf("running configuration after the failed reload:\n%s\nwant the one before it:\n%s", got, before)
+	}
+	var listed []string
+	for _, si := range s.Target().Subsystems() {
+		if !si.Discovery {
+			listed = append(listed, si.NQN)
+		}
+	}
+	if !slices.Equal(listed, want) {
+		t.Errorf("subsystems listed after the failed reload: %v, want %v", listed, want)
 	}
 }
 
@@ -1028,5 +1035,228 @@ func TestReloadDuringShutdown(t *testing.T) {
 	released = true
 	if err := <-shut; err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+}
+
+// heldCloseOpener returns a backend opener (target.WithBackendOpener) that opens backends
+// with backend.Open, except that the Close of one whose size is one of mibs MiB reports
+// that size on entered, then waits until release(size) is called before it closes the
+// backend. release may be called more than once.
+func heldCloseOpener(mibs ...int) (open func(backend.Spec) (backend.Backend, error), entered <-chan int, release func(mib int)) {
+	in := make(chan int, len(mibs))
+	gates, releases := map[int]chan struct{}{}, map[int]func(){}
+	for _, m := range mibs {
+		gate := make(chan struct{})
+		gates[m], releases[m] = gate, sync.OnceFunc(func() { close(gate) })
+	}
+	open = func(s backend.Spec) (backend.Backend, error) {
+		b, err := backend.Open(s)
+		m := int(s.Size >> 20)
+		if err != nil || gates[m] == nil {
+			return b, err
+		}
+		return heldClose{b, func() { in <- m; <-gates[m] }}, nil
+	}
+	return open, in, func(mib int) { releases[mib]() }
+}
+
+// heldClose is a backend whose Close calls hold first.
+type heldClose struct {
+	backend.Backend
+	hold func()
+}
+
+func (b heldClose) Close() error {
+	b.hold()
+	return b.Backend.Close()
+}
+
+// waitClosing waits until the backends of the sizes want (MiB) are all in Close at once
+// (none returns before the test releases it), at most 10 s; a backend of another size in
+// Close meanwhile fails the test.
+func waitClosing(t *testing.T, entered <-chan int, what string, want ...int) {
+	t.Helper()
+	var in []int
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for len(in) < len(want) {
+		select {
+		case m := <-entered:
+			if !slices.Contains(want, m) {
+				t.Fatalf("%s: the backend of %d MiB is closing with those of %v (closing: %v), want only those", what, m, want, in)
+			}
+			in = append(in, m)
+		case <-deadline.C:
+			t.Fatalf("%s: after 10 s only the backends of %v MiB are closing, want those of %v closing at once (a removal waits for the one before?)",
+				what, in, want)
+		}
+	}
+}
+
+// heldNQN names the subsystem whose namespace heldSubsystems sizes mib MiB.
+func heldNQN(mib int) string { return fmt.Sprintf("nqn.2024-01.io.gonvmf:held-%d", mib) }
+
+// heldSubsystems appends to c a subsystem heldNQN(mib) for each of mibs, with one
+// namespace of backend kind and size mib MiB.
+func heldSubsystems(c *conf.Config, kind string, mibs ...int) {
+	for _, m := range mibs {
+		c.Subsystems = append(c.Subsystems, conf.Subsystem{NQN: heldNQN(m), AllowAnyHost: true,
+			Namespaces: []conf.Namespace{{NSID: 1, Backend: kind, Size: conf.Size(m) << 20}}})
+	}
+}
+
+type reloadResult struct {
+	changes []string
+	err     error
+}
+
+// reloadAsync runs s.Reload(next) on its own goroutine and sends its result on the
+// returned channel.
+func reloadAsync(s *server.Server, next *conf.Config) <-chan reloadResult {
+	reloaded := make(chan reloadResult, 1)
+	go func() {
+		changes, err := s.Reload(next)
+		reloaded <- reloadResult{changes, err}
+	}()
+	return reloaded
+}
+
+// notReturned fails the test when the reload reloaded has returned.
+func notReturned(t *testing.T, reloaded <-chan reloadResult, what string) {
+	t.Helper()
+	select {
+	case r := <-reloaded:
+		t.Fatalf("Reload returned (%v %v) %s", r.changes, r.err, what)
+	default:
+	}
+}
+
+// TestReloadRemovesSubsystemsAtOnce: a reload that removes several subsystems removes
+// them at once, so it waits about one queue-close timeout however many have hosts'
+// commands that do not finish: the backends of three removed subsystems' namespaces are
+// in Close together, each held by the test (the close timeout, an hour, never ends one),
+// and then — after them, as the plan orders them, even with no step between — those of
+// two removed subsystems whose memory namespaces go last. The changes are reported in the
+// plan's order. The old code removed one subsystem after the other: the second's
+// namespace began closing only after the first's had closed.
+func TestReloadRemovesSubsystemsAtOnce(t *testing.T) {
+	open, entered, release := heldCloseOpener(11, 12, 13, 14, 15)
+	defer func() {
+		for m := 11; m <= 15; m++ {
+			release(m)
+		}
+	}()
+	base := config("10.99.0.1", 0)
+	heldSubsystems(base, conf.BackendNull, 11, 12, 13)
+	heldSubsystems(base, conf.BackendMemory, 14, 15) // removed last (their memory goes)
+	s := loopServer(t, base, target.WithBackendOpener(open), target.WithQueueCloseTimeout(time.Hour))
+	next := base.Clone()
+	next.Subsystems = next.Subsystems[:1]
+	reloaded := reloadAsync(s, next)
+
+	waitClosing(t, entered, "removing the subsystems of null namespaces", 11, 12, 13)
+	notReturned(t, reloaded, "with the removed subsystems' backends still closing")
+	for _, m := range []int{13, 12, 11} {
+		release(m)
+	}
+	waitClosing(t, entered, "removing the subsystems of memory namespaces", 14, 15)
+	notReturned(t, reloaded, "with the removed subsystems' backends still closing")
+	release(15)
+	release(14)
+	r := <-reloaded
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var want []string
+	for m := 11; m <= 15; m++ {
+		want = append(want, "remove subsystem "+heldNQN(m))
+	}
+	if !slices.Equal(r.changes, want) {
+		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(r.changes, "\n"), strings.Join(want, "\n"))
+	}
+	if got, want := s.Config().String(), resolved(t, next).String(); got != want {
+		t.Errorf("running configuration after the reload:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestReloadUndoesRemovalsBesidesFailed: when removals of subsystems applied at once fail
+// (two of four here), the reload's error names each, and the removals that took effect —
+// also one after a failed one in the plan — are undone, each subsystem back in its place
+// in the order, as is the step before them: the running configuration is the one before
+// the reload. The old code stopped at the first failure and named only it.
+func TestReloadUndoesRemovalsBesidesFailed(t *testing.T) {
+	base := config("10.99.0.1", 0)
+	heldSubsystems(base, conf.BackendNull, 1, 2, 3, 4)
+	s := loopServer(t, base)
+	before := s.Config().String()
+
+	injected := errors.New("injected: removal refused")
+	fails := []string{heldNQN(2), heldNQN(4)}
+	var mu sync.Mutex
+	var removed []string
+	defer server.SetRemoveSubsystem(func(tgt *target.Target, nqn string) error {
+		if slices.Contains(fails, nqn) {
+			return fmt.Errorf("subsystem %q: %w", nqn, injected)
+		}
+		err := tgt.RemoveSubsystem(nqn)
+		if err == nil {
+			mu.Lock()
+			removed = append(removed, nqn)
+			mu.Unlock()
+		}
+		return err
+	})()
+
+	next := base.Clone()
+	next.Subsystems = next.Subsystems[:1]
+	next.AutoReopen.Attempts = 3 // a step before the removals, undone too
+	changes, err := s.Reload(next)
+	if !errors.Is(err, injected) {
+		t.Fatalf("reload whose removals of %v fail: %v (changes %v); want the injected error", fails, err, changes)
+	}
+	for _, nqn := range fails {
+		if !strings.Contains(err.Error(), "remove subsystem "+nqn+": ") {
+			t.Errorf("the reload's error does not name the failed removal of %s: %v", nqn, err)
+		}
+	}
+	slices.Sort(removed)
+	if want := []string{heldNQN(1), heldNQN(3)}; !slices.Equal(removed, want) {
+		t.Errorf("subsystems removed before the undo: %v, want %v", removed, want)
+	}
+	expectRestored(t, s, before, []string{subNQN, heldNQN(1), heldNQN(2), heldNQN(3), heldNQN(4)})
+}
+
+// TestReloadRemovalsAtOnceDuringShutdown: when Shutdown begins while a reload's removals
+// of subsystems run at once (held here), each of them runs to its end and the reload then
+// applies no more step: it fails with ErrClosed, naming the addition it did not apply,
+// and undoes nothing (the removals stay applied).
+func TestReloadRemovalsAtOnceDuringShutdown(t *testing.T) {
+	open, entered, release := heldCloseOpener(11, 12, 13)
+	releaseAll := func() {
+		for m := 11; m <= 13; m++ {
+			release(m)
+		}
+	}
+	defer releaseAll()
+	base := config("10.99.0.1", 0)
+	heldSubsystems(base, conf.BackendNull, 11, 12, 13)
+	s := loopServer(t, base, target.WithBackendOpener(open), target.WithQueueCloseTimeout(time.Hour))
+	next := base.Clone()
+	next.Subsystems = append(next.Subsystems[:1], conf.Subsystem{NQN: twoNQN, AllowAnyHost: true})
+	reloaded := reloadAsync(s, next)
+	waitClosing(t, entered, "removing the subsystems", 11, 12, 13)
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	releaseAll()
+	r := <-reloaded
+	if !errors.Is(r.err, server.ErrClosed) || !strings.Contains(r.err.Error(), "add subsystem "+twoNQN+" (0 namespaces) and the 0 steps after it not applied") ||
+		!strings.Contains(r.err.Error(), "the 3 changes before it stay applied") {
+		t.Fatalf("Reload whose removals ran when Shutdown began: %v (changes %v); want an error wrapping ErrClosed that names the addition not applied after the 3 removals", r.err, r.changes)
+	}
+	for _, sub := range s.Target().Config().Subsystems {
+		if sub.NQN != subNQN {
+			t.Errorf("subsystem %s in the configuration after the reload stopped, want only %s (the removals stay applied, the addition is not applied)", sub.NQN, subNQN)
+		}
 	}
 }
