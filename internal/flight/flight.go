@@ -49,6 +49,13 @@ func (g *Group[T]) Start(key string, fn func() (T, error)) *Call[T] {
 	return c
 }
 
+// Running returns the call running for key, or nil when none runs.
+func (g *Group[T]) Running(key string) *Call[T] {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.m[key]
+}
+
 // Done is closed once the call's function has returned.
 func (c *Call[T]) Done() <-chan struct{} { return c.done }
 

@@ -8,8 +8,9 @@ import (
 )
 
 // TestStartJoinsRunningCall: a Start for a key whose call runs joins it (the work runs
-// once), Wait bounded by its context gives up while the call goes on and counts as a
-// waiter meanwhile, and once the call has returned the next Start runs the work again.
+// once; Running returns it until it has returned, nil after), Wait bounded by its
+// context gives up while the call goes on and counts as a waiter meanwhile, and once the
+// call has returned the next Start runs the work again.
 func TestStartJoinsRunningCall(t *testing.T) {
 	var g Group[int]
 	release := make(chan struct{})
@@ -22,6 +23,9 @@ func TestStartJoinsRunningCall(t *testing.T) {
 	c := g.Start("k", work)
 	if again := g.Start("k", work); again != c {
 		t.Fatal("a Start for a key whose call runs started another")
+	}
+	if r := g.Running("k"); r != c {
+		t.Fatalf("Running = %p while the call %p runs", r, c)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -46,6 +50,9 @@ func TestStartJoinsRunningCall(t *testing.T) {
 	}
 	if g.Waiting("k") != 0 {
 		t.Errorf("Waiting %d after the call returned, want 0", g.Waiting("k"))
+	}
+	if r := g.Running("k"); r != nil {
+		t.Errorf("Running = %p after the call returned, want nil", r)
 	}
 	next := g.Start("k", func() (int, error) { return 2, nil })
 	if next == c {
