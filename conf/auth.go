@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -370,10 +369,6 @@ func (v *validator) subsystemAuth(s *Subsystem, p string) {
 
 // --- system checks ---
 
-// secretCheckTimeout bounds the time CheckSystem waits for the checks of the "file:"
-// secrets: one bound for all of them, which run at once.
-var secretCheckTimeout = 10 * time.Second
-
 // checkSecretFile checks the file of a "file:" secret: it must exist, belong to this
 // user, be closed to others and hold a valid secret. It returns what is wrong and how to
 // fix it, or "" and "". Its stat and read block as long as the file system does (tests
@@ -406,20 +401,25 @@ func startSecretCheck(path string) *flight.Call[secretProblem] {
 	})
 }
 
-// checkSecrets checks every "file:" secret's file (checkSecretFile), all at once, and
-// waits for them at most secretCheckTimeout: a file that has not answered by then (a
-// hung mount) fails the check, naming the field, the host and the file, rather than
-// holding CheckSystem (gonvmf check, serve's start and reload) for ever. Only these
-// checks are bounded: CheckSystem's others block as long as their file system does (see
-// CheckSystem). A configuration file that holds inline secrets and is readable by
-// others gets a warning.
-func (v *validator) checkSecrets() {
-	type pending struct {
-		field, val, host, path string
-		c                      *flight.Call[secretProblem]
-	}
-	var checks []pending
-	inline := ""
+// pendingSecrets are the "file:" secrets' checks CheckSystem started
+// (startSecretChecks), and the check of the configuration file's mode when it holds a
+// secret inline.
+type pendingSecrets struct {
+	files  []secretCheck
+	inline string        // the first field holding a secret inline ("": none)
+	mode   *pendingCheck // the configuration file's stat, when inline is set
+}
+
+// secretCheck is the check of one "file:" secret's file.
+type secretCheck struct {
+	field, val, host, path string
+	c                      *flight.Call[secretProblem]
+}
+
+// startSecretChecks starts checking every "file:" secret's file (startSecretCheck), and,
+// when the configuration holds a secret inline, the mode of the configuration file.
+func (v *validator) startSecretChecks() pendingSecrets {
+	var s pendingSecrets
 	for i := range v.c.Hosts {
 		h := &v.c.Hosts[i]
 		for _, f := range []struct {
@@ -429,40 +429,54 @@ func (v *validator) checkSecrets() {
 			p := fmt.Sprintf("hosts[%d].%s", i, f.name)
 			path, isFile := strings.CutPrefix(f.val, SecretFilePrefix)
 			if !isFile {
-				if f.val != "" && inline == "" {
-					inline = p
+				if f.val != "" && s.inline == "" {
+					s.inline = p
 				}
 				continue
 			}
-			checks = append(checks, pending{p, f.val, h.NQN, path, startSecretCheck(path)})
+			s.files = append(s.files, secretCheck{p, f.val, h.NQN, path, startSecretCheck(path)})
 		}
 	}
-	d := secretCheckTimeout
-	timeout := time.NewTimer(d)
-	defer timeout.Stop()
-	expired := false
-	for _, c := range checks {
-		if !expired {
-			select {
-			case <-c.c.Done():
-			case <-timeout.C:
-				expired = true
-			}
-		}
-		select {
-		case <-c.c.Done():
-			if p, _ := c.c.Result(); p.msg != "" {
-				v.fail(c.field, c.val, p.msg, p.fix)
-			}
-		default:
-			v.fail(c.field, c.val, fmt.Sprintf("host %s: the secret file %s did not answer within %v: its stat or read is still pending", c.host, c.path, d),
+	if s.inline != "" && v.c.File != "" {
+		s.mode = startCheck(modeCheck(v.c.File), s.inline, s.inline, "", "the configuration file "+v.c.File)
+	}
+	return s
+}
+
+// modeCheck stats path, for its mode.
+func modeCheck(path string) fsCheck {
+	return fsCheck{key: "mode\x00" + path, run: func() (r fsResult) {
+		r.fi, _ = os.Stat(path)
+		return r
+	}}
+}
+
+// finishSecretChecks waits for s within w: a secret file that has not answered by then
+// (a hung mount) fails the check, naming the field, the host and the file, rather than
+// holding CheckSystem (gonvmf check, serve's start and reload) for ever. A configuration
+// file that holds inline secrets and is readable by others gets a warning, as does one
+// whose stat did not answer.
+func (v *validator) finishSecretChecks(s pendingSecrets, w *checkWait) {
+	for _, c := range s.files {
+		if !w.wait(c.c.Done()) {
+			v.fail(c.field, c.val, fmt.Sprintf("host %s: the secret file %s did not answer within %v: its stat or read is still pending", c.host, c.path, w.d),
 				"check the file system that holds it (a hung NFS mount?), or keep the secret in a file on a local file system, and check again")
+			continue
+		}
+		if p, _ := c.c.Result(); p.msg != "" {
+			v.fail(c.field, c.val, p.msg, p.fix)
 		}
 	}
-	if inline != "" && v.c.File != "" {
-		if fi, err := os.Stat(v.c.File); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			v.warn(inline, "", fmt.Sprintf("the configuration holds a secret inline and %s is open to other users (mode %#o)", v.c.File, fi.Mode().Perm()),
-				fmt.Sprintf("chmod 600 %s, or keep the secret in a file of its own (file:<path>)", v.c.File))
-		}
+	if s.mode == nil {
+		return
+	}
+	if !w.wait(s.mode.call.Done()) {
+		v.warn(s.inline, "", fmt.Sprintf("the configuration holds a secret inline, and the stat of %s, to see whether it is open to other users, did not answer within %v", v.c.File, w.d),
+			"check the mount that holds it (a hung NFS or FUSE mount?), then run gonvmf check again")
+		return
+	}
+	if r, _ := s.mode.call.Result(); r.fi != nil && r.fi.Mode().Perm()&0o077 != 0 {
+		v.warn(s.inline, "", fmt.Sprintf("the configuration holds a secret inline and %s is open to other users (mode %#o)", v.c.File, r.fi.Mode().Perm()),
+			fmt.Sprintf("chmod 600 %s, or keep the secret in a file of its own (file:<path>)", v.c.File))
 	}
 }

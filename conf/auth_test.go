@@ -181,7 +181,7 @@ func TestRedactSecretAndSameAs(t *testing.T) {
 
 // TestCheckSystemSecretFileHung: CheckSystem waits for the checks of secret files that do
 // not answer (a hung mount; here checks held until the test ends) at most
-// secretCheckTimeout, all of them at once, and fails each with the field, the host, the
+// systemCheckTimeout, all of them at once, and fails each with the field, the host, the
 // file and the fix. A check of a file whose check is in flight joins it rather than
 // starting another; one after it ended reads the file again.
 func TestCheckSystemSecretFileHung(t *testing.T) {
@@ -192,18 +192,18 @@ func TestCheckSystemSecretFileHung(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	savedCheck, savedTimeout := checkSecretFile, secretCheckTimeout
+	savedCheck, savedTimeout := checkSecretFile, systemCheckTimeout
 	checkSecretFile = func(string) (string, string) {
 		<-release
 		return "", ""
 	}
-	secretCheckTimeout = 50 * time.Millisecond
+	systemCheckTimeout = 50 * time.Millisecond
 	released := false
 	t.Cleanup(func() {
 		if !released {
 			close(release)
 		}
-		checkSecretFile, secretCheckTimeout = savedCheck, savedTimeout
+		checkSecretFile, systemCheckTimeout = savedCheck, savedTimeout
 	})
 
 	checked := make(chan error, 1)

@@ -14,9 +14,9 @@ func checkCommand() *cli.Command {
 defaults and the derived namespace identifiers, and validates it. Unless --static is
 given it also checks this machine: backing files and block devices exist and fit,
 memory namespaces fit in RAM, the buffer pool can be pinned, hosts' secret files are
-valid and closed to others. A secret file that does not answer within 10 s (a hung
-mount) is an error; a backing file or state file on a hung mount holds check until
-the mount answers.
+valid and closed to others. These checks run at once, and check waits for them at
+most 10 s: a file or device that does not answer by then (on a hung NFS or FUSE
+mount) is an error on its field.
 
 Every problem is printed to standard error as FILE:LINE: FIELD: PROBLEM; FIX and the
 exit status is 1. A valid configuration is printed to standard output as YAML that

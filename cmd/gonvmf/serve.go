@@ -48,12 +48,11 @@ namespaces, hosts and listeners come and go, namespaces grow or change write
 protection. A reload runs beside the signals: SIGINT or SIGTERM during one stops serve,
 which waits for the reload at most 5 s, and SIGHUPs during one ask for one more reload
 after it. A reload whose check passes once the stop has begun applies nothing (the log
-says it was abandoned). The check (as check does) waits for hosts' secret files at most
-10 s (a file that does not answer fails the reload), but for the namespaces' files and
-devices and the state files as long as their file system takes: a backend on a hung
-mount holds the reload, and serve's start, until the mount answers. A file that is
-invalid, or that changes what cannot change while hosts are connected (the transport
-section, for one), changes nothing; the log says why, and the metrics count it
+says it was abandoned). The check (as check does) waits for the files and devices it
+looks at (the namespaces', the state file, the TLS files, hosts' secret files) at most
+10 s: one that does not answer (on a hung mount) fails the reload, or serve's start. A
+file that is invalid, or that changes what cannot change while hosts are connected (the
+transport section, for one), changes nothing; the log says why, and the metrics count it
 (gonvmf_config_reloads_total{result="failure"}, gonvmf_config_last_reload_successful 0).
 
 Hosts connect with the Linux NVMe host, for example
