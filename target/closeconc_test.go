@@ -174,3 +174,89 @@ func TestCloseClosesSubsystemsAtOnce(t *testing.T) {
 	e := newEnv(t, cfg, target.WithBackendOpener(h.open), target.WithQueueCloseTimeout(heldCloseTimeout))
 	h.closeHeld(t, "Close", e.tgt.Close)
 }
+
+// closeStillWaiting is how long a test lets Target.Close run before it takes Close's not
+// having returned for waiting: Close with nothing to wait for returns in far less. It only
+// bounds how long a test looks for a Close that returns too early; no outcome of a correct
+// Close depends on it.
+const closeStillWaiting = 200 * time.Millisecond
+
+// removals are the removals whose closes Target.Close waits for: of the subsystem, and of
+// its namespace 1 (under the configuration lock, which Close does not take).
+var removals = []struct {
+	name   string
+	remove func(*target.Target) error
+}{
+	{"RemoveSubsystem", func(tgt *target.Target) error { return tgt.RemoveSubsystem(subNQN) }},
+	{"RemoveNamespace", func(tgt *target.Target) error { return tgt.RemoveNamespace(subNQN, 1) }},
+}
+
+// TestCloseWaitsForRemovalsClose: Target.Close, called while a removal is closing a
+// namespace whose backend's Close the test holds (the close timeout, an hour, never ends
+// it), does not return while it is held, returns only after that backend's Close has
+// returned, and does not report the backend's close error, which the removal does. The old
+// code's Close returned at once — the namespace was off every table it closed — and then
+// closed the reservation state file while the backend was still closing.
+func TestCloseWaitsForRemovalsClose(t *testing.T) {
+	for _, r := range removals {
+		t.Run(r.name, func(t *testing.T) {
+			h, nss := newHeldCloses(1)
+			defer h.releaseAll()
+			e := newEnv(t, baseConfig(nss...), target.WithBackendOpener(h.open), target.WithQueueCloseTimeout(heldCloseTimeout))
+			removed := make(chan error, 1)
+			go func() { removed <- r.remove(e.tgt) }()
+			h.waitEntered(t, r.name)
+			closed := make(chan error, 1)
+			go func() { closed <- e.tgt.Close() }()
+			select {
+			case err := <-closed:
+				t.Fatalf("Close returned (%v) while the backend of the namespace %s is closing was still in its Close", err, r.name)
+			case <-time.After(closeStillWaiting):
+			}
+			h.release(1)
+			err := <-closed
+			select {
+			case <-h.returned:
+			default:
+				t.Fatalf("Close returned (%v) before the backend of the namespace %s closes returned from its Close", err, r.name)
+			}
+			if err != nil {
+				t.Errorf("Close, the backend %s closed failing: %v; want nil (the removal reports it)", r.name, err)
+			}
+			if err := <-removed; r.name == "RemoveSubsystem" && !errors.Is(err, target.ErrRemovedUnclean) {
+				t.Errorf("%s, its backend failing to close: %v; want ErrRemovedUnclean", r.name, err)
+			}
+		})
+	}
+}
+
+// TestCloseGivesUpOnRemovalsClose: Target.Close, called while a removal's close of a
+// namespace is held in its backend's Close past the close timeout (shortened here), gives
+// up on it as on its own namespaces: it returns with the backend still in Close, and an
+// error wrapping ErrNamespaceBusy that names the namespace. The old code's Close returned
+// nil at once: it did not look at the removed namespace at all.
+func TestCloseGivesUpOnRemovalsClose(t *testing.T) {
+	for _, r := range removals {
+		t.Run(r.name, func(t *testing.T) {
+			h, nss := newHeldCloses(1)
+			defer h.releaseAll()
+			e := newEnv(t, baseConfig(nss...), target.WithBackendOpener(h.open), target.WithQueueCloseTimeout(20*time.Millisecond))
+			removed := make(chan error, 1)
+			go func() { removed <- r.remove(e.tgt) }()
+			h.waitEntered(t, r.name)
+			err := e.tgt.Close()
+			if !errors.Is(err, target.ErrNamespaceBusy) || !strings.Contains(err.Error(), fmt.Sprintf("namespace 1 of %q", subNQN)) {
+				t.Errorf("Close, the backend of the namespace %s closes held past the close timeout: %v; want ErrNamespaceBusy naming namespace 1 of %s", r.name, err, subNQN)
+			}
+			select {
+			case <-h.returned:
+				t.Fatal("the held backend returned from Close before the test let it go")
+			default:
+			}
+			h.release(1)
+			if err := <-removed; err != nil && !errors.Is(err, target.ErrRemovedUnclean) {
+				t.Errorf("%s: %v", r.name, err)
+			}
+		})
+	}
+}

@@ -429,6 +429,11 @@ func (s *subsystem) close() error {
 func (s *subsystem) unpublish() ([]*namespace, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.unpublishLocked()
+}
+
+// unpublishLocked is unpublish, called with s.mu held.
+func (s *subsystem) unpublishLocked() ([]*namespace, bool) {
 	if s.closed {
 		return nil, false
 	}
@@ -437,6 +442,42 @@ func (s *subsystem) unpublish() ([]*namespace, bool) {
 	s.ns.Store(&[]*namespace{})
 	s.removed = append(s.removed, tab...)
 	return tab, true
+}
+
+// closeForTarget is Target.Close's close of s, whether or not s is still published (a
+// subsystem RemoveSubsystem took out of the target's table is not). It unpublishes s and
+// closes the namespaces that takes out of the table (closeUnpublished), and at the same time
+// waits for the namespaces others took out before — RemoveNamespace, or RemoveSubsystem's
+// unpublish — whose backends have not all closed: the removal closes each (closeRemoved)
+// and Close waits for that close (namespace.waitClosed), giving up after the close timeout
+// as on its own, even on one whose removal's close has already given up (its stuck
+// commands may have completed since, and its backend be closing). Both sets are taken in
+// one step under s.mu, so a namespace is in one or the other, never both and never neither.
+// All of them close or are waited for at once: about one queue-close timeout at most. It
+// returns the errors of its own closes (closeUnpublished's, in namespace order), then one
+// wrapping ErrNamespaceBusy for each removed namespace it gave up on, in the order of their
+// removal; a removed namespace's backend close error is not repeated here: its removal
+// reports it.
+func (s *subsystem) closeForTarget() []error {
+	s.mu.Lock()
+	others := slices.Clone(s.removed)
+	tab, ok := s.unpublishLocked()
+	s.mu.Unlock()
+	var own []error
+	waited := make([]error, len(others))
+	var wg sync.WaitGroup
+	if ok {
+		wg.Go(func() { own = s.closeUnpublished(tab) })
+	}
+	for i, ns := range others {
+		wg.Go(func() {
+			if err := ns.waitClosed(); errors.Is(err, ErrNamespaceBusy) {
+				waited[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return append(own, slices.DeleteFunc(waited, func(err error) bool { return err == nil })...)
 }
 
 // closeUnpublished fails every controller and closes the namespaces tab that unpublish

@@ -127,8 +127,9 @@ type Target struct {
 	// removedSubs are the subsystems RemoveSubsystem took out of subsystems and order,
 	// from then until no backend of a namespace they had is open
 	// (subsystem.forgetIfRemoved): the I/O fence waits for their queues' commands still
-	// executing (fenceScope, portGroupWaits). Their tables are empty: their namespaces
-	// went onto their removed lists (subsystem.unpublish) before they left order.
+	// executing (fenceScope, portGroupWaits), and Close for their namespaces' closes. Their
+	// tables are empty: their namespaces went onto their removed lists
+	// (subsystem.unpublish) before they left order.
 	removedSubs []*subsystem
 
 	genctr atomic.Uint64 // discovery log generation counter
@@ -424,7 +425,7 @@ func (t *Target) forgetSubsystem(s *subsystem) {
 // is added again on the same stores. When a namespace's backend fails to close, the
 // subsystem is removed all the same and the error wraps ErrRemovedUnclean, as
 // RemoveNamespace's; a backend still executing commands at the close timeout is no error,
-// as there.
+// as there. A Close meanwhile waits for these closes (see Close).
 func (t *Target) RemoveSubsystem(nqn string) error {
 	var s *subsystem
 	var tab []*namespace
@@ -535,7 +536,7 @@ func (t *Target) insertNamespace(subNQN string, at int, ns conf.Namespace) error
 
 // RemoveNamespace removes a namespace: new commands for it fail with Invalid Namespace,
 // commands in flight finish, then its backend is closed. Controllers are notified as for
-// AddNamespace.
+// AddNamespace. A Close meanwhile waits for that close (see Close).
 func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 	var s *subsystem
 	var closeErr error
@@ -731,12 +732,31 @@ func (t *Target) subsystem(nqn string) *subsystem {
 
 // Close tears down every controller (asking transports to disconnect every queue), waits
 // for commands in flight, and closes the namespaces' executors and backends, then waits
-// for an automatic reopen to stop (one opening a backend then closes it). Ports stay
-// registered but accept no new queues. The wait for a namespace's commands is bounded
-// (see WithQueueCloseTimeout); one whose flush Flush left executing is not waited for
-// again (see Flush). Every subsystem's namespaces close at once, so the wait for them is
-// about one queue-close timeout at most however many subsystems and namespaces there
-// are; the errors come in the subsystems' order, each's in its namespaces' order.
+// for an automatic reopen to stop (one opening a backend then closes it), then closes the
+// reservation state file. Ports stay registered but accept no new queues. The wait for a
+// namespace's commands is bounded (see WithQueueCloseTimeout); one whose flush Flush left
+// executing is not waited for again (see Flush). Every subsystem's namespaces close at
+// once, so the wait for them is about one queue-close timeout at most however many
+// subsystems and namespaces there are; the errors come in the subsystems' order, each's in
+// its namespaces' order.
+//
+// Close also waits, in the same bound, for the closes that removals began: a namespace
+// RemoveNamespace or RemoveSubsystem took out (one running now, or one that returned
+// before its backend had closed) is waited for until its backend has closed, as Close's
+// own are, and given up on — logged with its subsystem and NSID, an error wrapping
+// ErrNamespaceBusy after its subsystem's own errors (a removed subsystem's after those of
+// the subsystems in the table) — when the close timeout ends first, also when its
+// removal's close had already given up on it (its backend's close error, if any, is the
+// removal's to report). So when Close returns, every backend the target opened for a
+// namespace that was published has closed or had its close given up, and the reservation
+// state file is closed after all of them.
+//
+// Lock order: Close takes t.mu, then each subsystem's mu, one at a time and never while
+// waiting; it never takes cfgMu. A removal holds cfgMu while it closes (RemoveNamespace)
+// or not at all (RemoveSubsystem's closes run after its change), and neither waits for
+// anything Close holds, so Close waiting for them cannot deadlock. Close does not take
+// cfgMu to wait for a change in progress, which may be opening a backend that hangs:
+// that would make Close unbounded.
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -745,7 +765,10 @@ func (t *Target) Close() error {
 	}
 	t.closed = true
 	close(t.done)
-	subs := slices.Clone(t.order)
+	// The subsystems in the table, then those RemoveSubsystem took out: a subsystem is in
+	// one or the other (unlink moves it under t.mu), and one unlinked from now on was in
+	// order. Their namespaces still closing by a removal are on their removed lists.
+	subs := slices.Concat(t.order, t.removedSubs)
 	t.subsystems = map[string]*subsystem{}
 	t.order = nil
 	ports := slices.Clone(t.ports)
@@ -756,7 +779,7 @@ func (t *Target) Close() error {
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
 	for i, s := range subs {
-		wg.Go(func() { errs[i] = s.close() })
+		wg.Go(func() { errs[i] = errors.Join(s.closeForTarget()...) })
 	}
 	wg.Wait()
 	t.disc.close()
