@@ -352,12 +352,12 @@ func (c *Controller) reauthBegin() uint64 {
 // whose command left retryReq meanwhile, stopped by its caller or aborted, waits for
 // nothing). A failure is a soft state, as in the Linux host (nvme_ctrl_auth_work: the
 // credentials stay valid until the controller terminates the connection): it is logged,
-// the controller stays up, and the commands waiting for it end with their Authentication
-// Required status wrapped with the failure (queue.endAuthWait), not retried again; the
-// controller disconnects the queues whose authentication it refused if it wants to
-// (gonvmf's target AuthFailureGrace after the failure). Once the controller is closing it
-// does not authenticate, and ends nothing: the teardown ends the waiting commands with
-// ErrClosed.
+// the controller stays up, and the commands that still wait for it (not for a later one)
+// end with their Authentication Required status wrapped with the failure
+// (queue.endAuthWait), not retried again; the controller disconnects the queues whose
+// authentication it refused if it wants to (gonvmf's target AuthFailureGrace after the
+// failure). Once the controller is closing it does not authenticate, and ends nothing:
+// the teardown ends the waiting commands with ErrClosed.
 func (c *Controller) reauthenticate(gen uint64, qid uint16, op string) {
 	defer c.bg.Done()
 	var err error
@@ -390,7 +390,7 @@ func (c *Controller) reauthenticate(gen uint64, qid uint16, op string) {
 			"qid", qid, "command", op, "err", err)
 		cause := fmt.Errorf("re-authenticating the controller failed: %w", err)
 		for _, w := range waiters {
-			w.s.q.endAuthWait(w.s, w.r, cause)
+			w.s.q.endAuthWait(w, gen, cause)
 		}
 		return
 	}

@@ -90,13 +90,12 @@ type slot struct {
 	// A command failed with Authentication Required waits in retryReq for the
 	// controller's re-authentication (Controller.awaitReauth) before its timer is
 	// armed: authWait is the number of the re-authentication it waits for (0: none).
+	// A wait starts with authWait 0 (wait), and only awaitReauth sets it, to the number
+	// the wait registered with, so a request in retryReq with authWait gen waits for
+	// re-authentication gen, not a later one.
 	authWait atomic.Uint64
 	sentAuth uint64 // Controller.reauthDone when the attempt was sent (arm)
-	// authEnd is the failure of the re-authentication the command waited for, set by
-	// endAuthWait once it took the request out of retryReq: the completion goroutine
-	// ends the command with it (runAuthEnds).
-	authEnd  atomic.Pointer[error]
-	reserved bool // the queue's authentication slot (queue.authSlot): never in free
+	reserved bool   // the queue's authentication slot (queue.authSlot): never in free
 
 	x any // transport's per-slot state
 }
@@ -122,8 +121,12 @@ type queue struct {
 	// queue that authenticates (reserveAuthSlot), nil otherwise: a re-authentication
 	// must find a slot while every other one waits for it.
 	authSlot chan uint16
-	authed   bool        // the queue authenticated at its Connect (re-authentication repeats it)
-	authEnds atomic.Bool // some slot's authEnd is set: runAuthEnds has commands to end
+	authed   bool // the queue authenticated at its Connect (re-authentication repeats it)
+	// The waiters on this queue of failed re-authentications (endAuthWait), for the
+	// completion goroutine to end (runAuthEnds); authEnds is set after each append.
+	authEndMu sync.Mutex
+	authEndWs []authEnd
+	authEnds  atomic.Bool
 
 	active  atomic.Int32 // submitters between the dead check and their post
 	waiting atomic.Int32 // busy slots waiting for a retry delay (slot.retryReq set)
@@ -500,38 +503,60 @@ func (q *queue) retry(s *slot) bool {
 	return true
 }
 
-// endAuthWait ends r, which waits in s's retryReq for a re-authentication that failed
-// with cause: unless another took r out of retryReq first (retryDue for a stopped
-// request, abortAll), it takes the slot and hands it to the completion goroutine
-// (runAuthEnds), which ends r with its Authentication Required status and cause. Until
-// then only abortAll, the last thing the completion goroutine does, can end the slot.
-func (q *queue) endAuthWait(s *slot, r *Request, cause error) {
-	if !s.retryReq.CompareAndSwap(r, nil) {
-		return
-	}
-	q.waiting.Add(-1)
-	s.authWait.Store(0)
-	s.authEnd.Store(&cause)
+// authEnd is a waiter of re-authentication gen, which failed with cause.
+type authEnd struct {
+	w     reauthWaiter
+	gen   uint64
+	cause error
+}
+
+// endAuthWait hands w, a waiter of re-authentication gen, which failed with cause, to the
+// completion goroutine (runAuthEnds), which ends w's request if its slot still waits for
+// gen. Called off the completion goroutine.
+func (q *queue) endAuthWait(w reauthWaiter, gen uint64, cause error) {
+	q.authEndMu.Lock()
+	q.authEndWs = append(q.authEndWs, authEnd{w, gen, cause})
+	q.authEndMu.Unlock()
 	q.authEnds.Store(true)
 	q.tr.wake()
 }
 
-// runAuthEnds ends the commands endAuthWait handed over. The transports' completion
-// goroutines call it whenever they wake up; it costs an atomic load when there are none.
+// runAuthEnds ends, with their Authentication Required status and the failure, the
+// commands of failed re-authentications (endAuthWait) whose slots still wait for them: a
+// slot whose request left retryReq (retryDue or abortAll took it), or that waits for a
+// later re-authentication (its request was sent again, failed again and registered
+// anew, the same *Request or not), is left alone. It runs on the completion goroutine,
+// the one that starts a wait for a re-authentication (retry, which awaitReauth
+// registers), so no new wait starts between its check of the slot and its take: with
+// authWait still gen, the take takes the wait that registered for gen, or the same
+// request parked by retryDue for a closing controller's teardown. The transports'
+// completion goroutines call it whenever they wake up; it costs an atomic load when
+// there is nothing to end.
 func (q *queue) runAuthEnds() {
 	if !q.authEnds.Load() || !q.authEnds.Swap(false) {
 		return
 	}
-	for i := range q.slots {
-		s := &q.slots[i]
-		if p := s.authEnd.Swap(nil); p != nil && s.state.Load() == slotBusy {
-			q.end(s, nil, *p)
+	q.authEndMu.Lock()
+	ends := q.authEndWs
+	q.authEndWs = nil
+	q.authEndMu.Unlock()
+	for _, e := range ends {
+		s, r := e.w.s, e.w.r
+		// authWait before retryReq: a take that then found authWait another
+		// re-authentication's would have to put the request back, which retryDue and
+		// stopRetries could miss.
+		if s.retryReq.Load() != r || !s.authWait.CompareAndSwap(e.gen, 0) || !s.retryReq.CompareAndSwap(r, nil) {
+			continue
 		}
+		q.waiting.Add(-1)
+		q.end(s, nil, e.cause)
 	}
 }
 
-// wait puts the slot's request r in retryReq: the slot waits for a retry delay.
+// wait puts the slot's request r in retryReq: the slot waits for a retry delay, and for
+// no re-authentication until awaitReauth registers it.
 func (s *slot) wait(r *Request) {
+	s.authWait.Store(0)
 	s.q.waiting.Add(1)
 	s.retryReq.Store(r)
 }
