@@ -20,3 +20,6 @@ func SetRemoveSubsystem(f func(t *target.Target, nqn string) error) (restore fun
 	removeSubsystem = f
 	return func() { removeSubsystem = old }
 }
+
+// IsStopping reports whether Shutdown (or Close) has begun.
+func (s *Server) IsStopping() bool { return s.isStopping() }

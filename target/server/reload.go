@@ -80,7 +80,9 @@ import (
 // flushes just as the reload's next step would; what stays is drained, flushed and
 // closed with the rest, and the configuration file read at the next start is what
 // counts. A step in progress when Shutdown begins runs to its end, and so do the
-// removals applied at once with it.
+// removals applied at once with it; those the stop's close of the target made fail
+// (target.ErrClosed) count as not applied, and the reload stops in the same way, its
+// error wrapping both ErrClosed and theirs.
 func (s *Server) Reload(next *conf.Config) ([]string, error) {
 	s.chg.Lock()
 	defer s.chg.Unlock()
@@ -156,6 +158,15 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 			}
 			continue
 		}
+		if s.isStopping() && allClosed(errs) {
+			// The stop closed the target under the batch: as for a step the stop comes
+			// before, what was applied stays applied (an undo would fail on the closed
+			// target anyway).
+			s.log.Warn("reload stopped: the server shut down while it applied changes; the changes applied stay applied until it has stopped",
+				"not_applied", strings.Join(failedWhat, "; "), "applied", i+len(applied))
+			return nil, fmt.Errorf("server: reload: %s and the %d steps after it not applied: the server shut down meanwhile (the %d changes applied stay applied until it has stopped): %w",
+				strings.Join(failedWhat, ", "), len(steps)-i-n, i+len(applied), errors.Join(ErrClosed, errors.Join(failed...)))
+		}
 		// Undone last to first: the steps of the batch that took effect, then those
 		// before it.
 		toUndo := slices.Concat(steps[:i], applied)
@@ -183,6 +194,17 @@ func (s *Server) Reload(next *conf.Config) ([]string, error) {
 		return nil, err
 	}
 	return s.waitFences(done, fenced), nil
+}
+
+// allClosed reports whether every error of errs that is not nil says the target was
+// closed (target.ErrClosed).
+func allClosed(errs []error) bool {
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, target.ErrClosed) && !errors.Is(err, target.ErrRemovedUnclean) {
+			return false
+		}
+	}
+	return true
 }
 
 // removeSubsystem is target.Target.RemoveSubsystem, a reload's removal of a subsystem

@@ -1245,10 +1245,24 @@ func TestReloadRemovalsAtOnceDuringShutdown(t *testing.T) {
 	next.Subsystems = append(next.Subsystems[:1], conf.Subsystem{NQN: twoNQN, AllowAnyHost: true})
 	reloaded := reloadAsync(s, next)
 	waitClosing(t, entered, "removing the subsystems", 11, 12, 13)
-	if err := s.Shutdown(context.Background()); err != nil {
-		t.Errorf("Shutdown: %v", err)
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	// The removals are released only once Shutdown has begun, so the reload meets the
+	// stop before its next step.
+	for deadline := time.Now().Add(10 * time.Second); !s.IsStopping(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Shutdown has not begun after 10 s")
+		}
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) with the removed subsystems' backends still closing", err)
+	case <-time.After(200 * time.Millisecond):
 	}
 	releaseAll()
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
 	r := <-reloaded
 	if !errors.Is(r.err, server.ErrClosed) || !strings.Contains(r.err.Error(), "add subsystem "+twoNQN+" (0 namespaces) and the 0 steps after it not applied") ||
 		!strings.Contains(r.err.Error(), "the 3 changes before it stay applied") {
@@ -1258,5 +1272,62 @@ func TestReloadRemovalsAtOnceDuringShutdown(t *testing.T) {
 		if sub.NQN != subNQN {
 			t.Errorf("subsystem %s in the configuration after the reload stopped, want only %s (the removals stay applied, the addition is not applied)", sub.NQN, subNQN)
 		}
+	}
+}
+
+// TestReloadRemovalsClosedByShutdown: when the stop closes the target under a batch of
+// removals, so that some of them fail with target.ErrClosed, the reload stops as it does
+// at a step the stop comes before: the error wraps ErrClosed, names the removals not
+// applied, and nothing is undone (an undo would meet the closed target too).
+func TestReloadRemovalsClosedByShutdown(t *testing.T) {
+	base := config("10.99.0.1", 0)
+	heldSubsystems(base, conf.BackendNull, 1, 2, 3)
+	s := loopServer(t, base)
+	entered := make(chan struct{})
+	stopped := make(chan struct{})
+	var others sync.WaitGroup // the removals of subsystems 1 and 3
+	others.Add(2)
+	defer server.SetRemoveSubsystem(func(tgt *target.Target, nqn string) error {
+		if nqn != heldNQN(2) {
+			defer others.Done()
+			return tgt.RemoveSubsystem(nqn)
+		}
+		// Once the other two have taken effect, the stop begins while this removal
+		// runs, and closes the target under it.
+		others.Wait()
+		close(entered)
+		<-stopped
+		return fmt.Errorf("subsystem %q: %w", nqn, target.ErrClosed)
+	})()
+	next := base.Clone()
+	next.Subsystems = next.Subsystems[:1]
+	next.AutoReopen.Attempts = 3 // a step before the removals: not undone either
+	reloaded := reloadAsync(s, next)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the removal of subsystem 2 did not begin within 10 s")
+	}
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	for deadline := time.Now().Add(10 * time.Second); !s.IsStopping(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Shutdown has not begun after 10 s")
+		}
+	}
+	close(stopped)
+	r := <-reloaded
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if !errors.Is(r.err, server.ErrClosed) || !errors.Is(r.err, target.ErrClosed) ||
+		!strings.Contains(r.err.Error(), "remove subsystem "+heldNQN(2)+" and the 0 steps after it not applied") ||
+		!strings.Contains(r.err.Error(), "the 3 changes applied stay applied") {
+		t.Fatalf("Reload whose removal the stop closed: %v (changes %v); want an error wrapping ErrClosed that names the removal not applied and the 3 changes that stay", r.err, r.changes)
+	}
+	cfg := s.Target().Config()
+	if cfg.AutoReopen.Attempts != 3 || len(cfg.Subsystems) != 2 || strings.Contains(r.err.Error(), "undo") {
+		t.Errorf("the reload undid changes after the stop closed the target: auto_reopen.attempts %d, subsystems %d (want 3 and 2: the first and the one the stop closed); %v",
+			cfg.AutoReopen.Attempts, len(cfg.Subsystems), r.err)
 	}
 }
