@@ -383,3 +383,52 @@ func TestAddNamespaceWaitsForRemovalsClose(t *testing.T) {
 		t.Fatalf("namespaces of %s in the configuration after AddNamespace: %+v; want namespace 1 of %d bytes", subNQN, nss, unheldSize)
 	}
 }
+
+// TestCloseOwnAndRemovedAtOnce: Target.Close closes a subsystem's own namespaces and, at
+// the same time, waits for the close a removal began, and reports each namespace it gives
+// up on once. Namespace 2's removal gave up on its backend, held in Close (RemoveNamespace
+// returned after the close timeout, shortened to 400ms here); namespace 1 is still the
+// subsystem's, and its backend is held in Close too. Close gives up on both after one
+// close timeout: it returns after at least 400ms and before 800ms, both backends still
+// held, with an error wrapping ErrNamespaceBusy that names namespace 1 once and namespace
+// 2 once. Closing its own namespaces before waiting for the removed ones would take two
+// timeouts, 800ms or more whatever the machine's speed; waiting for its own namespaces as
+// for removed ones too would name namespace 1 twice.
+func TestCloseOwnAndRemovedAtOnce(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	h, nss := newHeldCloses(2)
+	defer h.releaseAll()
+	e := newEnv(t, baseConfig(nss...), target.WithBackendOpener(h.open), target.WithQueueCloseTimeout(timeout))
+	if err := e.tgt.RemoveNamespace(subNQN, 2); err != nil {
+		t.Fatalf("RemoveNamespace(2), its backend held in Close past the close timeout: %v; want nil (removed all the same)", err)
+	}
+	select {
+	case nsid := <-h.entered:
+		if nsid != 2 {
+			t.Fatalf("namespace %d's backend is closing, only namespace 2 was removed", nsid)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("namespace 2's backend is not in Close 5 s after its removal returned")
+	}
+
+	start := time.Now()
+	err := e.tgt.Close()
+	elapsed := time.Since(start)
+	select {
+	case nsid := <-h.returned:
+		t.Fatalf("namespace %d's backend returned from Close before the test let it go", nsid)
+	default:
+	}
+	if !errors.Is(err, target.ErrNamespaceBusy) {
+		t.Fatalf("Close, namespace 1's backend and removed namespace 2's held in Close: %v; want ErrNamespaceBusy", err)
+	}
+	for nsid := 1; nsid <= 2; nsid++ {
+		if n := strings.Count(err.Error(), fmt.Sprintf("namespace %d of %q", nsid, subNQN)); n != 1 {
+			t.Errorf("Close: %v; names namespace %d %d times, want once", err, nsid, n)
+		}
+	}
+	if elapsed < timeout || elapsed >= 2*timeout {
+		t.Errorf("Close gave up on its own namespace 1 and removed namespace 2 after %v; want one close timeout of %v for both (less than %v)",
+			elapsed, timeout, 2*timeout)
+	}
+}
