@@ -3,6 +3,8 @@ package target_test
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,4 +164,103 @@ func TestAdminQueuedCommandAbortedWhenQueueCloses(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the admin queue's Close did not return")
 	}
+}
+
+// goid is the calling goroutine's number, from its stack header ("goroutine N [...").
+func goid() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return ""
+	}
+	return f[1]
+}
+
+// TestAdminMemoryCommandsRunInline: an admin command that touches only memory runs
+// inline, on the goroutine that executed it (the transport's), when nothing is queued for
+// the admin worker — no hand-off to the worker and back per command of a host's connect —
+// while those that may wait for storage (Identify Namespace: a thin backend's usage; Get
+// and Set Features Reservation Persistence: the state file) run on the worker; and one
+// that runs inline otherwise queues behind a command blocked on the worker, completing
+// after it. The old code ran every admin command but Keep Alive, AER, Abort and the
+// Fabrics commands on the worker.
+func TestAdminMemoryCommandsRunInline(t *testing.T) {
+	cfg := baseConfig(memNS(1, 1<<20))
+	cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
+	e := newEnv(t, cfg)
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+
+	identify := func(cns nvmeproto.CNS, nsid uint32) nvmeproto.Command {
+		cmd := sglCmd(nvmeproto.OpIdentify, nsid, nvmeproto.IdentifySize)
+		(&nvmeproto.IdentifyCommand{NSID: nsid, CNS: cns}).ToCommand(&cmd)
+		return cmd
+	}
+	logPage := func(lid nvmeproto.LID, n int) nvmeproto.Command {
+		cmd := sglCmd(nvmeproto.OpGetLogPage, 0xFFFFFFFF, n)
+		(&nvmeproto.GetLogPageCommand{NSID: 0xFFFFFFFF, LID: lid, NUMD: uint32(n/4 - 1)}).ToCommand(&cmd)
+		return cmd
+	}
+	getFeature := func(fid nvmeproto.FID, nsid uint32) nvmeproto.Command {
+		cmd := sglCmd(nvmeproto.OpGetFeatures, nsid, 0)
+		(&nvmeproto.GetFeaturesCommand{NSID: nsid, FID: fid}).ToCommand(&cmd)
+		return cmd
+	}
+	aenCfg := sglCmd(nvmeproto.OpSetFeatures, 0, 0)
+	(&nvmeproto.SetFeaturesCommand{FID: nvmeproto.FIDAsyncEventConfig, CDW11: 1 << 8}).ToCommand(&aenCfg)
+
+	for _, tc := range []struct {
+		name   string
+		cmd    nvmeproto.Command
+		n      int
+		inline bool
+	}{
+		{"Identify Controller", identify(nvmeproto.CNSController, 0), nvmeproto.IdentifySize, true},
+		{"Identify Active Namespace List", identify(nvmeproto.CNSActiveNSList, 0), nvmeproto.IdentifySize, true},
+		{"Identify Namespace Descriptor List", identify(nvmeproto.CNSNSDescriptorList, 1), nvmeproto.IdentifySize, true},
+		{"Get Log Page SMART", logPage(nvmeproto.LIDSMART, nvmeproto.SMARTLogSize), nvmeproto.SMARTLogSize, true},
+		{"Get Log Page ANA", logPage(nvmeproto.LIDANA, 4096), 4096, true},
+		{"Get Features Number of Queues", getFeature(nvmeproto.FIDNumberOfQueues, 0), 0, true},
+		{"Set Features Asynchronous Event Configuration", aenCfg, 0, true},
+		{"Identify Namespace", identify(nvmeproto.CNSNamespace, 1), nvmeproto.IdentifySize, false},
+		{"Get Features Reservation Persistence", getFeature(nvmeproto.FIDReservationPersist, 1), 0, false},
+		{"Set Features Reservation Persistence", setPTPL(1), 0, false},
+	} {
+		cmd := tc.cmd
+		cmd.CID = admin.nextCID()
+		ch := make(chan nvmeproto.Completion, 1)
+		ran := make(chan string, 1)
+		submitter := goid()
+		if err := admin.conn.Submit(&cmd, make([]byte, tc.n), func(c nvmeproto.Completion) { ran <- goid(); ch <- c }); err != nil {
+			t.Fatalf("%s: Submit: %v", tc.name, err)
+		}
+		expectOK(t, tc.name, wait(t, ch))
+		if g := <-ran; (g == submitter) != tc.inline {
+			where := "on the admin worker"
+			if tc.inline {
+				where = "inline, on the goroutine that executed it"
+			}
+			t.Errorf("%s completed on goroutine %s, its executor's is %s: want it to run %s", tc.name, g, submitter, where)
+		}
+	}
+
+	// Queued behind a command blocked on the worker, an inline one waits its turn.
+	entered, release := blockStateFile(t)
+	ptplOff := setPTPL(1) // PTPL is on: turning it off writes the state file
+	ptplOff.CDW11 = 0
+	set := submitOffGoroutine(t, admin, ptplOff, 5*time.Second)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Set Features Reservation Persistence did not reach the state file's fsync")
+	}
+	id := submitDataOffGoroutine(t, admin, identify(nvmeproto.CNSController, 0), make([]byte, nvmeproto.IdentifySize), 5*time.Second)
+	select {
+	case c := <-id:
+		t.Errorf("Identify Controller sent after the blocked Set Features completed first (status %v)", c.Status)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	expectOK(t, "Set Features Reservation Persistence", wait(t, set))
+	expectOK(t, "Identify Controller queued behind it", wait(t, id))
 }
