@@ -180,13 +180,14 @@ func goid() string {
 // TestAdminMemoryCommandsRunInline: an admin command that touches only memory runs
 // inline, on the goroutine that executed it (the transport's), when nothing is queued for
 // the admin worker — no hand-off to the worker and back per command of a host's connect —
-// while those that may wait for storage (Identify Namespace: a thin backend's usage; Get
-// and Set Features Reservation Persistence: the state file) run on the worker; and one
+// while those that may wait for storage (Identify Namespace of a thin-provisioned file:
+// its usage; Get and Set Features Reservation Persistence: the state file) run on the
+// worker; and one
 // that runs inline otherwise queues behind a command blocked on the worker, completing
 // after it. The old code ran every admin command but Keep Alive, AER, Abort and the
 // Fabrics commands on the worker.
 func TestAdminMemoryCommandsRunInline(t *testing.T) {
-	cfg := baseConfig(memNS(1, 1<<20))
+	cfg := baseConfig(memNS(1, 1<<20), fileNS(t, 2, 64<<20)) // 2: a sparse file, thin
 	cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
 	e := newEnv(t, cfg)
 	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
@@ -222,7 +223,8 @@ func TestAdminMemoryCommandsRunInline(t *testing.T) {
 		{"Get Log Page ANA", logPage(nvmeproto.LIDANA, 4096), 4096, true},
 		{"Get Features Number of Queues", getFeature(nvmeproto.FIDNumberOfQueues, 0), 0, true},
 		{"Set Features Asynchronous Event Configuration", aenCfg, 0, true},
-		{"Identify Namespace", identify(nvmeproto.CNSNamespace, 1), nvmeproto.IdentifySize, false},
+		{"Identify Namespace of a memory namespace", identify(nvmeproto.CNSNamespace, 1), nvmeproto.IdentifySize, true},
+		{"Identify Namespace of a thin file namespace", identify(nvmeproto.CNSNamespace, 2), nvmeproto.IdentifySize, false},
 		{"Get Features Reservation Persistence", getFeature(nvmeproto.FIDReservationPersist, 1), 0, false},
 		{"Set Features Reservation Persistence", setPTPL(1), 0, false},
 	} {
