@@ -490,15 +490,8 @@ func (h *heldFencing) opened() []backend.Spec {
 	return slices.Clone(h.specs)
 }
 
-// quickly runs call and fails the test unless it returns nil within 2 s.
+// quickly runs call and fails the test unless it returns within 2 s.
 func quickly(t *testing.T, what string, call func() error) {
-	t.Helper()
-	returnsWhile(t, what, "an automatic reopen's backend open is held", 2*time.Second, call)
-}
-
-// returnsWhile runs call, made while what while says is held, and fails the test unless
-// it returns nil within bound: one that waits for what is held reaches it.
-func returnsWhile(t *testing.T, what, while string, bound time.Duration, call func() error) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- call() }()
@@ -507,8 +500,8 @@ func returnsWhile(t *testing.T, what, while string, bound time.Duration, call fu
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-	case <-time.After(bound):
-		t.Fatalf("%s has not returned %v after it began, while %s: it waits for that", what, bound, while)
+	case <-time.After(2 * time.Second):
+		t.Fatalf("%s did not return within 2 s of an automatic reopen's backend open: it waits for the open", what)
 	}
 }
 

@@ -21,8 +21,7 @@ const heldCloseTimeout = time.Hour
 // heldCloses opens backends whose Close reports its namespace on entered, then waits
 // until the test releases that namespace, closes the backend, reports the namespace on
 // returned and fails with an error naming the namespace. A namespace of nsid has size
-// nsid MiB: that is how its backend knows it. A namespace of another size (unheldSize)
-// gets a backend that closes at once.
+// nsid MiB: that is how its backend knows it.
 type heldCloses struct {
 	n        int
 	entered  chan uint32
@@ -51,9 +50,6 @@ func (h *heldCloses) open(spec backend.Spec) (backend.Backend, error) {
 		return nil, err
 	}
 	nsid := uint32(spec.Size >> 20)
-	if h.gates[nsid] == nil {
-		return b, nil
-	}
 	return &heldCloseBackend{Backend: b, h: h, nsid: nsid}, nil
 }
 
@@ -186,7 +182,7 @@ func TestCloseClosesSubsystemsAtOnce(t *testing.T) {
 const closeStillWaiting = 200 * time.Millisecond
 
 // removals are the removals whose closes Target.Close waits for: of the subsystem, and of
-// its namespace 1 (both close after their change of the configuration).
+// its namespace 1 (under the configuration lock, which Close does not take).
 var removals = []struct {
 	name   string
 	remove func(*target.Target) error
@@ -262,125 +258,6 @@ func TestCloseGivesUpOnRemovalsClose(t *testing.T) {
 				t.Errorf("%s: %v", r.name, err)
 			}
 		})
-	}
-}
-
-// unheldSize is the size of a namespace that a heldCloses opens a backend for that closes
-// at once: it names none of its namespaces.
-const unheldSize = 64 << 20
-
-// changeBound bounds how long a test waits for a change of the configuration that must
-// not wait for a backend's close: it returns in far less. Only a change that waits for
-// the close (the test holds it for good) reaches it.
-const changeBound = 10 * time.Second
-
-// otherSubNQN is a second subsystem, added while a namespace of subNQN is closing.
-const otherSubNQN = "nqn.2024-01.io.gonvmf:closeconc-other"
-
-// changeReturns runs change, a change of the configuration made while the backend of a
-// namespace RemoveNamespace took out is held in Close, and fails the test unless it
-// returns nil within changeBound.
-func changeReturns(t *testing.T, what string, change func() error) {
-	t.Helper()
-	returnsWhile(t, what, "a removed namespace's backend is held in Close", changeBound, change)
-}
-
-// removeHeld starts RemoveNamespace of namespace 1 of a target whose namespace 1's backend
-// the returned heldCloses holds in Close (the close timeout, an hour, never ends it), and
-// returns once that backend is in Close, with the channel RemoveNamespace's result comes
-// on. The backend is let go at the test's end, before the target's Close.
-func removeHeld(t *testing.T) (e *env, h *heldCloses, removed <-chan error) {
-	t.Helper()
-	h, nss := newHeldCloses(1)
-	e = newEnv(t, baseConfig(nss...), target.WithBackendOpener(h.open), target.WithQueueCloseTimeout(heldCloseTimeout))
-	t.Cleanup(h.releaseAll) // after newEnv's: it runs first
-	rm := make(chan error, 1)
-	go func() { rm <- e.tgt.RemoveNamespace(subNQN, 1) }()
-	h.waitEntered(t, "RemoveNamespace")
-	return e, h, rm
-}
-
-// removedUnclean checks RemoveNamespace's error, its namespace 1's backend having failed to
-// close: it wraps ErrRemovedUnclean and says why.
-func removedUnclean(t *testing.T, err error) {
-	t.Helper()
-	if !errors.Is(err, target.ErrRemovedUnclean) || !strings.Contains(err.Error(), "injected: namespace 1's backend failed to close") {
-		t.Fatalf("RemoveNamespace, the backend failing to close: %v; want ErrRemovedUnclean with the backend's close error", err)
-	}
-}
-
-// configNamespaces returns the namespaces of subsystem nqn in the running configuration.
-func configNamespaces(tgt *target.Target, nqn string) []conf.Namespace {
-	for _, cs := range tgt.Config().Subsystems {
-		if cs.NQN == nqn {
-			return cs.Namespaces
-		}
-	}
-	return nil
-}
-
-// TestRemoveNamespaceClosesAfterItsChange: while RemoveNamespace waits for its namespace's
-// backend to close (held in Close by the test; the close timeout, an hour, never ends
-// it), other changes of the configuration go on: SetAllowedHosts of the subsystem, then
-// AddSubsystem of another one with a namespace, return. RemoveNamespace itself returns
-// only after the backend's Close has, with an error wrapping ErrRemovedUnclean and the
-// backend's close error, and namespace 1 is no longer in the configuration. The old code
-// closed under the configuration lock: SetAllowedHosts waited for the backend's Close.
-func TestRemoveNamespaceClosesAfterItsChange(t *testing.T) {
-	e, h, removed := removeHeld(t)
-	changeReturns(t, "SetAllowedHosts", func() error { return e.tgt.SetAllowedHosts(subNQN, false, []string{hostNQN}) })
-	changeReturns(t, "AddSubsystem", func() error {
-		return e.tgt.AddSubsystem(conf.Subsystem{NQN: otherSubNQN, AllowAnyHost: true, Namespaces: []conf.Namespace{memNS(1, unheldSize)}})
-	})
-	if nss := configNamespaces(e.tgt, subNQN); len(nss) != 0 {
-		t.Fatalf("namespaces of %s in the configuration while RemoveNamespace closes namespace 1: %v; want none", subNQN, nss)
-	}
-	select {
-	case err := <-removed:
-		t.Fatalf("RemoveNamespace returned (%v) while its namespace's backend was still in Close", err)
-	default:
-	}
-	h.release(1)
-	removedUnclean(t, <-removed)
-	select {
-	case <-h.returned:
-	default:
-		t.Fatal("RemoveNamespace returned before its namespace's backend returned from Close")
-	}
-	if nss := configNamespaces(e.tgt, subNQN); len(nss) != 0 {
-		t.Fatalf("namespaces of %s in the configuration after RemoveNamespace: %v; want none", subNQN, nss)
-	}
-}
-
-// TestAddNamespaceWaitsForRemovalsClose: AddNamespace of the NSID whose namespace
-// RemoveNamespace is still closing (its backend held in Close by the test) waits for that
-// close before it opens the new backend, and holds up no other change meanwhile: it has
-// not returned while the old backend is held, SetAllowedHosts returns in the meantime,
-// and once the old backend's Close has returned AddNamespace returns nil, namespace 1 in
-// the configuration with the new size. The old code's AddNamespace waited too, but under
-// the configuration lock, with RemoveNamespace's close: SetAllowedHosts waited as well.
-func TestAddNamespaceWaitsForRemovalsClose(t *testing.T) {
-	e, h, removed := removeHeld(t)
-	added := make(chan error, 1)
-	go func() { added <- e.tgt.AddNamespace(subNQN, memNS(1, unheldSize)) }()
-	select {
-	case err := <-added:
-		t.Fatalf("AddNamespace of namespace 1 returned (%v) while the backend of the namespace 1 RemoveNamespace took out was still in Close", err)
-	case <-time.After(closeStillWaiting):
-	}
-	changeReturns(t, "SetAllowedHosts", func() error { return e.tgt.SetAllowedHosts(subNQN, false, []string{hostNQN}) })
-	h.release(1)
-	if err := <-added; err != nil {
-		t.Fatalf("AddNamespace of namespace 1 once its removal's close ended: %v", err)
-	}
-	select {
-	case <-h.returned:
-	default:
-		t.Fatal("AddNamespace of namespace 1 returned before the backend of the namespace 1 removed returned from Close")
-	}
-	removedUnclean(t, <-removed)
-	if nss := configNamespaces(e.tgt, subNQN); len(nss) != 1 || nss[0].NSID != 1 || nss[0].Size != unheldSize {
-		t.Fatalf("namespaces of %s in the configuration after AddNamespace: %+v; want namespace 1 of %d bytes", subNQN, nss, unheldSize)
 	}
 }
 

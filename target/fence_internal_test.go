@@ -35,7 +35,7 @@ func (f *fenceFixture) add(nsid uint32, gen uint64) *namespace {
 	return ns
 }
 
-// remove unpublishes ns as takeNamespace does: its backend stays open (closeRemoved).
+// remove unpublishes ns as removeNamespace does: its backend stays open (closeRemoved).
 func (f *fenceFixture) remove(ns *namespace) {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()

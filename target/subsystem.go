@@ -45,17 +45,11 @@ type subsystem struct {
 	// ns is the namespace table the command path reads without locking: an immutable
 	// slice sorted by NSID, replaced under mu.
 	ns atomic.Pointer[[]*namespace]
-	// removed are the namespaces takeNamespace or unpublish took out of ns whose backends
+	// removed are the namespaces removeNamespace or unpublish took out of ns whose backends
 	// (those of their generations: genBackends) have not all closed yet: commands still in
 	// them may reach their stores, and the I/O fence waits for them (fencedRemoved).
 	// Guarded by mu, changed with ns.
 	removed []*namespace
-	// removing are the NSIDs whose namespace Target.RemoveNamespace took out of ns and is
-	// closing now, each with a channel closed when that close has ended: its backend
-	// closed, or the close gave up at the close timeout (takeNamespace to closeTaken). A
-	// namespace is added with such an NSID only after that (Target.insertNamespace), so at
-	// most one removal of an NSID is under way. Guarded by mu, changed with ns.
-	removing map[uint32]chan struct{}
 
 	// ioErrs counts the commands on I/O queues that failed before reaching a namespace
 	// (no such namespace, a malformed command, the queue going away).
@@ -68,7 +62,6 @@ func newSubsystem(t *Target, nqn string, disc bool) *subsystem {
 		hosts:      make(map[string]bool),
 		ctrls:      make(map[uint16]*controller),
 		ioQueues:   make(map[*Queue]struct{}),
-		removing:   make(map[uint32]chan struct{}),
 		cntlidMin:  nvmeproto.CNTLIDMin,
 		cntlidMax:  nvmeproto.CNTLIDMax,
 		nextCntlid: nvmeproto.CNTLIDMin,
@@ -247,66 +240,36 @@ func (s *subsystem) addNamespace(cn conf.Namespace, notify bool) error {
 	return nil
 }
 
-// takeNamespace takes the namespace nsid out of the table: from then on no command
-// reaches it (Invalid Namespace), and hosts learn it is gone (its ANA group's NSID list
-// changes; the controllers get a Namespace Attribute Changed event). In the same step
-// under mu it puts it on the removed list and lists its NSID as being removed
-// (removing). The caller closes it with closeTaken, which ends that, and may do so after
-// releasing t.cfgMu: takeNamespace neither waits nor closes. The error wraps
-// ErrNoSuchNamespace when the table has no namespace nsid.
-func (s *subsystem) takeNamespace(nsid uint32) (*namespace, error) {
+// removeNamespace unpublishes a namespace, waits for its commands in flight and closes it.
+func (s *subsystem) removeNamespace(nsid uint32) error {
 	s.mu.Lock()
 	tab := *s.ns.Load()
 	i := slices.IndexFunc(tab, func(n *namespace) bool { return n.nsid == nsid })
 	if i < 0 {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: nsid %d in %q", ErrNoSuchNamespace, nsid, s.nqn)
+		return fmt.Errorf("%w: nsid %d in %q", ErrNoSuchNamespace, nsid, s.nqn)
 	}
 	ns := tab[i]
 	tab = slices.Delete(slices.Clone(tab), i, i+1)
 	s.ns.Store(&tab)
 	s.removed = append(s.removed, ns)
-	s.removing[nsid] = make(chan struct{})
 	s.mu.Unlock()
-	s.t.anaGroupChanged(ns.anaGroup.Load())
-	s.notifyNamespaceChanged(nsid)
-	return ns, nil
-}
 
-// closeTaken waits for the commands in flight of ns, which takeNamespace took out, and
-// closes it (closeRemoved; at most about the queue-close timeout), then ends the removal
-// of its NSID: a namespace added with it may now open its backend (see removing). It
-// returns the backend's close error; a close that gave up on commands still executing in
-// the backend is none: the namespace is removed all the same — hosts no longer see it, no
-// command reaches it, and its backend closes when the stuck ones complete (close logged
-// both) — and failing the removal would make a reload undo it and open the backend a
-// second time.
-func (s *subsystem) closeTaken(ns *namespace) error {
 	err := s.closeRemoved(ns)
-	s.mu.Lock()
-	done, ok := s.removing[ns.nsid]
-	delete(s.removing, ns.nsid)
-	s.mu.Unlock()
-	if ok {
-		close(done)
-	}
 	if errors.Is(err, ErrNamespaceBusy) {
+		// Removed all the same: hosts no longer see it, no command reaches it, and its
+		// backend closes when the stuck ones complete (close logged both). Failing the
+		// removal would make a reload undo it and open the backend a second time.
 		err = nil
 	}
-	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", ns.nsid)
+	s.t.anaGroupChanged(ns.anaGroup.Load())
+	s.t.log.Info("namespace removed", "subsystem", s.nqn, "nsid", nsid)
+	s.notifyNamespaceChanged(nsid)
 	return err
 }
 
-// removalClosing returns the channel closed when the close of the namespace nsid that
-// a removal took out ends (see removing), or nil when none is closing.
-func (s *subsystem) removalClosing(nsid uint32) <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.removing[nsid]
-}
-
 // closeRemoved closes ns, which the caller took out of the table and put on the removed
-// list in one step under mu (takeNamespace, unpublish), and returns the close's error (one
+// list in one step under mu (removeNamespace, unpublish), and returns the close's error (one
 // wrapping ErrNamespaceBusy when commands are still executing in its backend after the
 // close timeout). ns stays on the removed list, and the I/O fence waits for its commands,
 // until the backends of its generation have closed (forgetRemoved: at once, or on its own
@@ -324,7 +287,7 @@ func (s *subsystem) closeRemoved(ns *namespace) error {
 
 // forgetRemoved waits until the backends of ns's generation have closed — ns's, and
 // those of the namespace objects a reopen replaced with it (see genBackends): none of its
-// commands executes any more — then takes ns, which takeNamespace or unpublish took out
+// commands executes any more — then takes ns, which removeNamespace or unpublish took out
 // of the table, off the removed list and drops its nsFences from the I/O queues' tables.
 // The last one of a closed subsystem takes the subsystem off the target's removed
 // subsystems (forgetIfRemoved).
@@ -459,7 +422,7 @@ func (s *subsystem) close() error {
 }
 
 // unpublish closes s — hosts can no longer connect to it — and takes its namespaces out
-// of the table onto the removed list in one step, as takeNamespace takes one: from
+// of the table onto the removed list in one step, as removeNamespace takes one: from
 // then on the I/O fence waits for their commands as for any removed namespace's, until
 // their backends have closed (fencedRemoved). It returns them, or false when s was
 // closed already.

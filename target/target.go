@@ -484,19 +484,6 @@ func (t *Target) SetAllowedHosts(nqn string, allowAny bool, hosts []string) erro
 // its Changed Namespace List. In the running configuration it takes its place in NSID
 // order (at the end of a list that is not in NSID order; InsertNamespace puts it
 // elsewhere).
-//
-// While a namespace of the subsystem with the same NSID that RemoveNamespace took out is
-// still closing, AddNamespace waits for that close to end (at most about the queue-close
-// timeout), holding up no other change meanwhile, and only then opens the new backend:
-// the old backend, on what is often the same store (a file's lock, a block device's
-// O_EXCL claim, an rbd image's cache), has closed, and its commands have completed, before
-// the new one opens it. A close that gave up on commands stuck in the backend is not
-// waited for beyond that, as RemoveNamespace does not wait beyond it: the I/O fences wait
-// for those commands as for the new namespace's (see fence.go). A RemoveNamespace that has
-// returned has ended its close: re-adding what it removed (a reload's undo) never waits.
-// Only removals from the subsystem as it is count: a subsystem added again with the NQN of
-// one RemoveSubsystem is still closing does not wait for those closes (see
-// RemoveSubsystem), nor does a namespace added to it.
 func (t *Target) AddNamespace(subNQN string, ns conf.Namespace) error {
 	return t.insertNamespace(subNQN, -1, ns)
 }
@@ -514,31 +501,12 @@ func (t *Target) InsertNamespace(subNQN string, i int, ns conf.Namespace) error 
 
 // insertNamespace adds ns at index at of the subsystem's namespaces; at -1: in NSID order
 // when the list is (so a namespace removed and added again returns to its place), last
-// otherwise. A removal of the NSID still closing (see AddNamespace) is waited for without
-// cfgMu held, then the change begins again: one that began meanwhile is waited for in turn.
+// otherwise.
 func (t *Target) insertNamespace(subNQN string, at int, ns conf.Namespace) error {
-	for {
-		closing, err := t.insertNamespaceOnce(subNQN, at, ns)
-		if closing == nil {
-			return err
-		}
-		<-closing
-	}
-}
-
-// errRemovalClosing is insertNamespaceOnce's refusal while a removal of the NSID is
-// closing its namespace; never returned by an exported method.
-var errRemovalClosing = errors.New("target: a namespace with this NSID is still closing")
-
-// insertNamespaceOnce is one try of insertNamespace. When a removal of ns's NSID is
-// still closing the namespace it took out, it changes nothing and returns the channel
-// closed when that close ends; otherwise nil and the change's outcome.
-func (t *Target) insertNamespaceOnce(subNQN string, at int, ns conf.Namespace) (<-chan struct{}, error) {
 	var s *subsystem
 	var si int
-	var closing <-chan struct{}
 	what := fmt.Sprintf("subsystem %q: namespace %d", subNQN, ns.NSID)
-	err := t.change(what, true, func(c *conf.Config) error {
+	return t.change(what, true, func(c *conf.Config) error {
 		si = subsystemIndex(c, subNQN)
 		if s = t.subsystem(subNQN); s == nil || s.disc || si < 0 {
 			return fmt.Errorf("%w: %q", ErrNoSuchSubsystem, subNQN)
@@ -546,11 +514,6 @@ func (t *Target) insertNamespaceOnce(subNQN string, at int, ns conf.Namespace) (
 		cs := &c.Subsystems[si]
 		if slices.ContainsFunc(cs.Namespaces, func(n conf.Namespace) bool { return n.NSID == ns.NSID }) {
 			return fmt.Errorf("%w: nsid %d in %q", ErrNamespaceExists, ns.NSID, subNQN)
-		}
-		// Under cfgMu, which takeNamespace runs under: no removal of the NSID begins
-		// between this look and the open below.
-		if closing = s.removalClosing(ns.NSID); closing != nil {
-			return errRemovalClosing
 		}
 		switch {
 		case at > len(cs.Namespaces):
@@ -569,28 +532,14 @@ func (t *Target) insertNamespaceOnce(subNQN string, at int, ns conf.Namespace) (
 	}, func(c *conf.Config) error {
 		return s.addNamespace(c.Subsystems[si].Namespaces[at], true)
 	})
-	if errors.Is(err, errRemovalClosing) {
-		return closing, nil
-	}
-	return nil, err
 }
 
 // RemoveNamespace removes a namespace: new commands for it fail with Invalid Namespace,
-// commands in flight finish, then its backend is closed; it returns once that close has
-// ended (at most about the queue-close timeout, see WithQueueCloseTimeout). Controllers
-// are notified as for AddNamespace, as soon as the namespace is out. When its backend
-// fails to close the namespace is removed all the same and the error wraps
-// ErrRemovedUnclean; a backend still executing commands at the close timeout is no error
-// (it closes when they complete). A Close meanwhile waits for that close (see Close).
-//
-// Only taking the namespace out is a change of the configuration, made under the lock
-// that serializes them: the wait for its commands and its backend's close comes after,
-// so other changes (of any subsystem) go on meanwhile, whatever the backend's close
-// costs. A namespace added with the same NSID of the subsystem meanwhile waits for that
-// close to end before it opens its backend (see AddNamespace).
+// commands in flight finish, then its backend is closed. Controllers are notified as for
+// AddNamespace. A Close meanwhile waits for that close (see Close).
 func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 	var s *subsystem
-	var ns *namespace
+	var closeErr error
 	err := t.change(fmt.Sprintf("subsystem %q: removing namespace %d", subNQN, nsid), false, func(c *conf.Config) error {
 		si := subsystemIndex(c, subNQN)
 		if s = t.subsystem(subNQN); s == nil || s.disc || si < 0 {
@@ -604,17 +553,17 @@ func (t *Target) RemoveNamespace(subNQN string, nsid uint32) error {
 		cs.Namespaces = slices.Delete(cs.Namespaces, ni, ni+1)
 		return nil
 	}, func(*conf.Config) error {
-		var err error
-		ns, err = s.takeNamespace(nsid)
-		return err
+		closeErr = s.removeNamespace(nsid)
+		if errors.Is(closeErr, ErrNoSuchNamespace) {
+			return closeErr
+		}
+		return nil // it is gone: the configuration follows even if closing its backend failed
 	})
 	if err != nil {
 		return err
 	}
-	// The namespace is out of the configuration and of the table: it is gone, even if
-	// closing its backend fails.
-	if err := s.closeTaken(ns); err != nil {
-		return fmt.Errorf("target: subsystem %q: namespace %d: %w: %w", subNQN, nsid, ErrRemovedUnclean, err)
+	if closeErr != nil {
+		return fmt.Errorf("target: subsystem %q: namespace %d: %w: %w", subNQN, nsid, ErrRemovedUnclean, closeErr)
 	}
 	return nil
 }
@@ -803,9 +752,9 @@ func (t *Target) subsystem(nqn string) *subsystem {
 // state file is closed after all of them.
 //
 // Lock order: Close takes t.mu, then each subsystem's mu, one at a time and never while
-// waiting; it never takes cfgMu. A removal closes without cfgMu held (RemoveNamespace's
-// and RemoveSubsystem's closes run after their changes) and waits for nothing Close
-// holds, so Close waiting for them cannot deadlock. Close does not take
+// waiting; it never takes cfgMu. A removal holds cfgMu while it closes (RemoveNamespace)
+// or not at all (RemoveSubsystem's closes run after its change), and neither waits for
+// anything Close holds, so Close waiting for them cannot deadlock. Close does not take
 // cfgMu to wait for a change in progress, which may be opening a backend that hangs:
 // that would make Close unbounded.
 func (t *Target) Close() error {
