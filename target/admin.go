@@ -56,17 +56,22 @@ func (c *controller) adminOpSupported(op uint8) bool {
 func (c *controller) execAdmin(q *Queue, r *Request) {
 	switch r.Cmd.Opcode {
 	case nvmeproto.OpKeepAlive, nvmeproto.OpAsyncEventRequest, nvmeproto.OpAbort:
-		c.runAdmin(q, r)
+		c.runAdmin(q, r, true)
 		return
 	}
-	if r.Cmd.Opcode == nvmeproto.OpFabrics || !c.adminMayBlock(&r.Cmd) {
+	if r.Cmd.Opcode == nvmeproto.OpFabrics || inlineAllAdmin || !c.adminMayBlock(&r.Cmd) {
 		if !c.adminWork.pushUnlessIdle(r) {
-			c.runAdmin(q, r)
+			c.runAdmin(q, r, true)
 		}
 		return
 	}
 	c.adminWork.push(r)
 }
+
+// inlineAllAdmin makes execAdmin take every command inline that it would otherwise take
+// inline only when adminMayBlock says it touches no storage; runAdmin's own check of an
+// Identify Namespace stands. Tests set it (SetInlineAllAdmin) before they connect.
+var inlineAllAdmin bool
 
 // adminMayBlock reports whether the admin command cmd may wait for storage, so that it
 // must run on the admin worker: Identify Namespace of a thin-provisioned namespace whose
@@ -90,8 +95,7 @@ func (c *controller) adminMayBlock(cmd *nvmeproto.Command) bool {
 			// may be a thin one.
 			return true
 		}
-		_, usager := ns.be.(backend.Usager)
-		return usager && ns.info.ThinProvisioned
+		return ns.asksUsage()
 	case nvmeproto.OpGetLogPage:
 		return false
 	case nvmeproto.OpGetFeatures:
@@ -114,16 +118,25 @@ func (c *controller) adminStep(r *Request) {
 		r.q.finish(r, nvmeproto.StatusAbortSQDeletion)
 		return
 	}
-	c.runAdmin(r.q, r)
+	c.runAdmin(r.q, r, false)
 }
 
-// runAdmin executes an admin or Fabrics command and completes it.
-func (c *controller) runAdmin(q *Queue, r *Request) {
+// runAdmin executes an admin or Fabrics command and completes it; inline on the
+// transport's goroutine (execAdmin) or on the admin worker. An Identify Namespace that
+// adminMayBlock let through inline but that finds a namespace asking its backend for its
+// usage (one put in the NSID's place meanwhile) goes to the worker after all: nothing is
+// queued there when a command runs inline, so it overtakes nothing.
+func (c *controller) runAdmin(q *Queue, r *Request, inline bool) {
 	switch r.Cmd.Opcode {
 	case nvmeproto.OpFabrics:
 		c.execFabrics(q, r)
 	case nvmeproto.OpIdentify:
-		c.adminDone(q, r, c.identify(r))
+		st, toWorker := c.identify(r, inline)
+		if toWorker {
+			c.adminWork.push(r)
+			return
+		}
+		c.adminDone(q, r, st)
 	case nvmeproto.OpGetLogPage:
 		c.adminDone(q, r, c.getLogPage(r))
 	case nvmeproto.OpSetFeatures:
@@ -159,12 +172,15 @@ func c2h(r *Request, n int) ([]byte, nvmeproto.Status) {
 	return r.Data[:n], nvmeproto.StatusSuccess
 }
 
-// identify implements Identify for the CNS values a Linux host and nvme-cli use.
-func (c *controller) identify(r *Request) nvmeproto.Status {
+// identify implements Identify for the CNS values a Linux host and nvme-cli use. Run
+// inline, it does not ask a backend for its usage: for an Identify Namespace whose
+// namespace would (asksUsage) it does nothing and reports true, for runAdmin to pass the
+// command to the worker.
+func (c *controller) identify(r *Request, inline bool) (nvmeproto.Status, bool) {
 	var cmd nvmeproto.IdentifyCommand
 	cmd.FromCommand(&r.Cmd)
 	if c.disc && cmd.CNS != nvmeproto.CNSController {
-		return nvmeproto.StatusInvalidField.WithDNR()
+		return nvmeproto.StatusInvalidField.WithDNR(), false
 	}
 	switch cmd.CNS {
 	case nvmeproto.CNSNamespace, nvmeproto.CNSController, nvmeproto.CNSActiveNSList,
@@ -172,17 +188,17 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		nvmeproto.CNSCSActiveNSList, nvmeproto.CNSCSIndependentNamespace,
 		nvmeproto.CNSNSControllerList, nvmeproto.CNSControllerList:
 	default:
-		return nvmeproto.StatusInvalidField.WithDNR()
+		return nvmeproto.StatusInvalidField.WithDNR(), false
 	}
 	switch cmd.CNS {
 	case nvmeproto.CNSCSNamespace, nvmeproto.CNSCSController, nvmeproto.CNSCSActiveNSList:
 		if cmd.CSI != nvmeproto.CSINVM {
-			return nvmeproto.StatusInvalidField.WithDNR()
+			return nvmeproto.StatusInvalidField.WithDNR(), false
 		}
 	}
 	buf, st := c2h(r, nvmeproto.IdentifySize)
 	if st != nvmeproto.StatusSuccess {
-		return st
+		return st, false
 	}
 	switch cmd.CNS {
 	case nvmeproto.CNSController:
@@ -193,7 +209,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		id.Marshal(buf)
 	case nvmeproto.CNSActiveNSList, nvmeproto.CNSCSActiveNSList:
 		if cmd.NSID >= 0xFFFFFFFE {
-			return nvmeproto.StatusInvalidNamespace.WithDNR()
+			return nvmeproto.StatusInvalidNamespace.WithDNR(), false
 		}
 		var l nvmeproto.NSIDList
 		for _, ns := range c.subsys.activeNamespaces() {
@@ -208,7 +224,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		// Every controller of the subsystem has every active namespace attached; an
 		// inactive NSID has none.
 		if cmd.NSID == 0 || cmd.NSID > conf.MaxNSID {
-			return nvmeproto.StatusInvalidNamespace.WithDNR()
+			return nvmeproto.StatusInvalidNamespace.WithDNR(), false
 		}
 		var l nvmeproto.ControllerList
 		if ns := c.subsys.lookup(cmd.NSID); ns != nil && !ns.inactive() {
@@ -217,7 +233,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 		l.Marshal(buf)
 	default: // namespace structures
 		if cmd.NSID == 0 || cmd.NSID > conf.MaxNSID {
-			return nvmeproto.StatusInvalidNamespace.WithDNR()
+			return nvmeproto.StatusInvalidNamespace.WithDNR(), false
 		}
 		// A namespace being reopened (closed, its backend not yet open again) is
 		// described from its configuration and last known size, as before the reopen,
@@ -235,13 +251,16 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			ready = false
 		} else {
 			if cmd.CNS == nvmeproto.CNSNSDescriptorList {
-				return nvmeproto.StatusInvalidNamespace.WithDNR()
+				return nvmeproto.StatusInvalidNamespace.WithDNR(), false
 			}
 			clear(buf) // an inactive NSID: all zeroes
-			return nvmeproto.StatusSuccess
+			return nvmeproto.StatusSuccess, false
 		}
 		switch cmd.CNS {
 		case nvmeproto.CNSNamespace:
+			if inline && ready && ns.asksUsage() {
+				return nvmeproto.StatusSuccess, true // on the worker (runAdmin)
+			}
 			id := ns.identify(ready)
 			id.RESCAP = c.t.rescap()
 			id.Marshal(buf)
@@ -270,7 +289,7 @@ func (c *controller) identify(r *Request) nvmeproto.Status {
 			l.Marshal(buf)
 		}
 	}
-	return nvmeproto.StatusSuccess
+	return nvmeproto.StatusSuccess, false
 }
 
 // identifyController builds the Identify Controller data for this controller.
@@ -360,6 +379,13 @@ func (t *Target) rescap() uint8 {
 		r |= nvmeproto.RESCAPPTPL
 	}
 	return r
+}
+
+// asksUsage reports whether Identify Namespace asks ns's backend for its usage
+// (thinUsage), which may wait for storage (a file's fstat and fstatfs).
+func (ns *namespace) asksUsage() bool {
+	_, ok := ns.be.(backend.Usager)
+	return ok && ns.info.ThinProvisioned
 }
 
 // thinUsage reports a thin-provisioned namespace (a sparse file) as such: NSFEAT thin

@@ -1,6 +1,7 @@
 package target_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -265,4 +266,34 @@ func TestAdminMemoryCommandsRunInline(t *testing.T) {
 	release()
 	expectOK(t, "Set Features Reservation Persistence", wait(t, set))
 	expectOK(t, "Identify Controller queued behind it", wait(t, id))
+}
+
+// TestAdminIdentifyFindingThinNamespaceInlineGoesToWorker: an Identify Namespace run
+// inline that finds a namespace whose backend it would ask for its usage — the NSID's
+// namespace replaced by a thin file's between execAdmin's look and Identify's, forced
+// here by letting every command through inline — goes to the admin worker instead of
+// asking on the transport's goroutine; one of a memory namespace completes inline. On the
+// old code Identify asked the file's usage inline.
+func TestAdminIdentifyFindingThinNamespaceInlineGoesToWorker(t *testing.T) {
+	defer target.SetInlineAllAdmin()()
+	e := newEnv(t, baseConfig(memNS(1, 1<<20), fileNS(t, 2, 64<<20)))
+	admin, _ := e.adminConnect(subNQN, hostNQN, 0)
+	for _, tc := range []struct {
+		nsid   uint32
+		inline bool
+	}{{1, true}, {2, false}} {
+		cmd := sglCmd(nvmeproto.OpIdentify, tc.nsid, nvmeproto.IdentifySize)
+		(&nvmeproto.IdentifyCommand{NSID: tc.nsid, CNS: nvmeproto.CNSNamespace}).ToCommand(&cmd)
+		cmd.CID = admin.nextCID()
+		ch := make(chan nvmeproto.Completion, 1)
+		ran := make(chan string, 1)
+		submitter := goid()
+		if err := admin.conn.Submit(&cmd, make([]byte, nvmeproto.IdentifySize), func(c nvmeproto.Completion) { ran <- goid(); ch <- c }); err != nil {
+			t.Fatalf("Identify Namespace %d: Submit: %v", tc.nsid, err)
+		}
+		expectOK(t, fmt.Sprintf("Identify Namespace %d", tc.nsid), wait(t, ch))
+		if g := <-ran; (g == submitter) != tc.inline {
+			t.Errorf("Identify Namespace %d completed on goroutine %s, its executor's is %s; want inline %v", tc.nsid, g, submitter, tc.inline)
+		}
+	}
 }

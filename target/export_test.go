@@ -72,3 +72,11 @@ func SecretReadWaiters(t *Target, path string) int {
 	}
 	return k.reads.waiting(path)
 }
+
+// SetInlineAllAdmin makes the admin queues take every command inline that adminMayBlock
+// would send to the admin worker, until the returned function runs; set it before
+// connecting.
+func SetInlineAllAdmin() (restore func()) {
+	inlineAllAdmin = true
+	return func() { inlineAllAdmin = false }
+}
