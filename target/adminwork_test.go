@@ -178,6 +178,28 @@ func goid() string {
 	return f[1]
 }
 
+// expectInline submits cmd (n bytes of data) on admin, expects it to succeed, and checks
+// that its completion ran on the goroutine that executed it (inline) or on another (the
+// admin worker), as inline says.
+func expectInline(t *testing.T, admin *hostQueue, name string, cmd nvmeproto.Command, n int, inline bool) {
+	t.Helper()
+	cmd.CID = admin.nextCID()
+	ch := make(chan nvmeproto.Completion, 1)
+	ran := make(chan string, 1)
+	submitter := goid()
+	if err := admin.conn.Submit(&cmd, make([]byte, n), func(c nvmeproto.Completion) { ran <- goid(); ch <- c }); err != nil {
+		t.Fatalf("%s: Submit: %v", name, err)
+	}
+	expectOK(t, name, wait(t, ch))
+	if g := <-ran; (g == submitter) != inline {
+		where := "on the admin worker"
+		if inline {
+			where = "inline, on the goroutine that executed it"
+		}
+		t.Errorf("%s completed on goroutine %s, its executor's is %s: want it to run %s", name, g, submitter, where)
+	}
+}
+
 // TestAdminMemoryCommandsRunInline: an admin command that touches only memory runs
 // inline, on the goroutine that executed it (the transport's), when nothing is queued for
 // the admin worker — no hand-off to the worker and back per command of a host's connect —
@@ -229,22 +251,7 @@ func TestAdminMemoryCommandsRunInline(t *testing.T) {
 		{"Get Features Reservation Persistence", getFeature(nvmeproto.FIDReservationPersist, 1), 0, false},
 		{"Set Features Reservation Persistence", setPTPL(1), 0, false},
 	} {
-		cmd := tc.cmd
-		cmd.CID = admin.nextCID()
-		ch := make(chan nvmeproto.Completion, 1)
-		ran := make(chan string, 1)
-		submitter := goid()
-		if err := admin.conn.Submit(&cmd, make([]byte, tc.n), func(c nvmeproto.Completion) { ran <- goid(); ch <- c }); err != nil {
-			t.Fatalf("%s: Submit: %v", tc.name, err)
-		}
-		expectOK(t, tc.name, wait(t, ch))
-		if g := <-ran; (g == submitter) != tc.inline {
-			where := "on the admin worker"
-			if tc.inline {
-				where = "inline, on the goroutine that executed it"
-			}
-			t.Errorf("%s completed on goroutine %s, its executor's is %s: want it to run %s", tc.name, g, submitter, where)
-		}
+		expectInline(t, admin, tc.name, tc.cmd, tc.n, tc.inline)
 	}
 
 	// Queued behind a command blocked on the worker, an inline one waits its turn.
@@ -284,16 +291,6 @@ func TestAdminIdentifyFindingThinNamespaceInlineGoesToWorker(t *testing.T) {
 	}{{1, true}, {2, false}} {
 		cmd := sglCmd(nvmeproto.OpIdentify, tc.nsid, nvmeproto.IdentifySize)
 		(&nvmeproto.IdentifyCommand{NSID: tc.nsid, CNS: nvmeproto.CNSNamespace}).ToCommand(&cmd)
-		cmd.CID = admin.nextCID()
-		ch := make(chan nvmeproto.Completion, 1)
-		ran := make(chan string, 1)
-		submitter := goid()
-		if err := admin.conn.Submit(&cmd, make([]byte, nvmeproto.IdentifySize), func(c nvmeproto.Completion) { ran <- goid(); ch <- c }); err != nil {
-			t.Fatalf("Identify Namespace %d: Submit: %v", tc.nsid, err)
-		}
-		expectOK(t, fmt.Sprintf("Identify Namespace %d", tc.nsid), wait(t, ch))
-		if g := <-ran; (g == submitter) != tc.inline {
-			t.Errorf("Identify Namespace %d completed on goroutine %s, its executor's is %s; want inline %v", tc.nsid, g, submitter, tc.inline)
-		}
+		expectInline(t, admin, fmt.Sprintf("Identify Namespace %d", tc.nsid), cmd, nvmeproto.IdentifySize, tc.inline)
 	}
 }
