@@ -1,6 +1,8 @@
 package target
 
 import (
+	"sync/atomic"
+
 	"github.com/gonvmf/gonvmf/backend"
 	"github.com/gonvmf/gonvmf/conf"
 	"github.com/gonvmf/gonvmf/nvmeproto"
@@ -59,7 +61,7 @@ func (c *controller) execAdmin(q *Queue, r *Request) {
 		c.runAdmin(q, r, true)
 		return
 	}
-	if r.Cmd.Opcode == nvmeproto.OpFabrics || inlineAllAdmin || !c.adminMayBlock(&r.Cmd) {
+	if r.Cmd.Opcode == nvmeproto.OpFabrics || inlineAllAdmin.Load() || !c.adminMayBlock(&r.Cmd) {
 		if !c.adminWork.pushUnlessIdle(r) {
 			c.runAdmin(q, r, true)
 		}
@@ -71,7 +73,7 @@ func (c *controller) execAdmin(q *Queue, r *Request) {
 // inlineAllAdmin makes execAdmin take every command inline that it would otherwise take
 // inline only when adminMayBlock says it touches no storage; runAdmin's own check of an
 // Identify Namespace stands. Tests set it (SetInlineAllAdmin) before they connect.
-var inlineAllAdmin bool
+var inlineAllAdmin atomic.Bool
 
 // adminMayBlock reports whether the admin command cmd may wait for storage, so that it
 // must run on the admin worker: Identify Namespace of a thin-provisioned namespace whose

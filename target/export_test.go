@@ -77,6 +77,6 @@ func SecretReadWaiters(t *Target, path string) int {
 // would send to the admin worker, until the returned function runs; set it before
 // connecting.
 func SetInlineAllAdmin() (restore func()) {
-	inlineAllAdmin = true
-	return func() { inlineAllAdmin = false }
+	inlineAllAdmin.Store(true)
+	return func() { inlineAllAdmin.Store(false) }
 }
