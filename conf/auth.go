@@ -380,40 +380,36 @@ var checkSecretFile = func(path string) (msg, fix string) {
 	return "", ""
 }
 
-// secretProblem is what checkSecretFile found wrong with a secret file and how to fix
-// it ("" and "": nothing).
-type secretProblem struct{ msg, fix string }
-
-// secretChecks are the secret file checks in flight in this process, by path: a check
-// of a file whose check is in flight joins it (startSecretCheck).
-var secretChecks flight.Group[secretProblem]
-
 // startSecretCheck starts checking the secret file path on a goroutine of its own, or
-// joins the check of path in flight: a file whose stat or read never returns (a hung
-// mount) holds one goroutine, and the thread blocked in it, however many times the
-// configuration is checked meanwhile (each SIGHUP of gonvmf serve). A check that ends is
-// forgotten: the next one reads the file again.
-func startSecretCheck(path string) *flight.Call[secretProblem] {
+// joins the check of path in flight (fsChecks): a file whose stat or read never returns
+// (a hung mount) holds one goroutine, and the thread blocked in it, however many times
+// the configuration is checked meanwhile (each SIGHUP of gonvmf serve). A check that
+// ends is forgotten: the next one reads the file again.
+func startSecretCheck(path string) *flight.Call[fsResult] {
+	return startSecretFileCheck(path, "", "", "").call
+}
+
+// startSecretFileCheck starts the check of the secret file path (checkSecretFile), which
+// field holds (as "file:" and path) for host.
+func startSecretFileCheck(path, field, host, val string) *pendingCheck {
 	check := checkSecretFile
-	return secretChecks.Start(path, func() (secretProblem, error) {
-		msg, fix := check(path)
-		return secretProblem{msg, fix}, nil
-	})
+	pc := startCheck(fsCheck{key: "secret\x00" + path, run: func() (r fsResult) {
+		if msg, fix := check(path); msg != "" {
+			r.fail("", SecretFilePrefix+path, msg, fix)
+		}
+		return r
+	}}, field, field, val, fmt.Sprintf("host %s: the secret file %s", host, path))
+	pc.fix = "check the file system that holds it (a hung NFS mount?), or keep the secret in a file on a local file system, and check again"
+	return pc
 }
 
 // pendingSecrets are the "file:" secrets' checks CheckSystem started
 // (startSecretChecks), and the check of the configuration file's mode when it holds a
 // secret inline.
 type pendingSecrets struct {
-	files  []secretCheck
+	files  []*pendingCheck
 	inline string        // the first field holding a secret inline ("": none)
 	mode   *pendingCheck // the configuration file's stat, when inline is set
-}
-
-// secretCheck is the check of one "file:" secret's file.
-type secretCheck struct {
-	field, val, host, path string
-	c                      *flight.Call[secretProblem]
 }
 
 // startSecretChecks starts checking every "file:" secret's file (startSecretCheck), and,
@@ -434,7 +430,7 @@ func (v *validator) startSecretChecks() pendingSecrets {
 				}
 				continue
 			}
-			s.files = append(s.files, secretCheck{p, f.val, h.NQN, path, startSecretCheck(path)})
+			s.files = append(s.files, startSecretFileCheck(path, p, h.NQN, f.val))
 		}
 	}
 	if s.inline != "" && v.c.File != "" {
@@ -457,15 +453,8 @@ func modeCheck(path string) fsCheck {
 // file that holds inline secrets and is readable by others gets a warning, as does one
 // whose stat did not answer.
 func (v *validator) finishSecretChecks(s pendingSecrets, w *checkWait) {
-	for _, c := range s.files {
-		if !w.wait(c.c.Done()) {
-			v.fail(c.field, c.val, fmt.Sprintf("host %s: the secret file %s did not answer within %v: its stat or read is still pending", c.host, c.path, w.d),
-				"check the file system that holds it (a hung NFS mount?), or keep the secret in a file on a local file system, and check again")
-			continue
-		}
-		if p, _ := c.c.Result(); p.msg != "" {
-			v.fail(c.field, c.val, p.msg, p.fix)
-		}
+	for _, pc := range s.files {
+		v.finish(pc, w)
 	}
 	if s.mode == nil {
 		return

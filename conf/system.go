@@ -43,7 +43,7 @@ import (
 // file system answers, and its result then reaches no one: only CheckSystem's own
 // goroutine writes c and the errors. A check of the same path with the same settings
 // while one runs (another CheckSystem, e.g. at each SIGHUP of gonvmf serve) joins it
-// rather than starting another (fsChecks, secretChecks), so a hung path holds one
+// rather than starting another (fsChecks), so a hung path holds one
 // goroutine, and the thread blocked in it, however often the configuration is checked
 // meanwhile.
 func (c *Config) CheckSystem() error {
@@ -160,7 +160,8 @@ func (c *Config) CheckBackends(missing map[string]string) error {
 // --- bounded file system checks ---
 
 // systemCheckTimeout bounds the time CheckSystem waits for its checks that touch the file
-// system (fsChecks and secretChecks): one bound for all of them, which run at once.
+// system (fsChecks, the secret files' among them): one bound for all of them, which run
+// at once.
 // Tests shorten it.
 var systemCheckTimeout = 10 * time.Second
 
@@ -200,8 +201,9 @@ type pendingCheck struct {
 	call *flight.Call[fsResult]
 	base string // the field the problems' fields are relative to
 	// field and val are the field and value a check that does not answer fails; what is
-	// what it names then ("the backing file /srv/disk0.img").
-	field, val, what string
+	// what it names then ("the backing file /srv/disk0.img"), and fix the fix it gives
+	// ("": look at the mount).
+	field, val, what, fix string
 }
 
 // startCheck runs chk on a goroutine of its own, or joins the check with its key that is
@@ -219,8 +221,11 @@ func (v *validator) finish(pc *pendingCheck, w *checkWait) fs.FileInfo {
 		return nil
 	}
 	if !w.wait(pc.call.Done()) {
-		v.fail(pc.field, pc.val, fmt.Sprintf("%s did not answer within %v: its stat, open or read is still pending", pc.what, w.d),
-			"check the mount that holds it (a hung NFS or FUSE mount?), then run gonvmf check again")
+		fix := pc.fix
+		if fix == "" {
+			fix = "check the mount that holds it (a hung NFS or FUSE mount?), then run gonvmf check again"
+		}
+		v.fail(pc.field, pc.val, fmt.Sprintf("%s did not answer within %v: its stat, open or read is still pending", pc.what, w.d), fix)
 		return nil
 	}
 	r, _ := pc.call.Result()
