@@ -211,7 +211,9 @@ func TestEngineSRQOverrun(t *testing.T) {
 	capsule := rawCapsule(io, nvmeproto.OpRead, 2)
 	sent := 0
 	for ; sent < 4*depth; sent++ { // 2 x depth contexts, depth waiting, then one too many
-		if err := io.ep.hostSend(capsule); err != nil {
+		// fakeLink.send retries while no buffer is posted (RNR), as the host's device
+		// does: a poll group that has not reposted yet is no disconnection.
+		if err := (fakeLink{io.ep}).send(capsule); err != nil {
 			break // the target disconnected
 		}
 	}
